@@ -1,0 +1,46 @@
+# The README's commands. `run` and `test` do their own setup on a fresh machine.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_VERSION_CHECK := 1
+export CDK_DISABLE_CLI_TELEMETRY := true
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup test lint run synth bench plan clean
+
+setup: $(VENV)/.installed node_modules/.installed
+
+# torch==2.13.0 is installed first and alone so pip takes the CPU wheel, never a CUDA build.
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev]'
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PY) -m pytest
+
+# The local main job. Until the local runner lands it plans the default job and prints it.
+run: setup
+	$(PY) -m planner plan --workload squeezenet-cifar10 --deadline 3000 --max-global-batch 384 \
+	    --epochs 10 --out plan.json
+
+synth: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH npx cdk synth --no-notices -q $(if $(PLAN),-c plan=$(PLAN),)
+
+bench: setup
+	$(PY) bench/planner_search.py
+
+clean:
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

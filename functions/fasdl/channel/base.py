@@ -1,0 +1,81 @@
+"""The exchange channel: put/get/delete of bytes by key, with deadlines and backoff.
+
+Readers GET known keys (no LIST in the hot path). A key that does not exist yet is normal
+while waiting: :meth:`Channel.get` retries with capped exponential backoff and full jitter
+until the deadline, then raises :class:`ChannelTimeout`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+class ChannelError(RuntimeError):
+    """A channel operation failed for a reason other than a missing key."""
+
+
+class ChannelTimeout(ChannelError):
+    """A key did not appear before the deadline."""
+
+    def __init__(self, key: str, waited_s: float) -> None:
+        super().__init__(f"key {key!r} did not appear within {waited_s:.1f} s")
+        self.key = key
+        self.waited_s = waited_s
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Capped exponential backoff with full jitter (sleep ~ U(0, min(cap, first·factor^n)))."""
+
+    first_s: float = 0.005
+    cap_s: float = 0.25
+    factor: float = 2.0
+
+    def delays(self, rng: random.Random | None = None) -> Iterable[float]:
+        rng = rng or random.Random()
+        attempt = 0
+        while True:
+            yield rng.uniform(0.0, min(self.cap_s, self.first_s * self.factor**attempt))
+            attempt += 1
+
+
+class Channel(ABC):
+    """Byte store shared by the workers of one run."""
+
+    backoff: Backoff = Backoff()
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` (overwrites)."""
+
+    @abstractmethod
+    def try_get(self, key: str) -> bytes | None:
+        """The value of ``key``, or None if it does not exist (yet)."""
+
+    @abstractmethod
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete the keys; missing keys are ignored."""
+
+    @abstractmethod
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key under ``prefix`` (cleanup only, never in the hot path)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    def get(self, key: str, deadline: float) -> bytes:
+        """Wait for ``key`` until ``deadline`` (a ``time.monotonic()`` value)."""
+        start = time.monotonic()
+        for delay in self.backoff.delays():
+            value = self.try_get(key)
+            if value is not None:
+                return value
+            now = time.monotonic()
+            if now >= deadline:
+                raise ChannelTimeout(key, now - start)
+            time.sleep(min(delay, max(0.0, deadline - now)))
+        raise AssertionError("unreachable")  # pragma: no cover
