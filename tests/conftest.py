@@ -1,0 +1,8 @@
+"""Suite-wide settings. Area fixtures live in each folder's own conftest.py."""
+
+import os
+
+# jsii on Node 20 prints an end-of-life banner on every start; keep CI output readable.
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+os.environ.setdefault("CDK_DISABLE_VERSION_CHECK", "1")
+os.environ.setdefault("CDK_DISABLE_CLI_TELEMETRY", "true")
