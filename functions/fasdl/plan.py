@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 PLAN_VERSION = 1
 
@@ -74,7 +74,7 @@ def _require_float(path: str, value: object, low: float, high: float, *, open_lo
 def _require_choice(path: str, value: object, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise PlanError(path, f"must be one of {', '.join(choices)}, got {value!r}")
-    return cast(str, value)
+    return str(value)
 
 
 def _require_pattern(path: str, value: object, pattern: re.Pattern[str], what: str) -> str:
@@ -361,7 +361,7 @@ def _reject_unknown(path: str, data: dict[str, Any], known: set[str]) -> None:
 def _build(kind: type[_Section], path: str, data: object) -> _Section:
     if not isinstance(data, dict):
         raise PlanError(path, f"must be a JSON object, got {type(data).__name__}")
-    _reject_unknown(path, data, {f.name for f in fields(kind)})  # type: ignore[arg-type]
+    _reject_unknown(path, data, {f.name for f in fields(kind)})
     try:
         return kind(**data)
     except TypeError as error:

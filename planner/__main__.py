@@ -1,0 +1,7 @@
+"""Entry point: ``python -m planner plan|compare|frontier ...``."""
+
+import sys
+
+from planner.cli import main
+
+sys.exit(main())

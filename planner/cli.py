@@ -1,0 +1,226 @@
+"""``python -m planner``: plan · compare · frontier.
+
+Exit codes: 0 success, 2 bad input (the message names the argument), 3 nothing feasible (the
+message names the binding constraint). With ``--json`` stdout carries exactly one JSON object,
+errors included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, NoReturn
+
+from planner.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
+from planner.model import ModelInputError, Problem
+from planner.planfile import to_plan
+from planner.profiles import (
+    ProfileError,
+    load_platform,
+    load_platform_file,
+    load_prices,
+    load_workload,
+)
+from planner.report import choice_table, describe_choice, render_frontier
+from planner.search import PATTERNS, SEARCHES, SearchResult, exact, exhaustive
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
+
+# Problem fields and the CLI arguments that set them, so errors name what the user typed.
+FIELD_TO_ARGUMENT = {
+    "epochs": "--epochs", "deadline_s": "--deadline", "max_global_batch": "--max-global-batch",
+    "timeout_s": "--timeout", "timeout_margin_s": "--timeout-margin", "workload": "--workload",
+    "channel": "--channel", "arch": "--arch", "region": "--region", "<file>": "--platform",
+    "min_workers": "--min-workers",
+}
+
+
+class CliError(Exception):
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(f"argument {argument}: {message}")
+        self.argument = argument
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        named = re.search(r"(--[a-z][a-z-]*)", message)
+        raise CliError(named.group(1) if named else "<command>",
+                       re.sub(r"^argument [^:]+: ", "", message))
+
+
+def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workload", required=True,
+                        help="shipped workload name (e.g. resnet50-cifar10) or a JSON file path")
+    parser.add_argument("--deadline", type=float, required=True, help="T_max in seconds")
+    parser.add_argument("--max-global-batch", type=int, required=True, help="B^g_max")
+    parser.add_argument("--epochs", type=int, required=True, help="E, training epochs")
+    parser.add_argument("--channel", choices=("s3", "valkey"), default="s3")
+    parser.add_argument("--arch", choices=("x86_64", "arm64"), default="x86_64")
+    parser.add_argument("--region", default="us-east-1", help="price table (default us-east-1)")
+    parser.add_argument("--platform", help="platform profile JSON (default: shipped profile)")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="Lambda timeout in seconds (60-900, default 900)")
+    parser.add_argument("--timeout-margin", type=float, default=60.0,
+                        help="seconds a segment keeps free before the timeout (default 60)")
+    parser.add_argument("--min-workers", type=int, default=1,
+                        help="smallest W to consider (2 excludes standalone runs)")
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m planner", description=__doc__.split("\n", 1)[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    plan = commands.add_parser("plan", help="choose the cheapest configuration; write plan.json")
+    _add_problem_arguments(plan)
+    plan.add_argument("--search", choices=SEARCHES, default="exact")
+    plan.add_argument("--pattern", choices=PATTERNS, default="kreduce")
+    plan.add_argument("--gamma-min", type=float, default=DEFAULT_GAMMA_MIN,
+                      help="two-stage only: γ_min of the batch lower bound (0-1)")
+    plan.add_argument("--literal-early-stop", action="store_true",
+                      help="two-stage only: the early stop exactly as printed in Alg. 3.1")
+    plan.add_argument("--out", help="write the plan JSON here (e.g. plan.json)")
+    compare = commands.add_parser("compare", help="K-REDUCE vs the baselines, same model")
+    _add_problem_arguments(compare)
+    frontier = commands.add_parser("frontier", help="minimum cost vs deadline per pattern")
+    _add_problem_arguments(frontier)
+    frontier.add_argument("--png", required=True, help="output PNG file")
+    frontier.add_argument("--points", type=int, default=40, help="deadlines to sample (>= 2)")
+    return parser
+
+
+def build_problem(args: argparse.Namespace) -> Problem:
+    try:
+        workload = load_workload(args.workload)
+        platform = (load_platform_file(args.platform) if args.platform
+                    else load_platform(args.channel, args.arch))
+        if args.platform and (platform.channel, platform.arch) != (args.channel, args.arch):
+            raise CliError("--platform", f"profile is for {platform.channel}/{platform.arch} but "
+                           f"--channel {args.channel} --arch {args.arch} were asked for")
+        prices = load_prices(args.region)
+        return Problem(workload=workload, platform=platform, prices=prices, epochs=args.epochs,
+                       deadline_s=args.deadline, max_global_batch=args.max_global_batch,
+                       timeout_s=args.timeout, timeout_margin_s=args.timeout_margin,
+                       min_workers=args.min_workers)
+    except (ProfileError, ModelInputError) as error:
+        field = (getattr(error, "field", None) or "workload").split(".")[0]
+        raise CliError(FIELD_TO_ARGUMENT.get(field, f"--{field.replace('_', '-')}"),
+                       str(error)) from error
+
+
+def _run_search(args: argparse.Namespace, problem: Problem) -> SearchResult:
+    if args.search == "two-stage":
+        if args.pattern != "kreduce":
+            raise CliError("--search", "two-stage searches K-REDUCE only; use --search exact "
+                                       f"for --pattern {args.pattern}")
+        if not 0.0 < args.gamma_min < 1.0:
+            raise CliError("--gamma-min", f"must be in (0, 1), got {args.gamma_min}")
+        return two_stage(problem, gamma_min=args.gamma_min,
+                         literal_early_stop=args.literal_early_stop)
+    search = exhaustive if args.search == "exhaustive" else exact
+    return search(problem, args.pattern)
+
+
+def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    problem = build_problem(args)
+    result = _run_search(args, problem)
+    if result.choice is None:
+        return _infeasible(args, result, emit)
+    plan = to_plan(problem, result.choice, search=result.method)
+    if args.out:
+        plan.save(args.out)
+    if args.json:
+        emit(json.dumps({"status": "ok", "search": _search_summary(result),
+                         "plan": plan.to_dict(), "out": args.out}))
+    else:
+        emit(describe_choice(problem, result))
+        if args.out:
+            emit(f"wrote {args.out}")
+    return EXIT_OK
+
+
+def comparison(problem: Problem) -> list[SearchResult]:
+    """K-REDUCE first (the reference), then the baselines, all distributed (W >= 2) under the
+    same model; standalone and the unrestricted optimum (any W) close the table."""
+    distributed = replace(problem, min_workers=max(2, problem.min_workers))
+    return [exact(distributed, "kreduce"), two_stage(distributed),
+            exact(distributed, "scatterreduce"), exact(distributed, "allreduce"),
+            lambda_dnn(distributed), standalone(problem),
+            replace(exact(problem, "kreduce"), method="exact, any W")]
+
+
+def command_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    problem = build_problem(args)
+    results = comparison(problem)
+    reference = results[0].choice
+    if args.json:
+        emit(json.dumps({"status": "ok" if reference else "infeasible",
+                         "results": [_search_summary(r) for r in results]}))
+    else:
+        emit(choice_table(problem, results))
+    return EXIT_OK if reference else EXIT_INFEASIBLE
+
+
+def command_frontier(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    problem = build_problem(args)
+    if args.points < 2:
+        raise CliError("--points", f"must be >= 2, got {args.points}")
+    curves = render_frontier(problem, args.png, points=args.points)
+    if args.json:
+        emit(json.dumps({"status": "ok", "png": args.png, "curves": curves}))
+    else:
+        feasible = {name: sum(c is not None for c in curve["cost_usd"])
+                    for name, curve in curves.items()}
+        emit(f"wrote {args.png}: minimum cost vs deadline for "
+             + ", ".join(f"{name} ({count} feasible deadlines)"
+                         for name, count in feasible.items()))
+    return EXIT_OK
+
+
+def _search_summary(result: SearchResult) -> dict[str, Any]:
+    choice = result.choice
+    summary: dict[str, Any] = {"method": result.method, "pattern": result.pattern,
+                               "feasible": choice is not None, "reason": result.reason,
+                               "evaluated": result.evaluated,
+                               "elapsed_s": round(result.elapsed_s, 6)}
+    if choice is not None:
+        summary["choice"] = {
+            "workers": choice.workers, "memory_mb": choice.memory_mb,
+            "aggregators": choice.aggregators, "batch_aggregator": choice.batch_aggregator,
+            "batch_non_aggregator": choice.batch_non_aggregator, "sync": choice.sync,
+            "time_s": choice.time_s, "cost_usd": choice.cost_usd,
+            "global_batch": choice.global_batch, "segments": choice.segments,
+            "segment_iterations": choice.segment_iterations, "breakdown": choice.breakdown,
+        }
+    return summary
+
+
+def _infeasible(args: argparse.Namespace, result: SearchResult,
+                emit: Callable[[str], None]) -> int:
+    if args.json:
+        emit(json.dumps({"status": "infeasible", "search": _search_summary(result)}))
+    else:
+        print(f"infeasible: {result.reason}", file=sys.stderr)
+    return EXIT_INFEASIBLE
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], int]] = {
+    "plan": command_plan, "compare": command_compare, "frontier": command_frontier,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--json" in arguments
+    try:
+        args = build_parser().parse_args(arguments)
+        return COMMANDS[args.command](args, print)
+    except CliError as error:
+        if wants_json:
+            print(json.dumps({"status": "error", "argument": error.argument,
+                              "message": str(error)}))
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT

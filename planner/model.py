@@ -1,0 +1,354 @@
+"""FasDL's performance and cost model, vectorized over arrays of configurations.
+
+Equations are FasDL's (IEEE TC 2025, Eq. 1-11) with the thesis corrections
+(shared/papers/fasdl-thesis-digest.md §2-3). Every quantity below is a numpy array with one
+entry per configuration (W, M, K, B^a, B^n, sync):
+
+- shard size            S_s = S_m / K                                        (thesis 3-1)
+- throughput            tp = p(M)·(1 − exp(−t(M)·S))  per direction          (3-5, 3-6)
+- upload                T_up = S_m / tp_up(S_s)                               (3-2)
+- aggregation           T_agg = (W−1)·S_s/tp_down(S_s) + S_s/tp_up(S_s)      (3-3)
+- download              T_down = S_m / tp_down(S_s)                           (3-4)
+- aggregator comm       T_comm^a = T_up + T_agg + T_down                      (3-7)
+- non-aggregator comm   T_comm^n = T_up + T_down                              (3-11)
+- training              T_train(B) = a·(B + b)/(M + m)                        (3-12)
+- alignment             B^n = B^a + T_agg·(M + m)/a, floored and clipped to the global-batch
+                        budget and B_M (digest §3.7-5)                       (3-22)
+- iterations            I = D / B^g,  B^g = K·B^a + (W−K)·B^n                 (3-14, 3-17)
+- memory                B_M = floor((M − c)/k)                                (4-2)
+
+What the paper leaves out and a user pays for (documented additions):
+
+- Lambda timeout: a segment (load + its iterations + checkpoint write) must fit the function
+  timeout minus a margin; the run takes ceil(E·I / iterations-per-segment) segments and each
+  one pays a load (checkpoint 2·S_m: merged model + optimizer state, plus the partition
+  S_d·max(B^a,B^n)/B^g, plus the platform's cold-start overhead) and a checkpoint write.
+- Lambda request fees, Step Functions state transitions, S3 requests of checkpoints and data
+  loads, arm64 vs x86_64 GB-second prices.
+- S3 exchange requests with the epoch factor E:  E·I·(PUT·K·W + GET·2K(W−1))   (3-24..3-26)
+- ElastiCache Serverless (Valkey): ECPUs for S_m·(3W−2) MB per iteration (3-27) at 1 ECPU
+  per KB, plus data stored (two iterations of shards, at least the metered minimum) in
+  GB-hours for the run's duration. Datasets and checkpoints stay on S3 in this design, so
+  the paper's 2·S_d term moves to the S3 request cost.
+- W = 1 (standalone) has no communication and no exchange requests (digest §3.7-8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from planner.profiles import PlatformProfile, Prices, WorkloadProfile
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+# Objects a worker reads per segment load: x.npy and y.npy ranges, merged model, optimizer state.
+GETS_PER_LOAD = 4
+# Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
+# the loop bookkeeping plus two per worker iteration (task scheduled and succeeded).
+SFN_FIXED_TRANSITIONS = 4
+SFN_TRANSITIONS_PER_SEGMENT = 4
+SFN_TRANSITIONS_PER_WORKER = 2
+MB_PER_GB = 1024.0
+KB_PER_MB = 1024.0
+
+
+class ModelInputError(ValueError):
+    """A planning problem with an invalid field; the message names it and its range."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+class Violation(IntEnum):
+    """Why a configuration is infeasible, in the order the checks bind."""
+
+    NONE = 0
+    MEMORY = 1            # a batch exceeds B_M = (M − c)/k, or M + m <= 0
+    GLOBAL_BATCH = 2      # B^g > B^g_max
+    ALIGNMENT = 3         # B^n < B^a after clipping (K < W)
+    DATASET = 4           # B^g > D: an epoch would have no iteration
+    LAMBDA_TIMEOUT = 5    # not even one iteration fits a segment
+    DEADLINE = 6          # T > T_max
+
+
+VIOLATION_TEXT: dict[Violation, str] = {
+    Violation.MEMORY: "memory: the batch does not fit the function memory (M_B = k·B + c)",
+    Violation.GLOBAL_BATCH: "max-global-batch: K·B^a + (W−K)·B^n exceeds the cap",
+    Violation.ALIGNMENT: "alignment: the non-aggregator batch B^n falls below B^a",
+    Violation.DATASET: "dataset: the global batch exceeds the number of samples",
+    Violation.LAMBDA_TIMEOUT: "lambda-timeout: load + one iteration + checkpoint exceed the "
+                              "function timeout minus its margin",
+    Violation.DEADLINE: "deadline: the predicted end-to-end time exceeds the deadline",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One planning problem: a workload on a platform under a deadline and a batch cap."""
+
+    workload: WorkloadProfile
+    platform: PlatformProfile
+    prices: Prices
+    epochs: int
+    deadline_s: float
+    max_global_batch: int
+    timeout_s: float = 900.0
+    timeout_margin_s: float = 60.0
+    memory_min_mb: int = 128
+    memory_max_mb: int = 10240
+    memory_step_mb: int = 128
+    batch_step: int = 16
+    max_workers: int = 1000
+    min_workers: int = 1
+    clip_bn: bool = True
+
+    def __post_init__(self) -> None:
+        _check_int("epochs", self.epochs, 1, 100_000)
+        _check_number("deadline_s", self.deadline_s, 1.0, 1e9)
+        _check_int("max_global_batch", self.max_global_batch, 1, 10_000_000)
+        _check_number("timeout_s", self.timeout_s, 60.0, 900.0)
+        _check_number("timeout_margin_s", self.timeout_margin_s, 0.0, self.timeout_s / 2)
+        _check_int("memory_min_mb", self.memory_min_mb, 128, 10240)
+        _check_int("memory_max_mb", self.memory_max_mb, self.memory_min_mb, 10240)
+        _check_int("memory_step_mb", self.memory_step_mb, 1, 10240)
+        _check_int("batch_step", self.batch_step, 1, 4096)
+        _check_int("max_workers", self.max_workers, 1, 1000)
+        _check_int("min_workers", self.min_workers, 1, self.max_workers)
+
+    @property
+    def channel(self) -> str:
+        return self.platform.channel
+
+    @property
+    def arch(self) -> str:
+        return self.platform.arch
+
+    def memory_grid(self) -> IntArray:
+        """M from the top down in steps of 128 MB, as the thesis searches it."""
+        grid = np.arange(self.memory_max_mb, self.memory_min_mb - 1, -self.memory_step_mb)
+        return np.sort(grid.astype(np.int64))
+
+    def batch_grid(self, upper: int) -> IntArray:
+        return np.arange(self.batch_step, upper + 1, self.batch_step, dtype=np.int64)
+
+    def worker_range(self) -> range:
+        """W from ``min_workers`` (2 restricts a search to distributed runs) to the limit."""
+        return range(self.min_workers, self.worker_limit() + 1)
+
+    def worker_limit(self) -> int:
+        """Largest W worth considering: every worker trains at least one batch step."""
+        return max(1, min(self.max_workers, self.max_global_batch // self.batch_step))
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Predicted time, cost and feasibility of each configuration (arrays, one per config)."""
+
+    workers: IntArray
+    memory_mb: IntArray
+    aggregators: IntArray
+    batch_aggregator: IntArray
+    batch_non_aggregator: IntArray
+    bsp: NDArray[np.bool_]
+    global_batch: IntArray
+    iterations_per_epoch: FloatArray
+    train_aggregator_s: FloatArray
+    train_non_aggregator_s: FloatArray
+    upload_s: FloatArray
+    aggregate_s: FloatArray
+    download_s: FloatArray
+    iteration_s: FloatArray
+    load_s: FloatArray
+    checkpoint_s: FloatArray
+    segment_iterations: IntArray
+    segments: FloatArray
+    time_s: FloatArray
+    cost_lambda_usd: FloatArray
+    cost_requests_usd: FloatArray
+    cost_exchange_usd: FloatArray
+    cost_checkpoint_usd: FloatArray
+    cost_usd: FloatArray
+    violation: NDArray[np.int8]
+
+    @property
+    def feasible(self) -> NDArray[np.bool_]:
+        return np.asarray(self.violation == Violation.NONE, dtype=bool)
+
+    def __len__(self) -> int:
+        return int(self.workers.shape[0])
+
+    def row(self, index: int) -> dict[str, Any]:
+        """One configuration as plain Python scalars."""
+        return {f.name: _scalar(getattr(self, f.name)[index]) for f in fields(self)}
+
+
+def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike,
+                                 aggregators: ArrayLike, batch_aggregator: ArrayLike) -> IntArray:
+    """B^n from the alignment rule (thesis 3-22) and its caps (digest §3.7-5).
+
+    B^n = floor(B^a + T_agg·(M + m)/a), then (with ``clip_bn``) clipped to the global-batch
+    budget floor((B^g_max − K·B^a)/(W − K)) and to B_M. For K = W, B^n = B^a.
+    """
+    w, mem, k, ba = (np.asarray(x, dtype=np.int64) for x in
+                     (workers, memory_mb, aggregators, batch_aggregator))
+    _, aggregate_s, _ = communication_times(problem, w, mem, k)
+    wl = problem.workload
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        align = np.floor(ba + aggregate_s * (mem + wl.m) / wl.a)
+        align = np.where(np.isfinite(align), align, 0.0)
+        bn = align.astype(np.int64)
+        if problem.clip_bn:
+            others = np.maximum(w - k, 1)
+            budget = (problem.max_global_batch - k * ba) // others
+            bn = np.minimum(np.minimum(bn, budget), wl.max_batch(mem))
+    return np.where(k >= w, ba, bn)
+
+
+def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray,
+                        aggregators: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(T_up, T_agg, T_down) per iteration; all zero for a single worker."""
+    model_mb = problem.workload.model_mb
+    shard_mb = model_mb / aggregators
+    platform = problem.platform
+    tp_up = platform.throughput("up", memory_mb, shard_mb)
+    tp_down = platform.throughput("down", memory_mb, shard_mb)
+    alone = workers <= 1
+    upload = np.where(alone, 0.0, model_mb / tp_up)
+    aggregate = np.where(alone, 0.0, (workers - 1) * shard_mb / tp_down + shard_mb / tp_up)
+    download = np.where(alone, 0.0, model_mb / tp_down)
+    return upload, aggregate, download
+
+
+def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggregators: ArrayLike,
+             batch_aggregator: ArrayLike, batch_non_aggregator: ArrayLike,
+             bsp: ArrayLike = False) -> Evaluation:
+    """Time, cost and the binding constraint of every configuration."""
+    w, mem, k, ba, bn = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, dtype=np.int64))
+                                              for x in (workers, memory_mb, aggregators,
+                                                        batch_aggregator,
+                                                        batch_non_aggregator)))
+    sync_bsp = np.broadcast_to(np.asarray(bsp, dtype=bool), w.shape)
+    wl, platform, prices = problem.workload, problem.platform, problem.prices
+    bn = np.where(k >= w, ba, bn)
+    global_batch = k * ba + (w - k) * bn
+    iterations = wl.samples / global_batch
+
+    upload, aggregate, download = communication_times(problem, w, mem, k)
+    train_a = wl.train_time(ba, mem)
+    train_n = wl.train_time(bn, mem)
+    comm_a = upload + aggregate + download
+    hap_iteration = np.maximum(train_a + comm_a, train_n + upload + download)
+    bsp_iteration = np.maximum(train_a, train_n) + comm_a
+    iteration = np.where(sync_bsp, bsp_iteration, hap_iteration)
+
+    model_mb = wl.model_mb
+    load_mb = 2.0 * model_mb + wl.dataset_mb * np.maximum(ba, bn) / global_batch
+    load = platform.transfer_time("down", mem, load_mb) + platform.invocation_overhead_s
+    checkpoint_mb = model_mb + model_mb / k
+    checkpoint = platform.transfer_time("up", mem, checkpoint_mb)
+    budget = problem.timeout_s - problem.timeout_margin_s - load - checkpoint
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fit = np.floor(budget / iteration)
+    segment_iterations = np.where(np.isfinite(fit) & (fit > 0), fit, 0).astype(np.int64)
+    total_iterations = problem.epochs * iterations
+    with np.errstate(divide="ignore"):
+        segments = np.ceil(total_iterations / np.maximum(segment_iterations, 1))
+    time = total_iterations * iteration + segments * (load + checkpoint)
+
+    cost_lambda = prices.lambda_mb_s(problem.arch) * mem * w * time
+    invocations = segments * w + 2
+    transitions = (SFN_FIXED_TRANSITIONS
+                   + segments * (SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w))
+    cost_requests = invocations * prices.lambda_request + transitions * prices.sfn_transition
+    cost_exchange = _exchange_cost(problem, w, k, total_iterations, time)
+    cost_checkpoint = segments * (prices.s3_get * GETS_PER_LOAD * w
+                                  + prices.s3_put * (w + k + 1))
+    cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
+
+    violation = _violations(problem, w, mem, k, ba, bn, global_batch, segment_iterations, time)
+    return Evaluation(
+        workers=w, memory_mb=mem, aggregators=k, batch_aggregator=ba,
+        batch_non_aggregator=bn, bsp=sync_bsp, global_batch=global_batch,
+        iterations_per_epoch=iterations, train_aggregator_s=train_a,
+        train_non_aggregator_s=train_n, upload_s=upload, aggregate_s=aggregate,
+        download_s=download, iteration_s=iteration, load_s=load, checkpoint_s=checkpoint,
+        segment_iterations=segment_iterations, segments=segments, time_s=time,
+        cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
+        cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint, cost_usd=cost,
+        violation=violation,
+    )
+
+
+def exchange_bytes_per_iteration_mb(model_mb: float, workers: ArrayLike) -> FloatArray:
+    """Bytes moved through the channel per iteration, S_m·(3W − 2) (thesis 3-27)."""
+    w = np.asarray(workers, dtype=np.float64)
+    return np.where(w <= 1, 0.0, model_mb * (3.0 * w - 2.0))
+
+
+def s3_requests_per_iteration(workers: ArrayLike, aggregators: ArrayLike
+                              ) -> tuple[FloatArray, FloatArray]:
+    """(PUT, GET) per iteration: R_up = K·W, R_down = 2K(W−1) (thesis 3-24, 3-25)."""
+    w = np.asarray(workers, dtype=np.float64)
+    k = np.asarray(aggregators, dtype=np.float64)
+    alone = w <= 1
+    return np.where(alone, 0.0, k * w), np.where(alone, 0.0, 2.0 * k * (w - 1.0))
+
+
+def _exchange_cost(problem: Problem, w: IntArray, k: IntArray, total_iterations: FloatArray,
+                   time: FloatArray) -> FloatArray:
+    prices = problem.prices
+    if problem.channel == "s3":
+        puts, gets = s3_requests_per_iteration(w, k)
+        return total_iterations * (prices.s3_put * puts + prices.s3_get * gets)
+    traffic_mb = exchange_bytes_per_iteration_mb(problem.workload.model_mb, w)
+    ecpus = total_iterations * traffic_mb * KB_PER_MB / prices.valkey_kb_per_ecpu
+    # Two iterations of shards live at once: W uploads of S_m plus the merged S_m, twice.
+    # A single worker exchanges nothing but the cache still meters its minimum.
+    live_gb = np.where(w <= 1, 0.0, 2.0 * (w + 1) * problem.workload.model_mb / MB_PER_GB)
+    stored_gb = np.maximum(prices.valkey_min_gb, live_gb)
+    stored = stored_gb * time / 3600.0 * prices.valkey_gb_hour
+    return np.asarray(ecpus * prices.valkey_ecpu + stored, dtype=np.float64)
+
+
+def _violations(problem: Problem, w: IntArray, mem: IntArray, k: IntArray, ba: IntArray,
+                bn: IntArray, global_batch: IntArray, segment_iterations: IntArray,
+                time: FloatArray) -> NDArray[np.int8]:
+    wl = problem.workload
+    max_batch = wl.max_batch(mem)
+    checks = [
+        (Violation.DEADLINE, time > problem.deadline_s),
+        (Violation.LAMBDA_TIMEOUT, segment_iterations < 1),
+        (Violation.DATASET, global_batch > wl.samples),
+        (Violation.ALIGNMENT, (k < w) & (bn < ba)),
+        (Violation.GLOBAL_BATCH, global_batch > problem.max_global_batch),
+        (Violation.MEMORY, (np.maximum(ba, bn) > max_batch) | (mem + wl.m <= 0)),
+    ]
+    violation = np.zeros(w.shape, dtype=np.int8)
+    for code, broken in checks:  # last assignment wins: MEMORY binds before DEADLINE
+        violation = np.where(broken, np.int8(code), violation)
+    return violation
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ModelInputError(name, f"must be an integer in [{low}, {high}], got {value!r}")
+    if not low <= int(value) <= high:
+        raise ModelInputError(name, f"must be in [{low}, {high}], got {value}")
+
+
+def _check_number(name: str, value: object, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise ModelInputError(name, f"must be a number in [{low}, {high}], got {value!r}")
+    if not low <= float(value) <= high:
+        raise ModelInputError(name, f"must be in [{low}, {high}], got {value}")
+
+
+def _scalar(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value

@@ -1,0 +1,60 @@
+"""Turn a search's choice into the plan contract (fasdl.plan.Plan) the stack and trigger read."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from fasdl.plan import Deployment, Plan, Prediction, Training
+from planner.model import Problem
+from planner.search import Choice
+
+
+def planner_version() -> str:
+    try:
+        return version("fasdl-cdk")
+    except PackageNotFoundError:  # running from a source tree without installing
+        return "source"
+
+
+def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None = None,
+            learning_rate: float = 0.05, momentum: float = 0.9, seed: int = 0) -> Plan:
+    """The plan for ``choice``; the segment length is the model's, capped at the run's length."""
+    workload = problem.workload.to_workload()
+    iterations_per_epoch = workload.samples // choice.global_batch
+    total_iterations = max(1, iterations_per_epoch * problem.epochs)
+    segment_iterations = max(1, min(choice.segment_iterations, total_iterations))
+    breakdown = {name: round(value, 6) for name, value in choice.breakdown.items()}
+    return Plan(
+        workload=workload,
+        deployment=Deployment(
+            channel=problem.channel,
+            arch=problem.arch,
+            memory_mb=choice.memory_mb,
+            workers=choice.workers,
+            region=region or problem.prices.region,
+            timeout_s=int(problem.timeout_s),
+        ),
+        training=Training(
+            aggregators=choice.aggregators,
+            batch_aggregator=choice.batch_aggregator,
+            batch_non_aggregator=choice.batch_non_aggregator,
+            max_global_batch=problem.max_global_batch,
+            epochs=problem.epochs,
+            segment_iterations=segment_iterations,
+            sync=choice.sync,
+            learning_rate=learning_rate,
+            momentum=momentum,
+            seed=seed,
+        ),
+        prediction=Prediction(time_s=round(choice.time_s, 3), cost_usd=round(choice.cost_usd, 6),
+                              breakdown=breakdown),
+        provenance={
+            "planner": planner_version(),
+            "search": search,
+            "pattern": choice.pattern,
+            "workload_profile": problem.workload.name,
+            "platform_profile": problem.platform.name,
+            "prices": problem.prices.region,
+            "deadline_s": f"{problem.deadline_s:g}",
+        },
+    )

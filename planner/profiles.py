@@ -1,0 +1,386 @@
+"""The planner's inputs: what is trained, how fast the platform moves bytes, what AWS charges.
+
+* :class:`WorkloadProfile` — a model + dataset with the FasDL compute model
+  T_train_iter = a·(B+b)/(M+m) (FasDL Eq. 4) and the memory model M_B = k·B + c (thesis Eq. 4-1).
+* :class:`PlatformProfile` — per-memory throughput coefficients of tp = p(M)·(1 − e^(−t(M)·S))
+  (FasDL Eq. 2) for upload and download over one channel, plus a per-invocation overhead.
+* :class:`Prices` — list prices of one region.
+
+Shipped profiles live as JSON under ``planner/data`` and load by name; user profiles load from a
+path. Every invalid field raises :class:`ProfileError` naming the field.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, fields, replace
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fasdl.plan import ARCHITECTURES, CHANNELS, Workload
+
+Direction = Literal["up", "down"]
+DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
+
+_DATA: Traversable = resources.files("planner") / "data"
+_IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")  # same as the plan contract
+_DATASET_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,255}$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+
+_Profile = TypeVar("_Profile", "WorkloadProfile", "PlatformProfile", "Prices")
+
+
+class ProfileError(ValueError):
+    """An invalid or unknown profile. ``field`` names the offending field when there is one."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _bad(field_name: str, message: str) -> ProfileError:
+    return ProfileError(f"profile field '{field_name}': {message}", field_name)
+
+
+def _number(field_name: str, value: object, *, low: float = -math.inf,
+            above: bool = False) -> float:
+    """A finite real >= low (> low when ``above``); bools are rejected although they are ints."""
+    relation = ">" if above else ">="
+    bound = "" if low == -math.inf else f" {relation} {low}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(field_name, f"must be a finite number{bound}, got {value!r}")
+    if value < low or (above and value == low):
+        raise _bad(field_name, f"must be{bound}, got {value!r}")
+    return float(value)
+
+
+def _text(field_name: str, value: object, pattern: re.Pattern[str] | None = None,
+          what: str = "a string") -> str:
+    if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
+        raise _bad(field_name, f"must be {what}, got {value!r}")
+    return value
+
+
+def _choice(field_name: str, value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise _bad(field_name, f"must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _set(instance: object, name: str, value: object) -> None:
+    object.__setattr__(instance, name, value)  # normalising a frozen dataclass in __post_init__
+
+
+@dataclass(frozen=True)
+class WorkloadProfile:
+    """A model + dataset: sizes, compute model (a, b, m) and memory model (k, c)."""
+
+    name: str
+    model: str
+    dataset: str
+    samples: int
+    dataset_mb: float
+    model_mb: float
+    a: float
+    b: float
+    m: float
+    k: float
+    c: float
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        _text("name", self.name, _IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
+        _text("model", self.model, _IDENTIFIER, "a model registry name (letters, digits, '_.-')")
+        _text("dataset", self.dataset, _DATASET_KEY, "an S3 key prefix (letters, digits, '_.-/')")
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
+            raise _bad("samples", f"must be an integer >= 1, got {self.samples!r}")
+        _set(self, "dataset_mb", _number("dataset_mb", self.dataset_mb, low=0.0, above=True))
+        _set(self, "model_mb", _number("model_mb", self.model_mb, low=0.0, above=True))
+        _set(self, "a", _number("a", self.a, low=0.0, above=True))
+        # b > -1 keeps a·(B+b) positive for every batch B >= 1.
+        _set(self, "b", _number("b", self.b, low=-1.0, above=True))
+        _set(self, "m", _number("m", self.m))
+        _set(self, "k", _number("k", self.k, low=0.0, above=True))
+        _set(self, "c", _number("c", self.c, low=0.0))
+        _text("notes", self.notes)
+
+    def train_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """Seconds per training iteration, a·(B+b)/(M+m); inf where M+m <= 0 (no compute)."""
+        batches = np.asarray(batch, dtype=float)
+        capacity = np.asarray(memory_mb, dtype=float) + self.m
+        with np.errstate(divide="ignore", invalid="ignore"):
+            seconds = self.a * (batches + self.b) / capacity
+        return np.asarray(np.where(capacity > 0, seconds, np.inf), dtype=np.float64)
+
+    def max_batch(self, memory_mb: ArrayLike) -> NDArray[np.int64]:
+        """Largest executable batch B_M = floor((M − c)/k); <= 0 means nothing fits."""
+        memory = np.asarray(memory_mb, dtype=float)
+        return np.floor((memory - self.c) / self.k).astype(np.int64)
+
+    def min_memory(self, batch: ArrayLike) -> NDArray[np.float64]:
+        """Smallest memory that runs batch B, M_B = k·B + c (thesis Eq. 4-1)."""
+        return np.asarray(self.k * np.asarray(batch, dtype=float) + self.c, dtype=np.float64)
+
+    def to_workload(self) -> Workload:
+        workload = Workload(name=self.name, model=self.model, dataset=self.dataset,
+                            samples=self.samples, dataset_mb=self.dataset_mb,
+                            model_mb=self.model_mb)
+        workload.validate()
+        return workload
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> WorkloadProfile:
+        return _construct(cls, data)
+
+
+def _series(field_name: str, values: object, *, positive: bool) -> tuple[float, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
+        raise _bad(field_name, f"must be a non-empty list of numbers, got {values!r}")
+    return tuple(_number(f"{field_name}[{index}]", value, low=0.0, above=positive)
+                 for index, value in enumerate(values))
+
+
+@dataclass(frozen=True)
+class PlatformProfile:
+    """Per-memory transfer coefficients of one channel: tp = p(M)·(1 − e^(−t(M)·S)) MB/s."""
+
+    name: str
+    channel: str
+    arch: str
+    source: str
+    memory_mb: tuple[float, ...]
+    up_peak: tuple[float, ...]
+    up_rate: tuple[float, ...]
+    down_peak: tuple[float, ...]
+    down_rate: tuple[float, ...]
+    invocation_overhead_s: float
+
+    def __post_init__(self) -> None:
+        _text("name", self.name, _IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
+        _choice("channel", self.channel, CHANNELS)
+        _choice("arch", self.arch, ARCHITECTURES)
+        _text("source", self.source)
+        memories = _series("memory_mb", self.memory_mb, positive=True)
+        if any(high <= low for low, high in itertools.pairwise(memories)):
+            raise _bad("memory_mb", f"must be strictly ascending, got {list(memories)}")
+        _set(self, "memory_mb", memories)
+        for name in ("up_peak", "up_rate", "down_peak", "down_rate"):
+            values = _series(name, getattr(self, name), positive=True)
+            if len(values) != len(memories):
+                raise _bad(name, f"must have one value per memory ({len(memories)}), "
+                                 f"got {len(values)}")
+            _set(self, name, values)
+        _set(self, "invocation_overhead_s",
+             _number("invocation_overhead_s", self.invocation_overhead_s, low=0.0))
+
+    def coefficients(self, direction: Direction,
+                     memory_mb: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """p(M), t(M): linear between profiled memories, the edge values outside them."""
+        if direction == "up":
+            peaks, rates = self.up_peak, self.up_rate
+        elif direction == "down":
+            peaks, rates = self.down_peak, self.down_rate
+        else:
+            raise ProfileError(f"direction must be one of {', '.join(DIRECTIONS)}, "
+                               f"got {direction!r}", "direction")
+        memory = np.asarray(memory_mb, dtype=float)
+        return (np.asarray(np.interp(memory, self.memory_mb, peaks), dtype=np.float64),
+                np.asarray(np.interp(memory, self.memory_mb, rates), dtype=np.float64))
+
+    def throughput(self, direction: Direction, memory_mb: ArrayLike,
+                   size_mb: ArrayLike) -> NDArray[np.float64]:
+        """MB/s for one object of ``size_mb`` at memory M; broadcasts over both arrays."""
+        peak, rate = self.coefficients(direction, memory_mb)
+        size = _sizes(size_mb)
+        return np.asarray(peak * -np.expm1(-rate * size), dtype=np.float64)
+
+    def transfer_time(self, direction: Direction, memory_mb: ArrayLike,
+                      size_mb: ArrayLike) -> NDArray[np.float64]:
+        """Seconds for one object, S/tp(S). An empty object still costs the round trip
+        1/(p·t), the model's limit as S → 0, so the result is never 0/0."""
+        peak, rate = self.coefficients(direction, memory_mb)
+        size = _sizes(size_mb)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_peak = np.where(size > 0, size / -np.expm1(-rate * size), 1.0 / rate)
+        return np.asarray(per_peak / peak, dtype=np.float64)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in data.items()}
+
+    @classmethod
+    def from_dict(cls, data: object) -> PlatformProfile:
+        return _construct(cls, data)
+
+
+def _sizes(size_mb: ArrayLike) -> NDArray[np.float64]:
+    size = np.asarray(size_mb, dtype=np.float64)
+    if np.any(size < 0):
+        raise ProfileError(f"object size must be >= 0 MB, got {size_mb!r}", "size_mb")
+    return size
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD list prices of one region (per request, per GB-second, per GB-hour, per ECPU)."""
+
+    region: str
+    lambda_gb_s: Mapping[str, float]
+    lambda_request: float
+    s3_put: float
+    s3_get: float
+    sfn_transition: float
+    valkey_gb_hour: float
+    valkey_min_gb: float
+    valkey_ecpu: float
+    valkey_kb_per_ecpu: float = 1.0
+    source: str = ""
+    s3_list: float = 0.005 / 1000  # LIST is billed like PUT; polling for objects pays it
+
+    def __post_init__(self) -> None:
+        _text("region", self.region, _REGION, "an AWS region name such as us-east-1")
+        if not isinstance(self.lambda_gb_s, Mapping) or not self.lambda_gb_s:
+            raise _bad("lambda_gb_s", f"must map architectures ({', '.join(ARCHITECTURES)}) "
+                                      f"to USD per GB-second, got {self.lambda_gb_s!r}")
+        per_arch = {}
+        for arch, price in self.lambda_gb_s.items():
+            _choice(f"lambda_gb_s.{arch}", arch, ARCHITECTURES)
+            per_arch[arch] = _number(f"lambda_gb_s.{arch}", price, low=0.0)
+        _set(self, "lambda_gb_s", MappingProxyType(per_arch))
+        for name in ("lambda_request", "s3_put", "s3_get", "sfn_transition", "valkey_gb_hour",
+                     "valkey_min_gb", "valkey_ecpu", "s3_list"):
+            _set(self, name, _number(name, getattr(self, name), low=0.0))
+        _set(self, "valkey_kb_per_ecpu",
+             _number("valkey_kb_per_ecpu", self.valkey_kb_per_ecpu, low=0.0, above=True))
+        _text("source", self.source)
+
+    def lambda_mb_s(self, arch: str) -> float:
+        """USD per MB-second of function memory (GB = 1024 MB in Lambda billing)."""
+        if arch not in self.lambda_gb_s:
+            raise ProfileError(f"no Lambda price for arch {arch!r}; priced architectures: "
+                               f"{', '.join(sorted(self.lambda_gb_s))}", "lambda_gb_s")
+        return self.lambda_gb_s[arch] / 1024.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["lambda_gb_s"] = dict(self.lambda_gb_s)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> Prices:
+        return _construct(cls, data)
+
+
+def _construct(kind: type[_Profile], data: object) -> _Profile:
+    """Build a profile from a JSON object: unknown and missing fields are named, then the
+    dataclass's own validation names any bad value."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"a {kind.__name__} must be a JSON object, got {type(data).__name__}",
+                           "<root>")
+    known = [f.name for f in fields(kind)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise _bad(str(unknown[0]), f"is not a known field; known fields: {', '.join(known)}")
+    required = [f.name for f in fields(kind)
+                if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise _bad(missing[0], f"is missing; required fields: {', '.join(required)}")
+    return kind(**data)
+
+
+# ---- shipped profiles ------------------------------------------------------------------------
+
+def _names(folder: str) -> list[str]:
+    return sorted(entry.name.removesuffix(".json") for entry in (_DATA / folder).iterdir()
+                  if entry.name.endswith(".json"))
+
+
+def _read_json(resource: Traversable | Path, what: str) -> object:
+    try:
+        return json.loads(resource.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ProfileError(f"cannot read {what} from {resource}: {error}", "<file>") from error
+
+
+def known_workloads() -> list[str]:
+    """Names of the shipped workload profiles."""
+    return _names("workloads")
+
+
+def known_platforms() -> list[str]:
+    """Names of the shipped platform profiles (arm64 variants are derived, see load_platform)."""
+    return _names("platforms")
+
+
+def known_regions() -> list[str]:
+    """Regions with shipped prices."""
+    return _names("prices")
+
+
+def load_workload(name_or_path: str) -> WorkloadProfile:
+    """A shipped workload by name, or a workload JSON file by path."""
+    if name_or_path in known_workloads():
+        resource: Traversable | Path = _DATA / "workloads" / f"{name_or_path}.json"
+    elif Path(name_or_path).is_file():
+        resource = Path(name_or_path)
+    else:
+        raise ProfileError(f"unknown workload {name_or_path!r}: not a shipped name "
+                           f"({', '.join(known_workloads())}) nor a JSON file path", "workload")
+    return WorkloadProfile.from_dict(_read_json(resource, "workload profile"))
+
+
+def load_platform_file(path: str | Path) -> PlatformProfile:
+    """A platform profile JSON (e.g. one profiled in your own account)."""
+    return PlatformProfile.from_dict(_read_json(Path(path), "platform profile"))
+
+
+def load_platform(channel: str, arch: str = "x86_64") -> PlatformProfile:
+    """The shipped Lambda profile for a channel and CPU architecture.
+
+    Only x86_64 has measurements; arm64 reuses its transfer coefficients (network speed is
+    set by the memory size, not by the CPU) and says so in ``source``.
+    """
+    if channel not in CHANNELS:
+        raise ProfileError(f"unknown channel {channel!r}; known channels: {', '.join(CHANNELS)}",
+                           "channel")
+    if arch not in ARCHITECTURES:
+        raise ProfileError(f"unknown arch {arch!r}; known architectures: "
+                           f"{', '.join(ARCHITECTURES)}", "arch")
+    name = f"aws-lambda-{arch}-{channel}"
+    if name in known_platforms():
+        return PlatformProfile.from_dict(
+            _read_json(_DATA / "platforms" / f"{name}.json", "platform profile"))
+    measured = load_platform(channel, "x86_64")
+    return replace(measured, name=name, arch=arch, source=(
+        f"{measured.source} | {arch}: no {arch} transfer measurements exist; reuses the x86_64 "
+        f"profile {measured.name!r} unchanged until {arch} is profiled."))
+
+
+def load_prices(region: str = "us-east-1") -> Prices:
+    """Shipped list prices for a region."""
+    if region not in known_regions():
+        raise ProfileError(f"no prices for region {region!r}; known regions: "
+                           f"{', '.join(known_regions())}", "region")
+    return Prices.from_dict(_read_json(_DATA / "prices" / f"{region}.json", "prices"))
+
+
+__all__ = [
+    "DIRECTIONS", "Direction", "PlatformProfile", "Prices", "ProfileError", "WorkloadProfile",
+    "known_platforms", "known_regions", "known_workloads", "load_platform", "load_platform_file",
+    "load_prices", "load_workload",
+]

@@ -1,0 +1,97 @@
+"""Human-readable output of the planner: one choice, a comparison table, the frontier plot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from planner.model import Problem
+from planner.search import PATTERNS, SearchResult, frontier
+
+PATTERN_TITLES = {"kreduce": "K-REDUCE", "scatterreduce": "ScatterReduce",
+                  "allreduce": "AllReduce", "standalone": "standalone"}
+METHOD_TITLES = {"lambda-dnn": "λDNN-style provisioning", "standalone": "standalone (W=1)",
+                 "exact, any W": "optimum, any W (exact)"}
+
+
+def describe_choice(problem: Problem, result: SearchResult) -> str:
+    choice = result.choice
+    if choice is None:
+        return f"infeasible: {result.reason}"
+    b = choice.breakdown
+    title = PATTERN_TITLES.get(choice.pattern, choice.pattern)
+    lines = [
+        f"Plan for {problem.workload.name}: {title} on {problem.channel}, {problem.arch} "
+        f"({result.method} search, {result.evaluated:,} configurations in "
+        f"{result.elapsed_s * 1000:.0f} ms)",
+        f"  workers W={choice.workers}  memory M={choice.memory_mb} MB  aggregators "
+        f"K={choice.aggregators}  batch B^a={choice.batch_aggregator} "
+        f"B^n={choice.batch_non_aggregator}  sync {choice.sync}",
+        f"  global batch {choice.global_batch} (cap {problem.max_global_batch}), "
+        f"{choice.iterations_per_epoch:.1f} iterations/epoch x {problem.epochs} epochs, "
+        f"{choice.segments} segment(s) of <= {choice.segment_iterations} iterations",
+        f"  predicted time {choice.time_s:,.0f} s (deadline {problem.deadline_s:,.0f} s), "
+        f"cost ${choice.cost_usd:.4f}",
+        f"    cost: Lambda compute ${b['lambda_compute_usd']:.4f}, requests + Step Functions "
+        f"${b['requests_usd']:.4f}, exchange ${b['exchange_usd']:.4f}, checkpoints + data "
+        f"${b['checkpoint_and_data_usd']:.4f}",
+        f"    per iteration: train {b['train_aggregator_s']:.3f} s (B^a) / "
+        f"{b['train_non_aggregator_s']:.3f} s (B^n), upload {b['upload_s']:.3f} s, aggregate "
+        f"{b['aggregate_s']:.3f} s, download {b['download_s']:.3f} s; per segment: load "
+        f"{b['load_s']:.1f} s, checkpoint {b['checkpoint_s']:.1f} s",
+    ]
+    return "\n".join(lines)
+
+
+def choice_table(problem: Problem, results: list[SearchResult]) -> str:
+    reference = results[0].choice
+    header = (f"{'strategy':<26} {'W':>4} {'M (MB)':>7} {'K':>4} {'B^a':>5} {'B^n':>5} "
+              f"{'time (s)':>10} {'cost ($)':>10} {'vs K-REDUCE':>12}")
+    lines = [f"{problem.workload.name}: deadline {problem.deadline_s:g} s, B^g_max "
+             f"{problem.max_global_batch}, {problem.epochs} epochs, {problem.channel}, "
+             f"{problem.arch}", header, "-" * len(header)]
+    for result in results:
+        title = METHOD_TITLES.get(result.method) or (
+            f"{PATTERN_TITLES.get(result.pattern, result.pattern)} ({result.method})")
+        choice = result.choice
+        if choice is None:
+            lines.append(f"{title:<26} no fit: {result.reason}")
+            continue
+        ratio = (f"{choice.cost_usd / reference.cost_usd - 1:+.1%}"
+                 if reference is not None else "n/a")
+        lines.append(
+            f"{title:<26} {choice.workers:>4} {choice.memory_mb:>7} {choice.aggregators:>4} "
+            f"{choice.batch_aggregator:>5} {choice.batch_non_aggregator:>5} "
+            f"{choice.time_s:>10,.0f} {choice.cost_usd:>10.4f} {ratio:>12}")
+    return "\n".join(lines)
+
+
+def render_frontier(problem: Problem, png: str, *, points: int = 40) -> dict[str, Any]:
+    """Minimum cost vs deadline for each pattern; writes a PNG and returns the curves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    deadlines = np.geomspace(problem.deadline_s / 10.0, problem.deadline_s * 3.0, points)
+    curves: dict[str, Any] = {}
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for pattern in PATTERNS:
+        costs = frontier(problem, pattern, deadlines)
+        curves[pattern] = {"deadline_s": deadlines.round(3).tolist(),
+                           "cost_usd": [None if np.isnan(c) else round(float(c), 6)
+                                        for c in costs]}
+        axes.plot(deadlines, costs, marker=".", label=PATTERN_TITLES[pattern])
+    axes.axvline(problem.deadline_s, color="grey", linestyle=":", label="requested deadline")
+    axes.set_xscale("log")
+    axes.set_xlabel("deadline (s)")
+    axes.set_ylabel("minimum predicted cost (USD)")
+    axes.set_title(f"{problem.workload.name} on {problem.channel}/{problem.arch}, "
+                   f"B^g_max {problem.max_global_batch}, {problem.epochs} epochs")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(png, dpi=110)
+    plt.close(figure)
+    return curves

@@ -1,0 +1,63 @@
+"""Randomized planning problems for property tests (adaptdl style): every model parameter is
+drawn, so the properties are checked far beyond the shipped profiles."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hypothesis import strategies as st
+
+from planner.model import Problem
+from planner.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
+
+PROFILED_MEMORIES = (128.0, 512.0, 1024.0, 2048.0, 3008.0)
+
+
+@st.composite
+def workloads(draw: Any) -> WorkloadProfile:
+    model_mb = draw(st.floats(0.5, 500.0))
+    return WorkloadProfile(
+        name="synthetic", model="mlp", dataset="datasets/synthetic",
+        samples=draw(st.integers(2_000, 100_000)),
+        dataset_mb=draw(st.floats(1.0, 500.0)), model_mb=model_mb,
+        a=draw(st.floats(0.5, 3000.0)), b=draw(st.floats(0.0, 40.0)),
+        m=draw(st.floats(-120.0, 1200.0)), k=draw(st.floats(0.5, 20.0)),
+        c=300.0 + 3.0 * model_mb)
+
+
+@st.composite
+def platforms(draw: Any, channel: str = "s3") -> PlatformProfile:
+    """Bandwidth that does not fall as memory grows, as on Lambda."""
+    def rising(low: float, high: float) -> tuple[float, ...]:
+        values = draw(st.lists(st.floats(low, high), min_size=len(PROFILED_MEMORIES),
+                               max_size=len(PROFILED_MEMORIES)))
+        return tuple(sorted(values))
+    return PlatformProfile(
+        name="synthetic", channel=channel, arch="x86_64", source="hypothesis",
+        memory_mb=PROFILED_MEMORIES, up_peak=rising(5.0, 150.0), up_rate=rising(0.01, 2.0),
+        down_peak=rising(5.0, 150.0), down_rate=rising(0.01, 2.0),
+        invocation_overhead_s=draw(st.floats(0.0, 5.0)))
+
+
+@st.composite
+def problems(draw: Any, channel: str | None = None, small: bool = False) -> Problem:
+    """A problem; ``small`` keeps the grid small enough for the exhaustive reference."""
+    chosen = channel or draw(st.sampled_from(["s3", "valkey"]))
+    cap = draw(st.integers(16, 160 if small else 1024))
+    fields: dict[str, Any] = {}
+    if small:
+        top = draw(st.sampled_from([1024, 1536, 2048]))
+        fields = {"memory_min_mb": 128, "memory_max_mb": top, "max_workers": 8}
+    return Problem(
+        workload=draw(workloads()), platform=draw(platforms(chosen)), prices=load_prices(),
+        epochs=draw(st.integers(1, 40)), deadline_s=draw(st.floats(60.0, 50_000.0)),
+        max_global_batch=cap, timeout_s=900.0, timeout_margin_s=60.0, **fields)
+
+
+def without_storage_price(problem: Problem) -> Problem:
+    return dataclasses.replace(problem, prices=dataclasses.replace(problem.prices,
+                                                                   valkey_gb_hour=0.0))
+
+
+__all__ = ["Prices", "problems", "without_storage_price"]

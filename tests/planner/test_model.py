@@ -1,0 +1,181 @@
+"""Properties of the performance and cost model over randomized parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from planner.model import (
+    Problem,
+    Violation,
+    aligned_non_aggregator_batch,
+    communication_times,
+    evaluate,
+)
+from planner.profiles import load_platform, load_prices, load_workload
+from tests.planner.problems import problems, without_storage_price
+
+MEMORIES = st.integers(1, 80).map(lambda step: 128 * step)
+
+
+def runnable(problem: Problem, memory: int, batch: int) -> bool:
+    wl = problem.workload
+    return memory + wl.m > 1.0 and batch <= int(wl.max_batch(memory))
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=problems(), workers=st.integers(1, 40), data=st.data())
+def test_time_falls_as_memory_grows(problem: Problem, workers: int, data: st.DataObject) -> None:
+    aggregators = data.draw(st.integers(1, workers))
+    batch = data.draw(st.integers(1, 64)) * 16
+    low, high = sorted(data.draw(st.lists(MEMORIES, min_size=2, max_size=2, unique=True)))
+    assume(runnable(problem, low, batch))
+    ev = evaluate(problem, workers, [low, high], aggregators, batch, batch)
+    assume((ev.segment_iterations >= 1).all())
+    assert ev.time_s[1] <= ev.time_s[0] * (1 + 1e-12)
+    assert ev.iteration_s[1] <= ev.iteration_s[0] * (1 + 1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=problems(), workers=st.integers(1, 40), memory=MEMORIES, data=st.data())
+def test_time_falls_as_batch_grows_at_fixed_workers(problem: Problem, workers: int, memory: int,
+                                                    data: st.DataObject) -> None:
+    small, large = sorted(data.draw(st.lists(st.integers(1, 64), min_size=2, max_size=2,
+                                             unique=True)))
+    batches = np.array([small, large]) * 16
+    assume(runnable(problem, memory, int(batches[1])))
+    for aggregators in (workers, 1):  # ScatterReduce and AllReduce (equal batches, BSP)
+        ev = evaluate(problem, workers, memory, aggregators, batches, batches, bsp=True)
+        assume((ev.segment_iterations >= 1).all())
+        work = problem.epochs * ev.iterations_per_epoch * ev.iteration_s
+        assert work[1] <= work[0] * (1 + 1e-12)
+        if problem.workload.b > 1e-6 or workers > 1:  # else per-sample time is ~constant
+            assert work[1] < work[0]
+        # Whole segments are counted, so the total may rise by at most one segment's overhead.
+        one_segment = ev.load_s[1] + ev.checkpoint_s[1]
+        assert ev.time_s[1] <= ev.time_s[0] + one_segment
+
+
+@settings(max_examples=100, deadline=None)
+@given(problem=problems(channel="s3"), workers=st.integers(2, 60), memory=MEMORIES)
+def test_s3_request_cost_grows_with_aggregators(problem: Problem, workers: int,
+                                                memory: int) -> None:
+    ks = np.arange(1, workers + 1)
+    ev = evaluate(problem, workers, memory, ks, 32, 32)
+    total_iterations = problem.epochs * ev.iterations_per_epoch
+    per_iteration = ev.cost_exchange_usd / total_iterations
+    prices = problem.prices
+    expected = prices.s3_put * ks * workers + prices.s3_get * 2 * ks * (workers - 1)
+    np.testing.assert_allclose(per_iteration, expected, rtol=1e-9)
+    assert np.all(np.diff(per_iteration) > 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problem=problems(channel="valkey"), workers=st.integers(2, 60), memory=MEMORIES)
+def test_cache_cost_per_iteration_does_not_depend_on_aggregators(problem: Problem, workers: int,
+                                                                 memory: int) -> None:
+    problem = without_storage_price(problem)
+    ks = np.arange(1, workers + 1)
+    ev = evaluate(problem, workers, memory, ks, 32, 32)
+    per_iteration = ev.cost_exchange_usd / (problem.epochs * ev.iterations_per_epoch)
+    expected_gb = problem.workload.model_mb * (3 * workers - 2)  # S_m(3W-2) MB, 1 ECPU per KB
+    expected = expected_gb * 1024 / problem.prices.valkey_kb_per_ecpu * problem.prices.valkey_ecpu
+    np.testing.assert_allclose(per_iteration, expected, rtol=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problem=problems(), workers=st.integers(2, 50), memory=MEMORIES,
+       batch=st.integers(1, 32).map(lambda b: 16 * b))
+def test_k_equals_w_is_the_scatterreduce_formula(problem: Problem, workers: int, memory: int,
+                                                 batch: int) -> None:
+    assume(memory + problem.workload.m > 1.0)
+    ev = evaluate(problem, workers, memory, workers, batch, batch)
+    wl, pf = problem.workload, problem.platform
+    shard = wl.model_mb / workers
+    up = float(pf.throughput("up", memory, shard))
+    down = float(pf.throughput("down", memory, shard))
+    # LambdaML ScatterReduce: upload W shards, gather W-1 shards + publish 1, download W.
+    comm = wl.model_mb / up + (workers - 1) * shard / down + shard / up + wl.model_mb / down
+    train = wl.a * (batch + wl.b) / (memory + wl.m)
+    assert float(ev.iteration_s[0]) == pytest.approx(train + comm, rel=1e-12)
+    assert float(ev.global_batch[0]) == workers * batch
+    if problem.channel == "s3":
+        iterations = problem.epochs * wl.samples / (workers * batch)
+        requests = (problem.prices.s3_put * workers**2
+                    + problem.prices.s3_get * 2 * workers * (workers - 1))
+        assert float(ev.cost_exchange_usd[0]) == pytest.approx(iterations * requests, rel=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problem=problems(), workers=st.integers(2, 30), memory=MEMORIES, data=st.data())
+def test_alignment_balances_roles(problem: Problem, workers: int, memory: int,
+                                  data: st.DataObject) -> None:
+    """Unclipped, B^n is the largest batch whose training fits T_train(B^a) + T_agg."""
+    assume(memory + problem.workload.m > 1.0)
+    unclipped = dataclasses.replace(problem, clip_bn=False)
+    aggregators = data.draw(st.integers(1, workers - 1))
+    batch = data.draw(st.integers(1, 16)) * 16
+    bn = int(aligned_non_aggregator_batch(unclipped, workers, memory, aggregators, batch))
+    wl = problem.workload
+    _, aggregate, _ = communication_times(problem, np.array([workers]), np.array([memory]),
+                                          np.array([aggregators]))
+    budget = float(wl.train_time(batch, memory)) + float(aggregate[0])
+    assert float(wl.train_time(bn, memory)) <= budget * (1 + 1e-9)
+    assert float(wl.train_time(bn + 1, memory)) > budget * (1 - 1e-9)
+    clipped = int(aligned_non_aggregator_batch(problem, workers, memory, aggregators, batch))
+    assert clipped <= bn
+    assert aggregators * batch + (workers - aggregators) * clipped <= problem.max_global_batch \
+        or clipped < batch
+
+
+@given(problem=problems(), memory=MEMORIES, batch=st.integers(1, 32).map(lambda b: 16 * b))
+def test_a_single_worker_does_not_communicate(problem: Problem, memory: int, batch: int) -> None:
+    ev = evaluate(problem, 1, memory, 1, batch, batch)
+    assert ev.upload_s[0] == ev.aggregate_s[0] == ev.download_s[0] == 0.0
+    assert ev.cost_exchange_usd[0] == pytest.approx(
+        0.0 if problem.channel == "s3" else
+        problem.prices.valkey_min_gb * ev.time_s[0] / 3600 * problem.prices.valkey_gb_hour)
+
+
+def test_violations_name_the_binding_constraint() -> None:
+    problem = Problem(workload=load_workload("resnet50-cifar10"), platform=load_platform("s3"),
+                      prices=load_prices(), epochs=10, deadline_s=3000, max_global_batch=1024)
+    ev = evaluate(problem, [2, 8, 1, 1, 4], [1536, 10240, 10240, 10240, 10240],
+                  [1, 8, 1, 1, 2], [512, 256, 1024, 16, 128], [512, 256, 1024, 16, 64])
+    assert [Violation(int(v)) for v in ev.violation] == [
+        Violation.MEMORY,        # B = 512 > B_M(1536)
+        Violation.GLOBAL_BATCH,  # 8 x 256 > 1024
+        Violation.NONE,
+        Violation.DEADLINE,      # B = 16 on one worker is far too slow
+        Violation.ALIGNMENT,     # B^n < B^a with K < W
+    ]
+
+
+def test_lambda_timeout_splits_long_epochs_into_segments() -> None:
+    problem = Problem(workload=load_workload("resnet50-cifar10"), platform=load_platform("s3"),
+                      prices=load_prices(), epochs=10, deadline_s=80_000, max_global_batch=1024)
+    ev = evaluate(problem, 1, 10240, 1, 1024, 1024)
+    per_segment = ev.load_s + ev.checkpoint_s + ev.segment_iterations * ev.iteration_s
+    assert per_segment[0] <= problem.timeout_s - problem.timeout_margin_s
+    assert ev.segments[0] == np.ceil(10 * ev.iterations_per_epoch[0] / ev.segment_iterations[0])
+    assert ev.segments[0] > 1  # ten 190 s epochs do not fit one 900 s invocation
+    shorter = dataclasses.replace(problem, timeout_s=300.0)
+    assert evaluate(shorter, 1, 10240, 1, 1024, 1024).segments[0] > ev.segments[0]
+    # BERT at B=80 trains 17 s per iteration: no iteration fits 60 s minus load and margin.
+    tight = dataclasses.replace(problem, workload=load_workload("bert-base-cola"),
+                                timeout_s=60.0, timeout_margin_s=30.0, max_global_batch=640)
+    assert evaluate(tight, 1, 10240, 1, 80, 80).violation[0] == Violation.LAMBDA_TIMEOUT
+
+
+def test_arm64_is_priced_lower_than_x86() -> None:
+    wl, prices = load_workload("mobilenet-cifar10"), load_prices()
+    x86 = Problem(workload=wl, platform=load_platform("s3", "x86_64"), prices=prices, epochs=5,
+                  deadline_s=4000, max_global_batch=512)
+    arm = dataclasses.replace(x86, platform=load_platform("s3", "arm64"))
+    cost_x86 = evaluate(x86, 3, 1920, 1, 128, 192).cost_lambda_usd[0]
+    cost_arm = evaluate(arm, 3, 1920, 1, 128, 192).cost_lambda_usd[0]
+    assert cost_arm == pytest.approx(cost_x86 * 1.33334 / 1.66667, rel=1e-4)
