@@ -214,7 +214,10 @@ class PlatformProfile:
         peak, rate = self.coefficients(direction, memory_mb)
         size = _sizes(size_mb)
         with np.errstate(divide="ignore", invalid="ignore"):
-            per_peak = np.where(size > 0, size / -np.expm1(-rate * size), 1.0 / rate)
+            # Below ~1e-9 MB use the Taylor limit 1/t + S/2: expm1 would underflow to 0.
+            exponent = rate * size
+            per_peak = np.where(exponent > 1e-9, size / -np.expm1(-exponent),
+                                1.0 / rate + size / 2.0)
         return np.asarray(per_peak / peak, dtype=np.float64)
 
     def to_dict(self) -> dict[str, Any]:

@@ -55,9 +55,10 @@ def test_time_falls_as_batch_grows_at_fixed_workers(problem: Problem, workers: i
         assert work[1] <= work[0] * (1 + 1e-12)
         if problem.workload.b > 1e-6 or workers > 1:  # else per-sample time is ~constant
             assert work[1] < work[0]
-        # Whole segments are counted, so the total may rise by at most one segment's overhead.
-        one_segment = ev.load_s[1] + ev.checkpoint_s[1]
-        assert ev.time_s[1] <= ev.time_s[0] + one_segment
+        # Whole segments are paid for: at the timeout boundary a larger batch can need more
+        # segments (fewer iterations fit one); with no more segments the total falls too.
+        if ev.segments[1] <= ev.segments[0]:
+            assert ev.time_s[1] <= ev.time_s[0] * (1 + 1e-12)
 
 
 @settings(max_examples=100, deadline=None)
