@@ -1,0 +1,147 @@
+"""Searches: exact equals the exhaustive reference; the heuristic never beats exact; plans are
+valid; infeasible problems name the binding constraint."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from fasdl.plan import Plan
+from planner.heuristic import lambda_dnn, standalone, two_stage
+from planner.model import Problem, Violation, evaluate
+from planner.planfile import to_plan
+from planner.profiles import load_platform, load_prices, load_workload
+from planner.search import Choice, SearchResult, exact, exhaustive, frontier
+from tests.planner.problems import problems
+
+SEARCH_SETTINGS = settings(max_examples=60, deadline=None,
+                           suppress_health_check=[HealthCheck.too_slow])
+
+
+def same_optimum(a: SearchResult, b: SearchResult) -> bool:
+    """Same configuration, or a tie in cost (SIMD and scalar math may differ in the last ulp)."""
+    if a.choice is None or b.choice is None:
+        return a.choice is None and b.choice is None
+    if a.choice.key()[2:] == b.choice.key()[2:]:
+        return True
+    return bool(np.isclose(a.choice.cost_usd, b.choice.cost_usd, rtol=1e-12, atol=0.0))
+
+
+def assert_satisfies_constraints(problem: Problem, choice: Choice) -> None:
+    ev = evaluate(problem, choice.workers, choice.memory_mb, choice.aggregators,
+                  choice.batch_aggregator, choice.batch_non_aggregator,
+                  bsp=choice.sync == "bsp")
+    assert ev.violation[0] == Violation.NONE
+    assert choice.time_s <= problem.deadline_s
+    assert choice.global_batch <= problem.max_global_batch
+    wl = problem.workload
+    assert max(choice.batch_aggregator, choice.batch_non_aggregator) <= wl.max_batch(
+        choice.memory_mb)
+    assert choice.aggregators == choice.workers or choice.batch_non_aggregator >= \
+        choice.batch_aggregator
+    segment = (ev.load_s[0] + ev.checkpoint_s[0] + choice.segment_iterations * ev.iteration_s[0])
+    assert segment <= problem.timeout_s - problem.timeout_margin_s + 1e-9
+    plan = to_plan(problem, choice, search="test")  # the contract re-validates everything
+    assert Plan.from_json(plan.to_json()) == plan
+    assert plan.deployment.memory_mb == choice.memory_mb
+    assert plan.training.segment_iterations <= choice.segment_iterations
+
+
+@SEARCH_SETTINGS
+@given(problem=problems(small=True))
+def test_exact_equals_exhaustive_on_random_problems(problem: Problem) -> None:
+    for pattern in ("kreduce", "scatterreduce", "allreduce"):
+        fast, slow = exact(problem, pattern), exhaustive(problem, pattern)
+        assert same_optimum(fast, slow), (pattern, fast.choice, slow.choice)
+        assert fast.evaluated == slow.evaluated  # the same grid, walked two ways
+        if fast.choice is None:
+            assert fast.violation == slow.violation
+            assert fast.reason and fast.reason.split(":")[0] in {
+                "memory", "max-global-batch", "alignment", "dataset", "lambda-timeout",
+                "deadline"}
+        else:
+            assert_satisfies_constraints(problem, fast.choice)
+
+
+@SEARCH_SETTINGS
+@given(problem=problems(small=True))
+def test_exact_is_never_worse_than_two_stage_and_both_are_feasible(problem: Problem) -> None:
+    best = exact(problem)
+    for literal in (False, True):
+        heuristic = two_stage(problem, literal_early_stop=literal)
+        if heuristic.choice is None:
+            continue
+        assert best.choice is not None
+        assert best.choice.cost_usd <= heuristic.choice.cost_usd * (1 + 1e-12)
+        assert_satisfies_constraints(problem, heuristic.choice)
+
+
+@SEARCH_SETTINGS
+@given(problem=problems(small=True))
+def test_baselines_return_feasible_plans_no_cheaper_than_exact(problem: Problem) -> None:
+    best = exact(problem)
+    for result in (lambda_dnn(problem), standalone(problem),
+                   exact(problem, "scatterreduce"), exact(problem, "allreduce")):
+        if result.choice is None:
+            assert result.reason
+            continue
+        assert best.choice is not None
+        assert best.choice.cost_usd <= result.choice.cost_usd * (1 + 1e-12)
+        assert_satisfies_constraints(problem, result.choice)
+    alone = standalone(problem)
+    if alone.choice is not None:
+        assert alone.choice.workers == 1
+        assert alone.choice.memory_mb == problem.memory_max_mb
+
+
+def paper_problem(name: str, deadline: float, cap: int, epochs: int,
+                  channel: str = "s3") -> Problem:
+    return Problem(workload=load_workload(name), platform=load_platform(channel),
+                   prices=load_prices(), epochs=epochs, deadline_s=deadline,
+                   max_global_batch=cap)
+
+
+@pytest.mark.parametrize("channel", ["s3", "valkey"])
+def test_exact_equals_exhaustive_on_a_paper_workload(channel: str) -> None:
+    # Distributed only and memory up to 3 GB, to keep the slow reference to a few seconds.
+    problem = dataclasses.replace(paper_problem("squeezenet-cifar10", 3000, 384, 20, channel),
+                                  min_workers=2, memory_max_mb=3072)
+    fast, slow = exact(problem), exhaustive(problem)
+    assert fast.choice is not None and same_optimum(fast, slow)
+    assert fast.evaluated == slow.evaluated > 5_000
+
+
+def test_infeasible_problems_name_the_binding_constraint() -> None:
+    too_soon = paper_problem("bert-base-cola", 100, 640, 6)
+    result = exact(too_soon)
+    assert result.choice is None and result.violation == Violation.DEADLINE
+    assert "deadline" in (result.reason or "") and "fastest configuration" in (result.reason or "")
+    too_small = dataclasses.replace(paper_problem("bert-base-cola", 2500, 640, 6),
+                                    memory_max_mb=1536)
+    result = exact(too_small)
+    assert result.choice is None and result.violation == Violation.MEMORY
+    assert result.reason and result.reason.startswith("memory")
+    base = paper_problem("resnet50-cifar10", 80_000, 1024, 1)
+    slow_start = dataclasses.replace(base.platform, invocation_overhead_s=45.0)
+    no_room = dataclasses.replace(base, platform=slow_start, timeout_s=60.0,
+                                  timeout_margin_s=20.0)
+    result = exact(no_room)
+    assert result.choice is None and result.violation == Violation.LAMBDA_TIMEOUT
+
+
+def test_frontier_is_the_exact_optimum_at_each_deadline() -> None:
+    problem = paper_problem("mobilenet-cifar10", 4000, 512, 21)
+    deadlines = np.array([1000.0, 2000.0, 4000.0, 8000.0])
+    for pattern in ("kreduce", "scatterreduce", "allreduce"):
+        curve = frontier(problem, pattern, deadlines)
+        finite = curve[~np.isnan(curve)]
+        assert np.all(np.diff(finite) <= 1e-12)  # more time never costs more
+        for deadline, cost in zip(deadlines, curve, strict=True):
+            optimum = exact(dataclasses.replace(problem, deadline_s=float(deadline)), pattern)
+            if optimum.choice is None:
+                assert np.isnan(cost)
+            else:
+                assert cost == pytest.approx(optimum.choice.cost_usd, rel=1e-12)
