@@ -1,0 +1,173 @@
+"""Shard frames: round trips, and every way a frame must be refused."""
+
+from __future__ import annotations
+
+import struct
+from typing import TypedDict
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fasdl.wire import (
+    HEADER_SIZE,
+    FrameError,
+    decode_shard,
+    encode_shard,
+    read_header,
+    run_digest,
+)
+
+RUN = "run-7"
+
+
+class Ids(TypedDict):
+    run: str
+    iteration: int
+    shard: int
+
+
+IDS: Ids = {"run": RUN, "iteration": 5, "shard": 2}
+
+
+def frame(
+    values: np.ndarray | None = None, *, run: str = RUN, iteration: int = 5, worker: int = 3,
+    shard: int = 2,
+) -> bytes:
+    array = np.arange(10, dtype=np.float32) if values is None else values
+    return encode_shard(array, run=run, iteration=iteration, worker=worker, shard=shard)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_round_trip_is_a_view_on_the_frame(dtype: type[np.floating]) -> None:
+    values = np.linspace(-1.0, 1.0, 1001, dtype=dtype)
+    data = frame(values)
+    assert len(data) == HEADER_SIZE + values.nbytes
+    decoded = decode_shard(data, **IDS, worker=3, expected_count=1001, dtype=dtype)
+    np.testing.assert_array_equal(decoded, values)
+    assert decoded.dtype == np.dtype(dtype)
+    assert not decoded.flags.owndata  # zero-copy view on the received bytes
+
+
+def test_big_endian_and_strided_input_are_normalized() -> None:
+    values = np.arange(20, dtype=">f8")[::2]
+    decoded = decode_shard(frame(values), **IDS)
+    np.testing.assert_array_equal(decoded, np.arange(0, 20, 2, dtype=np.float64))
+
+
+def test_empty_shard_round_trips() -> None:
+    decoded = decode_shard(frame(np.zeros(0, np.float32)), **IDS, expected_count=0)
+    assert decoded.size == 0
+
+
+def test_header_fields() -> None:
+    header = read_header(frame())
+    assert (header.iteration, header.worker, header.shard, header.count) == (5, 3, 2, 10)
+    assert header.run_digest == run_digest(RUN)
+    assert header.dtype == np.dtype(np.float32)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (np.zeros((2, 3), np.float32), "1-D"),
+        (np.zeros(3, np.int32), "float32 or float64"),
+        (np.zeros(3, np.float16), "float32 or float64"),
+    ],
+)
+def test_encode_refuses_bad_arrays(values: np.ndarray, message: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=message):
+        frame(values)
+
+
+@pytest.mark.parametrize("field", ["iteration", "worker", "shard"])
+def test_encode_refuses_negative_ids(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        frame(**{field: -1})  # type: ignore[arg-type]
+
+
+def test_truncated_frames() -> None:
+    data = frame()
+    with pytest.raises(FrameError, match=r"truncated frame: 10 bytes, expected at least"):
+        decode_shard(data[:10], **IDS)
+    with pytest.raises(FrameError, match=r"truncated frame: payload of 36 bytes, expected 40"):
+        decode_shard(data[:-4], **IDS)
+    with pytest.raises(FrameError, match=r"oversized frame"):
+        decode_shard(data + b"\0\0\0\0", **IDS)
+
+
+@pytest.mark.parametrize("position", [HEADER_SIZE + 7, 20, 40])
+def test_flipped_bit_is_caught_by_the_crc(position: int) -> None:
+    corrupted = bytearray(frame())
+    corrupted[position] ^= 0x10
+    with pytest.raises(FrameError, match="corrupted frame: crc32"):
+        decode_shard(bytes(corrupted), **IDS)
+
+
+def test_bad_magic_version_and_dtype_code() -> None:
+    data = bytearray(frame())
+    with pytest.raises(FrameError, match="not a shard frame"):
+        decode_shard(b"XXXX" + bytes(data[4:]), **IDS)
+    data[4] = 9
+    with pytest.raises(FrameError, match="unsupported frame version 9, expected 1"):
+        decode_shard(bytes(data), **IDS)
+    data = bytearray(frame())
+    data[5] = 7
+    with pytest.raises(FrameError, match="unknown dtype code 7"):
+        decode_shard(bytes(data), **IDS)
+
+
+def test_stale_and_future_iterations_are_refused() -> None:
+    with pytest.raises(FrameError, match="stale frame: iteration 4, expected 5"):
+        decode_shard(frame(iteration=4), **IDS)
+    with pytest.raises(FrameError, match="frame from the future: iteration 6, expected 5"):
+        decode_shard(frame(iteration=6), **IDS)
+
+
+def test_wrong_identity_is_refused() -> None:
+    with pytest.raises(FrameError, match="another run"):
+        decode_shard(frame(run="run-8"), **IDS)
+    with pytest.raises(FrameError, match="wrong shard: frame holds shard 1, expected 2"):
+        decode_shard(frame(shard=1), **IDS)
+    with pytest.raises(FrameError, match="wrong worker: frame is from worker 3, expected 4"):
+        decode_shard(frame(), **IDS, worker=4)
+
+
+def test_wrong_length_and_dtype_are_refused() -> None:
+    with pytest.raises(FrameError, match="wrong length: frame holds 10 values, expected 11"):
+        decode_shard(frame(), **IDS, expected_count=11)
+    with pytest.raises(FrameError, match="wrong dtype: frame holds float32, expected float64"):
+        decode_shard(frame(), **IDS, dtype=np.float64)
+
+
+def test_frame_error_is_a_value_error() -> None:
+    assert issubclass(FrameError, ValueError)
+
+
+def test_payload_is_little_endian() -> None:
+    data = frame(np.array([1.0], dtype=np.float64))
+    assert struct.unpack_from("<d", data, HEADER_SIZE) == (1.0,)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(0, 5000),
+    double=st.booleans(),
+    run=st.text(min_size=1, max_size=40),
+    iteration=st.integers(0, 2**64 - 1),
+    worker=st.integers(0, 2**32 - 1),
+    shard=st.integers(0, 2**32 - 1),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_round_trip_property(
+    size: int, double: bool, run: str, iteration: int, worker: int, shard: int, seed: int
+) -> None:
+    dtype = np.float64 if double else np.float32
+    values = np.random.default_rng(seed).standard_normal(size).astype(dtype)
+    data = encode_shard(values, run=run, iteration=iteration, worker=worker, shard=shard)
+    decoded = decode_shard(
+        data, run=run, iteration=iteration, shard=shard, worker=worker, expected_count=size,
+        dtype=dtype,
+    )
+    np.testing.assert_array_equal(decoded, values)
