@@ -1,0 +1,55 @@
+"""Import the CIFAR-10 *binary* distribution (cifar-10-binary.tar.gz) without pickle.
+
+The binary version stores records of 1 label byte + 3072 pixel bytes (1024 red, 1024 green,
+1024 blue, row-major 32×32), so a batch file reshapes directly to N×3×32×32 uint8. The
+python version of CIFAR-10 is a pickle and is deliberately not supported.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from fasdl.data import DatasetError, write_dataset
+
+RECORD_BYTES = 1 + 3 * 32 * 32
+TRAIN_FILES = tuple(f"data_batch_{index}.bin" for index in range(1, 6))
+TEST_FILES = ("test_batch.bin",)
+NUM_CLASSES = 10
+
+
+def parse_batch(name: str, raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """One .bin batch as (x uint8 N×3×32×32, y int64 N)."""
+    if len(raw) % RECORD_BYTES:
+        raise DatasetError(f"{name}: {len(raw)} bytes is not a multiple of {RECORD_BYTES}")
+    records = np.frombuffer(raw, dtype=np.uint8).reshape(-1, RECORD_BYTES)
+    labels = records[:, 0].astype(np.int64)
+    if labels.size and labels.max() >= NUM_CLASSES:
+        raise DatasetError(f"{name}: label {labels.max()} outside 0..{NUM_CLASSES - 1}")
+    return records[:, 1:].reshape(-1, 3, 32, 32).copy(), labels
+
+
+def import_cifar10_binary(archive: str | Path, out_dir: str | Path) -> dict[str, int]:
+    """Write ``{out_dir}/train`` and ``{out_dir}/test`` datasets; returns rows per split."""
+    batches: dict[str, bytes] = {}
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar.getmembers():
+            name = Path(member.name).name
+            if member.isfile() and name in TRAIN_FILES + TEST_FILES:
+                handle = tar.extractfile(member)
+                if handle is None:
+                    raise DatasetError(f"{archive}: cannot read {member.name}")
+                batches[name] = handle.read()
+    missing = [name for name in TRAIN_FILES + TEST_FILES if name not in batches]
+    if missing:
+        raise DatasetError(f"{archive}: missing {', '.join(missing)}")
+    rows: dict[str, int] = {}
+    for split, names in (("train", TRAIN_FILES), ("test", TEST_FILES)):
+        parts = [parse_batch(name, batches[name]) for name in names]
+        x = np.concatenate([part[0] for part in parts])
+        y = np.concatenate([part[1] for part in parts])
+        write_dataset(Path(out_dir) / split, x, y)
+        rows[split] = len(y)
+    return rows

@@ -1,0 +1,391 @@
+"""K-REDUCE: flat-parameter sharding, batch-weighted aggregation, HAP/BSP synchronisation.
+
+Roles: workers 0..K−1 are aggregators (batch B^a), K..W−1 non-aggregators (batch B^n). Each
+iteration every worker takes one local SGD-with-momentum step, then:
+
+* aggregator t uploads its shards j ≠ t, fetches shard t from every worker, averages them
+  weighted by batch size (worker 0..W−1, float64 accumulation: bitwise reproducible),
+  publishes merged shard t, then fetches the other merged shards of the same iteration (BSP);
+* a non-aggregator uploads its K shards; under ``hap`` it then loads the merged shards of the
+  previous iteration (staleness 1, nothing at l = 0), under ``bsp`` those of this iteration.
+
+Why model averaging after local momentum steps equals large-batch SGD with momentum (bsp):
+every worker starts iteration l from the same parameters θ, so its update is
+θ − lr·(μ·m_i + g_i) and the weighted mean is θ − lr·(μ·Σw_i·m_i + Σw_i·g_i). Both the
+momentum recursion and the averaging are linear, so by induction Σw_i·m_i is exactly the
+large-batch momentum buffer and Σw_i·g_i (w_i = B_i/B^g) is the gradient of the union-batch
+mean loss. The per-worker buffers differ, but only their weighted mean ever reaches the
+model, so the buffers need no averaging (weight decay is linear in θ and keeps this true).
+
+Cleanup keeps the store at O(2 iterations), at most 2·W·K keys: aggregator t deletes the
+shards it consumed and its merged shard of l−2 *before* publishing merged t of l. Merged l−2
+is dead by then because each worker uploads l only after loading merged l−2 (HAP) or l−1
+(BSP); and once merged l is visible, no shard of l is left. The last two merged iterations
+of a segment stay for the lifecycle rule / TTL (or the finalizer's delete_prefix).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from fasdl.channel.base import Channel
+from fasdl.keys import merged_key, shard_key
+from fasdl.plan import Plan
+from fasdl.wire import decode_shard, encode_shard
+
+ParamsSource = Literal["merged", "previous", "own"]
+_CHUNK = 1 << 20  # elements scaled at a time: bounds the float64 scratch to 8 MiB
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Wall-clock split of one iteration. ``idle_s`` is time spent waiting for keys."""
+
+    iteration: int
+    loss: float
+    compute_s: float
+    upload_s: float
+    aggregate_s: float
+    download_s: float
+    idle_s: float
+    bytes_up: int
+    bytes_down: int
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.upload_s + self.aggregate_s + self.download_s + self.idle_s
+
+
+def shard_bounds(total: int, shards: int) -> list[tuple[int, int]]:
+    """K contiguous [start, end) ranges covering ``total`` elements, sizes differ by <= 1."""
+    if shards < 1 or total < shards:
+        raise ValueError(f"cannot cut {total} parameters into {shards} non-empty shards")
+    base, extra = divmod(total, shards)
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    for index in range(shards):
+        end = start + base + (1 if index < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+class FlatParameters:
+    """A model's parameters as views into one contiguous float32 buffer.
+
+    Flattened once: afterwards the sharding and the averaging work on one vector with no
+    per-step gather/scatter copies. Gradients stay autograd's own per-parameter tensors:
+    binding them to views of a flat buffer too would make autograd accumulate in place
+    (zero + read-add-write every step), measured ~8% slower on resnet18.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("model has no trainable parameters")
+        for param in self.params:
+            if param.dtype != torch.float32:
+                raise TypeError(f"K-REDUCE exchanges float32 parameters, got {param.dtype}")
+        with torch.no_grad():
+            self.values = nn.utils.parameters_to_vector(self.params).detach()  # a fresh copy
+        self.count = self.values.numel()
+        for param, view in zip(self.params, self.views_of(self.values), strict=True):
+            param.data = view
+
+    def views_of(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Per-parameter views of a vector laid out like :attr:`values`."""
+        views: list[torch.Tensor] = []
+        offset = 0
+        for param in self.params:
+            views.append(flat[offset:offset + param.numel()].view_as(param))
+            offset += param.numel()
+        return views
+
+    def numpy(self) -> np.ndarray:
+        """The parameter vector as a numpy view (writes go straight into the model)."""
+        return self.values.numpy()
+
+
+class FlatSGD:
+    """torch.optim.SGD (dampening 0, no Nesterov), same arithmetic, flat momentum buffer.
+
+    The momentum buffer is one vector laid out like the parameters, so checkpoints store
+    it exactly as they store the model; the update runs as foreach ops over the views.
+    """
+
+    def __init__(self, flat: FlatParameters, learning_rate: float, momentum: float,
+                 weight_decay: float) -> None:
+        self.flat = flat
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.momentum_buffer = torch.zeros_like(flat.values)
+        self._buffer_views = flat.views_of(self.momentum_buffer)
+
+    def zero_grad(self) -> None:
+        for param in self.flat.params:
+            param.grad = None  # autograd then hands over fresh gradients, no accumulation
+
+    @torch.no_grad()
+    def step(self) -> None:
+        used = [i for i, p in enumerate(self.flat.params) if p.grad is not None]
+        params: list[torch.Tensor] = [self.flat.params[i] for i in used]
+        direction = [p.grad for p in params if p.grad is not None]
+        if self.weight_decay:
+            direction = list(torch._foreach_add(direction, params, alpha=self.weight_decay))
+        if self.momentum:
+            # buffer starts at zero, so the first step gives buffer = grad exactly
+            buffers = [self._buffer_views[i] for i in used]
+            torch._foreach_mul_(buffers, self.momentum)
+            torch._foreach_add_(buffers, direction)
+            direction = buffers
+        torch._foreach_add_(params, direction, alpha=-self.learning_rate)
+
+
+class KReduceWorker:
+    """One worker of a K-REDUCE run; the handler calls :meth:`step` once per iteration."""
+
+    def __init__(self, plan: Plan, worker_id: int, channel: Channel, model: nn.Module,
+                 run_id: str, attempt: int, *, loss_fn: nn.Module | None = None,
+                 wait_timeout_s: float = 300.0, max_in_flight: int = 8) -> None:
+        self.workers = plan.deployment.workers
+        self.aggregators = plan.training.aggregators
+        if not 0 <= worker_id < self.workers:
+            raise ValueError(f"worker_id must be in [0, {self.workers}), got {worker_id}")
+        self.plan = plan
+        self.worker_id = worker_id
+        self.channel = channel
+        self.model = model
+        self.run_id = run_id
+        self.attempt = attempt
+        self.loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+        self.wait_timeout_s = wait_timeout_s
+        self.is_aggregator = worker_id < self.aggregators
+        self.stale_by_one = plan.training.sync == "hap" and not self.is_aggregator
+        self.flat = FlatParameters(model)
+        training = plan.training
+        self.optimizer = FlatSGD(self.flat, training.learning_rate, training.momentum,
+                                 training.weight_decay)
+        self.bounds = shard_bounds(self.flat.count, self.aggregators)
+        batches = np.array([plan.batch_of(i) for i in range(self.workers)], dtype=np.float64)
+        self.weights = batches / batches.sum()
+        self._frame_run = f"{run_id}/{attempt}"  # frames of another attempt are rejected
+        # only an aggregator sums: 8 bytes per element of its own shard, allocated once
+        own = self.bounds[worker_id] if self.is_aggregator and self.workers > 1 else (0, 0)
+        self._accumulator = np.empty(own[1] - own[0], dtype=np.float64)
+        self._scratch = np.empty(min(own[1] - own[0], _CHUNK), dtype=np.float64)
+        # S3 GET/PUT latency dominates small shards: keep several requests in flight
+        self._pool = ThreadPoolExecutor(max_in_flight, "kreduce") if max_in_flight > 1 else None
+        self._max_in_flight = max_in_flight
+        # merged parameters of one iteration handed in by a checkpoint restore (HAP reads
+        # merged l−1 at l, which at a segment start lives in the checkpoint, not the store)
+        self._restored_merged: tuple[int, np.ndarray] | None = None
+        self._last_iteration: int | None = None
+        self._idle_s = 0.0
+        self._bytes_down = 0
+
+    # ---- the iteration -----------------------------------------------------------------
+    def step(self, batch_x: torch.Tensor, batch_y: torch.Tensor, iteration: int) -> StepStats:
+        started = time.perf_counter()
+        loss = self._local_step(batch_x, batch_y)
+        computed = time.perf_counter()
+        self._idle_s, self._bytes_down = 0.0, 0
+        bytes_up = self._upload(iteration)
+        uploaded = time.perf_counter()
+        idle_before_aggregate = self._idle_s
+        if self.is_aggregator:
+            self._aggregate(iteration)
+        aggregated = time.perf_counter()
+        idle_aggregate = self._idle_s - idle_before_aggregate
+        if not self.stale_by_one:
+            self._load_merged(iteration)
+        elif iteration > 0:
+            self._load_merged(iteration - 1)
+        downloaded = time.perf_counter()
+        idle_download = self._idle_s - idle_before_aggregate - idle_aggregate
+        self._last_iteration = iteration
+        return StepStats(
+            iteration=iteration, loss=loss, compute_s=computed - started,
+            upload_s=uploaded - computed - idle_before_aggregate,
+            aggregate_s=aggregated - uploaded - idle_aggregate,
+            download_s=downloaded - aggregated - idle_download, idle_s=self._idle_s,
+            bytes_up=bytes_up, bytes_down=self._bytes_down,
+        )
+
+    def _local_step(self, batch_x: torch.Tensor, batch_y: torch.Tensor) -> float:
+        self.model.train()
+        self.optimizer.zero_grad()
+        loss = self.loss_fn(self.model(batch_x), batch_y)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
+    def _upload(self, iteration: int) -> int:
+        values = self.flat.numpy()
+        uploads: list[tuple[str, bytes]] = []
+        for shard, (start, end) in enumerate(self.bounds):
+            if shard == self.worker_id:  # an aggregator keeps its own shard locally
+                continue
+            frame = encode_shard(values[start:end], run=self._frame_run, iteration=iteration,
+                                 worker=self.worker_id, shard=shard)
+            uploads.append((shard_key(self.run_id, self.attempt, iteration, shard,
+                                      self.worker_id), frame))
+        if self._pool is None or len(uploads) < 2:
+            for key, frame in uploads:
+                self.channel.put(key, frame)
+        else:
+            for done in [self._pool.submit(self.channel.put, *item) for item in uploads]:
+                done.result()
+        return sum(len(frame) for _, frame in uploads)
+
+    def _aggregate(self, iteration: int) -> None:
+        if self.workers == 1:
+            return  # a single worker's weighted mean is its own parameters
+        shard = self.worker_id
+        start, end = self.bounds[shard]
+        count = end - start
+        values = self.flat.numpy()
+        total = self._accumulator[:count]
+        total.fill(0.0)
+        others = [worker for worker in range(self.workers) if worker != shard]
+        consumed = [shard_key(self.run_id, self.attempt, iteration, shard, worker)
+                    for worker in others]
+        frames = self._fetch_in_order(consumed)
+        for worker in range(self.workers):  # fixed order: bitwise reproducible sums
+            if worker == shard:
+                part = values[start:end]
+            else:
+                part = decode_shard(next(frames), run=self._frame_run, iteration=iteration,
+                                    shard=shard, worker=worker, expected_count=count,
+                                    dtype=np.float32)
+            weight = self.weights[worker]
+            for begin in range(0, count, _CHUNK):
+                stop = min(begin + _CHUNK, count)
+                chunk = self._scratch[:stop - begin]
+                np.multiply(part[begin:stop], weight, out=chunk)  # in float64
+                total[begin:stop] += chunk
+        values[start:end] = total  # float64 → float32, once
+        if iteration >= 2:  # every worker has loaded merged l−2 before uploading l
+            consumed.append(merged_key(self.run_id, self.attempt, iteration - 2, shard))
+        # delete before publishing: once merged l is visible, nothing of l or l−2 is left
+        self.channel.delete(consumed)
+        self.channel.put(merged_key(self.run_id, self.attempt, iteration, shard),
+                         encode_shard(values[start:end], run=self._frame_run,
+                                      iteration=iteration, worker=shard, shard=shard))
+
+    def _load_merged(self, iteration: int) -> None:
+        values = self.flat.numpy()
+        if self._restored_merged is not None and self._restored_merged[0] == iteration:
+            values[:] = self._restored_merged[1]
+            self._restored_merged = None
+            return
+        if self.workers == 1:
+            return
+        # aggregators already hold their own merged shard
+        shards = [shard for shard in range(self.aggregators) if shard != self.worker_id]
+        frames = self._fetch_in_order([merged_key(self.run_id, self.attempt, iteration, shard)
+                                       for shard in shards])
+        for shard, frame in zip(shards, frames, strict=True):
+            start, end = self.bounds[shard]
+            values[start:end] = decode_shard(frame, run=self._frame_run, iteration=iteration,
+                                             shard=shard, worker=shard,
+                                             expected_count=end - start, dtype=np.float32)
+
+    def _fetch_in_order(self, keys: list[str]) -> Iterator[bytes]:
+        """The values of ``keys`` in order, up to ``max_in_flight`` GETs running at once.
+
+        Time the caller spends blocked on a key that was not there yet counts as idle.
+        """
+        deadline = time.monotonic() + self.wait_timeout_s
+        if self._pool is None:
+            for key in keys:
+                data, waited = self._fetch(key, deadline)
+                self._idle_s += waited
+                self._bytes_down += len(data)
+                yield data
+            return
+        pool = self._pool
+        remaining = iter(keys)
+        pending: deque[Future[tuple[bytes, float]]] = deque(
+            pool.submit(self._fetch, key, deadline)
+            for _, key in zip(range(self._max_in_flight), remaining, strict=False))
+        while pending:
+            blocked = time.perf_counter()
+            data, waited = pending.popleft().result()
+            if waited:
+                self._idle_s += time.perf_counter() - blocked
+            for key in remaining:  # keep the window full
+                pending.append(pool.submit(self._fetch, key, deadline))
+                break
+            self._bytes_down += len(data)
+            yield data
+
+    def _fetch(self, key: str, deadline: float) -> tuple[bytes, float]:
+        """The value of ``key`` and how long it had to be waited for."""
+        data = self.channel.try_get(key)
+        if data is not None:
+            return data, 0.0
+        waiting = time.perf_counter()
+        data = self.channel.get(key, deadline)
+        return data, time.perf_counter() - waiting
+
+    def close(self) -> None:
+        """Stop the fetch threads (the channel belongs to the caller)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- state for segment checkpoints ---------------------------------------------------
+    @property
+    def parameters(self) -> np.ndarray:
+        """The flat parameter vector (a view)."""
+        return self.flat.numpy()
+
+    @property
+    def momentum(self) -> np.ndarray:
+        """The flat momentum buffer (a view), laid out like :attr:`parameters`."""
+        return self.optimizer.momentum_buffer.numpy()
+
+    @property
+    def last_iteration(self) -> int | None:
+        """The iteration of the last completed step (or restored checkpoint)."""
+        return self._last_iteration
+
+    @property
+    def params_source(self) -> ParamsSource:
+        """What this worker's parameters equal after its last step.
+
+        ``merged``: the merged model of that iteration; ``previous``: the merged model of the
+        iteration before (HAP non-aggregator); ``own``: its own local update (HAP
+        non-aggregator after iteration 0, which only uploads).
+        """
+        if not self.stale_by_one:
+            return "merged"
+        return "own" if self._last_iteration == 0 else "previous"
+
+    def restore(self, parameters: np.ndarray, momentum: np.ndarray, *, last_iteration: int,
+                merged: np.ndarray | None) -> None:
+        """Resume after ``last_iteration`` from checkpointed state.
+
+        ``merged`` is the merged model of ``last_iteration``; a HAP non-aggregator loads it
+        during the next step instead of fetching it from the store.
+        """
+        for name, array in (("parameters", parameters), ("momentum", momentum)):
+            if array.shape != (self.flat.count,):
+                raise ValueError(f"{name} has shape {array.shape}, expected ({self.flat.count},)")
+        self.flat.numpy()[:] = parameters
+        self.momentum[:] = momentum
+        self._last_iteration = last_iteration
+        self._restored_merged = None
+        if self.stale_by_one:
+            if merged is None:
+                raise ValueError("a HAP non-aggregator needs the merged model to resume")
+            self._restored_merged = (last_iteration, np.array(merged, dtype=np.float32))

@@ -1,0 +1,192 @@
+"""Segment checkpoints: kill/restart reproduces the undisturbed run bitwise; damage is caught."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fasdl.channel.memory import MemoryChannel
+from fasdl.checkpoint import (
+    CheckpointError,
+    commit_manifest,
+    load_manifest,
+    put_objects,
+    read_object,
+    restore_worker,
+    save_worker,
+)
+from fasdl.data import (
+    BatchStream,
+    DataCursor,
+    LocalFiles,
+    load_partition,
+    partition_bounds,
+    to_tensors,
+    write_dataset,
+)
+from fasdl.keys import checkpoint_object_key, manifest_key
+from fasdl.kreduce import KReduceWorker
+from fasdl.models import build_model
+from fasdl.plan import Plan
+from tests.runtime.test_kreduce import make_plan, run_parallel
+
+RUN = "ckpt-run"
+SHAPE = (1, 8, 8)
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_torch() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(7)
+    write_dataset(tmp_path / "data" / "train", rng.integers(0, 256, (64, *SHAPE), dtype=np.uint8),
+                  rng.integers(0, 4, 64).astype(np.int64))
+    return tmp_path / "data"
+
+
+class Cluster:
+    """W fresh workers, as a new set of Lambda invocations would build them."""
+
+    def __init__(self, plan: Plan, data_root: Path, cache: Path, attempt: int,
+                 model_seed: int) -> None:
+        self.plan = plan
+        self.attempt = attempt
+        self.exchange = MemoryChannel()  # a new attempt: nothing of the old one is visible
+        torch.manual_seed(model_seed)
+        model = build_model("cnn", 4, SHAPE)
+        sizes = plan.partition_sizes()
+        self.workers: list[KReduceWorker] = []
+        self.streams: list[BatchStream] = []
+        for index in range(plan.deployment.workers):
+            replica = build_model("cnn", 4, SHAPE)
+            replica.load_state_dict(model.state_dict())
+            self.workers.append(KReduceWorker(plan, index, self.exchange, replica, RUN, attempt,
+                                              wait_timeout_s=60.0))
+            start, end = partition_bounds(sizes, index)
+            partition = load_partition(LocalFiles(data_root), "train", start, end, cache)
+            self.streams.append(BatchStream.for_plan(plan, index, partition))
+
+    def run(self, iterations: range, store: MemoryChannel | None = None) -> None:
+        def loop(index: int) -> None:
+            worker, stream = self.workers[index], self.streams[index]
+            for iteration in iterations:
+                worker.step(*to_tensors(*stream.next_batch()), iteration)
+            if store is not None:
+                save_worker(store, RUN, self.attempt, worker, stream.cursor)
+
+        run_parallel([lambda index=index: loop(index)  # type: ignore[misc]
+                      for index in range(len(self.workers))])
+        if store is not None:
+            commit_manifest(store, RUN, iterations[-1] + 1, self.attempt,
+                            workers=len(self.workers), timeout_s=10.0)
+
+    def restore(self, store: MemoryChannel, resume_iteration: int) -> None:
+        manifest = load_manifest(store, RUN, resume_iteration)
+        for worker, stream in zip(self.workers, self.streams, strict=True):
+            stream.cursor = restore_worker(store, manifest, worker)
+
+
+@pytest.mark.parametrize(("aggregators", "sync", "first_segment"),
+                         [(1, "hap", 3), (2, "hap", 1), (2, "bsp", 2)])
+def test_restart_from_manifest_reproduces_the_undisturbed_run_bitwise(
+        dataset: Path, tmp_path: Path, aggregators: int, sync: str, first_segment: int) -> None:
+    plan = make_plan(3, aggregators, 4, 6, sync, samples=64, model="cnn")
+    total = 6  # 4 iterations per epoch: the restart lands mid-epoch and crosses an epoch
+    undisturbed = Cluster(plan, dataset, tmp_path / "cache", attempt=0, model_seed=1)
+    undisturbed.run(range(total))
+
+    store = MemoryChannel()
+    first = Cluster(plan, dataset, tmp_path / "cache", attempt=0, model_seed=1)
+    first.run(range(first_segment), store)
+    del first  # the invocations die; only the checkpoint bucket survives
+    resumed = Cluster(plan, dataset, tmp_path / "cache", attempt=1, model_seed=99)
+    resumed.restore(store, first_segment)
+    resumed.run(range(first_segment, total))
+
+    for expected, actual in zip(undisturbed.workers, resumed.workers, strict=True):
+        assert np.array_equal(expected.parameters, actual.parameters)
+        assert np.array_equal(expected.momentum, actual.momentum)
+    assert [s.cursor for s in resumed.streams] == [s.cursor for s in undisturbed.streams]
+
+
+def _one_worker_checkpoint(model: nn.Module) -> tuple[MemoryChannel, KReduceWorker]:
+    plan = make_plan(1, 1, 4, 4, "bsp")
+    worker = KReduceWorker(plan, 0, MemoryChannel(), model, RUN, 0)
+    worker.step(torch.randn(4, *SHAPE), torch.randint(0, 4, (4,)), 0)
+    store = MemoryChannel()
+    assert save_worker(store, RUN, 0, worker, DataCursor(0, 1), np.random.default_rng(5)) == 1
+    commit_manifest(store, RUN, 1, 0, workers=1)
+    return store, worker
+
+
+def test_batch_norm_statistics_and_rng_state_round_trip() -> None:
+    def model() -> nn.Module:
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 8), nn.BatchNorm1d(8), nn.Linear(8, 4))
+
+    store, trained = _one_worker_checkpoint(model())
+    fresh = KReduceWorker(make_plan(1, 1, 4, 4, "bsp"), 0, MemoryChannel(), model(), RUN, 0)
+    rng = np.random.default_rng(123)
+    cursor = restore_worker(store, load_manifest(store, RUN, 1), fresh, rng)
+    assert cursor == DataCursor(0, 1)
+    assert rng.integers(1 << 30) == np.random.default_rng(5).integers(1 << 30)
+    assert np.array_equal(fresh.parameters, trained.parameters)
+    for (name, a), (_, b) in zip(trained.model.named_buffers(), fresh.model.named_buffers(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_corrupted_object_is_rejected() -> None:
+    store, worker = _one_worker_checkpoint(build_model("cnn", 4, SHAPE))
+    key = checkpoint_object_key(RUN, 1, 0, "model")
+    damaged = bytearray(store.try_get(key) or b"")
+    damaged[-1] ^= 0x01
+    store.put(key, bytes(damaged))
+    with pytest.raises(CheckpointError, match="checksum"):
+        restore_worker(store, load_manifest(store, RUN, 1), worker)
+
+
+def test_missing_or_malformed_manifest_is_rejected() -> None:
+    store, _ = _one_worker_checkpoint(build_model("cnn", 4, SHAPE))
+    with pytest.raises(CheckpointError, match="no checkpoint manifest"):
+        load_manifest(store, RUN, 2)
+    text = json.loads(store.try_get(manifest_key(RUN, 1)) or b"")
+    store.put(manifest_key(RUN, 1), json.dumps({**text, "resume_iteration": 4}).encode())
+    with pytest.raises(CheckpointError, match="iteration 4"):
+        load_manifest(store, RUN, 1)
+    store.put(manifest_key(RUN, 1), b"{not json")
+    with pytest.raises(CheckpointError, match="malformed"):
+        load_manifest(store, RUN, 1)
+
+
+def test_missing_object_and_unfinished_parts_are_errors() -> None:
+    store, _ = _one_worker_checkpoint(build_model("cnn", 4, SHAPE))
+    manifest = load_manifest(store, RUN, 1)
+    store.delete([manifest.objects["model"].key])
+    with pytest.raises(CheckpointError, match="missing"):
+        read_object(store, manifest, "model")
+    with pytest.raises(CheckpointError, match="no object"):
+        read_object(store, manifest, "nope")
+    put_objects(store, RUN, 5, 0, 0, {"model": b"x"})
+    put_objects(store, RUN, 5, 0, 1, {"other": b"y"})  # attempt 0 dies before committing
+    put_objects(store, RUN, 5, 1, 0, {"model": b"z"})  # attempt 1: worker 1 never finishes
+    with pytest.raises(CheckpointError, match="worker 1"):
+        commit_manifest(store, RUN, 5, 1, workers=2, timeout_s=0.2)
+    assert store.try_get(manifest_key(RUN, 5)) is None  # no manifest without every part
+    put_objects(store, RUN, 5, 1, 1, {"other": b"w"})
+    manifest = commit_manifest(store, RUN, 5, 1, workers=2, timeout_s=1.0)
+    assert read_object(store, load_manifest(store, RUN, 5), "other") == b"w"
+    assert manifest.last_iteration == 4 and manifest.attempt == 1

@@ -1,0 +1,325 @@
+"""K-REDUCE in-process: every worker in its own thread over one memory channel."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fasdl.channel.memory import MemoryChannel
+from fasdl.data import (
+    BatchStream,
+    LocalFiles,
+    Partition,
+    load_partition,
+    partition_bounds,
+    to_tensors,
+)
+from fasdl.datasets import build_digits
+from fasdl.keys import KeyFormatError, checkpoint_object_key, manifest_key, merged_key, shard_key
+from fasdl.kreduce import FlatParameters, FlatSGD, KReduceWorker, StepStats, shard_bounds
+from fasdl.models import build_model
+from fasdl.plan import Deployment, Plan, Training, Workload
+
+INPUT_SHAPE = (1, 4, 4)
+CLASSES = 3
+
+
+@pytest.fixture(autouse=True)
+def _single_thread_torch() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # W worker threads already share the cores
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_plan(workers: int, aggregators: int, batch_a: int, batch_n: int, sync: str, *,
+              learning_rate: float = 0.1, momentum: float = 0.9, samples: int = 10_000,
+              model: str = "mlp") -> Plan:
+    return Plan(
+        workload=Workload(name="test", model=model, dataset="data/test", samples=samples,
+                          dataset_mb=1.0, model_mb=1.0),
+        deployment=Deployment(channel="s3", arch="x86_64", memory_mb=1024, workers=workers),
+        training=Training(aggregators=aggregators, batch_aggregator=batch_a,
+                          batch_non_aggregator=batch_n, max_global_batch=100_000, epochs=1,
+                          segment_iterations=1000, sync=sync, learning_rate=learning_rate,
+                          momentum=momentum),
+    )
+
+
+def run_parallel(tasks: list[Callable[[], None]]) -> None:
+    """Run each task in its own thread; re-raise the first failure."""
+    errors: list[BaseException] = []
+
+    def guarded(task: Callable[[], None]) -> None:
+        try:
+            task()
+        except BaseException as error:  # surfaced in the main thread below
+            errors.append(error)
+
+    threads = [threading.Thread(target=guarded, args=(task,)) for task in tasks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    if errors:
+        raise errors[0]
+    assert not any(thread.is_alive() for thread in threads), "a worker hung"
+
+
+Batches = list[list[tuple[torch.Tensor, torch.Tensor]]]  # [worker][iteration]
+
+
+def random_batches(plan: Plan, iterations: int, seed: int = 1) -> Batches:
+    generator = torch.Generator().manual_seed(seed)
+    return [[(torch.randn(plan.batch_of(w), *INPUT_SHAPE, generator=generator),
+              torch.randint(0, CLASSES, (plan.batch_of(w),), generator=generator))
+             for _ in range(iterations)] for w in range(plan.deployment.workers)]
+
+
+def make_workers(plan: Plan, model: nn.Module, channel: MemoryChannel,
+                 **kwargs: object) -> list[KReduceWorker]:
+    return [KReduceWorker(plan, w, channel, copy.deepcopy(model), "run-1", 0,
+                          wait_timeout_s=60.0, **kwargs)  # type: ignore[arg-type]
+            for w in range(plan.deployment.workers)]
+
+
+def drive(workers: list[KReduceWorker], batches: Batches, iterations: range,
+          after_step: Callable[[KReduceWorker, int], None] | None = None) -> None:
+    def loop(worker: KReduceWorker) -> Callable[[], None]:
+        def run() -> None:
+            for iteration in iterations:
+                x, y = batches[worker.worker_id][iteration]
+                worker.step(x, y, iteration)
+                if after_step is not None:
+                    after_step(worker, iteration)
+        return run
+
+    run_parallel([loop(worker) for worker in workers])
+
+
+def test_shard_bounds_are_contiguous_and_balanced() -> None:
+    for total, shards in [(10, 3), (7, 7), (1000, 4), (5, 1)]:
+        bounds = shard_bounds(total, shards)
+        assert bounds[0][0] == 0 and bounds[-1][1] == total
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+        sizes = [end - start for start, end in bounds]
+        assert max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError):
+        shard_bounds(2, 3)
+
+
+def test_parameters_and_momentum_are_views_of_flat_buffers() -> None:
+    model = build_model("cnn", CLASSES, INPUT_SHAPE)
+    before = nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    flat = FlatParameters(model)
+    assert torch.equal(flat.values, before)
+    optimizer = FlatSGD(flat, 0.1, 0.9, 0.0)
+    model(torch.randn(2, *INPUT_SHAPE)).sum().backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    optimizer.step()
+    assert torch.equal(optimizer.momentum_buffer, grads)  # laid out like the parameters
+    torch.testing.assert_close(flat.values, before - 0.1 * grads)
+    flat.values.zero_()
+    assert all(float(p.detach().abs().sum()) == 0.0 for p in model.parameters())
+
+
+def test_flat_sgd_matches_torch_sgd_bitwise() -> None:
+    torch.manual_seed(0)
+    model = build_model("cnn", CLASSES, INPUT_SHAPE)
+    reference = copy.deepcopy(model)
+    flat = FlatParameters(model)
+    optimizer = FlatSGD(flat, 0.05, 0.9, 1e-3)
+    torch_sgd = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9,
+                                weight_decay=1e-3)
+    for _ in range(3):
+        x, y = torch.randn(5, *INPUT_SHAPE), torch.randint(0, CLASSES, (5,))
+        for net, opt in ((model, optimizer), (reference, torch_sgd)):
+            opt.zero_grad()
+            nn.CrossEntropyLoss()(net(x), y).backward()
+            opt.step()
+    expected = nn.utils.parameters_to_vector(reference.parameters()).detach()
+    assert torch.equal(flat.values, expected)
+
+
+@pytest.mark.parametrize("aggregators", [1, 2, 4])
+def test_bsp_equals_one_process_sgd_with_momentum_on_the_union_batch(aggregators: int) -> None:
+    # Unequal batches (3 vs 5) when non-aggregators exist, so the batch weighting matters.
+    batch_n = 4 if aggregators == 4 else 5
+    batch_a = 4 if aggregators == 4 else 3
+    plan = make_plan(4, aggregators, batch_a, batch_n, "bsp")
+    torch.manual_seed(0)
+    model = build_model("mlp", CLASSES, INPUT_SHAPE)
+    reference = copy.deepcopy(model)
+    iterations = 4
+    batches = random_batches(plan, iterations)
+    workers = make_workers(plan, model, MemoryChannel())
+    drive(workers, batches, range(iterations))
+
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    for iteration in range(iterations):
+        x = torch.cat([batches[w][iteration][0] for w in range(4)])
+        y = torch.cat([batches[w][iteration][1] for w in range(4)])
+        optimizer.zero_grad()
+        nn.CrossEntropyLoss()(reference(x), y).backward()
+        optimizer.step()
+    expected = nn.utils.parameters_to_vector(reference.parameters()).detach().numpy()
+    for worker in workers[1:]:  # everybody loads the same merged shards: bitwise equal
+        assert np.array_equal(worker.parameters, workers[0].parameters)
+    np.testing.assert_allclose(workers[0].parameters, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_hap_non_aggregator_starts_from_merged_of_the_iteration_before() -> None:
+    # Hand trace for W=2, K=1, B^a=2, B^n=3 on y = x·θ with MSE, in float64 numpy.
+    plan = make_plan(2, 1, 2, 3, "hap", learning_rate=0.05, momentum=0.5)
+    model = nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.5, -1.0]]))
+    rng = np.random.default_rng(3)
+    data = [[(rng.normal(size=(plan.batch_of(w), 2)), rng.normal(size=(plan.batch_of(w), 1)))
+             for _ in range(3)] for w in range(2)]
+    batches = [[(torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32))
+                for x, y in worker] for worker in data]
+    seen: dict[tuple[int, int], np.ndarray] = {}
+    workers = make_workers(plan, model, MemoryChannel(), loss_fn=nn.MSELoss())
+    drive(workers, batches, range(3),
+          lambda worker, it: seen.__setitem__((worker.worker_id, it), worker.parameters.copy()))
+
+    def gradient(theta: np.ndarray, worker: int, it: int) -> np.ndarray:
+        x, y = data[worker][it]
+        result: np.ndarray = 2.0 / len(y) * x.T @ (x @ theta - y)
+        return result
+
+    weights = np.array([2.0, 3.0]) / 5.0
+    theta = np.array([[0.5], [-1.0]])
+    start = [theta, theta]  # what each worker trains from at the current iteration
+    buffers = [np.zeros_like(theta), np.zeros_like(theta)]
+    merged: list[np.ndarray] = []
+    for it in range(3):
+        local = []
+        for w in range(2):
+            buffers[w] = 0.5 * buffers[w] + gradient(start[w], w, it)
+            local.append(start[w] - 0.05 * buffers[w])
+        merged.append(weights[0] * local[0] + weights[1] * local[1])
+        # aggregator continues from merged(l); the non-aggregator from merged(l−1), or its
+        # own update at l = 0, which it only uploads
+        start = [merged[it], merged[it - 1] if it > 0 else local[1]]
+        np.testing.assert_allclose(seen[(0, it)], start[0].ravel(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(seen[(1, it)], start[1].ravel(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(seen[(1, 2)], merged[1].ravel(), rtol=1e-5)
+
+
+class PeakTrackingChannel(MemoryChannel):
+    """Records the largest number of stored keys ever seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peak_keys = 0
+
+    def put(self, key: str, data: bytes) -> None:
+        super().put(key, data)
+        with self._lock:
+            self.peak_keys = max(self.peak_keys, len(self._store))
+
+
+@pytest.mark.parametrize(("aggregators", "sync"), [(2, "hap"), (1, "bsp"), (4, "bsp")])
+def test_store_holds_at_most_two_iterations(aggregators: int, sync: str) -> None:
+    workers_count = 4
+    batch = 3 if aggregators < workers_count else 4
+    plan = make_plan(workers_count, aggregators, batch, 4, sync)
+    channel = PeakTrackingChannel()
+    model = build_model("mlp", CLASSES, INPUT_SHAPE)
+    iterations = 10
+    drive(make_workers(plan, model, channel), random_batches(plan, iterations),
+          range(iterations))
+    # per iteration: W·K − K uploaded shards (aggregators keep their own) and K merged shards
+    per_iteration = workers_count * aggregators
+    assert channel.peak_keys <= 2 * per_iteration
+    left = channel.keys()
+    assert all("/merged/" in key for key in left)  # every uploaded shard was consumed
+    assert {key.split("/it/")[1][:8] for key in left} <= {f"{iterations - 2:08d}",
+                                                           f"{iterations - 1:08d}"}
+
+
+def test_single_worker_steps_without_touching_the_store() -> None:
+    plan = make_plan(1, 1, 4, 4, "bsp")
+    channel = MemoryChannel()
+    worker = make_workers(plan, build_model("mlp", CLASSES, INPUT_SHAPE), channel)[0]
+    stats = worker.step(torch.randn(4, *INPUT_SHAPE), torch.randint(0, CLASSES, (4,)), 0)
+    assert isinstance(stats, StepStats)
+    assert stats.bytes_up == stats.bytes_down == 0 and channel.keys() == []
+    assert stats.compute_s > 0 and stats.total_s >= stats.compute_s
+
+
+def test_step_stats_split_waiting_from_transfer() -> None:
+    plan = make_plan(2, 1, 3, 5, "hap")
+    workers = make_workers(plan, build_model("mlp", CLASSES, INPUT_SHAPE), MemoryChannel(),
+                           max_in_flight=1)  # the sequential fetch path
+    stats: dict[int, list[StepStats]] = {0: [], 1: []}
+    batches = random_batches(plan, 3)
+
+    def loop(worker: KReduceWorker) -> Callable[[], None]:
+        def run() -> None:
+            for it in range(3):
+                stats[worker.worker_id].append(worker.step(*batches[worker.worker_id][it], it))
+        return run
+
+    run_parallel([loop(w) for w in workers])
+    for item in stats[0] + stats[1]:
+        assert min(item.compute_s, item.upload_s, item.aggregate_s, item.download_s,
+                   item.idle_s) >= 0
+    # K=1: the aggregator keeps its only shard and downloads the non-aggregator's; the
+    # non-aggregator uploads its shard and (from l = 1) downloads merged l−1
+    assert all(s.bytes_up == 0 and s.bytes_down > 0 for s in stats[0])
+    assert all(s.bytes_up > 0 for s in stats[1])
+    assert stats[1][0].bytes_down == 0 and stats[1][2].bytes_down > 0
+
+
+def test_hap_kreduce_learns_the_shipped_digits_dataset(tmp_path: Path) -> None:
+    build_digits(tmp_path, seed=0)
+    train = load_partition(LocalFiles(tmp_path), "train", 0, 1438)
+    plan = make_plan(4, 2, 16, 24, "hap", learning_rate=0.1, samples=len(train))
+    sizes = plan.partition_sizes()
+    streams = []
+    for worker in range(4):
+        start, end = partition_bounds(sizes, worker)
+        streams.append(BatchStream.for_plan(
+            plan, worker, Partition(train.x[start:end], train.y[start:end])))
+    torch.manual_seed(0)
+    workers = make_workers(plan, build_model("mlp", 10, (1, 8, 8)), MemoryChannel())
+    iterations = 5 * plan.iterations_per_epoch
+
+    def loop(worker: KReduceWorker) -> Callable[[], None]:
+        def run() -> None:
+            for iteration in range(iterations):
+                x, y = to_tensors(*streams[worker.worker_id].next_batch())
+                worker.step(x, y, iteration)
+        return run
+
+    run_parallel([loop(worker) for worker in workers])
+    test = load_partition(LocalFiles(tmp_path), "test", 0, 359)
+    x, y = to_tensors(test.x, test.y)
+    with torch.no_grad():
+        accuracy = float((workers[0].model(x).argmax(1) == y).float().mean())
+    assert accuracy > 0.85  # 0.87 here: HAP runs are deterministic (fixed staleness)
+
+
+def test_keys_follow_the_architecture_layout() -> None:
+    assert shard_key("run-1", 0, 12, 3, 7) == "run-1/0/it/00000012/shard/003/from/0007"
+    assert merged_key("run-1", 2, 12, 3) == "run-1/2/it/00000012/merged/003"
+    assert manifest_key("run-1", 40) == "run-1/checkpoint/it/00000040/manifest.json"
+    assert checkpoint_object_key("run-1", 40, 1, "worker/0001/momentum") == (
+        "run-1/checkpoint/it/00000040/attempt/1/objects/worker/0001/momentum")
+    bad_calls: list[tuple[Callable[..., str], tuple[object, ...]]] = [
+        (shard_key, ("run/1", 0, 0, 0, 0)), (merged_key, ("r", -1, 0, 0)),
+        (shard_key, ("r", 0, 0, 1000, 0)), (checkpoint_object_key, ("r", 0, 0, "../x"))]
+    for function, arguments in bad_calls:
+        with pytest.raises(KeyFormatError):
+            function(*arguments)

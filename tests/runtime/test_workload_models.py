@@ -1,0 +1,31 @@
+"""The planner's shipped workloads name models the runtime can build, with matching sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from fasdl.models import MODELS, parameter_mb
+from planner.profiles import known_workloads, load_workload
+
+# Planned from the paper's coefficients only: the runtime ships no transformer.
+PLANNING_ONLY = {"bert-base-cola"}
+
+
+@pytest.mark.parametrize("name", sorted(set(known_workloads()) - PLANNING_ONLY))
+def test_workload_model_is_in_the_runtime_registry(name: str) -> None:
+    workload = load_workload(name)
+    assert workload.model in MODELS, f"{name}: model {workload.model!r} not in {sorted(MODELS)}"
+
+
+@pytest.mark.parametrize(("name", "num_classes"), [
+    ("resnet50-cifar10", 1000), ("mobilenet-cifar10", 1000), ("squeezenet-cifar10", 1000)])
+def test_paper_model_sizes_match_the_runtime_models(name: str, num_classes: int) -> None:
+    """Table II sizes are the 1000-class ImageNet heads; ours match them within 1 %."""
+    workload = load_workload(name)
+    size = parameter_mb(workload.model, num_classes=num_classes)
+    assert size == pytest.approx(workload.model_mb, rel=0.01)
+
+
+def test_planning_only_workloads_are_really_missing() -> None:
+    for name in PLANNING_ONLY:
+        assert load_workload(name).model not in MODELS
