@@ -8,7 +8,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup test lint run synth bench plan clean
+.PHONY: setup test lint run synth bench layer clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -41,6 +41,12 @@ synth: setup
 
 bench: setup
 	$(PY) bench/planner_search.py
+	$(PY) bench/channel.py
+	$(PY) bench/step_overhead.py
+
+# The torch layer for `cdk deploy` (torch.tar.zst + loader; 6-10 min at zstd -19).
+layer: setup
+	$(PY) layers/torch/build.py --function-dir functions
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

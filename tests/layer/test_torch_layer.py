@@ -1,0 +1,284 @@
+"""The torch layer: build.py packs a stripped torch into torch.tar.zst, the loader unpacks it.
+
+The fast tests drive the loader against a tiny fake archive. The slow ones build the real
+layer from the torch CPU wheel (zstd -3 to stay quick), unpack it in processes that cannot
+see the venv's site-packages, train a step, and race two cold starts on one target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import zstandard
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "layers" / "torch" / "build.py"
+LOADER = ROOT / "layers" / "torch" / "loader" / "fasdl_torch_loader.py"
+WHEEL_DIR = Path("/opt/wheels")
+LIMIT = 262_144_000
+
+
+def load_loader(path: Path = LOADER, name: str = "fasdl_torch_loader_under_test") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(p.lstat().st_size for p in root.rglob("*") if not p.is_dir())
+
+
+# --- fast: loader logic against a tiny archive ------------------------------------------
+
+
+def make_archive(folder: Path, version: str = "fake-1") -> Path:
+    """A torch.tar.zst holding a one-file `torch` package, plus its manifest."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        body = f"__version__ = {version!r}\n".encode()
+        info = tarfile.TarInfo("torch/__init__.py")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    data = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(buf.getvalue())
+    archive = folder / "torch.tar.zst"
+    archive.write_bytes(data)
+    manifest = {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "archive_bytes": len(data),
+        "unpacked_bytes": len(body),
+        "files": 1,
+        "torch_version": version,
+    }
+    (folder / "torch.tar.zst.json").write_text(json.dumps(manifest))
+    return archive
+
+
+@pytest.fixture
+def loader(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # ensure_torch prepends the target
+    monkeypatch.delenv("FASDL_TORCH_ARCHIVE", raising=False)
+    yield load_loader()
+
+
+def test_unpacks_once_then_reuses(loader: ModuleType, tmp_path: Path) -> None:
+    archive = make_archive(tmp_path)
+    target = tmp_path / "t"
+    assert loader.ensure_torch(str(target), str(archive)) == str(target)
+    assert loader.last_result.outcome == "installed"
+    assert (target / "torch" / "__init__.py").is_file()
+    assert sys.path[0] == str(target)
+    assert loader.read_marker(str(target))["sha256"] == loader.read_manifest(str(archive))["sha256"]
+    loader.ensure_torch(str(target), str(archive))
+    assert loader.last_result.outcome == "reused"
+    assert sorted(os.listdir(tmp_path)) == ["t", "torch.tar.zst", "torch.tar.zst.json"]
+
+
+@pytest.mark.parametrize("marker", [None, {"sha256": "from-an-older-layer"}])
+def test_partial_or_stale_tree_is_replaced(
+    loader: ModuleType, tmp_path: Path, marker: dict[str, str] | None
+) -> None:
+    archive = make_archive(tmp_path, version="new")
+    target = tmp_path / "t"
+    (target / "torch").mkdir(parents=True)
+    (target / "torch" / "__init__.py").write_text("__version__ = 'old'\n")
+    if marker is not None:
+        (target / loader.MARKER).write_text(json.dumps(marker))
+    loader.ensure_torch(str(target), str(archive))
+    assert loader.last_result.outcome == "installed"
+    assert "'new'" in (target / "torch" / "__init__.py").read_text()
+    assert not [n for n in os.listdir(tmp_path) if ".old-" in n or ".tmp-" in n]
+
+
+def test_finds_archive_above_itself_or_via_env(
+    loader: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layer = tmp_path / "opt"
+    (layer / "python").mkdir(parents=True)
+    archive = make_archive(layer)
+    copy = layer / "python" / "fasdl_torch_loader.py"
+    copy.write_text(LOADER.read_text())
+    module = load_loader(copy, "fasdl_torch_loader_copy")
+    assert module.find_archive() == str(archive)  # /opt/python/loader -> /opt/torch.tar.zst
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = make_archive(elsewhere)
+    monkeypatch.setenv("FASDL_TORCH_ARCHIVE", str(other))
+    assert module.find_archive() == str(other)
+
+
+def test_mismatched_manifest_and_dead_orphans(loader: ModuleType, tmp_path: Path) -> None:
+    archive = make_archive(tmp_path)
+    orphan = tmp_path / "t.tmp-999999999-deadbeef"  # no such pid
+    orphan.mkdir()
+    loader.ensure_torch(str(tmp_path / "t"), str(archive))
+    assert not orphan.exists()
+    manifest = json.loads((tmp_path / "torch.tar.zst.json").read_text())
+    manifest["archive_bytes"] += 1
+    (tmp_path / "torch.tar.zst.json").write_text(json.dumps(manifest))
+    with pytest.raises(RuntimeError, match="manifest"):
+        loader.ensure_torch(str(tmp_path / "t2"), str(archive))
+
+
+def test_size_check_fails_over_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build = load_loader(BUILD, "fasdl_torch_layer_build")
+    layer, function = tmp_path / "dist", tmp_path / "functions"
+    layer.mkdir()
+    function.mkdir()
+    (layer / "torch.tar.zst").write_bytes(b"x" * 1000)
+    assert build.check_limit(layer, function) == 1000
+    with open(function / "big.bin", "wb") as fh:  # sparse: counts, costs no disk
+        fh.truncate(LIMIT)
+    with pytest.raises(SystemExit) as exc:
+        build.check_limit(layer, function)
+    assert exc.value.code == 3
+    assert "over Lambda's limit" in capsys.readouterr().err
+
+
+# --- slow: the real layer ---------------------------------------------------------------
+
+
+def find_wheel() -> Path | None:
+    env = os.environ.get("FASDL_TORCH_WHEEL")
+    if env:
+        return Path(env)
+    wheels = sorted(WHEEL_DIR.glob("torch-2.13.0+cpu-cp311-*x86_64.whl"))
+    return wheels[-1] if wheels else None
+
+
+@pytest.fixture(scope="module")
+def layer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("torch-layer") / "dist"
+    cmd = [sys.executable, str(BUILD), "--level", "3", "--out", str(out),
+           "--function-dir", str(ROOT / "functions")]
+    wheel = find_wheel()
+    if wheel is not None:
+        cmd += ["--wheel", str(wheel)]
+        print(f"building from {wheel}")
+    else:
+        print(f"no torch CPU wheel in {WHEEL_DIR}; build.py falls back to `pip download`")
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0, f"build failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    manifest = json.loads((out / "torch.tar.zst.json").read_text())
+    yield {"out": out, "manifest": manifest, "build_s": time.monotonic() - start}
+    shutil.rmtree(out, ignore_errors=True)  # pytest keeps old basetemps; this one is 130 MB
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[Path]:
+    """Where a test unpacks torch; 480 MB, so removed afterwards."""
+    yield tmp_path / "fasdl-torch"
+    for path in tmp_path.iterdir():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def run_isolated(code: str, *args: str) -> subprocess.Popen[str]:
+    """A Python that sees the stdlib only (-I -S: no site-packages, no PYTHON* env)."""
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", code, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+TRAIN = r"""
+import importlib.util, json, sys, time
+layer_python, target = sys.argv[1], sys.argv[2]
+assert importlib.util.find_spec("torch") is None, "torch visible before the loader ran"
+sys.path.insert(0, layer_python)
+import fasdl_torch_loader
+fasdl_torch_loader.ensure_torch(target)
+t0 = time.monotonic()
+import torch
+import_s = time.monotonic() - t0
+assert torch.__file__.startswith(target), torch.__file__
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+x, y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+before = [p.detach().clone() for p in net.parameters()]
+loss = torch.nn.functional.cross_entropy(net(x), y)
+opt.zero_grad()
+loss.backward()
+opt.step()
+changed = all(not torch.equal(a, b) for a, b in zip(before, net.parameters()))
+leaks = sorted({n for n, m in list(sys.modules.items())
+                if "-packages" in (getattr(m, "__file__", None) or "")})
+r = fasdl_torch_loader.last_result
+print(json.dumps({"outcome": r.outcome, "unpack_s": r.seconds, "import_s": import_s,
+                  "loss": loss.item(), "changed": changed, "leaks": leaks}))
+"""
+
+RACE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import fasdl_torch_loader
+fasdl_torch_loader.ensure_torch(sys.argv[2])
+r = fasdl_torch_loader.last_result
+print(json.dumps({"outcome": r.outcome, "seconds": r.seconds}))
+"""
+
+
+@pytest.mark.slow
+def test_layer_fits_lambda_limit(layer: dict[str, Any]) -> None:
+    size = tree_bytes(layer["out"])
+    total = size + tree_bytes(ROOT / "functions")
+    archive = (layer["out"] / "torch.tar.zst").stat().st_size
+    unpacked = layer["manifest"]["unpacked_bytes"]
+    print(f"layer dir {size:,} B (archive {archive:,} B, zstd -3); with functions {total:,} B;"
+          f" unpacked tree {unpacked:,} B; build {layer['build_s']:.1f} s")
+    assert total < LIMIT
+    assert sorted(p.name for p in layer["out"].iterdir()) == [
+        "python", "torch.tar.zst", "torch.tar.zst.json"]
+    assert (layer["out"] / "python" / "fasdl_torch_loader.py").is_file()
+    assert (layer["out"] / "python" / "zstandard" / "__init__.py").is_file()
+
+
+@pytest.mark.slow
+def test_unpack_and_train_without_site_packages(layer: dict[str, Any], target: Path) -> None:
+    proc = run_isolated(TRAIN, str(layer["out"] / "python"), str(target))
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-4000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
+    print(f"cold start: unpack {result['unpack_s']:.2f} s, import torch {result['import_s']:.2f} s,"
+          f" loss {result['loss']:.3f}")
+    assert result["outcome"] == "installed"
+    assert result["changed"], "the optimizer step did not update the parameters"
+    assert result["leaks"] == []
+
+
+@pytest.mark.slow
+def test_concurrent_cold_starts_share_one_tree(layer: dict[str, Any], target: Path) -> None:
+    py = str(layer["out"] / "python")
+    procs = [run_isolated(RACE, py, str(target)) for _ in range(2)]
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-4000:]
+        results.append(json.loads(stdout.strip().splitlines()[-1]))
+    outcomes = sorted(r["outcome"] for r in results)
+    print(f"concurrent cold starts: {results}")
+    # Exactly one unpack wins; the other lost the rename race or came late and reused it.
+    assert outcomes in (["discarded", "installed"], ["installed", "reused"]), outcomes
+    manifest = layer["manifest"]
+    marker = json.loads((target / ".fasdl-torch-complete").read_text())
+    assert marker["sha256"] == manifest["sha256"]
+    files = [p for p in target.rglob("*") if not p.is_dir() and p.name != ".fasdl-torch-complete"]
+    assert len(files) == manifest["files"]
+    assert sum(p.lstat().st_size for p in files) == manifest["unpacked_bytes"]
+    assert os.listdir(target.parent) == ["fasdl-torch"], "a temp tree was left behind"
