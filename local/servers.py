@@ -403,7 +403,7 @@ class SeaweedS3Server(ManagedServer):
 
     def session(self) -> Any:
         """A boto3 Session with this server's (arbitrary) static credentials."""
-        import boto3  # type: ignore[import-untyped]
+        import boto3
 
         return boto3.session.Session(
             aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any
 
-import boto3  # type: ignore[import-untyped]
-from botocore.config import Config  # type: ignore[import-untyped]
-from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 from fasdl.channel.base import Channel, ChannelError
 

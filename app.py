@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""CDK entry point: `cdk synth|deploy [-c plan=plan.json] [-c torch_layer=DIR]
+[-c worker_packaging=zip|image] [-c nag=true] [-c account=123456789012] [-c stack_name=NAME]`.
+
+The plan is loaded and validated before any construct is created, so an invalid plan stops
+synth with the plan's own PlanError message (exit code 2). Without `-c plan=...` the documented
+default plan (infra/default_plan.json: W=4 CNN on digits, S3 channel, x86_64) is used. The
+stack's region is the plan's `deployment.region`; the account comes from the CLI credentials,
+so synth makes no AWS calls (cdk.context.json covers `-c account=123456789012`).
+
+A deployment, end to end:
+    python layers/torch/build.py --arch <plan arch>     # the torch layer (make layer)
+    npx cdk deploy -c plan=plan.json
+    aws s3 sync <dataset dir> s3://<DatasetsBucketName>/<workload.dataset>/   # see outputs
+    aws stepfunctions start-execution --state-machine-arn <StateMachineArn> --input '{}'
+"""
+
+from __future__ import annotations
+
+import sys
+
+import aws_cdk as cdk
+
+from infra.nag import add_checks
+from infra.settings import PlanError, SettingsError, load_settings
+from infra.stack import DEFAULT_STACK_NAME, FasdlStack
+
+CONTEXT_KEYS = ("plan", "torch_layer", "worker_packaging", "nag", "account", "stack_name")
+
+
+def main() -> None:
+    app = cdk.App()
+    context = {key: app.node.try_get_context(key) for key in CONTEXT_KEYS}
+    try:
+        settings = load_settings(context)
+    except (PlanError, SettingsError) as error:
+        print(f"fasdl: invalid synth input: {error}", file=sys.stderr)
+        raise SystemExit(2) from error
+    account = context.get("account")
+    stack = FasdlStack(app, str(context.get("stack_name") or DEFAULT_STACK_NAME),
+                       settings=settings, account=str(account) if account else None)
+    if str(context.get("nag") or "").lower() in ("1", "true", "yes"):
+        add_checks(stack)
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

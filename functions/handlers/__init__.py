@@ -1,0 +1,1 @@
+"""Thin Lambda entry points (trigger, worker, finalize, profiler); logic lives in fasdl."""

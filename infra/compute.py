@@ -1,0 +1,238 @@
+"""The four Lambda functions: worker, trigger, finalize, profiler.
+
+Worker and profiler run at the plan's memory M and architecture; both join the VPC when the
+plan uses the Valkey channel. Trigger and finalize never need the VPC (they touch S3 only;
+Valkey keys expire by TTL). Each function has its own role and log group.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from aws_cdk import Duration, IgnoreMode, RemovalPolicy, Size
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from fasdl.plan import Plan
+from infra import access
+from infra.settings import DOCKERFILE, FUNCTIONS_DIR, REPO_ROOT, Settings
+from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX, Storage
+
+RUNTIME = lambda_.Runtime.PYTHON_3_11  # the torch layer is built for CPython 3.11
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+TRIGGER_MEMORY_MB = 256
+TRIGGER_TIMEOUT = Duration.seconds(120)
+LONG_TIMEOUT = Duration.seconds(900)
+TORCH_UNPACK_MB = 640  # stripped torch + .pyc unpacked into /tmp (483 MB measured) + headroom
+MIN_DATA_MB = 1_536  # data partition, checkpoint copies and the extraction archive
+MAX_EPHEMERAL_MB = 10_240
+PLAN_ENV_MAX_BYTES = 3_500  # Lambda allows 4 KB of environment in total
+METRICS_NAMESPACE = "FasDL"
+STUB_ENV = "FASDL_TORCH_LAYER_STUB"
+
+ASSET_EXCLUDES = ["tests", "**/tests", "**/__pycache__", "**/*.pyc", "**/.mypy_cache",
+                  "**/*.egg-info"]
+# Image build context is the repo root; ship only what the image needs.
+IMAGE_INCLUDES = ["*", "!functions", "!infra/container", "**/__pycache__", "**/tests"]
+
+WORKER_ID = "Worker"
+TRIGGER_ID = "Trigger"
+FINALIZE_ID = "Finalize"
+PROFILER_ID = "Profiler"
+LAYER_ID = "TorchLayer"
+
+
+def ephemeral_storage_mb(plan: Plan) -> int:
+    """/tmp for the torch unpack plus the largest data partition and checkpoint copies."""
+    largest = max(plan.partition_sizes())
+    partition_mb = plan.workload.dataset_mb * largest / plan.workload.samples
+    data_mb = math.ceil(1.5 * partition_mb + 4 * plan.workload.model_mb)
+    return min(MAX_EPHEMERAL_MB, TORCH_UNPACK_MB + max(MIN_DATA_MB, data_mb))
+
+
+def plan_environment(plan: Plan) -> str:
+    text = json.dumps(plan.to_dict(), separators=(",", ":"), sort_keys=True)
+    if len(text.encode()) > PLAN_ENV_MAX_BYTES:
+        raise ValueError(f"plan JSON is {len(text)} bytes; at most {PLAN_ENV_MAX_BYTES} fit "
+                         "in the trigger's environment (shorten 'provenance')")
+    return text
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Spec:
+    """One function's shape; roles, logs and VPC wiring are derived from it."""
+
+    construct_id: str
+    handler: str
+    description: str
+    memory_mb: int
+    timeout: Duration
+    torch: bool
+    in_vpc: bool
+    ephemeral_mb: int | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class Compute(Construct):
+    """Functions, their roles, log groups and the torch layer."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings,
+                 storage: Storage, stack_name: str, vpc: ec2.IVpc | None = None,
+                 security_group: ec2.ISecurityGroup | None = None,
+                 cache_address: str | None = None, cache_port: str | None = None) -> None:
+        super().__init__(scope, construct_id)
+        self._settings = settings
+        self._vpc = vpc
+        self._security_group = security_group
+        self.roles: dict[str, iam.Role] = {}
+        plan = settings.plan
+        self._environment = self._common_environment(stack_name, storage, cache_address,
+                                                     cache_port)
+        self._code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=ASSET_EXCLUDES)
+        self.layer = self._build_layer()
+        ephemeral = ephemeral_storage_mb(plan)
+        timeout = Duration.seconds(plan.deployment.timeout_s)
+        in_vpc = vpc is not None
+
+        memory = plan.deployment.memory_mb
+        self.worker = self._build_worker(_Spec(
+            construct_id=WORKER_ID, handler="handlers.worker.handler",
+            description="FasDL K-REDUCE worker: one segment", memory_mb=memory,
+            timeout=timeout, torch=True, in_vpc=in_vpc, ephemeral_mb=ephemeral))
+        self.trigger = self._build_function(_Spec(
+            construct_id=TRIGGER_ID, handler="handlers.trigger.handler",
+            description="FasDL run and segment planner", memory_mb=TRIGGER_MEMORY_MB,
+            timeout=TRIGGER_TIMEOUT, torch=False, in_vpc=False,
+            extra_env={"FASDL_PLAN": plan_environment(plan)}))
+        self.finalize = self._build_function(_Spec(
+            construct_id=FINALIZE_ID, handler="handlers.finalize.handler",
+            description="FasDL model, summary, failure record", memory_mb=memory,
+            timeout=LONG_TIMEOUT, torch=True, in_vpc=False, ephemeral_mb=ephemeral))
+        self.profiler = self._build_function(_Spec(
+            construct_id=PROFILER_ID, handler="handlers.profiler.handler",
+            description="FasDL platform profiler for the planner", memory_mb=memory,
+            timeout=LONG_TIMEOUT, torch=True, in_vpc=in_vpc, ephemeral_mb=ephemeral))
+
+        access.grant_worker(
+            self.roles[WORKER_ID], datasets=storage.datasets, results=storage.results,
+            exchange=storage.exchange if plan.deployment.channel == "s3" else None)
+        access.grant_trigger(self.roles[TRIGGER_ID], datasets=storage.datasets,
+                             results=storage.results)
+        access.grant_finalize(self.roles[FINALIZE_ID], results=storage.results,
+                              exchange=storage.exchange)
+        access.grant_profiler(self.roles[PROFILER_ID], datasets=storage.datasets,
+                              results=storage.results, exchange=storage.exchange)
+
+    def _common_environment(self, stack_name: str, storage: Storage, cache_address: str | None,
+                            cache_port: str | None) -> dict[str, str]:
+        plan = self._settings.plan
+        env = {
+            "FASDL_STACK": stack_name,
+            "FASDL_CHANNEL": plan.deployment.channel,
+            "FASDL_DEPLOYMENT": plan.deployment_fingerprint(),
+            "FASDL_DATASETS_BUCKET": storage.datasets.bucket_name,
+            "FASDL_RESULTS_BUCKET": storage.results.bucket_name,
+            "FASDL_EXCHANGE_BUCKET": storage.exchange.bucket_name,
+            "FASDL_EXCHANGE_PREFIX": EXCHANGE_PREFIX,
+            "FASDL_RUNS_PREFIX": RUNS_PREFIX,
+            "FASDL_PROFILES_PREFIX": access.PROFILES_PREFIX,
+            "FASDL_METRICS_NAMESPACE": METRICS_NAMESPACE,
+        }
+        if cache_address is not None and cache_port is not None:
+            env["FASDL_CACHE_ENDPOINT"] = cache_address
+            env["FASDL_CACHE_PORT"] = cache_port
+            env["FASDL_CACHE_TLS"] = "1"  # serverless caches accept TLS connections only
+        if self._settings.torch_layer_is_stub:
+            env[STUB_ENV] = "1"  # lets handlers fail with a clear message
+        return env
+
+    def _build_layer(self) -> lambda_.LayerVersion:
+        return lambda_.LayerVersion(
+            self, LAYER_ID,
+            code=lambda_.Code.from_asset(str(self._settings.torch_layer_dir),
+                                         exclude=["**/__pycache__"]),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[self._architecture],
+            description="Stripped torch (tar.zst) unpacked into /tmp at cold start",
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
+    @property
+    def _architecture(self) -> lambda_.Architecture:
+        arch = self._settings.plan.deployment.arch
+        return lambda_.Architecture.ARM_64 if arch == "arm64" else lambda_.Architecture.X86_64
+
+    def _prepare(self, spec: _Spec) -> tuple[iam.Role, logs.LogGroup]:
+        role = access.build_role(self, f"{spec.construct_id}Role", spec.description)
+        group = logs.LogGroup(self, f"{spec.construct_id}Logs", retention=LOG_RETENTION,
+                              removal_policy=RemovalPolicy.DESTROY)
+        access.allow_logs(role, group)
+        if spec.in_vpc:
+            access.allow_vpc_enis(role)
+        self.roles[spec.construct_id] = role
+        return role, group
+
+    def _vpc_props(self, spec: _Spec) -> dict[str, object]:
+        if not spec.in_vpc or self._vpc is None or self._security_group is None:
+            return {}
+        return {
+            "vpc": self._vpc,
+            "vpc_subnets": ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED),
+            "security_groups": [self._security_group],
+        }
+
+    def _build_function(self, spec: _Spec) -> lambda_.Function:
+        role, group = self._prepare(spec)
+        return lambda_.Function(
+            self, spec.construct_id,
+            runtime=RUNTIME,
+            architecture=self._architecture,
+            handler=spec.handler,
+            code=self._code,
+            description=spec.description,
+            memory_size=spec.memory_mb,
+            timeout=spec.timeout,
+            ephemeral_storage_size=(Size.mebibytes(spec.ephemeral_mb)
+                                    if spec.ephemeral_mb else None),
+            layers=[self.layer] if spec.torch else None,
+            role=role,
+            log_group=group,
+            environment={**self._environment, **spec.extra_env},
+            **self._vpc_props(spec),  # type: ignore[arg-type]
+        )
+
+    def _build_worker(self, spec: _Spec) -> lambda_.Function:
+        if self._settings.worker_packaging == "zip":
+            return self._build_function(spec)
+        return self._build_image_worker(spec)
+
+    def _build_image_worker(self, spec: _Spec) -> lambda_.Function:
+        # torch is baked into the image (10 GB limit), so no layer and no /tmp unpack.
+        role, group = self._prepare(spec)
+        platform = (ecr_assets.Platform.LINUX_ARM64 if self._architecture
+                    == lambda_.Architecture.ARM_64 else ecr_assets.Platform.LINUX_AMD64)
+        code = lambda_.DockerImageCode.from_image_asset(
+            str(REPO_ROOT), file=DOCKERFILE, platform=platform,
+            exclude=IMAGE_INCLUDES, ignore_mode=IgnoreMode.DOCKER,
+            cmd=[spec.handler])
+        return lambda_.DockerImageFunction(
+            self, spec.construct_id,
+            code=code,
+            architecture=self._architecture,
+            description=spec.description,
+            memory_size=spec.memory_mb,
+            timeout=spec.timeout,
+            ephemeral_storage_size=(Size.mebibytes(spec.ephemeral_mb)
+                                    if spec.ephemeral_mb else None),
+            role=role,
+            log_group=group,
+            environment={key: value for key, value in self._environment.items()
+                         if key != STUB_ENV},
+            **self._vpc_props(spec),  # type: ignore[arg-type]
+        )

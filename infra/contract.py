@@ -1,0 +1,97 @@
+"""What each Lambda receives from and returns to the state machine (infra/workflow.py).
+
+Typed documentation for the runtime handlers (functions/handlers/*). The state machine only
+reads the fields named here; everything else in a return value is ignored or discarded.
+Payloads stay small (a state's input/output must stay below 256 KiB): keys, never tensors.
+
+State of one execution (``$``)::
+
+    {"input": <execution input>, "count": {"segments": int},
+     "run": RunState, "error": {"Error": str, "Cause": str}?, "result": FinalizeResult?}
+
+Trigger (``handlers.trigger``), three actions, each returns a complete :class:`RunState`:
+
+* ``start``   ``{"action": "start", "input": ExecutionInput, "execution": <execution name>}``
+  Without ``input.resume``: apply the overrides to the deployed plan (env ``FASDL_PLAN``) or to
+  ``input.plan`` (its deployment must equal env ``FASDL_DEPLOYMENT``), validate, write it to
+  ``runs/<run_id>/plan.json`` in the results bucket and return segment 0. With
+  ``input.resume``: return that run state as is (continue-as-new). Ignore unknown keys such
+  as ``AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID``.
+* ``next``    ``{"action": "next", "run": RunState}`` after every worker finished the segment:
+  the following segment with ``attempt`` 0, or ``done: true`` after the last one.
+* ``shorten`` ``{"action": "shorten", "run": RunState, "error": {"Error", "Cause"}}`` after a
+  worker timed out: the same segment (same ``index``/``start_iteration``) with fewer
+  ``iterations`` and ``attempt + 1``. Raise (any error) when no retry is left: the run then
+  takes the failure path.
+
+Worker (``handlers.worker``), once per worker per segment (a Map item)::
+
+    {"action": "train", "run_id": str, "plan_key": str, "segment": Segment, "worker": int}
+
+resume from the checkpoint at ``segment.start_iteration``, train ``segment.iterations``
+iterations and write the segment's checkpoint. The return value is discarded (return a small
+JSON object; the Map keeps only the worker index). Raising fails the whole segment and the
+run; a timeout (``Sandbox.Timedout``/``States.Timeout``) triggers ``shorten`` instead.
+
+Metrics: workers print CloudWatch EMF records in namespace env ``FASDL_METRICS_NAMESPACE``
+(``FasDL``) with the single dimension ``Stack`` = env ``FASDL_STACK``; metric names
+``IterationTime ComputeTime UploadTime AggregateTime DownloadTime IdleTime`` (unit Seconds)
+and ``Loss`` (unit None). The dashboard (infra/monitoring.py) reads exactly these.
+
+Environment of every function: ``FASDL_STACK FASDL_CHANNEL FASDL_DEPLOYMENT
+FASDL_DATASETS_BUCKET FASDL_RESULTS_BUCKET FASDL_EXCHANGE_BUCKET FASDL_EXCHANGE_PREFIX
+(exchange/) FASDL_RUNS_PREFIX (runs/) FASDL_PROFILES_PREFIX (profiles/)
+FASDL_METRICS_NAMESPACE``; Valkey plans add ``FASDL_CACHE_ENDPOINT FASDL_CACHE_PORT
+FASDL_CACHE_TLS=1``; ``FASDL_TORCH_LAYER_STUB=1`` when synthesized with the stand-in layer;
+the trigger alone gets ``FASDL_PLAN`` (the deployed plan as compact JSON).
+
+Finalize (``handlers.finalize``), two actions:
+
+* ``succeeded`` ``{"action": "succeeded", "run": RunState, "execution": <execution ARN>}``;
+  its return value (:class:`FinalizeResult`) is the execution's output.
+* ``failed``    ``{"action": "failed", "state": <the whole state $, run may be absent>,
+  "execution": <execution ARN>}``: record ``state.error`` (``runs/<run_id>/failure.json``)
+  and delete ``exchange/<run_id>/`` in the exchange bucket; the return value is discarded.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class Segment(TypedDict):
+    index: int  # 0-based segment number within the run
+    start_iteration: int  # first global iteration; the checkpoint to resume from
+    iterations: int  # iterations in this segment (>= 1 unless the run is done)
+    attempt: int  # 0, then +1 per shortened retry; namespaces exchange keys
+
+
+class RunState(TypedDict):
+    run_id: str
+    plan_key: str  # results-bucket key of the run's frozen plan, runs/<run_id>/plan.json
+    segment: Segment
+    workers: list[int]  # [0, 1, ..., W-1]: the Map's items
+    done: bool  # True: no segment left, go to Finalize
+
+
+class ExecutionInput(TypedDict, total=False):
+    run_id: str
+    epochs: int
+    dataset: str
+    plan: dict[str, Any]
+    resume: RunState  # set only by "Continue as new"
+
+
+class WorkerEvent(TypedDict):
+    action: str  # "train"
+    run_id: str
+    plan_key: str
+    segment: Segment
+    worker: int
+
+
+class FinalizeResult(TypedDict):
+    run_id: str
+    model_key: str
+    summary_key: str
+    extra: NotRequired[dict[str, Any]]

@@ -1,0 +1,108 @@
+"""Synth-time settings: the plan and the packaging options, resolved from CDK context.
+
+Context keys (``cdk synth -c key=value`` or ``cdk.json``):
+
+``plan``              path of a planner ``plan.json``; default :data:`DEFAULT_PLAN_PATH`
+                      (W=4 CNN on digits, S3 channel, x86_64).
+``torch_layer``       directory of the built torch layer; default ``layers/torch/dist``
+                      (``make layer``). When it holds no finished build (no
+                      ``torch.tar.zst.json`` manifest), the tiny stand-in ``layers/torch/stub``
+                      is used and a warning is printed: the deployed functions would lack torch.
+                      A build for another CPU architecture than the plan's is an error.
+``worker_packaging``  ``zip`` (default: asset + torch layer) or ``image`` (container image
+                      built from ``infra/container/Dockerfile`` at deploy time; needs Docker).
+
+The plan is validated here, before any construct exists, so an invalid plan fails synth with
+the plan's own :class:`~fasdl.plan.PlanError` message.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, cast
+
+from fasdl.plan import Plan, PlanError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PLAN_PATH = REPO_ROOT / "infra" / "default_plan.json"
+DEFAULT_TORCH_LAYER = "layers/torch/dist"
+STUB_TORCH_LAYER = REPO_ROOT / "layers" / "torch" / "stub"
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+DOCKERFILE = "infra/container/Dockerfile"
+# Written last by layers/torch/build.py: its presence marks a finished build.
+LAYER_MANIFEST = "torch.tar.zst.json"
+
+CONTEXT_PLAN = "plan"
+CONTEXT_TORCH_LAYER = "torch_layer"
+CONTEXT_PACKAGING = "worker_packaging"
+PACKAGINGS: tuple[str, ...] = ("zip", "image")
+
+Packaging = Literal["zip", "image"]
+
+STUB_WARNING = (
+    "WARNING: no built torch layer in {missing}; using the stand-in {stub}. "
+    "The deployed worker, finalize and profiler functions will NOT have torch. "
+    "Build the real layer with `make layer` (layers/torch/build.py), or pass "
+    "-c torch_layer=<dir>, before `cdk deploy`."
+)
+
+
+class SettingsError(ValueError):
+    """Invalid synth context (not the plan: that raises PlanError)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    plan: Plan
+    plan_path: Path
+    torch_layer_dir: Path
+    torch_layer_is_stub: bool
+    worker_packaging: Packaging
+
+
+def _resolve(path: str | Path) -> Path:
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else REPO_ROOT / candidate
+
+
+def load_settings(context: dict[str, object], *, warn: bool = True) -> Settings:
+    """Resolve context values into :class:`Settings`; raises PlanError for a bad plan."""
+    plan_arg = context.get(CONTEXT_PLAN)
+    plan_path = _resolve(str(plan_arg)) if plan_arg else DEFAULT_PLAN_PATH
+    plan = Plan.load(plan_path)  # PlanError propagates unchanged, before any construct
+
+    packaging = str(context.get(CONTEXT_PACKAGING) or "zip")
+    if packaging not in PACKAGINGS:
+        raise SettingsError(
+            f"context '{CONTEXT_PACKAGING}' must be one of {', '.join(PACKAGINGS)}, "
+            f"got {packaging!r}")
+
+    layer_dir = _resolve(str(context.get(CONTEXT_TORCH_LAYER) or DEFAULT_TORCH_LAYER))
+    is_stub = layer_dir.resolve() == STUB_TORCH_LAYER.resolve()
+    if not is_stub and not (layer_dir / LAYER_MANIFEST).is_file():
+        if warn:
+            print(STUB_WARNING.format(missing=layer_dir, stub=STUB_TORCH_LAYER),
+                  file=sys.stderr)
+        layer_dir, is_stub = STUB_TORCH_LAYER, True
+    if not is_stub:
+        _check_layer_arch(layer_dir, plan.deployment.arch)
+    return Settings(plan=plan, plan_path=plan_path, torch_layer_dir=layer_dir,
+                    torch_layer_is_stub=is_stub, worker_packaging=cast(Packaging, packaging))
+
+
+def _check_layer_arch(layer_dir: Path, arch: str) -> None:
+    try:
+        built = json.loads((layer_dir / LAYER_MANIFEST).read_text()).get("arch")
+    except (OSError, ValueError) as error:
+        raise SettingsError(f"unreadable torch layer manifest in {layer_dir}: {error}") from error
+    if built != arch:
+        raise SettingsError(
+            f"torch layer {layer_dir} was built for {built!r} but the plan's deployment.arch is "
+            f"{arch!r}; rebuild with `python layers/torch/build.py --arch {arch}` "
+            "or pass -c torch_layer=<dir>")
+
+
+__all__ = ["PlanError", "Settings", "SettingsError", "load_settings"]

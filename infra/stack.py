@@ -1,0 +1,74 @@
+"""FasdlStack: composes storage, network + cache (Valkey plans only), compute, workflow and
+monitoring from one validated plan, and prints how to start a run."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Environment, Fn, Stack
+from constructs import Construct
+
+from infra.cache import ExchangeCache
+from infra.compute import Compute
+from infra.monitoring import Monitoring
+from infra.nag import add_suppressions
+from infra.network import Network
+from infra.settings import Settings
+from infra.storage import Storage
+from infra.workflow import TrainingWorkflow
+
+DEFAULT_STACK_NAME = "FasdlStack"
+VALKEY = "valkey"
+
+
+class FasdlStack(Stack):
+    """One training deployment: the plan's M, W, channel and arch are baked in."""
+
+    def __init__(self, scope: Construct, construct_id: str = DEFAULT_STACK_NAME, *,
+                 settings: Settings, account: str | None = None) -> None:
+        plan = settings.plan
+        # Region from the plan; account left to the CLI's credentials (no lookups at synth).
+        super().__init__(scope, construct_id,
+                         env=Environment(account=account, region=plan.deployment.region),
+                         description=f"FasDL training stack ({plan.deployment_fingerprint()})")
+        self.settings = settings
+        self.storage = Storage(self, "Storage")
+        self.network: Network | None = None
+        self.cache: ExchangeCache | None = None
+        if plan.deployment.channel == VALKEY:
+            self.network = Network(self, "Network")
+            self.cache = ExchangeCache(
+                self, "Cache", plan=plan, name=f"{self.stack_name}-exchange",
+                subnets=self.network.vpc.isolated_subnets,
+                security_group=self.network.cache_security_group)
+        self.compute = Compute(
+            self, "Compute", settings=settings, storage=self.storage,
+            stack_name=self.stack_name,
+            vpc=self.network.vpc if self.network else None,
+            security_group=self.network.worker_security_group if self.network else None,
+            cache_address=self.cache.address if self.cache else None,
+            cache_port=self.cache.port if self.cache else None)
+        self.workflow = TrainingWorkflow(
+            self, "Workflow", workers=plan.deployment.workers,
+            timeout_s=plan.deployment.timeout_s, trigger=self.compute.trigger,
+            worker=self.compute.worker, finalize=self.compute.finalize)
+        self.monitoring = Monitoring(self, "Monitoring", stack_name=self.stack_name,
+                                     state_machine=self.workflow.state_machine)
+        self._add_outputs()
+        add_suppressions(self)
+
+    def _add_outputs(self) -> None:
+        arn = self.workflow.state_machine.state_machine_arn
+        CfnOutput(self, "StateMachineArn", value=arn)
+        CfnOutput(self, "DatasetsBucketName", value=self.storage.datasets.bucket_name)
+        CfnOutput(self, "ResultsBucketName", value=self.storage.results.bucket_name)
+        CfnOutput(self, "ExchangeBucketName", value=self.storage.exchange.bucket_name)
+        CfnOutput(self, "WorkerFunctionName", value=self.compute.worker.function_name)
+        CfnOutput(self, "ProfilerFunctionName", value=self.compute.profiler.function_name)
+        if self.cache is not None:
+            CfnOutput(self, "CacheEndpoint",
+                      value=Fn.join(":", [self.cache.address, self.cache.port]))
+        dataset = self.settings.plan.workload.dataset
+        CfnOutput(self, "UploadDatasetCommand", value=Fn.join("", [
+            "aws s3 sync <local-dataset-dir> s3://", self.storage.datasets.bucket_name,
+            f"/{dataset}/"]))
+        CfnOutput(self, "StartRunCommand", value=Fn.join("", [
+            "aws stepfunctions start-execution --state-machine-arn ", arn, " --input '{}'"]))

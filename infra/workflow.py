@@ -1,0 +1,231 @@
+"""The training state machine (Step Functions Standard, JSONPath).
+
+States::
+
+    Initialize -> Plan run -> More segments? --done--> Finalize run -> Run succeeded
+                                |   ^   \\--budget spent--> Continue as new -> Continued
+                                v   |
+                     Train segment (Map over W workers; Distributed when W > 40)
+                        | ok                        | worker timed out
+                     Plan next segment           Shorten segment
+                        \\---------> Count segment <-----/
+    any error (Catch) -> Record failure -> Run failed
+
+Execution input (every field optional; ``{}`` runs the deployed plan on its dataset)::
+
+    {"run_id": "digits-1",          # default: the execution name
+     "epochs": 3,                   # overrides training.epochs
+     "dataset": "datasets/digits",  # overrides workload.dataset (key prefix, datasets bucket)
+     "plan": {...}}                 # a whole plan; its deployment must match the stack's
+
+``resume`` is reserved: "Continue as new" starts a fresh execution with
+``{"resume": <run state>}`` before the 25,000-event history limit. The run state (``$.run``)
+is what the trigger returns; every field each Lambda receives and returns is in
+:mod:`infra.contract`.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+INLINE_MAP_MAX_WORKERS = 40  # inline Map runs at most 40 iterations at once
+HISTORY_BUDGET = 24_000  # of the 25,000-event hard limit; the rest covers start/finish/failure
+EVENTS_PER_WORKER_INLINE = 10  # 7 per iteration (entered, scheduled, started, ...) + retry slack
+EVENTS_PER_SEGMENT_FIXED = 30  # Map, trigger task, Count, Choice; Distributed MapRun events
+TRANSIENT_LAMBDA_ERRORS = [
+    "Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+]
+TIMEOUT_ERRORS = ["States.Timeout", "Sandbox.Timedout"]
+SEGMENT_TIMEOUT_ERROR = "FasDL.SegmentTimeout"
+# A Distributed Map reports any failed child only as this error; the trigger bounds the
+# shortened retries, so a real bug still ends on the failure path.
+DISTRIBUTED_FAILURE = "States.ExceedToleratedFailureThreshold"
+RUN_FAILED_ERROR = "FasDL.RunFailed"
+RETRY_INTERVAL = Duration.seconds(1)
+RETRY_ATTEMPTS = 3
+RETRY_BACKOFF = 2.0
+TASK_TIMEOUT_SLACK_S = 60
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+STATE_MACHINE_ID = "StateMachine"
+LOG_GROUP_ID = "ExecutionLogs"
+
+# State names: read in the console and in local/ tests, so keep them stable.
+INITIALIZE = "Initialize"
+PLAN_RUN = "Plan run"
+MORE_SEGMENTS = "More segments?"
+TRAIN_SEGMENT = "Train segment"
+RUN_WORKER = "Run worker"
+WORKER_TIMED_OUT = "Worker timed out"
+PLAN_NEXT = "Plan next segment"
+SHORTEN = "Shorten segment"
+COUNT = "Count segment"
+CONTINUE = "Continue as new"
+CONTINUED = "Continued in new execution"
+FINALIZE = "Finalize run"
+SUCCEEDED = "Run succeeded"
+RECORD_FAILURE = "Record failure"
+FAILED = "Run failed"
+
+
+def is_distributed(workers: int) -> bool:
+    return workers > INLINE_MAP_MAX_WORKERS
+
+
+def segments_per_execution(workers: int) -> int:
+    """Segments one execution may run before it continues as new (history-limit guard)."""
+    per_worker = 0 if is_distributed(workers) else EVENTS_PER_WORKER_INLINE * workers
+    return max(1, HISTORY_BUDGET // (EVENTS_PER_SEGMENT_FIXED + per_worker))
+
+
+def state_machine_name(stack_name: str) -> str:
+    # A fixed name lets "Continue as new" reference this machine without a template cycle.
+    return f"{stack_name}-training"
+
+
+class TrainingWorkflow(Construct):
+    """Segments of W concurrent workers, looped by a Choice, finished by finalize."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, workers: int, timeout_s: int,
+                 trigger: lambda_.IFunction, worker: lambda_.IFunction,
+                 finalize: lambda_.IFunction) -> None:
+        super().__init__(scope, construct_id)
+        self._workers = workers
+        self._timeout_s = timeout_s
+        self._trigger = trigger
+        self._worker = worker
+        self._finalize = finalize
+        self.name = state_machine_name(Stack.of(self).stack_name)
+        self.segment_limit = segments_per_execution(workers)
+        self.log_group = logs.LogGroup(self, LOG_GROUP_ID, retention=LOG_RETENTION,
+                                       removal_policy=RemovalPolicy.DESTROY)
+        self.state_machine = self._build_state_machine(self._build_definition())
+
+    # ---- tasks ---------------------------------------------------------------------------
+    def _invoke(self, state_name: str, function: lambda_.IFunction,
+                payload: dict[str, object], *, result_path: str,
+                output_path: str | None = None,
+                task_timeout_s: int | None = None) -> tasks.LambdaInvoke:
+        task = tasks.LambdaInvoke(
+            self, state_name, state_name=state_name, lambda_function=function,
+            payload=sfn.TaskInput.from_object(payload), payload_response_only=True,
+            retry_on_service_exceptions=False, result_path=result_path,
+            output_path=output_path,
+            task_timeout=(sfn.Timeout.duration(Duration.seconds(task_timeout_s))
+                          if task_timeout_s else None))
+        task.add_retry(errors=TRANSIENT_LAMBDA_ERRORS, interval=RETRY_INTERVAL,
+                       max_attempts=RETRY_ATTEMPTS, backoff_rate=RETRY_BACKOFF)
+        return task
+
+    def _build_record_failure(self) -> sfn.IChainable:
+        record = self._invoke(RECORD_FAILURE, self._finalize, {
+            "action": "failed", "state.$": "$", "execution.$": "$$.Execution.Id",
+        }, result_path=sfn.JsonPath.DISCARD)
+        failed = sfn.Fail(self, FAILED, state_name=FAILED, error=RUN_FAILED_ERROR,
+                          cause="Training failed: see the execution history and "
+                                "runs/<run_id>/failure.json in the results bucket")
+        record.add_catch(failed, errors=["States.ALL"], result_path="$.record_error")
+        return record.next(failed)
+
+    def _build_worker_processor(self) -> sfn.IChainable:
+        # The iteration outputs only its worker index: W results stay a few KB whatever the
+        # worker returns (a Map's collected output counts against the 256 KiB limit).
+        run = self._invoke(RUN_WORKER, self._worker, {
+            "action": "train",
+            "run_id.$": "$.run_id", "plan_key.$": "$.plan_key",
+            "segment.$": "$.segment", "worker.$": "$.worker",
+        }, result_path=sfn.JsonPath.DISCARD, output_path="$.worker",
+            task_timeout_s=self._timeout_s + TASK_TIMEOUT_SLACK_S)
+        # One name for "a worker ran out of time" whatever Lambda or the Task reported.
+        timed_out = sfn.Fail(self, WORKER_TIMED_OUT, state_name=WORKER_TIMED_OUT,
+                             error=SEGMENT_TIMEOUT_ERROR,
+                             cause="A worker hit its timeout; the segment is retried shorter")
+        run.add_catch(timed_out, errors=TIMEOUT_ERRORS)
+        return run
+
+    def _build_train_segment(self) -> sfn.Map | sfn.DistributedMap:
+        selector = {
+            "run_id.$": "$.run.run_id", "plan_key.$": "$.run.plan_key",
+            "segment.$": "$.run.segment", "worker.$": "$$.Map.Item.Value",
+        }
+        processor = self._build_worker_processor()
+        if is_distributed(self._workers):
+            distributed = sfn.DistributedMap(
+                self, TRAIN_SEGMENT, state_name=TRAIN_SEGMENT, items_path="$.run.workers",
+                item_selector=selector, max_concurrency=self._workers,
+                map_execution_type=sfn.StateMachineType.STANDARD,  # workers outlive Express
+                result_path=sfn.JsonPath.DISCARD)
+            return distributed.item_processor(processor)
+        inline = sfn.Map(self, TRAIN_SEGMENT, state_name=TRAIN_SEGMENT,
+                         items_path="$.run.workers", item_selector=selector,
+                         max_concurrency=self._workers, result_path=sfn.JsonPath.DISCARD)
+        return inline.item_processor(processor)
+
+    def _build_continue(self) -> tasks.StepFunctionsStartExecution:
+        # Imported by name: referencing the machine being defined would be a template cycle.
+        own = sfn.StateMachine.from_state_machine_name(self, "Self", self.name)
+        return tasks.StepFunctionsStartExecution(
+            self, CONTINUE, state_name=CONTINUE, state_machine=own,
+            input=sfn.TaskInput.from_object({"resume.$": "$.run"}),
+            associate_with_parent=True, result_path=sfn.JsonPath.DISCARD)
+
+    # ---- definition ----------------------------------------------------------------------
+    def _build_definition(self) -> sfn.IChainable:
+        record_failure = self._build_record_failure()
+        initialize = sfn.Pass(self, INITIALIZE, state_name=INITIALIZE, parameters={
+            "input.$": "$", "count": {"segments": 0}})
+        plan_run = self._invoke(PLAN_RUN, self._trigger, {
+            "action": "start", "input.$": "$.input", "execution.$": "$$.Execution.Name",
+        }, result_path="$.run")
+        train = self._build_train_segment()
+        plan_next = self._invoke(PLAN_NEXT, self._trigger, {
+            "action": "next", "run.$": "$.run"}, result_path="$.run")
+        shorten = self._invoke(SHORTEN, self._trigger, {
+            "action": "shorten", "run.$": "$.run", "error.$": "$.error"},
+            result_path="$.run")
+        count = sfn.Pass(self, COUNT, state_name=COUNT, result_path="$.count",
+                         parameters={"segments.$": "States.MathAdd($.count.segments, 1)"})
+        finalize = self._invoke(FINALIZE, self._finalize, {
+            "action": "succeeded", "run.$": "$.run", "execution.$": "$$.Execution.Id",
+        }, result_path="$.result")
+        succeeded = sfn.Succeed(self, SUCCEEDED, state_name=SUCCEEDED, output_path="$.result")
+        continue_as_new = self._build_continue()
+        continued = sfn.Succeed(self, CONTINUED, state_name=CONTINUED)
+
+        timeouts = [SEGMENT_TIMEOUT_ERROR, *TIMEOUT_ERRORS]
+        if is_distributed(self._workers):
+            timeouts.append(DISTRIBUTED_FAILURE)
+        train.add_catch(shorten, errors=timeouts, result_path="$.error")
+        catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
+            plan_run, train, plan_next, shorten, finalize, continue_as_new]
+        for state in catching:
+            state.add_catch(record_failure, errors=["States.ALL"], result_path="$.error")
+
+        more = sfn.Choice(self, MORE_SEGMENTS, state_name=MORE_SEGMENTS)
+        more.when(sfn.Condition.boolean_equals("$.run.done", True), finalize.next(succeeded))
+        more.when(sfn.Condition.number_greater_than_equals("$.count.segments",
+                                                           self.segment_limit),
+                  continue_as_new.next(continued))
+        more.otherwise(train)
+        train.next(plan_next)
+        plan_next.next(count)
+        shorten.next(count)
+        count.next(more)
+        return initialize.next(plan_run).next(more)
+
+    def _build_state_machine(self, definition: sfn.IChainable) -> sfn.StateMachine:
+        return sfn.StateMachine(
+            self, STATE_MACHINE_ID,
+            state_machine_name=self.name,
+            state_machine_type=sfn.StateMachineType.STANDARD,  # 1 year, exactly-once tasks
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL,
+                                include_execution_data=True),
+            tracing_enabled=True,
+            comment="FasDL training: segments of W concurrent K-REDUCE workers",
+        )

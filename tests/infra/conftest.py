@@ -1,0 +1,104 @@
+"""Fixtures for the infra suite: each template is synthesized ONCE per session.
+
+jsii synth costs seconds per stack, so the three reference stacks (S3 + x86_64 small W,
+Valkey + arm64, W > 40 Distributed Map) are session-scoped and shared by the snapshot,
+assertion, nag and lint tests. Every stack uses the committed stand-in torch layer so the
+result does not depend on whether ``make layer`` ran.
+
+Snapshots: after an intended infra change, review and refresh them with
+``.venv/bin/python -m pytest tests/infra --snapshot-update``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+
+from infra.nag import add_checks
+from infra.settings import REPO_ROOT, STUB_TORCH_LAYER, Settings, load_settings
+from infra.stack import FasdlStack
+
+PLANS = Path(__file__).parent / "plans"
+PLAN_FILES = {
+    "s3_x86_small": REPO_ROOT / "infra" / "default_plan.json",
+    "valkey_arm64": PLANS / "valkey_arm64.json",
+    "wide_s3": PLANS / "wide_s3.json",
+}
+
+
+@dataclass
+class Synth:
+    name: str
+    settings: Settings
+    stack: FasdlStack
+    template: Template
+    json: dict[str, Any]
+
+    def resources(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {key: value for key, value in self.json["Resources"].items()
+                if value["Type"] == kind}
+
+
+def cdk_context() -> dict[str, Any]:
+    """Feature flags from cdk.json, so tests build what `cdk synth` builds."""
+    context: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    return context
+
+
+def synthesize(name: str, plan: Path, **context: str) -> Synth:
+    settings = load_settings({"plan": str(plan), "torch_layer": str(STUB_TORCH_LAYER),
+                              **context}, warn=False)
+    app = cdk.App(context=cdk_context())
+    stack = FasdlStack(app, settings=settings)
+    add_checks(stack, log_ignores=True)  # nag runs during the same synthesis
+    template = Template.from_stack(stack)
+    return Synth(name, settings, stack, template, dict(template.to_json()))
+
+
+@pytest.fixture(scope="session")
+def synths() -> dict[str, Synth]:
+    return {name: synthesize(name, path) for name, path in PLAN_FILES.items()}
+
+
+@pytest.fixture(scope="session", params=list(PLAN_FILES))
+def synth(request: pytest.FixtureRequest, synths: dict[str, Synth]) -> Synth:
+    return synths[request.param]
+
+
+@pytest.fixture(scope="session")
+def s3_synth(synths: dict[str, Synth]) -> Synth:
+    return synths["s3_x86_small"]
+
+
+@pytest.fixture(scope="session")
+def valkey_synth(synths: dict[str, Synth]) -> Synth:
+    return synths["valkey_arm64"]
+
+
+@pytest.fixture(scope="session")
+def wide_synth(synths: dict[str, Synth]) -> Synth:
+    return synths["wide_s3"]
+
+
+def state_machine_definition(synth: Synth) -> dict[str, Any]:
+    """The ASL with every CloudFormation token replaced by a fake but well-formed ARN."""
+    (machine,) = synth.resources("AWS::StepFunctions::StateMachine").values()
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    text = "".join(part if isinstance(part, str) else _fake_arn(part) for part in parts)
+    definition: dict[str, Any] = json.loads(text)
+    return definition
+
+
+def _fake_arn(token: dict[str, Any]) -> str:
+    if token.get("Ref") == "AWS::Partition":
+        return "aws"
+    if token.get("Ref") == "AWS::AccountId":
+        return "123456789012"
+    logical = token.get("Fn::GetAtt", ["Function"])[0]
+    return f"arn:aws:lambda:us-east-1:123456789012:function:{logical}"

@@ -1,0 +1,130 @@
+"""app.py and synth settings: default plan, plan errors before any resource, layer fallback,
+packaging options, and one real offline `npx cdk synth`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fasdl.plan import Plan, PlanError
+from infra.compute import plan_environment
+from infra.settings import (
+    DEFAULT_PLAN_PATH,
+    LAYER_MANIFEST,
+    REPO_ROOT,
+    STUB_TORCH_LAYER,
+    SettingsError,
+    load_settings,
+)
+from tests.infra.conftest import PLANS, synthesize
+
+OFFLINE_ENV = {
+    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    "CDK_DISABLE_VERSION_CHECK": "1",
+    "CDK_DISABLE_CLI_TELEMETRY": "true",
+}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, **OFFLINE_ENV, "PATH": path, **extra}
+
+
+def _bad_plan(tmp_path: Path) -> tuple[Path, str]:
+    data = json.loads(DEFAULT_PLAN_PATH.read_text())
+    data["deployment"]["workers"] = 0
+    path = tmp_path / "bad_plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanError) as caught:
+        Plan.load(path)
+    return path, str(caught.value)
+
+
+def test_default_plan_is_the_documented_small_job() -> None:
+    settings = load_settings({}, warn=False)
+    deployment = settings.plan.deployment
+    assert settings.plan_path == DEFAULT_PLAN_PATH
+    assert (deployment.workers, deployment.channel, deployment.arch) == (4, "s3", "x86_64")
+
+
+def test_invalid_plan_raises_plan_error(tmp_path: Path) -> None:
+    path, message = _bad_plan(tmp_path)
+    with pytest.raises(PlanError, match=r"deployment\.workers"):
+        load_settings({"plan": str(path)})
+    assert "deployment.workers" in message
+
+
+def test_app_fails_with_plan_message_before_building(tmp_path: Path) -> None:
+    path, message = _bad_plan(tmp_path)
+    context = json.dumps({"plan": str(path)})
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "app.py")], cwd=REPO_ROOT, capture_output=True,
+        text=True, timeout=120, check=False,
+        env=_env(CDK_CONTEXT_JSON=context, CDK_OUTDIR=str(tmp_path / "out")))
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not (tmp_path / "out" / "FasdlStack.template.json").exists()
+
+
+def test_missing_layer_falls_back_to_stub(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    settings = load_settings({"torch_layer": str(tmp_path / "nope")})
+    assert settings.torch_layer_is_stub
+    assert settings.torch_layer_dir == STUB_TORCH_LAYER
+    warning = capsys.readouterr().err
+    assert "WARNING" in warning and "make layer" in warning and "NOT have torch" in warning
+
+
+def test_layer_for_other_arch_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / LAYER_MANIFEST).write_text(json.dumps({"arch": "arm64"}))
+    settings = load_settings({"torch_layer": str(tmp_path),
+                              "plan": str(PLANS / "valkey_arm64.json")})
+    assert not settings.torch_layer_is_stub
+    with pytest.raises(SettingsError, match="--arch x86_64"):
+        load_settings({"torch_layer": str(tmp_path)})
+
+
+def test_unknown_packaging_is_an_error() -> None:
+    with pytest.raises(SettingsError, match="worker_packaging"):
+        load_settings({"worker_packaging": "jar"}, warn=False)
+
+
+def test_plan_environment_has_a_size_cap() -> None:
+    data = json.loads(DEFAULT_PLAN_PATH.read_text())
+    data["provenance"] = {"notes": "x" * 4000}
+    with pytest.raises(ValueError, match="provenance"):
+        plan_environment(Plan.from_dict(data))
+
+
+@pytest.mark.slow
+def test_image_packaging_builds_a_container_worker() -> None:
+    synth = synthesize("image", DEFAULT_PLAN_PATH, worker_packaging="image")
+    workers = [f["Properties"] for f in synth.resources("AWS::Lambda::Function").values()
+               if "ImageUri" in f["Properties"]["Code"]]
+    assert len(workers) == 1
+    (worker,) = workers
+    assert worker["PackageType"] == "Image"
+    assert worker["ImageConfig"]["Command"] == ["handlers.worker.handler"]
+    assert "Layers" not in worker
+    assert worker["MemorySize"] == synth.settings.plan.deployment.memory_mb
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("npx") is None, reason="needs node/npx")
+def test_cdk_cli_synth_offline(tmp_path: Path) -> None:
+    plan = PLANS / "valkey_arm64.json"
+    result = subprocess.run(
+        ["npx", "--no-install", "cdk", "synth", "--no-notices", "-q", "-o", str(tmp_path),
+         "-c", f"plan={plan}", "-c", f"torch_layer={STUB_TORCH_LAYER}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False, env=_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    template = json.loads((tmp_path / "FasdlStack.template.json").read_text())
+    kinds = {resource["Type"] for resource in template["Resources"].values()}
+    assert "AWS::ElastiCache::ServerlessCache" in kinds
+    assert "AWS::StepFunctions::StateMachine" in kinds

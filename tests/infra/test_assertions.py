@@ -1,0 +1,268 @@
+"""Fine-grained assertions: the template implements the plan and the security decisions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match
+
+from infra import workflow
+from infra.access import WILDCARD_RESOURCE_ACTIONS
+from infra.cache import cache_limits
+from infra.compute import ephemeral_storage_mb
+from infra.network import CACHE_PORT
+from tests.infra.conftest import Synth, state_machine_definition
+
+
+def _function(synth: Synth, handler: str) -> dict[str, Any]:
+    for function in synth.resources("AWS::Lambda::Function").values():
+        if function["Properties"].get("Handler") == handler:
+            props: dict[str, Any] = function["Properties"]
+            return props
+    raise AssertionError(f"no function with handler {handler}")
+
+
+def _ref_of(resources: dict[str, dict[str, Any]], value: Any) -> str:
+    """Logical id behind a Ref or GetAtt."""
+    if isinstance(value, dict) and "Ref" in value:
+        return str(value["Ref"])
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return str(value["Fn::GetAtt"][0])
+    raise AssertionError(f"not a reference: {value!r}")
+
+
+# ---- compute ---------------------------------------------------------------------------
+def test_worker_matches_plan(synth: Synth) -> None:
+    deployment = synth.settings.plan.deployment
+    worker = _function(synth, "handlers.worker.handler")
+    assert worker["MemorySize"] == deployment.memory_mb
+    assert worker["Architectures"] == [deployment.arch]
+    assert worker["Timeout"] == deployment.timeout_s
+    assert worker["Runtime"] == "python3.11"
+    assert worker["EphemeralStorage"]["Size"] == ephemeral_storage_mb(synth.settings.plan)
+    assert worker["EphemeralStorage"]["Size"] >= 512 + 1536  # torch unpack + data
+
+
+def test_every_function_has_own_role_and_log_group(synth: Synth) -> None:
+    functions = synth.resources("AWS::Lambda::Function")
+    roles = {json.dumps(f["Properties"]["Role"]) for f in functions.values()}
+    groups = {json.dumps(f["Properties"]["LoggingConfig"]["LogGroup"])
+              for f in functions.values()}
+    assert len(functions) == 4
+    assert len(roles) == len(groups) == 4
+    for role in synth.resources("AWS::IAM::Role").values():
+        assert "ManagedPolicyArns" not in role["Properties"]  # explicit statements only
+    for group in synth.resources("AWS::Logs::LogGroup").values():
+        assert group["Properties"]["RetentionInDays"] > 0
+
+
+def test_trigger_carries_the_plan(synth: Synth) -> None:
+    trigger = _function(synth, "handlers.trigger.handler")
+    embedded = json.loads(trigger["Environment"]["Variables"]["FASDL_PLAN"])
+    assert embedded == synth.settings.plan.to_dict()
+    assert "VpcConfig" not in trigger
+    assert "VpcConfig" not in _function(synth, "handlers.finalize.handler")
+
+
+def test_worker_in_vpc_only_for_valkey(synth: Synth) -> None:
+    worker = _function(synth, "handlers.worker.handler")
+    if synth.settings.plan.deployment.channel == "valkey":
+        assert "VpcConfig" in worker
+        assert "FASDL_CACHE_ENDPOINT" in worker["Environment"]["Variables"]
+    else:
+        assert "VpcConfig" not in worker
+        assert not synth.resources("AWS::EC2::VPC")
+
+
+# ---- workflow --------------------------------------------------------------------------
+def test_map_concurrency_is_w(synth: Synth) -> None:
+    workers = synth.settings.plan.deployment.workers
+    train = state_machine_definition(synth)["States"][workflow.TRAIN_SEGMENT]
+    assert train["Type"] == "Map"
+    assert train["MaxConcurrency"] == workers
+    assert train["ItemsPath"] == "$.run.workers"
+    mode = train["ItemProcessor"]["ProcessorConfig"]["Mode"]
+    assert mode == ("DISTRIBUTED" if workers > 40 else "INLINE")
+    if mode == "DISTRIBUTED":
+        assert train["ItemProcessor"]["ProcessorConfig"]["ExecutionType"] == "STANDARD"
+
+
+def test_state_machine_shape(synth: Synth) -> None:
+    definition = state_machine_definition(synth)
+    states = definition["States"]
+    assert definition["StartAt"] == workflow.INITIALIZE
+    assert {workflow.PLAN_RUN, workflow.MORE_SEGMENTS, workflow.TRAIN_SEGMENT,
+            workflow.PLAN_NEXT, workflow.SHORTEN, workflow.COUNT, workflow.CONTINUE,
+            workflow.FINALIZE, workflow.RECORD_FAILURE, workflow.FAILED} <= set(states)
+    choice = states[workflow.MORE_SEGMENTS]
+    limit = workflow.segments_per_execution(synth.settings.plan.deployment.workers)
+    assert {"Variable": "$.count.segments", "NumericGreaterThanEquals": limit,
+            "Next": workflow.CONTINUE} in choice["Choices"]
+    assert choice["Default"] == workflow.TRAIN_SEGMENT
+    # Timeouts shorten the segment; everything else records the failure.
+    catches = states[workflow.TRAIN_SEGMENT]["Catch"]
+    assert catches[0]["Next"] == workflow.SHORTEN
+    assert {"States.Timeout", "Sandbox.Timedout"} <= set(catches[0]["ErrorEquals"])
+    assert catches[-1] == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
+                           "Next": workflow.RECORD_FAILURE}
+    worker = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][workflow.RUN_WORKER]
+    assert set(worker["Retry"][0]["ErrorEquals"]) == set(workflow.TRANSIENT_LAMBDA_ERRORS)
+    assert states[workflow.FAILED]["Type"] == "Fail"
+    continue_as_new = states[workflow.CONTINUE]
+    assert continue_as_new["Resource"].endswith(":states:::states:startExecution")
+    assert continue_as_new["Parameters"]["StateMachineArn"].endswith(
+        f":stateMachine:{workflow.state_machine_name(synth.stack.stack_name)}")
+
+
+def test_history_budget_fits_the_limit() -> None:
+    for workers in (1, 4, 40, 41, 1000):
+        segments = workflow.segments_per_execution(workers)
+        per_worker = 0 if workers > 40 else workflow.EVENTS_PER_WORKER_INLINE * workers
+        assert segments >= 1
+        assert segments * (workflow.EVENTS_PER_SEGMENT_FIXED + per_worker) <= 24_000
+
+
+def test_state_machine_logging_and_tracing(synth: Synth) -> None:
+    synth.template.has_resource_properties("AWS::StepFunctions::StateMachine", {
+        "StateMachineType": "STANDARD",
+        "TracingConfiguration": {"Enabled": True},
+        "LoggingConfiguration": Match.object_like({"Level": "ALL"}),
+    })
+
+
+# ---- network and cache -----------------------------------------------------------------
+def test_cache_absent_for_s3(s3_synth: Synth, wide_synth: Synth) -> None:
+    for synth in (s3_synth, wide_synth):
+        synth.template.resource_count_is("AWS::ElastiCache::ServerlessCache", 0)
+        assert "CacheEndpoint" not in synth.json["Outputs"]
+
+
+def test_cache_sized_from_plan(valkey_synth: Synth) -> None:
+    limits = cache_limits(valkey_synth.settings.plan)
+    valkey_synth.template.has_resource_properties("AWS::ElastiCache::ServerlessCache", {
+        "Engine": "valkey", "MajorEngineVersion": "8",
+        "CacheUsageLimits": {
+            "DataStorage": {"Maximum": limits.storage_gb, "Unit": "GB"},
+            "ECPUPerSecond": {"Maximum": limits.ecpu_per_second}},
+    })
+    assert 1 <= limits.storage_gb <= 5_000
+    assert 1_000 <= limits.ecpu_per_second <= 15_000_000
+    assert "CacheEndpoint" in valkey_synth.json["Outputs"]
+
+
+def test_cache_admits_only_the_worker_sg(valkey_synth: Synth) -> None:
+    resources = valkey_synth.json["Resources"]
+    (cache,) = valkey_synth.resources("AWS::ElastiCache::ServerlessCache").values()
+    (cache_sg_ref,) = cache["Properties"]["SecurityGroupIds"]
+    cache_sg = _ref_of(resources, cache_sg_ref)
+    worker = _function(valkey_synth, "handlers.worker.handler")
+    (worker_sg_ref,) = worker["VpcConfig"]["SecurityGroupIds"]
+    worker_sg = _ref_of(resources, worker_sg_ref)
+    assert "SecurityGroupIngress" not in resources[cache_sg]["Properties"]
+    rules = [rule["Properties"] for rule in
+             valkey_synth.resources("AWS::EC2::SecurityGroupIngress").values()
+             if _ref_of(resources, rule["Properties"]["GroupId"]) == cache_sg]
+    assert len(rules) == 1
+    (rule,) = rules
+    assert _ref_of(resources, rule["SourceSecurityGroupId"]) == worker_sg
+    assert rule["FromPort"] == rule["ToPort"] == CACHE_PORT
+    assert "CidrIp" not in rule
+
+
+def test_network_is_isolated(valkey_synth: Synth) -> None:
+    template = valkey_synth.template
+    template.resource_count_is("AWS::EC2::NatGateway", 0)
+    template.resource_count_is("AWS::EC2::InternetGateway", 0)
+    template.resource_count_is("AWS::EC2::FlowLog", 1)
+    endpoints = valkey_synth.resources("AWS::EC2::VPCEndpoint").values()
+    assert [e["Properties"]["VpcEndpointType"] for e in endpoints] == ["Gateway"]
+
+
+# ---- storage ---------------------------------------------------------------------------
+def test_every_bucket_denies_non_tls(synth: Synth) -> None:
+    resources = synth.json["Resources"]
+    buckets = set(synth.resources("AWS::S3::Bucket"))
+    denied = set()
+    for policy in synth.resources("AWS::S3::BucketPolicy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if (statement["Effect"] == "Deny" and statement["Condition"] == {
+                    "Bool": {"aws:SecureTransport": "false"}}):
+                denied.add(_ref_of(resources, policy["Properties"]["Bucket"]))
+    assert buckets == denied
+    for bucket in synth.resources("AWS::S3::Bucket").values():
+        props = bucket["Properties"]
+        assert props["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True}
+        assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+
+
+def test_removal_policies(s3_synth: Synth) -> None:
+    buckets = s3_synth.resources("AWS::S3::Bucket")
+    policies = {key.split("Bucket")[0]: value["DeletionPolicy"]
+                for key, value in buckets.items()}
+    assert policies == {"StorageAccessLogs": "Retain", "StorageDatasets": "Retain",
+                        "StorageResults": "Retain", "StorageExchange": "Delete"}
+    exchange = next(v for k, v in buckets.items() if k.startswith("StorageExchange"))
+    (rule,) = exchange["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert rule["Prefix"] == "exchange/" and rule["ExpirationInDays"] == 1
+    logged = [b for b in buckets.values() if "LoggingConfiguration" in b["Properties"]]
+    assert len(logged) == 3  # all but the log bucket itself
+
+
+# ---- IAM -------------------------------------------------------------------------------
+def _statements(synth: Synth) -> list[dict[str, Any]]:
+    found = []
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        found.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    for role in synth.resources("AWS::IAM::Role").values():
+        for inline in role["Properties"].get("Policies", []):
+            found.extend(inline["PolicyDocument"]["Statement"])
+    return found
+
+
+def test_wildcard_resources_only_where_required(synth: Synth) -> None:
+    for statement in _statements(synth):
+        resources = statement["Resource"]
+        resources = resources if isinstance(resources, list) else [resources]
+        actions = statement["Action"]
+        actions = actions if isinstance(actions, list) else [actions]
+        assert all("*" not in action for action in actions), statement
+        if "*" in resources:
+            assert set(actions) <= set(WILDCARD_RESOURCE_ACTIONS), statement
+
+
+def test_outputs(synth: Synth) -> None:
+    outputs = synth.json["Outputs"]
+    for name in ("StateMachineArn", "DatasetsBucketName", "ResultsBucketName",
+                 "ExchangeBucketName", "StartRunCommand"):
+        assert name in outputs
+    command = outputs["StartRunCommand"]["Value"]["Fn::Join"][1]
+    assert command[0] == "aws stepfunctions start-execution --state-machine-arn "
+    assert command[2] == " --input '{}'"
+
+
+@pytest.mark.parametrize("workers,expected", [(4, 342), (40, 55), (41, 800)])
+def test_segment_limits(workers: int, expected: int) -> None:
+    assert workflow.segments_per_execution(workers) == expected
+
+
+def test_valkey_worker_has_no_s3_exchange_access(valkey_synth: Synth, s3_synth: Synth) -> None:
+    def worker_resources(synth: Synth) -> str:
+        worker = _function(synth, "handlers.worker.handler")
+        role = _ref_of(synth.json["Resources"], worker["Role"])
+        policies = [p for p in synth.resources("AWS::IAM::Policy").values()
+                    if any(r["Ref"] == role for r in p["Properties"]["Roles"])]
+        return json.dumps(policies)
+
+    assert "/exchange/*" not in worker_resources(valkey_synth)
+    assert "/exchange/*" in worker_resources(s3_synth)
+
+
+def test_map_results_stay_small(synth: Synth) -> None:
+    train = state_machine_definition(synth)["States"][workflow.TRAIN_SEGMENT]
+    run = train["ItemProcessor"]["States"][workflow.RUN_WORKER]
+    assert run["ResultPath"] is None and run["OutputPath"] == "$.worker"
+    assert train["ResultPath"] is None

@@ -1,0 +1,195 @@
+"""Run the synthesized state machine in moto's ASL interpreter with fake Lambdas that follow
+infra/contract.py: proves the loop, the timeout -> shorten path, the failure path and
+continue-as-new, without AWS. moto 5.2.5 has no public hook to run handler code, so
+``LambdaSimpleBackend.invoke`` is patched (the verified approach in toolchain-verified.md f).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service_sfn,
+)
+
+from infra import workflow
+from infra.contract import RunState
+from tests.infra.conftest import Synth, state_machine_definition
+
+REGION = "us-east-1"
+SEGMENTS = 3
+MOTO_CONFIG: Any = {"stepfunctions": {"execute_state_machine": True},
+                    "lambda": {"use_docker": False}}
+
+
+class WorkerTimeout(Exception):
+    pass
+
+
+class FakeLambdas:
+    """Trigger, worker and finalize per the contract; records every call."""
+
+    def __init__(self, workers: int, *, timeout_at: tuple[int, int] | None = None,
+                 crash_at: tuple[int, int] | None = None) -> None:
+        self.workers = workers
+        self.timeout_at = timeout_at  # (segment index, worker): time out once
+        self.crash_at = crash_at  # (segment index, worker): raise a plain error
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, function_name: str, event: dict[str, Any]) -> dict[str, Any]:
+        name = function_name.split(":")[-1]
+        role = next(r for r in ("Trigger", "Worker", "Finalize") if r in name)
+        self.calls.append((f"{role}.{event.get('action')}", event))
+        result: dict[str, Any] = getattr(self, role.lower())(event)
+        return result
+
+    def trigger(self, event: dict[str, Any]) -> dict[str, Any]:
+        if event["action"] == "start":
+            resume = event["input"].get("resume")
+            if resume is not None:
+                return dict(resume)
+            return dict(RunState(run_id=event["input"].get("run_id", "run-1"),
+                            plan_key="runs/run-1/plan.json",
+                            segment={"index": 0, "start_iteration": 0, "iterations": 8,
+                                     "attempt": 0},
+                            workers=list(range(self.workers)), done=False))
+        run: dict[str, Any] = event["run"]
+        segment: dict[str, int] = dict(run["segment"])
+        if event["action"] == "shorten":
+            assert event["error"]["Error"]
+            segment.update(iterations=segment["iterations"] // 2,
+                           attempt=segment["attempt"] + 1)
+            return {**run, "segment": segment}
+        segment.update(index=segment["index"] + 1,
+                       start_iteration=segment["start_iteration"] + segment["iterations"],
+                       attempt=0)
+        return {**run, "segment": segment, "done": segment["index"] >= SEGMENTS}
+
+    def worker(self, event: dict[str, Any]) -> dict[str, Any]:
+        assert set(event) == {"action", "run_id", "plan_key", "segment", "worker"}
+        where = (event["segment"]["index"], event["worker"])
+        if where == self.timeout_at and event["segment"]["attempt"] == 0:
+            raise WorkerTimeout
+        if where == self.crash_at:
+            raise RuntimeError("worker crashed")
+        return {"worker": event["worker"]}
+
+    def finalize(self, event: dict[str, Any]) -> dict[str, Any]:
+        if event["action"] == "failed":
+            assert event["state"]["error"]["Error"]
+            return {}
+        return {"run_id": event["run"]["run_id"], "model_key": "runs/run-1/model.npz",
+                "summary_key": "runs/run-1/summary.json"}
+
+    def actions(self) -> list[str]:
+        return [action for action, _ in self.calls if not action.startswith("Worker")]
+
+
+@pytest.fixture
+def fake_lambdas(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[FakeLambdas]]:
+    installed: list[FakeLambdas] = []
+
+    def invoke(self: object, function_name: str, qualifier: object, body: str,
+               headers: object, response_headers: dict[str, str]) -> bytes:
+        try:
+            return json.dumps(installed[0](function_name, json.loads(body))).encode()
+        except WorkerTimeout:
+            error = {"errorType": "Sandbox.Timedout", "errorMessage": "Task timed out"}
+        except RuntimeError as crash:
+            error = {"errorType": "RuntimeError", "errorMessage": str(crash)}
+        response_headers["x-amz-function-error"] = "Unhandled"
+        return json.dumps(error).encode()
+
+    monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+    yield installed
+
+
+def _execute(definition: dict[str, Any], run_input: dict[str, Any]
+             ) -> list[dict[str, Any]]:
+    """Create the machine, start one execution, wait for every execution to finish."""
+    with mock_aws(config=MOTO_CONFIG):
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        role = boto3.client("iam", region_name=REGION).create_role(
+            RoleName="sfn", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        arn = sfn.create_state_machine(
+            name=workflow.state_machine_name("FasdlStack"), definition=json.dumps(definition),
+            roleArn=role)["stateMachineArn"]
+        # Named: moto names unnamed executions "None", so a second one would collide.
+        sfn.start_execution(stateMachineArn=arn, name="first", input=json.dumps(run_input))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            executions = sfn.list_executions(stateMachineArn=arn)["executions"]
+            if all(e["status"] != "RUNNING" for e in executions):
+                return [sfn.describe_execution(executionArn=e["executionArn"])
+                        for e in sorted(executions, key=lambda e: e["startDate"])]
+            time.sleep(0.05)
+    raise AssertionError("executions did not finish")
+
+
+def test_segments_loop_and_a_timeout_shortens(s3_synth: Synth,
+                                              fake_lambdas: list[FakeLambdas]) -> None:
+    fake = FakeLambdas(4, timeout_at=(1, 2))
+    fake_lambdas.append(fake)
+    (execution,) = _execute(state_machine_definition(s3_synth), {})
+    assert execution["status"] == "SUCCEEDED", execution
+    assert json.loads(execution["output"])["model_key"] == "runs/run-1/model.npz"
+    assert fake.actions() == ["Trigger.start", "Trigger.next", "Trigger.shorten",
+                              "Trigger.next", "Trigger.next", "Finalize.succeeded"]
+    workers = [event for action, event in fake.calls if action == "Worker.train"]
+    assert len(workers) == 4 * (SEGMENTS + 1)
+    retried = [w["segment"] for w in workers if w["segment"]["attempt"] == 1]
+    assert retried and all(s["iterations"] == 4 and s["index"] == 1 for s in retried)
+
+
+def test_worker_error_records_failure(s3_synth: Synth,
+                                      fake_lambdas: list[FakeLambdas]) -> None:
+    fake = FakeLambdas(4, crash_at=(0, 1))
+    fake_lambdas.append(fake)
+    (execution,) = _execute(state_machine_definition(s3_synth), {"run_id": "bad"})
+    assert execution["status"] == "FAILED"
+    assert execution["error"] == workflow.RUN_FAILED_ERROR
+    assert fake.actions() == ["Trigger.start", "Finalize.failed"]
+    (failed,) = [event for action, event in fake.calls if action == "Finalize.failed"]
+    assert failed["state"]["run"]["run_id"] == "bad"
+    assert failed["state"]["error"]["Error"] == "RuntimeError"
+
+
+@pytest.fixture
+def sfn_integration_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto 5.2.5 hands the documented ASL keys ("Input", "StateMachineArn") to botocore
+    unchanged, and botocore wants "input"/"stateMachineArn"; AWS accepts the ASL form."""
+    service = state_task_service_sfn.StateTaskServiceSfn
+    original = service._normalise_parameters
+
+    def normalise(self: Any, parameters: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        original(self, parameters, *args, **kwargs)
+        for key in [k for k in parameters if k[:1].isupper()]:
+            parameters[key[0].lower() + key[1:]] = parameters.pop(key)
+
+    monkeypatch.setattr(service, "_normalise_parameters", normalise)
+
+
+@pytest.mark.usefixtures("sfn_integration_keys")
+def test_continue_as_new_carries_the_run(s3_synth: Synth,
+                                         fake_lambdas: list[FakeLambdas]) -> None:
+    definition = copy.deepcopy(state_machine_definition(s3_synth))
+    for choice in definition["States"][workflow.MORE_SEGMENTS]["Choices"]:
+        if "NumericGreaterThanEquals" in choice:
+            choice["NumericGreaterThanEquals"] = 2  # continue after two segments
+    fake = FakeLambdas(2)
+    fake_lambdas.append(fake)
+    first, second = _execute(definition, {})
+    assert first["status"] == second["status"] == "SUCCEEDED"
+    resumed = json.loads(second["input"])["resume"]
+    assert resumed["segment"]["index"] == 2 and resumed["run_id"] == "run-1"
+    assert json.loads(second["output"])["run_id"] == "run-1"
+    indices = [e["segment"]["index"] for a, e in fake.calls if a == "Worker.train"]
+    assert sorted(set(indices)) == [0, 1, 2]
