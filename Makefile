@@ -46,7 +46,7 @@ bench: setup
 
 # The torch layer for `cdk deploy` (torch.tar.zst + loader; 6-10 min at zstd -19).
 layer: setup
-	$(PY) layers/torch/build.py --function-dir functions
+	$(PY) layers/torch/build.py --function-dir functions $(if $(ARCH),--arch $(ARCH),)
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache
