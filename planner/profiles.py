@@ -27,15 +27,12 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.plan import ARCHITECTURES, CHANNELS, Workload
+from fasdl.plan import ARCHITECTURES, CHANNELS, DATASET_KEY, IDENTIFIER, REGION, Workload
 
 Direction = Literal["up", "down"]
 DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
 
 _DATA: Traversable = resources.files("planner") / "data"
-_IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")  # same as the plan contract
-_DATASET_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,255}$")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 
 _Profile = TypeVar("_Profile", "WorkloadProfile", "PlatformProfile", "Prices")
 
@@ -99,9 +96,9 @@ class WorkloadProfile:
     notes: str = ""
 
     def __post_init__(self) -> None:
-        _text("name", self.name, _IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
-        _text("model", self.model, _IDENTIFIER, "a model registry name (letters, digits, '_.-')")
-        _text("dataset", self.dataset, _DATASET_KEY, "an S3 key prefix (letters, digits, '_.-/')")
+        _text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
+        _text("model", self.model, IDENTIFIER, "a model registry name (letters, digits, '_.-')")
+        _text("dataset", self.dataset, DATASET_KEY, "an S3 key prefix (letters, digits, '_.-/')")
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
             raise _bad("samples", f"must be an integer >= 1, got {self.samples!r}")
         _set(self, "dataset_mb", _number("dataset_mb", self.dataset_mb, low=0.0, above=True))
@@ -169,7 +166,7 @@ class PlatformProfile:
     invocation_overhead_s: float
 
     def __post_init__(self) -> None:
-        _text("name", self.name, _IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
+        _text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
         _choice("channel", self.channel, CHANNELS)
         _choice("arch", self.arch, ARCHITECTURES)
         _text("source", self.source)
@@ -255,7 +252,7 @@ class Prices:
     s3_list: float = 0.005 / 1000  # LIST is billed like PUT; polling for objects pays it
 
     def __post_init__(self) -> None:
-        _text("region", self.region, _REGION, "an AWS region name such as us-east-1")
+        _text("region", self.region, REGION, "an AWS region name such as us-east-1")
         if not isinstance(self.lambda_gb_s, Mapping) or not self.lambda_gb_s:
             raise _bad("lambda_gb_s", f"must map architectures ({', '.join(ARCHITECTURES)}) "
                                       f"to USD per GB-second, got {self.lambda_gb_s!r}")

@@ -32,8 +32,10 @@ Channel = Literal["s3", "valkey"]
 Arch = Literal["x86_64", "arm64"]
 Sync = Literal["hap", "bsp"]
 
-_IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-_DATASET_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,255}$")
+# Shared with the planner's profiles so a profile can never hold a name a plan rejects.
+IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+DATASET_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,255}$")
+REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 
 
 _Section = TypeVar("_Section", "Workload", "Deployment", "Training", "Prediction")
@@ -95,11 +97,11 @@ class Workload:
     model_mb: float
 
     def validate(self) -> None:
-        _require_pattern("workload.name", self.name, _IDENTIFIER,
+        _require_pattern("workload.name", self.name, IDENTIFIER,
                          "an identifier of 1-64 letters, digits, '_', '.', '-'")
-        _require_pattern("workload.model", self.model, _IDENTIFIER,
+        _require_pattern("workload.model", self.model, IDENTIFIER,
                          "a model registry name of 1-64 letters, digits, '_', '.', '-'")
-        _require_pattern("workload.dataset", self.dataset, _DATASET_KEY,
+        _require_pattern("workload.dataset", self.dataset, DATASET_KEY,
                          "an S3 key prefix of 1-256 letters, digits, '_', '.', '-', '/'")
         _require_int("workload.samples", self.samples, 1, 10**10)
         _require_float("workload.dataset_mb", self.dataset_mb, 0.0, 1e7, open_low=True)
@@ -122,7 +124,7 @@ class Deployment:
         _require_choice("deployment.arch", self.arch, ARCHITECTURES)
         _require_int("deployment.memory_mb", self.memory_mb, MIN_MEMORY_MB, MAX_MEMORY_MB)
         _require_int("deployment.workers", self.workers, 1, MAX_WORKERS)
-        _require_pattern("deployment.region", self.region, re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$"),
+        _require_pattern("deployment.region", self.region, REGION,
                          "an AWS region name such as us-east-1")
         _require_int("deployment.timeout_s", self.timeout_s, 60, MAX_TIMEOUT_S)
 
