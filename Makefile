@@ -40,9 +40,10 @@ synth: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH npx cdk synth --no-notices -q $(if $(PLAN),-c plan=$(PLAN),)
 
 bench: setup
-	$(PY) bench/planner_search.py
-	$(PY) bench/channel.py
-	$(PY) bench/step_overhead.py
+	$(PY) -m bench.planner_search
+	$(PY) -m bench.planner_frontier
+	$(PY) -m bench.channel
+	$(PY) -m bench.step_overhead
 
 # The torch layer for `cdk deploy` (torch.tar.zst + loader; 6-10 min at zstd -19).
 layer: setup

@@ -87,8 +87,9 @@ def render_frontier(problem: Problem, png: str, *, points: int = 40) -> dict[str
     axes.set_xscale("log")
     axes.set_xlabel("deadline (s)")
     axes.set_ylabel("minimum predicted cost (USD)")
+    scope = f", W >= {problem.min_workers}" if problem.min_workers > 1 else ""
     axes.set_title(f"{problem.workload.name} on {problem.channel}/{problem.arch}, "
-                   f"B^g_max {problem.max_global_batch}, {problem.epochs} epochs")
+                   f"B^g_max {problem.max_global_batch}, {problem.epochs} epochs{scope}")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
     figure.tight_layout()
