@@ -1,12 +1,52 @@
-"""PLACEHOLDER finalize handler so the stack synthesizes; replaced by the runtime implementation.
+"""Finalize Lambda (infra/contract.py).
 
-The event/return contract is documented in infra/workflow.py and the infra report.
+* ``succeeded`` ``{"run": RunState, "execution": arn}``: copies the last checkpoint's merged
+  model to ``runs/<run_id>/model.npy`` (+ ``model.json``), writes ``runs/<run_id>/summary.json``
+  from the workers' segment results, deletes the run's exchange keys and returns
+  ``{run_id, model_key, summary_key, extra}``.
+* ``failed`` ``{"state": $, "execution": arn}``: writes ``runs/<run_id>/failure.json`` first,
+  then deletes the exchange keys (best effort: Valkey keys also expire by TTL).
+
+Needs neither torch nor numpy: the model is copied verbatim after a sha256 check.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fasdl import results, segments
+from fasdl.environment import Settings
+from fasdl.metrics import get_logger
 
-def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
-    return {"placeholder": "finalize", "action": event.get("action")}
+logger = get_logger("fasdl-finalize")
+
+
+def _clean(settings: Settings, run_id: str) -> None:
+    try:
+        deleted = results.clean_exchange(settings, run_id)
+    except Exception:  # cleanup must not hide the outcome; the lifecycle rule / TTL remain
+        logger.exception("exchange cleanup failed", extra={"run_id": run_id})
+    else:
+        logger.info("exchange cleaned", extra={"run_id": run_id, "deleted": deleted})
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    settings = Settings.from_env()
+    action = event.get("action")
+    execution = str(event.get("execution", ""))
+    s3 = settings.s3_client()
+    if action == "succeeded":
+        run = segments.parse_run(event.get("run"))
+        outcome = results.write_final(s3, settings, run, execution)
+        _clean(settings, outcome["run_id"])
+        logger.info("run finished", extra=outcome)
+        return outcome
+    if action == "failed":
+        state = event.get("state")
+        run_id, key = results.write_failure(s3, settings, state if isinstance(state, dict)
+                                            else {}, execution)
+        logger.error("run failed", extra={"run_id": run_id, "failure_key": key})
+        _clean(settings, run_id)
+        return {"run_id": run_id, "failure_key": key}
+    raise segments.RunStateError(f"event field 'action': must be succeeded or failed, "
+                                 f"got {action!r}")

@@ -1,0 +1,163 @@
+"""Typed settings from the ``FASDL_*`` environment of infra/contract.py, and the clients they imply.
+
+Pure stdlib at import time: the trigger runs without torch, numpy or redis, so boto3 and the
+channel modules are imported only when a client is built.
+
+Besides the contract's variables, local runs and tests may set:
+
+* ``FASDL_S3_PATH_STYLE=1``: path-style S3 addressing (SeaweedFS, MinIO); the endpoint itself
+  comes from boto3's own ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``;
+* ``FASDL_CACHE_CLUSTER`` (default 1: ElastiCache Serverless speaks cluster mode; 0 for a
+  standalone server) and ``FASDL_CACHE_CA_CERTS`` (a CA bundle for a self-signed local TLS);
+* ``FASDL_CACHE_TTL_S``: TTL of exchange keys in Valkey (default 3600);
+* ``FASDL_CACHE_DIR``: where partitions are cached across warm invocations (``/tmp/fasdl-data``);
+* ``FASDL_TIME_MARGIN_S``: time a worker keeps in reserve before its deadline (default 5).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fasdl.channel.base import Channel
+    from fasdl.channel.factory import ChannelConfig
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+class SettingsError(ValueError):
+    """A required environment variable is missing or malformed; the message names it."""
+
+
+def _flag(source: Mapping[str, str], name: str, default: bool) -> bool:
+    value = source.get(name)
+    return default if value is None or value == "" else value.strip().lower() in _TRUE
+
+
+def _number(source: Mapping[str, str], name: str, default: float) -> float:
+    text = source.get(name, "")
+    if not text:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise SettingsError(f"environment variable {name}: expected a number, "
+                            f"got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    stack: str
+    channel: str  # "s3" | "valkey"
+    deployment: str  # Plan.deployment_fingerprint() of the deployed stack
+    datasets_bucket: str
+    results_bucket: str
+    exchange_bucket: str
+    exchange_prefix: str = "exchange/"
+    runs_prefix: str = "runs/"
+    metrics_namespace: str = "FasDL"
+    cache_endpoint: str = ""
+    cache_port: int = 6379
+    cache_tls: bool = False
+    cache_cluster: bool = True
+    cache_ca_certs: str | None = None
+    cache_ttl_s: int = 3600
+    s3_path_style: bool = False
+    cache_dir: str = "/tmp/fasdl-data"
+    time_margin_s: float = 5.0
+    plan_json: str | None = None  # FASDL_PLAN, the trigger only
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        source = os.environ if environ is None else environ
+
+        def required(name: str) -> str:
+            value = source.get(name, "")
+            if not value:
+                raise SettingsError(f"environment variable {name} is not set")
+            return value
+
+        channel = required("FASDL_CHANNEL")
+        if channel not in ("s3", "valkey"):
+            raise SettingsError(f"environment variable FASDL_CHANNEL: must be s3 or valkey, "
+                                f"got {channel!r}")
+        port_text = source.get("FASDL_CACHE_PORT", "") or "6379"
+        if not port_text.isdigit():
+            raise SettingsError(f"environment variable FASDL_CACHE_PORT: expected a port, "
+                                f"got {port_text!r}")
+        settings = cls(
+            stack=source.get("FASDL_STACK", "") or "fasdl",
+            channel=channel,
+            deployment=source.get("FASDL_DEPLOYMENT", ""),
+            datasets_bucket=required("FASDL_DATASETS_BUCKET"),
+            results_bucket=required("FASDL_RESULTS_BUCKET"),
+            exchange_bucket=source.get("FASDL_EXCHANGE_BUCKET", ""),
+            exchange_prefix=source.get("FASDL_EXCHANGE_PREFIX", "exchange/"),
+            runs_prefix=source.get("FASDL_RUNS_PREFIX", "runs/"),
+            metrics_namespace=source.get("FASDL_METRICS_NAMESPACE", "") or "FasDL",
+            cache_endpoint=source.get("FASDL_CACHE_ENDPOINT", ""),
+            cache_port=int(port_text),
+            cache_tls=_flag(source, "FASDL_CACHE_TLS", False),
+            cache_cluster=_flag(source, "FASDL_CACHE_CLUSTER", True),
+            cache_ca_certs=source.get("FASDL_CACHE_CA_CERTS") or None,
+            cache_ttl_s=int(_number(source, "FASDL_CACHE_TTL_S", 3600)),
+            s3_path_style=_flag(source, "FASDL_S3_PATH_STYLE", False),
+            cache_dir=source.get("FASDL_CACHE_DIR", "") or "/tmp/fasdl-data",
+            time_margin_s=_number(source, "FASDL_TIME_MARGIN_S", 5.0),
+            plan_json=source.get("FASDL_PLAN") or None,
+        )
+        if channel == "s3" and not settings.exchange_bucket:
+            raise SettingsError("environment variable FASDL_EXCHANGE_BUCKET is not set "
+                                "(required for the s3 channel)")
+        if channel == "valkey" and not settings.cache_endpoint:
+            raise SettingsError("environment variable FASDL_CACHE_ENDPOINT is not set "
+                                "(required for the valkey channel)")
+        return settings
+
+    # ---- keys -----------------------------------------------------------------------------
+    def run_prefix(self, run_id: str) -> str:
+        return f"{self.runs_prefix}{run_id}/"
+
+    def plan_key(self, run_id: str) -> str:
+        return f"{self.run_prefix(run_id)}plan.json"
+
+    def segment_result_key(self, run_id: str, index: int, attempt: int, worker: int) -> str:
+        return (f"{self.run_prefix(run_id)}segments/{index:05d}/attempt-{attempt}/"
+                f"worker-{worker:04d}.json")
+
+    # ---- clients --------------------------------------------------------------------------
+    def exchange_config(self, *, retry_fast: bool = False) -> ChannelConfig:
+        """The shard exchange: the S3 exchange bucket or the Valkey cache, under the prefix."""
+        from fasdl.channel.factory import ChannelConfig
+
+        if self.channel == "s3":
+            return ChannelConfig(kind="s3", prefix=self.exchange_prefix,
+                                 bucket=self.exchange_bucket, path_style=self.s3_path_style)
+        return ChannelConfig(kind="valkey", prefix=self.exchange_prefix, ttl_s=self.cache_ttl_s,
+                             host=self.cache_endpoint, port=self.cache_port, tls=self.cache_tls,
+                             cluster=self.cache_cluster, ca_certs=self.cache_ca_certs)
+
+    def exchange_channel(self) -> Channel:
+        from fasdl.channel.factory import build_channel
+
+        return build_channel(self.exchange_config())
+
+    def results_store(self, client: Any | None = None) -> Channel:
+        """The results bucket under ``runs/``: checkpoints (keys ``{run}/checkpoint/...``)."""
+        from fasdl.channel.s3 import S3Channel
+
+        return S3Channel(self.results_bucket, self.runs_prefix,
+                         client=client or self.s3_client())
+
+    def s3_client(self) -> Any:
+        """A boto3 S3 client; boto3 itself reads AWS_ENDPOINT_URL_S3 and the credentials."""
+        import boto3
+
+        from fasdl.channel.s3 import s3_client_config
+
+        session = boto3.session.Session()
+        return session.client("s3", region_name=session.region_name or "us-east-1",
+                              config=s3_client_config(path_style=self.s3_path_style))

@@ -1,0 +1,304 @@
+"""Run state of the training state machine: start, next segment, shortened retry.
+
+Pure stdlib (the trigger Lambda has no torch or numpy). A run is cut into segments of at most
+``training.segment_iterations`` iterations; ``next`` keeps the length of the segment just
+finished, so once a timeout has halved it the rest of the run stays at the shorter length
+(a segment that timed out once would time out again). ``shorten`` halves the same segment
+and bumps its attempt, which gives it fresh exchange keys; it gives up after
+:data:`MAX_ATTEMPTS` attempts or when one iteration no longer fits.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fasdl.plan import Plan, PlanError
+
+MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_DEPLOYMENT_FIELDS = ("channel", "arch", "memory_mb", "workers", "region", "timeout_s")
+
+
+class RunStateError(ValueError):
+    """Malformed trigger input or run state; the message names the field."""
+
+
+class RetriesExhausted(RuntimeError):
+    """A segment cannot be shortened again: the run takes the failure path."""
+
+
+# ---- the run state (infra/contract.py RunState) ---------------------------------------------
+def segment(index: int, start_iteration: int, iterations: int, attempt: int) -> dict[str, int]:
+    return {"index": index, "start_iteration": start_iteration, "iterations": iterations,
+            "attempt": attempt}
+
+
+def first_state(plan: Plan, run_id: str, plan_key: str) -> dict[str, Any]:
+    iterations = min(plan.training.segment_iterations, plan.total_iterations)
+    return {"run_id": run_id, "plan_key": plan_key, "segment": segment(0, 0, iterations, 0),
+            "workers": list(range(plan.deployment.workers)), "done": False}
+
+
+def _int_field(data: Mapping[str, Any], name: str, path: str, low: int = 0) -> int:
+    value = data.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise RunStateError(f"run state field '{path}.{name}': must be an integer >= {low}, "
+                            f"got {value!r}")
+    return value
+
+
+def parse_run(run: object) -> dict[str, Any]:
+    """Check a run state handed back by the state machine (shape only)."""
+    if not isinstance(run, dict):
+        raise RunStateError(f"run state field 'run': must be an object, got {run!r}")
+    for name in ("run_id", "plan_key"):
+        if not isinstance(run.get(name), str) or not run[name]:
+            raise RunStateError(f"run state field 'run.{name}': must be a non-empty string")
+    seg = run.get("segment")
+    if not isinstance(seg, dict):
+        raise RunStateError("run state field 'run.segment': must be an object")
+    for name in ("index", "start_iteration", "iterations", "attempt"):
+        _int_field(seg, name, "run.segment")
+    workers = run.get("workers")
+    if not isinstance(workers, list) or workers != list(range(len(workers))) or not workers:
+        raise RunStateError("run state field 'run.workers': must be [0, 1, ..., W-1]")
+    return run
+
+
+def next_state(run: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
+    """The segment after ``run.segment`` (attempt 0), or ``done`` after the last one."""
+    current = run["segment"]
+    start = current["start_iteration"] + current["iterations"]
+    remaining = plan.total_iterations - start
+    if remaining <= 0:
+        return {**run, "segment": segment(current["index"] + 1, start, 0, 0), "done": True}
+    length = min(max(1, current["iterations"]), plan.training.segment_iterations, remaining)
+    return {**run, "segment": segment(current["index"] + 1, start, length, 0), "done": False}
+
+
+def shorten_state(run: Mapping[str, Any], error: object = None) -> dict[str, Any]:
+    """The same segment with half the iterations and ``attempt + 1``."""
+    current = run["segment"]
+    attempt = current["attempt"] + 1
+    iterations = current["iterations"] // 2
+    why = _describe(error)
+    if iterations < 1:
+        raise RetriesExhausted(
+            f"segment {current['index']} (iteration {current['start_iteration']}) timed out "
+            f"with a single iteration; nothing left to shorten{why}")
+    if attempt >= MAX_ATTEMPTS:
+        raise RetriesExhausted(
+            f"segment {current['index']} (iteration {current['start_iteration']}) timed out "
+            f"{attempt} times; giving up after {MAX_ATTEMPTS} attempts{why}")
+    return {**run, "segment": segment(current["index"], current["start_iteration"], iterations,
+                                      attempt), "done": False}
+
+
+def _describe(error: object) -> str:
+    if isinstance(error, dict) and error.get("Error"):
+        return f" (last error: {error.get('Error')}: {str(error.get('Cause', ''))[:300]})"
+    return ""
+
+
+# ---- start: overrides and validation ---------------------------------------------------------
+def parse_fingerprint(fingerprint: str) -> dict[str, str]:
+    """``channel:arch:<M>MB:W<n>:region:<t>s`` (Plan.deployment_fingerprint) as fields."""
+    parts = fingerprint.split(":")
+    if len(parts) != len(_DEPLOYMENT_FIELDS):
+        raise RunStateError(f"environment variable FASDL_DEPLOYMENT: not a deployment "
+                            f"fingerprint: {fingerprint!r}")
+    channel, arch, memory, workers, region, timeout = parts
+    return {"channel": channel, "arch": arch, "memory_mb": memory.removesuffix("MB"),
+            "workers": workers.removeprefix("W"), "region": region,
+            "timeout_s": timeout.removesuffix("s")}
+
+
+def check_deployment(plan: Plan, fingerprint: str) -> None:
+    """Raise a PlanError naming the first deployment field that differs from the stack's."""
+    if not fingerprint or plan.deployment_fingerprint() == fingerprint:
+        return
+    deployed = parse_fingerprint(fingerprint)
+    for name in _DEPLOYMENT_FIELDS:
+        value = str(getattr(plan.deployment, name))
+        if value != deployed[name]:
+            raise PlanError(f"deployment.{name}",
+                            f"the stack is deployed for {name}={deployed[name]}, the plan has "
+                            f"{value}; a plan for another deployment needs its own stack "
+                            f"(cdk deploy -c plan=...)")
+    raise PlanError("deployment", f"fingerprint {plan.deployment_fingerprint()!r} does not "
+                                  f"match the stack's {fingerprint!r}")
+
+
+def resolve_plan(execution_input: Mapping[str, Any], deployed_json: str | None,
+                 fingerprint: str) -> Plan:
+    """The run's plan: ``input.plan`` or the deployed plan, with the input's overrides."""
+    if "plan" in execution_input:
+        plan = Plan.from_dict(execution_input["plan"])
+    elif deployed_json:
+        plan = Plan.from_json(deployed_json)
+    else:
+        raise RunStateError("input field 'plan': no plan given and FASDL_PLAN is not set")
+    check_deployment(plan, fingerprint)
+    training_changes: dict[str, Any] = {}
+    workload_changes: dict[str, Any] = {}
+    if "epochs" in execution_input:
+        training_changes["epochs"] = execution_input["epochs"]
+    if "dataset" in execution_input:
+        dataset = execution_input["dataset"]
+        workload_changes["dataset"] = dataset.strip("/") if isinstance(dataset, str) else dataset
+    # Plan.__post_init__ validates again and names the field (training.epochs, ...)
+    return dataclasses.replace(
+        plan, training=dataclasses.replace(plan.training, **training_changes),
+        workload=dataclasses.replace(plan.workload, **workload_changes))
+
+
+def resolve_run_id(execution_input: Mapping[str, Any], execution: object) -> str:
+    run_id = execution_input.get("run_id", execution)
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise RunStateError(f"input field 'run_id': must be 1-128 letters, digits, '_', '.', "
+                            f"'-' starting with a letter or digit, got {run_id!r}")
+    return run_id
+
+
+# ---- dataset checks (stdlib .npy header parsing) ---------------------------------------------
+RangeReader = Callable[[str, int, int], bytes]
+
+
+def npy_shape(read_range: RangeReader, key: str) -> tuple[tuple[int, ...], str]:
+    """Shape and dtype string of a .npy object, read from its header (no numpy needed)."""
+    preamble = read_range(key, 0, 12)
+    if len(preamble) < 10 or not preamble.startswith(b"\x93NUMPY"):
+        raise RunStateError(f"dataset object {key!r}: not a .npy file")
+    size = 2 if preamble[6] == 1 else 4
+    length = int.from_bytes(preamble[8:8 + size], "little")
+    if length > 65536:
+        raise RunStateError(f"dataset object {key!r}: .npy header of {length} bytes")
+    header = read_range(key, 8 + size, 8 + size + length)
+    try:  # the header is a Python dict literal; literal_eval evaluates literals only
+        fields = ast.literal_eval(header.decode("latin1"))
+        shape = tuple(int(n) for n in fields["shape"])
+        descr = str(fields["descr"])
+    except (ValueError, SyntaxError, KeyError, TypeError) as error:
+        raise RunStateError(f"dataset object {key!r}: malformed .npy header ({error})") from None
+    if fields.get("fortran_order") or not shape:
+        raise RunStateError(f"dataset object {key!r}: must be a C-ordered array of rows")
+    return shape, descr
+
+
+def check_dataset(plan: Plan, read_range: RangeReader,
+                  exists: Callable[[str], bool]) -> Plan:
+    """Check ``{dataset}/x.npy`` and ``y.npy`` exist and hold at least ``samples`` rows.
+
+    Fewer rows than ``workload.samples`` is an error: the plan never changes silently.
+    """
+    prefix = plan.workload.dataset.rstrip("/")
+    keys = {name: f"{prefix}/{name}.npy" for name in ("x", "y")}
+    missing = [key for key in keys.values() if not exists(key)]
+    if missing:
+        raise PlanError("workload.dataset",
+                        f"dataset {prefix!r} not found in the datasets bucket: "
+                        f"missing {', '.join(missing)}")
+    x_shape, x_dtype = npy_shape(read_range, keys["x"])
+    y_shape, y_dtype = npy_shape(read_range, keys["y"])
+    if x_dtype not in ("|u1", "<f4") or y_dtype != "<i8" or len(y_shape) != 1:
+        raise PlanError("workload.dataset",
+                        f"dataset {prefix!r}: x must be uint8/float32 and y 1-D int64, got "
+                        f"x {x_dtype} {x_shape}, y {y_dtype} {y_shape}")
+    if len(x_shape) != 4:
+        raise PlanError("workload.dataset", f"dataset {prefix!r}: x must be N x C x H x W, "
+                                            f"got shape {x_shape}")
+    if x_shape[0] != y_shape[0]:
+        raise PlanError("workload.dataset", f"dataset {prefix!r}: x has {x_shape[0]} rows, "
+                                            f"y has {y_shape[0]}")
+    if plan.workload.samples > x_shape[0]:
+        raise PlanError("workload.samples",
+                        f"the plan trains on {plan.workload.samples} samples but dataset "
+                        f"{prefix!r} holds {x_shape[0]} rows")
+    return plan
+
+
+def partition_layout(plan: Plan) -> list[dict[str, int]]:
+    """Rows [start, end) and batch size of each worker (what each worker reads by range)."""
+    layout: list[dict[str, int]] = []
+    start = 0
+    for worker, size in enumerate(plan.partition_sizes()):
+        layout.append({"worker": worker, "start": start, "end": start + size,
+                       "batch": plan.batch_of(worker)})
+        start += size
+    return layout
+
+
+# ---- the trigger's actions over S3 (client passed in: boto3 is imported by the caller) -------
+def _missing(error: Exception) -> bool:
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return code in ("NoSuchKey", "404", "NotFound")
+
+
+def _s3_exists(s3: Any, bucket: str) -> Callable[[str], bool]:
+    def exists(key: str) -> bool:
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+        except Exception as error:
+            if _missing(error):
+                return False
+            raise
+        return True
+
+    return exists
+
+
+def _s3_ranges(s3: Any, bucket: str) -> RangeReader:
+    def read_range(key: str, start: int, end: int) -> bytes:
+        body: bytes = s3.get_object(Bucket=bucket, Key=key,
+                                    Range=f"bytes={start}-{end - 1}")["Body"].read()
+        return body
+
+    return read_range
+
+
+def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, results_bucket: str,
+              runs_prefix: str, deployed_json: str | None,
+              fingerprint: str) -> dict[str, Any]:
+    """Validate the run, freeze its plan in the results bucket, return segment 0."""
+    execution_input = event.get("input") or {}
+    if not isinstance(execution_input, dict):
+        raise RunStateError(f"field 'input': must be an object, got {execution_input!r}")
+    if "resume" in execution_input:  # continue-as-new: the run state carries on as is
+        return parse_run(execution_input["resume"])
+    run_id = resolve_run_id(execution_input, event.get("execution"))
+    plan = resolve_plan(execution_input, deployed_json, fingerprint)
+    check_dataset(plan, _s3_ranges(s3, datasets_bucket), _s3_exists(s3, datasets_bucket))
+    plan_key = f"{runs_prefix}{run_id}/plan.json"
+    execution = str(event.get("execution", ""))
+    frozen = dataclasses.replace(plan, provenance={**plan.provenance, "run_id": run_id,
+                                                   "execution": execution})
+    try:
+        existing = s3.get_object(Bucket=results_bucket, Key=plan_key)["Body"].read()
+    except Exception as error:
+        if not _missing(error):
+            raise
+    else:  # a run's keys must never mix with an older run's: same id only for a retry
+        if Plan.from_json(existing.decode()).provenance.get("execution") != execution:
+            raise RunStateError(f"input field 'run_id': run {run_id!r} already exists "
+                                f"(s3://{results_bucket}/{plan_key}); choose a new run_id")
+    s3.put_object(Bucket=results_bucket, Key=f"{runs_prefix}{run_id}/partitions.json",
+                  Body=json.dumps(partition_layout(plan)).encode(),
+                  ContentType="application/json")
+    s3.put_object(Bucket=results_bucket, Key=plan_key, Body=frozen.to_json().encode(),
+                  ContentType="application/json")
+    return first_state(plan, run_id, plan_key)
+
+
+def load_run_plan(s3: Any, results_bucket: str, run: Mapping[str, Any]) -> Plan:
+    try:
+        text = s3.get_object(Bucket=results_bucket, Key=run["plan_key"])["Body"].read()
+    except Exception as error:
+        raise RunStateError(f"run state field 'run.plan_key': cannot read "
+                            f"s3://{results_bucket}/{run['plan_key']}: {error}") from error
+    return Plan.from_json(text.decode())

@@ -1,0 +1,274 @@
+"""Handlers against an in-memory S3 (moto): trigger validation, finalize records, worker guards.
+
+Fast unit tests of the control logic; the real servers and real worker processes are in
+tests/integration/test_workers.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from moto import mock_aws
+
+from fasdl import torch_setup
+from fasdl.channel.s3 import S3Channel
+from fasdl.checkpoint import array_bytes, commit_manifest, put_objects
+from fasdl.environment import Settings, SettingsError
+from fasdl.metrics import StepMetrics
+from fasdl.plan import Plan, PlanError
+from fasdl.segment_runner import SegmentTooLong, TimeGuard, WorkerEvent, WorkerEventError
+from fasdl.segments import RetriesExhausted, RunStateError
+from tests.runtime.test_kreduce import make_plan
+
+FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
+if str(FUNCTIONS) not in sys.path:  # handlers/ is the Lambda asset root, not a package
+    sys.path.insert(0, str(FUNCTIONS))
+
+from handlers import finalize, trigger  # noqa: E402
+
+DATASETS, RESULTS, EXCHANGE = "datasets", "results", "exchange"
+PLAN = make_plan(4, 2, 2, 3, "hap", samples=100)  # B^g 10: 10 iterations per epoch
+
+
+def _npy(array: np.ndarray) -> bytes:
+    stream = io.BytesIO()
+    np.save(stream, array, allow_pickle=False)
+    return stream.getvalue()
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "FASDL_STACK": "unit",
+           "FASDL_CHANNEL": "s3", "FASDL_DEPLOYMENT": PLAN.deployment_fingerprint(),
+           "FASDL_DATASETS_BUCKET": DATASETS, "FASDL_RESULTS_BUCKET": RESULTS,
+           "FASDL_EXCHANGE_BUCKET": EXCHANGE, "FASDL_EXCHANGE_PREFIX": "exchange/",
+           "FASDL_RUNS_PREFIX": "runs/", "FASDL_PLAN": PLAN.to_json()}
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        client = Settings.from_env().s3_client()
+        for bucket in (DATASETS, RESULTS, EXCHANGE):
+            client.create_bucket(Bucket=bucket)
+        prefix = PLAN.workload.dataset
+        client.put_object(Bucket=DATASETS, Key=f"{prefix}/x.npy",
+                          Body=_npy(np.zeros((100, 1, 4, 4), np.uint8)))
+        client.put_object(Bucket=DATASETS, Key=f"{prefix}/y.npy",
+                          Body=_npy(np.arange(100, dtype=np.int64) % 3))
+        yield client
+
+
+def _read(s3: Any, key: str, bucket: str = RESULTS) -> Any:
+    return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def start(event_input: dict[str, Any], execution: str = "exec-1") -> dict[str, Any]:
+    return trigger.handler({"action": "start", "input": event_input, "execution": execution},
+                           None)
+
+
+def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
+    run = start({"epochs": 3, "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": "x"})
+    assert run == {"run_id": "exec-1", "plan_key": "runs/exec-1/plan.json",
+                   "segment": {"index": 0, "start_iteration": 0, "iterations": 30,
+                               "attempt": 0},
+                   "workers": [0, 1, 2, 3], "done": False}
+    frozen = Plan.from_dict(_read(s3, run["plan_key"]))
+    assert frozen.training.epochs == 3 and frozen.provenance["execution"] == "exec-1"
+    layout = _read(s3, "runs/exec-1/partitions.json")
+    assert [part["end"] - part["start"] for part in layout] == PLAN.partition_sizes()
+    assert start({}, "exec-1")["run_id"] == "exec-1"  # a retried start is idempotent
+    resumed = {**run, "segment": {**run["segment"], "index": 7}}
+    assert start({"resume": resumed}) == resumed  # continue-as-new
+
+
+def test_next_and_shorten_through_the_handler(s3: Any) -> None:
+    run = start({"run_id": "loop"})
+    run = trigger.handler({"action": "shorten", "run": run,
+                           "error": {"Error": "FasDL.SegmentTimeout", "Cause": ""}}, None)
+    assert run["segment"] == {"index": 0, "start_iteration": 0, "iterations": 5, "attempt": 1}
+    run = trigger.handler({"action": "next", "run": run}, None)
+    assert run["segment"] == {"index": 1, "start_iteration": 5, "iterations": 5, "attempt": 0}
+    run = trigger.handler({"action": "next", "run": run}, None)
+    assert run["done"] and run["segment"]["start_iteration"] == 10
+    one = {**run, "done": False, "segment": {**run["segment"], "iterations": 1}}
+    with pytest.raises(RetriesExhausted):
+        trigger.handler({"action": "shorten", "run": one, "error": {}}, None)
+    with pytest.raises(RunStateError, match="'action'"):
+        trigger.handler({"action": "dance"}, None)
+
+
+@pytest.mark.parametrize(("event_input", "field"), [
+    ({"dataset": "data/nowhere"}, "workload.dataset"),
+    ({"plan": make_plan(8, 2, 2, 3, "hap", samples=100).to_dict()}, "deployment.workers"),
+    ({"plan": {"version": 1, "workload": {}}}, "workload.name"),
+    ({"epochs": -1}, "training.epochs"),
+    ({"run_id": "bad/id"}, "input field 'run_id'"),
+])
+def test_bad_input_fails_before_any_worker_naming_the_field(
+        s3: Any, event_input: dict[str, Any], field: str) -> None:
+    with pytest.raises((PlanError, RunStateError), match=field.replace(".", r"\.")):
+        start(event_input)
+    listing = s3.list_objects_v2(Bucket=RESULTS)
+    assert listing.get("KeyCount", 0) == 0  # nothing written
+
+
+def test_corrupt_deployed_plan_and_reused_run_id_are_refused(
+        s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    start({"run_id": "taken"}, execution="first")
+    with pytest.raises(RunStateError, match="already exists"):
+        start({"run_id": "taken"}, execution="second")
+    monkeypatch.setenv("FASDL_PLAN", "{not json")
+    with pytest.raises(PlanError, match="not valid JSON"):
+        start({"run_id": "fresh"})
+
+
+def test_missing_environment_is_named() -> None:
+    with pytest.raises(SettingsError, match="FASDL_RESULTS_BUCKET"):
+        Settings.from_env({"FASDL_CHANNEL": "s3", "FASDL_DATASETS_BUCKET": "d"})
+    with pytest.raises(SettingsError, match="FASDL_CACHE_ENDPOINT"):
+        Settings.from_env({"FASDL_CHANNEL": "valkey", "FASDL_DATASETS_BUCKET": "d",
+                           "FASDL_RESULTS_BUCKET": "r"})
+    settings = Settings.from_env({"FASDL_CHANNEL": "valkey", "FASDL_DATASETS_BUCKET": "d",
+                                  "FASDL_RESULTS_BUCKET": "r", "FASDL_CACHE_ENDPOINT": "h",
+                                  "FASDL_CACHE_PORT": "6380", "FASDL_CACHE_TLS": "1"})
+    config = settings.exchange_config()
+    assert (config.kind, config.host, config.port, config.tls, config.cluster,
+            config.prefix) == ("valkey", "h", 6380, True, True, "exchange/")
+
+
+def test_finalize_failed_records_the_error_and_cleans_the_exchange(s3: Any) -> None:
+    s3.put_object(Bucket=EXCHANGE, Key="exchange/doomed/0/it/00000000/merged/000", Body=b"x")
+    s3.put_object(Bucket=EXCHANGE, Key="exchange/other/0/keep", Body=b"x")
+    state = {"input": {"run_id": "doomed"}, "count": {"segments": 0},
+             "error": {"Error": "States.TaskFailed", "Cause": "boom"}}
+    out = finalize.handler({"action": "failed", "state": state,
+                            "execution": "arn:aws:states:us-east-1:1:execution:m:doomed"}, None)
+    record = _read(s3, out["failure_key"])
+    assert record["error"] == "States.TaskFailed" and record["cause"] == "boom"
+    assert out["failure_key"] == "runs/doomed/failure.json"
+    keys = [item["Key"] for item in s3.list_objects_v2(Bucket=EXCHANGE)["Contents"]]
+    assert keys == ["exchange/other/0/keep"]
+
+
+def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
+    run = start({"run_id": "fin"})
+    done = {**run, "done": True, "segment": {"index": 1, "start_iteration": 10,
+                                             "iterations": 0, "attempt": 0}}
+    store = S3Channel(RESULTS, "runs/", client=s3)
+    weights = np.arange(12, dtype=np.float32)
+    for worker in range(4):
+        objects = {"model": array_bytes(weights)} if worker == 0 else {f"w{worker}": b"m"}
+        put_objects(store, "fin", 10, 0, worker, objects)
+    commit_manifest(store, "fin", 10, 0, workers=4, timeout_s=5.0,
+                    meta={"model": "mlp", "num_classes": "3", "input_shape": "1,4,4",
+                          "parameters": "12"})
+    settings = Settings.from_env()
+    for attempt, workers in ((0, [0, 1]), (1, [0, 1, 2, 3])):  # attempt 0 timed out
+        for worker in workers:
+            s3.put_object(Bucket=RESULTS, Key=settings.segment_result_key("fin", 0, attempt,
+                                                                          worker),
+                          Body=json.dumps({"worker": worker, "iterations_done": 10,
+                                           "loss_mean": 1.0 + worker, "loss_last": 0.5,
+                                           "accuracy": 0.9 if worker == 0 else None,
+                                           "time": {"compute_s": 1.0, "total_s": 2.0}}))
+    out = finalize.handler({"action": "succeeded", "run": done, "execution": "e"}, None)
+    assert (out["model_key"], out["summary_key"]) == ("runs/fin/model.npy",
+                                                       "runs/fin/summary.json")
+    model = s3.get_object(Bucket=RESULTS, Key=out["model_key"])["Body"].read()
+    assert np.array_equal(np.load(io.BytesIO(model), allow_pickle=False), weights)
+    meta = _read(s3, "runs/fin/model.json")
+    assert meta["input_shape"] == [1, 4, 4] and meta["num_classes"] == 3
+    summary = _read(s3, out["summary_key"])
+    assert summary["segments"][0]["attempt"] == 1 and summary["retried_attempts"] == 1
+    assert summary["final_loss"] == 2.5 and summary["final_accuracy"] == 0.9
+    assert summary["time_s"]["compute_s"] == 4.0
+
+
+def test_worker_event_is_checked_field_by_field() -> None:
+    good = {"action": "train", "run_id": "r", "plan_key": "runs/r/plan.json", "worker": 1,
+            "segment": {"index": 0, "start_iteration": 0, "iterations": 3, "attempt": 0}}
+    assert WorkerEvent.parse(good).iterations == 3
+    with pytest.raises(WorkerEventError, match=r"segment\.iterations"):
+        WorkerEvent.parse({**good, "segment": {**good["segment"], "iterations": 0}})
+    with pytest.raises(WorkerEventError, match="'worker'"):
+        WorkerEvent.parse({**good, "worker": True})
+    with pytest.raises(WorkerEventError, match="'plan_key'"):
+        WorkerEvent.parse({**good, "plan_key": None})
+
+
+def test_time_guard_predicts_iteration_plus_checkpoint() -> None:
+    left = [100.0]
+    guard = TimeGuard(lambda: left[0], margin_s=5.0, checkpoint_s=10.0)
+    guard.check(0)
+    guard.observe(30.0)
+    guard.observe(20.0)
+    guard.check(1)  # 100 >= 30 + 10 + 5
+    left[0] = 44.0
+    with pytest.raises(SegmentTooLong, match="iteration 2"):
+        guard.check(2)
+
+
+def test_stub_layer_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert torch_setup.prepare_torch() is None  # torch is installed here
+    monkeypatch.setattr(torch_setup.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setenv(torch_setup.STUB_ENV, "1")
+    assert "make layer" in (torch_setup.prepare_torch() or "")
+
+
+def test_metrics_are_emf_with_the_stack_dimension_only(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from fasdl.kreduce import StepStats
+
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "would-add-a-dimension")
+    metrics = StepMetrics("FasDL", "my-stack")
+    for iteration in range(3):
+        metrics.record(StepStats(iteration, 2.0 - iteration, 0.1, 0.2, 0.3, 0.4, 0.5, 1, 2))
+    metrics.flush()
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    directive = record["_aws"]["CloudWatchMetrics"][0]
+    assert directive["Namespace"] == "FasDL" and directive["Dimensions"] == [["Stack"]]
+    names = {metric["Name"] for metric in directive["Metrics"]}
+    assert names == {"IterationTime", "ComputeTime", "UploadTime", "AggregateTime",
+                     "DownloadTime", "IdleTime", "Loss"}
+    assert record["Stack"] == "my-stack" and record["Loss"] == [2.0, 1.0, 0.0]
+    assert record["IterationTime"][0] == pytest.approx(1.5)
+
+
+def test_trigger_imports_neither_torch_nor_numpy_nor_redis() -> None:
+    # the trigger Lambda has no torch layer and no numpy/redis in its bundle
+    import subprocess
+
+    code = ("import sys, handlers.trigger, handlers.finalize as f; "
+            "print(sorted({'torch', 'numpy', 'redis'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": str(FUNCTIONS), "PATH": "/usr/bin"})
+    assert out.stdout.strip() == "[]"
+
+
+def test_finalize_rejects_a_damaged_or_missing_final_model(s3: Any) -> None:
+    from fasdl.keys import checkpoint_object_key
+    from fasdl.results import ResultError
+
+    run = start({"run_id": "dmg"})
+    done = {**run, "done": True, "segment": {"index": 1, "start_iteration": 10,
+                                             "iterations": 0, "attempt": 0}}
+    with pytest.raises(ResultError, match="no complete checkpoint at iteration 10"):
+        finalize.handler({"action": "succeeded", "run": done, "execution": "e"}, None)
+    store = S3Channel(RESULTS, "runs/", client=s3)
+    put_objects(store, "dmg", 10, 0, 0, {"model": array_bytes(np.ones(4, np.float32))})
+    for worker in (1, 2, 3):
+        put_objects(store, "dmg", 10, 0, worker, {f"w{worker}": b"m"})
+    commit_manifest(store, "dmg", 10, 0, workers=4, timeout_s=5.0)
+    store.put(checkpoint_object_key("dmg", 10, 0, "model"), array_bytes(np.zeros(4, np.float32)))
+    with pytest.raises(ResultError, match="checksum"):
+        finalize.handler({"action": "succeeded", "run": done, "execution": "e"}, None)

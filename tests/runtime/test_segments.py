@@ -1,0 +1,198 @@
+"""Run-state logic of the trigger: segments, shortened retries, plan and dataset validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fasdl.plan import Plan, PlanError
+from fasdl.segments import (
+    MAX_ATTEMPTS,
+    RetriesExhausted,
+    RunStateError,
+    check_dataset,
+    check_deployment,
+    first_state,
+    next_state,
+    npy_shape,
+    parse_fingerprint,
+    parse_run,
+    partition_layout,
+    resolve_plan,
+    resolve_run_id,
+    shorten_state,
+)
+from tests.runtime.test_kreduce import make_plan
+
+
+def plan_with(total_epochs: int = 1, segment_iterations: int = 10, samples: int = 100) -> Plan:
+    plan = make_plan(4, 2, 2, 3, "hap", samples=samples)  # B^g = 10
+    return dataclasses.replace(plan, training=dataclasses.replace(
+        plan.training, epochs=total_epochs, segment_iterations=segment_iterations))
+
+
+def walk(plan: Plan) -> list[dict[str, int]]:
+    run = first_state(plan, "r", "runs/r/plan.json")
+    seen = []
+    while not run["done"]:
+        seen.append(run["segment"])
+        run = next_state(run, plan)
+    assert run["segment"]["start_iteration"] == plan.total_iterations
+    assert run["segment"]["iterations"] == 0
+    return seen
+
+
+def test_segments_cover_the_run_exactly() -> None:
+    plan = plan_with(total_epochs=3, segment_iterations=4)  # 10 iterations/epoch → 30
+    segments = walk(plan)
+    assert [s["iterations"] for s in segments] == [4] * 7 + [2]
+    assert [s["index"] for s in segments] == list(range(8))
+    assert all(s["attempt"] == 0 for s in segments)
+    run = first_state(plan, "r", "k")
+    assert run["workers"] == [0, 1, 2, 3] and run["plan_key"] == "k"
+
+
+@given(epochs=st.integers(1, 20), length=st.integers(1, 50))
+def test_segments_are_contiguous_for_any_length(epochs: int, length: int) -> None:
+    plan = plan_with(total_epochs=epochs, segment_iterations=length)
+    segments = walk(plan)
+    starts = [s["start_iteration"] for s in segments]
+    assert starts == [sum(s["iterations"] for s in segments[:i]) for i in range(len(segments))]
+    assert sum(s["iterations"] for s in segments) == plan.total_iterations
+    assert len(segments) == plan.segments
+
+
+def test_shorten_halves_the_same_segment_and_later_segments_keep_the_length() -> None:
+    plan = plan_with(total_epochs=3, segment_iterations=8)
+    run = next_state(first_state(plan, "r", "k"), plan)
+    short = shorten_state(run, {"Error": "FasDL.SegmentTimeout", "Cause": "slow"})
+    assert short["segment"] == {"index": 1, "start_iteration": 8, "iterations": 4,
+                                "attempt": 1}
+    following = next_state(short, plan)
+    assert following["segment"] == {"index": 2, "start_iteration": 12, "iterations": 4,
+                                    "attempt": 0}
+
+
+def test_shorten_gives_up_with_a_clear_error() -> None:
+    plan = plan_with(total_epochs=100, segment_iterations=1000)
+    run = first_state(plan, "r", "k")
+    for _ in range(MAX_ATTEMPTS - 1):
+        run = shorten_state(run)
+    with pytest.raises(RetriesExhausted, match=f"giving up after {MAX_ATTEMPTS} attempts"):
+        shorten_state(run, {"Error": "States.Timeout", "Cause": "x"})
+    single = {**run, "segment": {**run["segment"], "iterations": 1, "attempt": 0}}
+    with pytest.raises(RetriesExhausted, match="single iteration"):
+        shorten_state(single)
+
+
+def test_parse_run_names_the_bad_field() -> None:
+    plan = plan_with()
+    good = first_state(plan, "r", "k")
+    assert parse_run(good) == good
+    with pytest.raises(RunStateError, match=r"run.segment.iterations"):
+        parse_run({**good, "segment": {**good["segment"], "iterations": -1}})
+    with pytest.raises(RunStateError, match=r"run.workers"):
+        parse_run({**good, "workers": [1, 2]})
+    with pytest.raises(RunStateError, match=r"run.plan_key"):
+        parse_run({**good, "plan_key": ""})
+
+
+def test_overrides_apply_and_are_validated() -> None:
+    plan = plan_with()
+    fingerprint = plan.deployment_fingerprint()
+    resolved = resolve_plan({"epochs": 7, "dataset": "data/other/"}, plan.to_json(),
+                            fingerprint)
+    assert resolved.training.epochs == 7 and resolved.workload.dataset == "data/other"
+    with pytest.raises(PlanError, match=r"training.epochs"):
+        resolve_plan({"epochs": 0}, plan.to_json(), fingerprint)
+    with pytest.raises(PlanError, match=r"workload.dataset"):
+        resolve_plan({"dataset": "../etc"}, plan.to_json(), fingerprint)
+    given_plan = resolve_plan({"plan": plan.to_dict()}, None, fingerprint)
+    assert given_plan == plan
+    with pytest.raises(PlanError, match="<root>"):
+        resolve_plan({}, "{corrupt", fingerprint)
+    with pytest.raises(PlanError, match=r"training.aggregators"):
+        bad = plan.to_dict()
+        bad["training"]["aggregators"] = 9
+        resolve_plan({"plan": bad}, None, fingerprint)
+    with pytest.raises(RunStateError, match="'plan'"):
+        resolve_plan({}, None, fingerprint)
+
+
+def test_plan_for_another_stack_names_the_deployment_field() -> None:
+    plan = plan_with()
+    assert parse_fingerprint(plan.deployment_fingerprint())["workers"] == "4"
+    other = make_plan(8, 2, 2, 3, "hap")
+    with pytest.raises(PlanError, match=r"deployment.workers.*W?4.*8"):
+        check_deployment(other, plan.deployment_fingerprint())
+    valkey = dataclasses.replace(plan, deployment=dataclasses.replace(plan.deployment,
+                                                                      channel="valkey"))
+    with pytest.raises(PlanError, match=r"deployment.channel"):
+        check_deployment(valkey, plan.deployment_fingerprint())
+    with pytest.raises(RunStateError, match="FASDL_DEPLOYMENT"):
+        check_deployment(plan, "garbage")
+    check_deployment(plan, plan.deployment_fingerprint())
+
+
+def test_run_id_defaults_to_the_execution_and_is_checked() -> None:
+    assert resolve_run_id({}, "exec-1") == "exec-1"
+    assert resolve_run_id({"run_id": "mine"}, "exec-1") == "mine"
+    with pytest.raises(RunStateError, match="input field 'run_id'"):
+        resolve_run_id({"run_id": "../x"}, "exec-1")
+
+
+def _npy(array: np.ndarray) -> bytes:
+    stream = io.BytesIO()
+    np.save(stream, array, allow_pickle=False)
+    return stream.getvalue()
+
+
+def _reader(objects: dict[str, bytes]):  # type: ignore[no-untyped-def]
+    return lambda key, start, end: objects[key][start:end]
+
+
+def test_npy_header_is_read_without_numpy() -> None:
+    data = _npy(np.zeros((5, 1, 2, 3), np.uint8))
+    assert npy_shape(_reader({"k": data}), "k") == ((5, 1, 2, 3), "|u1")
+    with pytest.raises(RunStateError, match=r"not a .npy file"):
+        npy_shape(_reader({"k": b"PK\x03\x04" + bytes(20)}), "k")
+    evil = bytearray(data)
+    evil[10:20] = b"__import__"  # a header that is not a literal is refused, never executed
+    with pytest.raises(RunStateError, match="malformed"):
+        npy_shape(_reader({"k": bytes(evil)}), "k")
+
+
+def test_dataset_checks_name_the_field() -> None:
+    plan = plan_with(samples=100)
+    prefix = plan.workload.dataset
+    objects = {f"{prefix}/x.npy": _npy(np.zeros((120, 1, 4, 4), np.uint8)),
+               f"{prefix}/y.npy": _npy(np.zeros(120, np.int64))}
+    check_dataset(plan, _reader(objects), objects.__contains__)
+    with pytest.raises(PlanError, match=r"workload.dataset.*missing .*y.npy"):
+        check_dataset(plan, _reader(objects), lambda key: key.endswith("x.npy"))
+    small = {**objects, f"{prefix}/x.npy": _npy(np.zeros((50, 1, 4, 4), np.uint8)),
+             f"{prefix}/y.npy": _npy(np.zeros(50, np.int64))}
+    with pytest.raises(PlanError, match=r"workload.samples"):
+        check_dataset(plan, _reader(small), small.__contains__)
+    mismatched = {**objects, f"{prefix}/y.npy": _npy(np.zeros(119, np.int64))}
+    with pytest.raises(PlanError, match="120 rows, y has 119"):
+        check_dataset(plan, _reader(mismatched), mismatched.__contains__)
+    labels = {**objects, f"{prefix}/y.npy": _npy(np.zeros(120, np.int32))}
+    with pytest.raises(PlanError, match="1-D int64"):
+        check_dataset(plan, _reader(labels), labels.__contains__)
+
+
+def test_partition_layout_tiles_the_samples() -> None:
+    plan = plan_with(samples=103)
+    layout = partition_layout(plan)
+    assert layout[0]["start"] == 0 and layout[-1]["end"] == 103
+    assert all(a["end"] == b["start"] for a, b in itertools.pairwise(layout))
+    assert [part["batch"] for part in layout] == [2, 2, 3, 3]
+    json.dumps(layout)  # small and JSON-serialisable
