@@ -11,6 +11,12 @@ from infra.compute import Compute
 from infra.monitoring import Monitoring
 from infra.nag import add_suppressions
 from infra.network import Network
+from infra.profiling import (
+    CONTEXT_MEMORIES,
+    CONTEXT_PROFILING,
+    ProfilingWorkflow,
+    profiling_memories,
+)
 from infra.settings import Settings
 from infra.storage import Storage
 from infra.workflow import TrainingWorkflow
@@ -50,6 +56,14 @@ class FasdlStack(Stack):
             self, "Workflow", workers=plan.deployment.workers,
             timeout_s=plan.deployment.timeout_s, trigger=self.compute.trigger,
             worker=self.compute.worker, finalize=self.compute.finalize)
+        # Opt-in (-c profiling=true): profiler functions per memory and their state machine.
+        memories = profiling_memories(
+            {key: self.node.try_get_context(key) for key in (CONTEXT_PROFILING,
+                                                              CONTEXT_MEMORIES)},
+            plan.deployment.memory_mb)
+        self.profiling = (ProfilingWorkflow(self, "Profiling", settings=settings,
+                                            compute=self.compute, storage=self.storage,
+                                            memories=memories) if memories else None)
         self.monitoring = Monitoring(self, "Monitoring", stack_name=self.stack_name,
                                      state_machine=self.workflow.state_machine)
         self._add_outputs()
@@ -72,3 +86,12 @@ class FasdlStack(Stack):
             f"/{dataset}/"]))
         CfnOutput(self, "StartRunCommand", value=Fn.join("", [
             "aws stepfunctions start-execution --state-machine-arn ", arn, " --input '{}'"]))
+        if self.profiling is not None:
+            profiling = self.profiling.state_machine.state_machine_arn
+            CfnOutput(self, "ProfilingStateMachineArn", value=profiling)
+            CfnOutput(self, "StartProfilingCommand", value=Fn.join("", [
+                "aws stepfunctions start-execution --state-machine-arn ", profiling,
+                " --name my-profile --input '{\"model\": \"cnn\", \"dataset\": \"cifar10\"}'"]))
+            CfnOutput(self, "FetchSamplesCommand", value=Fn.join("", [
+                "aws s3 cp s3://", self.storage.results.bucket_name,
+                "/profiles/my-profile/samples.jsonl samples.jsonl"]))

@@ -1,4 +1,4 @@
-"""``python -m planner``: plan · compare · frontier.
+"""``python -m planner``: plan · compare · frontier · fit.
 
 Exit codes: 0 success, 2 bad input (the message names the argument), 3 nothing feasible (the
 message names the binding constraint). With ``--json`` stdout carries exactly one JSON object,
@@ -89,7 +89,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_arguments(frontier)
     frontier.add_argument("--png", required=True, help="output PNG file")
     frontier.add_argument("--points", type=int, default=40, help="deadlines to sample (>= 2)")
+    _add_fit_arguments(commands.add_parser(
+        "fit", help="fit workload/platform profiles from profiler samples (JSONL)"))
     return parser
+
+
+def _add_fit_arguments(fit: argparse.ArgumentParser) -> None:
+    fit.add_argument("--samples", nargs="+", required=True, help="profiler JSONL file(s)")
+    fit.add_argument("--out", required=True, help="profile JSON; with --kind both, "
+                     "<stem>-workload.json and <stem>-platform.json next to it")
+    fit.add_argument("--kind", choices=("workload", "platform", "both"), default="both")
+    fit.add_argument("--name", help="profile name (required for a workload profile)")
+    fit.add_argument("--model-mb", type=float, help="model size when the samples lack it")
+    fit.add_argument("--dataset", help="dataset key prefix (default datasets/<name>)")
+    fit.add_argument("--dataset-samples", type=int, help="training samples in the dataset")
+    fit.add_argument("--dataset-mb", type=float, help="dataset size in MB")
+    fit.add_argument("--channel", choices=("s3", "valkey"), help="channel of the platform fit")
+    fit.add_argument("--arch", choices=("x86_64", "arm64"),
+                     help="architecture (default: from the samples, else x86_64)")
+    fit.add_argument("--invocation-overhead", type=float,
+                     help="seconds per invocation in the platform profile (default 2.0)")
+    fit.add_argument("--png", help="plot measured vs fitted here")
+    fit.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
 def build_problem(args: argparse.Namespace) -> Problem:
@@ -207,8 +228,27 @@ def _infeasible(args: argparse.Namespace, result: SearchResult,
     return EXIT_INFEASIBLE
 
 
+def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    from planner.fit_samples import FitRequest, SampleError, run_fit
+
+    request = FitRequest(
+        samples=args.samples, out=args.out, kind=args.kind, name=args.name,
+        model_mb=args.model_mb, dataset=args.dataset, dataset_samples=args.dataset_samples,
+        dataset_mb=args.dataset_mb, channel=args.channel, arch=args.arch,
+        invocation_overhead_s=args.invocation_overhead, png=args.png)
+    try:
+        lines, summary = run_fit(request)
+    except SampleError as error:
+        raise CliError(error.argument, str(error)) from error
+    except ProfileError as error:  # a fitted value the profile rejects, e.g. a bad --name
+        raise CliError(f"--{(error.field or 'samples').replace('_', '-')}", str(error)) from error
+    emit(json.dumps({"status": "ok", **summary}) if args.json else "\n".join(lines))
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], int]] = {
     "plan": command_plan, "compare": command_compare, "frontier": command_frontier,
+    "fit": command_fit,
 }
 
 

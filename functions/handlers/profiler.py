@@ -1,12 +1,86 @@
-"""PLACEHOLDER profiler handler so the stack synthesizes; replaced by the runtime implementation.
+"""Profiler Lambda (fasdl.profiling), two actions; invoked by the profiling state machine.
 
-The event/return contract is documented in infra/workflow.py and the infra report.
+* ``{"action": "profile", "profile_id", "memory_mb"?, "model"?, "dataset"?, "input_shape"?,
+  "num_classes"?, "batches"?, "warmup"?, "repeats"?, "sizes_mb"?, "transfer_repeats"?,
+  "channels"?}`` (the fields may also come nested in ``"config"``, as the state machine sends
+  them): measure at this function's memory (``memory_mb``, when given, must equal it:
+  it catches a Map item routed to the wrong function), write
+  ``profiles/<profile_id>/memory-<M>.jsonl`` to the results bucket, return a small summary.
+* ``{"action": "collect", "profile_id", "memories": [...]}``: concatenate those files into
+  ``profiles/<profile_id>/samples.jsonl``; returns ``{"samples_key", "bucket", "lines", ...}``.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from fasdl.torch_setup import TorchUnavailable, prepare_torch
 
-def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
-    return {"placeholder": "profiler", "action": event.get("action")}
+TORCH_PROBLEM = prepare_torch()  # in the init phase: the layer unpack is the slow part
+
+from fasdl import profiling  # noqa: E402
+from fasdl.channel.base import Channel  # noqa: E402
+from fasdl.channel.factory import build_channel  # noqa: E402
+from fasdl.environment import Settings  # noqa: E402
+
+
+def function_memory_mb(context: Any) -> float:
+    """The configured memory: the context's, else Lambda's env variable (local runs)."""
+    memory = getattr(context, "memory_limit_in_mb", None) or os.environ.get(
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    if memory is None:
+        raise RuntimeError("cannot tell this function's memory size: no context and no "
+                           "AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    return float(memory)
+
+
+def _channels(settings: Settings, wanted: tuple[str, ...] | None) -> dict[str, Channel]:
+    available = ["s3"] + (["valkey"] if settings.cache_endpoint else [])
+    names = list(wanted) if wanted is not None else available
+    missing = [name for name in names if name not in available]
+    if missing:
+        raise profiling.ProfileRequestError(
+            f"profiler field 'channels': {', '.join(missing)} not reachable from this "
+            f"deployment (available: {', '.join(available)})")
+    channels: dict[str, Channel] = {}
+    for name in names:
+        config = settings.exchange_config()
+        if name == "s3" and config.kind != "s3":  # Valkey stacks still own an exchange bucket
+            from fasdl.channel.factory import ChannelConfig
+
+            config = ChannelConfig(kind="s3", prefix=settings.exchange_prefix,
+                                   bucket=settings.exchange_bucket,
+                                   path_style=settings.s3_path_style)
+        channels[name] = build_channel(config)
+    return channels
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    settings = Settings.from_env()
+    prefix = os.environ.get("FASDL_PROFILES_PREFIX") or profiling.PROFILES_PREFIX
+    s3 = settings.s3_client()
+    action = event.get("action")
+    if action == "collect":
+        return profiling.collect(event.get("profile_id"), event.get("memories"), s3,
+                                 settings.results_bucket, prefix)
+    if action != "profile":
+        raise profiling.ProfileRequestError(
+            f"profiler field 'action': must be profile or collect, got {action!r}")
+    if TORCH_PROBLEM is not None:
+        raise TorchUnavailable(TORCH_PROBLEM)
+    if isinstance(event.get("config"), dict):  # the state machine passes its merged input
+        event = {**event["config"], **{k: v for k, v in event.items() if k != "config"}}
+    request = profiling.ProfileRequest.from_event(event)
+    memory = function_memory_mb(context)
+    if "memory_mb" in event and float(event["memory_mb"]) != memory:
+        raise profiling.ProfileRequestError(
+            f"profiler field 'memory_mb': asked for {event['memory_mb']} MB but this function "
+            f"has {memory:g} MB")
+    channels = _channels(settings, request.channels)
+    try:
+        return profiling.run_profile(request, memory, channels, s3, settings.results_bucket,
+                                     prefix)
+    finally:
+        for channel in channels.values():
+            channel.close()

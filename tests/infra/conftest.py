@@ -51,19 +51,30 @@ def cdk_context() -> dict[str, Any]:
     return context
 
 
-def synthesize(name: str, plan: Path, **context: str) -> Synth:
+def synthesize(name: str, plan: Path, app_context: dict[str, str] | None = None,
+               **context: str) -> Synth:
     settings = load_settings({"plan": str(plan), "torch_layer": str(STUB_TORCH_LAYER),
                               **context}, warn=False)
-    app = cdk.App(context=cdk_context())
+    app = cdk.App(context={**cdk_context(), **(app_context or {})})
     stack = FasdlStack(app, settings=settings)
     add_checks(stack, log_ignores=True)  # nag runs during the same synthesis
     template = Template.from_stack(stack)
     return Synth(name, settings, stack, template, dict(template.to_json()))
 
 
+# The profiling state machine is opt-in: on (default memories) for the small S3 stack, on
+# with a short list for the Valkey one, off for the wide one.
+PROFILING_CONTEXT: dict[str, dict[str, str]] = {
+    "s3_x86_small": {"profiling": "true"},
+    "valkey_arm64": {"profile_memories": "1024,3008"},
+    "wide_s3": {},
+}
+
+
 @pytest.fixture(scope="session")
 def synths() -> dict[str, Synth]:
-    return {name: synthesize(name, path) for name, path in PLAN_FILES.items()}
+    return {name: synthesize(name, path, PROFILING_CONTEXT[name])
+            for name, path in PLAN_FILES.items()}
 
 
 @pytest.fixture(scope="session", params=list(PLAN_FILES))
@@ -86,9 +97,12 @@ def wide_synth(synths: dict[str, Synth]) -> Synth:
     return synths["wide_s3"]
 
 
-def state_machine_definition(synth: Synth) -> dict[str, Any]:
-    """The ASL with every CloudFormation token replaced by a fake but well-formed ARN."""
-    (machine,) = synth.resources("AWS::StepFunctions::StateMachine").values()
+def state_machine_definition(synth: Synth, construct: str = "Workflow") -> dict[str, Any]:
+    """The ASL of the training machine (``construct="Profiling"``: the profiling machine), with
+    every CloudFormation token replaced by a fake but well-formed ARN."""
+    (machine,) = [resource for logical, resource
+                  in synth.resources("AWS::StepFunctions::StateMachine").items()
+                  if logical.startswith(construct)]
     parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
     text = "".join(part if isinstance(part, str) else _fake_arn(part) for part in parts)
     definition: dict[str, Any] = json.loads(text)

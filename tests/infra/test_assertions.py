@@ -50,8 +50,11 @@ def test_every_function_has_own_role_and_log_group(synth: Synth) -> None:
     roles = {json.dumps(f["Properties"]["Role"]) for f in functions.values()}
     groups = {json.dumps(f["Properties"]["LoggingConfig"]["LogGroup"])
               for f in functions.values()}
-    assert len(functions) == 4
-    assert len(roles) == len(groups) == 4
+    profiling = synth.stack.profiling
+    extra = len(set(profiling.memories) - {synth.settings.plan.deployment.memory_mb}) \
+        if profiling else 0  # one profiler per extra profiled memory
+    assert len(functions) == 4 + extra
+    assert len(roles) == len(groups) == 4 + extra
     for role in synth.resources("AWS::IAM::Role").values():
         assert "ManagedPolicyArns" not in role["Properties"]  # explicit statements only
     for group in synth.resources("AWS::Logs::LogGroup").values():

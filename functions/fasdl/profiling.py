@@ -1,0 +1,300 @@
+"""The profiler: measure one function memory M for the planner's fit (``python -m planner fit``).
+
+Per invocation (one M, the function's configured memory):
+
+* **training time** of one iteration (forward, backward, SGD step with momentum) of a registry
+  model on random inputs of the workload's shape, per batch size: ``warmup`` untimed
+  iterations, then the median of ``repeats`` timed ones;
+* **peak memory** per batch size: the process's resident high-water mark, ``VmHWM`` of
+  /proc/self/status (``ru_maxrss`` where /proc is missing). The mark is reset before each
+  batch by writing ``5`` to /proc/self/clear_refs; where that is not allowed the mark only
+  grows, so batches run in ascending order and each reading is still the peak up to that
+  batch, which is the largest batch's own peak because memory grows with B. The number is
+  the whole process (Python, torch, model, optimizer state, activations), which is what a
+  Lambda memory size must hold; the dataset partition a worker caches is not included.
+  tracemalloc would miss torch's native allocations, so it is not used;
+* **transfer time** of objects of each size through the exchange channel(s): ``put`` (up)
+  and ``get`` (down) of random bytes, ``transfer_repeats`` times, after one untimed round
+  trip that opens the connection (workers reuse theirs).
+
+Samples are JSON lines (one object each) written to ``profiles/<profile_id>/memory-<M>.jsonl``
+in the results bucket::
+
+    {"kind": "train", "memory_mb": 2048, "batch": 32, "seconds": 0.041, "peak_mb": 412.5,
+     "model": "cnn", "model_mb": 0.02, "input_shape": [3, 32, 32], "num_classes": 10,
+     "repeats": 5, "threads": 2, "peak_method": "VmHWM-reset"}
+    {"kind": "transfer", "memory_mb": 2048, "channel": "s3", "direction": "up",
+     "size_mb": 4.0, "seconds": 0.094, "arch": "x86_64"}
+
+``collect`` concatenates the per-memory files into ``profiles/<profile_id>/samples.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import resource
+import statistics
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fasdl.channel.base import Channel
+
+PROFILES_PREFIX = "profiles/"
+# Input shapes and classes of the datasets the runtime ships, so events can name one.
+DATASET_SHAPES: dict[str, tuple[tuple[int, int, int], int]] = {
+    "digits": ((1, 8, 8), 10), "cifar10": ((3, 32, 32), 10),
+}
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
+MAX_OBJECT_MB = 512.0
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+class ProfileRequestError(ValueError):
+    """An invalid profiler event; the message names the field."""
+
+
+def _bad(name: str, message: str) -> ProfileRequestError:
+    return ProfileRequestError(f"profiler field '{name}': {message}")
+
+
+def _ints(name: str, value: object, low: int) -> tuple[int, ...]:
+    if not isinstance(value, list | tuple) or not value or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
+        raise _bad(name, f"must be a non-empty list of integers >= {low}, got {value!r}")
+    return tuple(sorted(set(value)))
+
+
+def _count(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _bad(name, f"must be an integer >= {low}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """What to measure at one memory; every field but ``profile_id`` has a default."""
+
+    profile_id: str
+    model: str = "cnn"
+    input_shape: tuple[int, int, int] = (3, 32, 32)
+    num_classes: int = 10
+    batches: tuple[int, ...] = (16, 32, 64, 128)
+    warmup: int = 2
+    repeats: int = 5
+    sizes_mb: tuple[float, ...] = (0.25, 1.0, 4.0, 16.0, 64.0)
+    transfer_repeats: int = 3
+    channels: tuple[str, ...] | None = None  # None: every channel the function can reach
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> ProfileRequest:
+        profile_id = event.get("profile_id")
+        if not isinstance(profile_id, str) or not _ID.match(profile_id):
+            raise _bad("profile_id", f"must be 1-80 letters, digits, '_.-', got {profile_id!r}")
+        values: dict[str, Any] = {"profile_id": profile_id}
+        if "model" in event:
+            from fasdl.models import MODELS
+
+            if event["model"] not in MODELS:
+                raise _bad("model", f"must be one of {', '.join(sorted(MODELS))}, "
+                                    f"got {event['model']!r}")
+            values["model"] = event["model"]
+        if "dataset" in event:
+            if event["dataset"] not in DATASET_SHAPES:
+                raise _bad("dataset", f"must be one of {', '.join(DATASET_SHAPES)}, "
+                                      f"got {event['dataset']!r}")
+            values["input_shape"], values["num_classes"] = DATASET_SHAPES[event["dataset"]]
+        if "input_shape" in event:
+            shape = event["input_shape"]
+            if not isinstance(shape, list) or len(shape) != 3 or any(
+                    isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in shape):
+                raise _bad("input_shape", f"must be [channels, height, width], got {shape!r}")
+            values["input_shape"] = tuple(shape)
+        if "num_classes" in event:
+            values["num_classes"] = _count("num_classes", event["num_classes"], 2)
+        if "batches" in event:
+            values["batches"] = _ints("batches", event["batches"], 1)
+        for name in ("warmup", "transfer_repeats"):
+            if name in event:
+                values[name] = _count(name, event[name], 0 if name == "warmup" else 1)
+        if "repeats" in event:
+            values["repeats"] = _count("repeats", event["repeats"], 1)
+        if "sizes_mb" in event:
+            sizes = event["sizes_mb"]
+            if not isinstance(sizes, list) or not sizes or any(
+                    isinstance(s, bool) or not isinstance(s, int | float)
+                    or not 0 < s <= MAX_OBJECT_MB for s in sizes):
+                raise _bad("sizes_mb", f"must be a non-empty list of sizes in "
+                                       f"(0, {MAX_OBJECT_MB:g}] MB, got {sizes!r}")
+            values["sizes_mb"] = tuple(sorted({float(s) for s in sizes}))
+        if "channels" in event and event["channels"] is not None:
+            channels = event["channels"]
+            if not isinstance(channels, list) or any(c not in ("s3", "valkey")
+                                                     for c in channels):
+                raise _bad("channels", f"must be a list of s3/valkey, got {channels!r}")
+            values["channels"] = tuple(dict.fromkeys(channels))
+        return cls(**values)
+
+
+# ---- memory -------------------------------------------------------------------------------
+
+def reset_peak() -> bool:
+    """Reset the resident high-water mark (Linux >= 4.0); False where that is not allowed."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory in MiB (the unit of Lambda memory sizes)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # kB on Linux
+
+
+# ---- measurements -------------------------------------------------------------------------
+
+def measure_training(request: ProfileRequest, memory_mb: float) -> list[dict[str, Any]]:
+    """One ``train`` record per batch size, ascending (see the module docstring)."""
+    import torch
+
+    from fasdl.models import build_seeded_model, parameter_mb
+
+    model = build_seeded_model(request.model, 0, request.num_classes, request.input_shape)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    model_mb = parameter_mb(request.model, request.num_classes, request.input_shape)
+    generator = torch.Generator().manual_seed(0)
+    records = []
+    for batch in request.batches:
+        inputs = torch.randn(batch, *request.input_shape, generator=generator)
+        labels = torch.randint(0, request.num_classes, (batch,), generator=generator)
+
+        def step(x: torch.Tensor = inputs, y: torch.Tensor = labels) -> None:
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+
+        method = "VmHWM-reset" if reset_peak() else "VmHWM-monotonic"
+        for _ in range(request.warmup):
+            step()
+        timings = []
+        for _ in range(request.repeats):
+            start = time.perf_counter()
+            step()
+            timings.append(time.perf_counter() - start)
+        records.append({
+            "kind": "train", "memory_mb": memory_mb, "batch": batch,
+            "seconds": statistics.median(timings), "peak_mb": round(peak_rss_mb(), 3),
+            "model": request.model, "model_mb": model_mb,
+            "input_shape": list(request.input_shape), "num_classes": request.num_classes,
+            "repeats": request.repeats, "threads": torch.get_num_threads(),
+            "peak_method": method if _STATUS.exists() else "ru_maxrss",
+        })
+        del inputs, labels
+    return records
+
+
+def lambda_arch() -> str:
+    return "arm64" if platform.machine().lower() in ("aarch64", "arm64") else "x86_64"
+
+
+def measure_transfers(channel: Channel, name: str, memory_mb: float, sizes_mb: Sequence[float],
+                      repeats: int, prefix: str) -> list[dict[str, Any]]:
+    """Up/down ``transfer`` records through one channel; its keys are deleted afterwards."""
+    records: list[dict[str, Any]] = []
+    keys = [f"{prefix}warmup"]
+    channel.put(keys[0], b"x")  # opens the connection (TLS, DNS) outside the timings
+    channel.try_get(keys[0])
+    arch = lambda_arch()
+    try:
+        for size in sizes_mb:
+            payload = os.urandom(int(size * 2**20))  # random: nothing on the way compresses it
+            for attempt in range(repeats):
+                key = f"{prefix}{size:g}MB-{attempt}"
+                keys.append(key)
+                start = time.perf_counter()
+                channel.put(key, payload)
+                up = time.perf_counter() - start
+                start = time.perf_counter()
+                data = channel.try_get(key)
+                down = time.perf_counter() - start
+                if data is None or len(data) != len(payload):
+                    raise RuntimeError(f"{name}: read back {key!r} incomplete")
+                for direction, seconds in (("up", up), ("down", down)):
+                    records.append({"kind": "transfer", "memory_mb": memory_mb,
+                                    "channel": name, "direction": direction,
+                                    "size_mb": size, "seconds": seconds, "arch": arch})
+    finally:
+        channel.delete(keys)
+    return records
+
+
+# ---- results bucket -----------------------------------------------------------------------
+
+def to_jsonl(records: Iterable[Mapping[str, Any]]) -> str:
+    return "".join(json.dumps(record, sort_keys=True) + "\n" for record in records)
+
+
+def memory_key(prefix: str, profile_id: str, memory_mb: float) -> str:
+    return f"{prefix}{profile_id}/memory-{memory_mb:g}.jsonl"
+
+
+def samples_key(prefix: str, profile_id: str) -> str:
+    return f"{prefix}{profile_id}/samples.jsonl"
+
+
+def run_profile(request: ProfileRequest, memory_mb: float, channels: Mapping[str, Channel],
+                s3: Any, bucket: str, prefix: str = PROFILES_PREFIX) -> dict[str, Any]:
+    """Measure, write the JSONL to ``bucket`` and return a small summary."""
+    records = measure_training(request, memory_mb)
+    transfer_prefix = f"profiling/{request.profile_id}/{memory_mb:g}/"
+    for name, channel in channels.items():
+        records += measure_transfers(channel, name, memory_mb, request.sizes_mb,
+                                     request.transfer_repeats, transfer_prefix)
+    key = memory_key(prefix, request.profile_id, memory_mb)
+    s3.put_object(Bucket=bucket, Key=key, Body=to_jsonl(records).encode(),
+                  ContentType="application/x-ndjson")
+    train = [r for r in records if r["kind"] == "train"]
+    return {"profile_id": request.profile_id, "memory_mb": memory_mb, "bucket": bucket,
+            "key": key, "records": len(records), "channels": sorted(channels),
+            "seconds_per_batch": {str(r["batch"]): round(r["seconds"], 6) for r in train},
+            "peak_mb": max(r["peak_mb"] for r in train)}
+
+
+def collect(profile_id: object, memories: object, s3: Any, bucket: str,
+            prefix: str = PROFILES_PREFIX) -> dict[str, Any]:
+    """Concatenate the per-memory files into ``samples.jsonl``; a missing memory is an error."""
+    if not isinstance(profile_id, str) or not _ID.match(profile_id):
+        raise _bad("profile_id", f"must be 1-80 letters, digits, '_.-', got {profile_id!r}")
+    if not isinstance(memories, list) or not memories or any(
+            isinstance(m, bool) or not isinstance(m, int | float) or m <= 0 for m in memories):
+        raise _bad("memories", f"must be a non-empty list of memory sizes, got {memories!r}")
+    parts = []
+    for memory in sorted(set(memories)):
+        key = memory_key(prefix, profile_id, memory)
+        try:
+            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except Exception as error:  # NoSuchKey names the memory that did not report
+            raise RuntimeError(f"no samples for {memory:g} MB at s3://{bucket}/{key}: "
+                               f"{error}") from error
+        parts.append(body.decode().rstrip("\n") + "\n")
+    text = "".join(parts)
+    key = samples_key(prefix, profile_id)
+    s3.put_object(Bucket=bucket, Key=key, Body=text.encode(),
+                  ContentType="application/x-ndjson")
+    return {"profile_id": profile_id, "bucket": bucket, "samples_key": key,
+            "lines": text.count("\n"), "memories": sorted(set(memories)),
+            "fetch": f"aws s3 cp s3://{bucket}/{key} samples.jsonl"}

@@ -1,0 +1,166 @@
+"""`planner fit`: recovers known coefficients from synthetic samples, refuses samples that
+cannot identify a parameter, and its output plans with `planner plan`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from planner.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from planner.fit_samples import SampleError, fit_transfers, fit_workload, read_samples
+from planner.profiles import load_platform, load_platform_file, load_workload
+
+TRUE = {"a": 37.19, "b": 12.48, "m": -111.46, "k": 5.0, "c": 592.0}  # ResNet-50 shipped
+MEMORIES = (512, 1024, 2048, 4096, 8192)
+BATCHES = (8, 16, 32, 64, 128)
+SIZES_MB = (0.5, 2.0, 8.0, 32.0, 100.0)
+
+
+def train_records(noise: float, seed: int = 0, *, memories: tuple[int, ...] = MEMORIES,
+                  batches: tuple[int, ...] = BATCHES) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    records = []
+    for memory in memories:
+        for batch in batches:
+            seconds = TRUE["a"] * (batch + TRUE["b"]) / (memory + TRUE["m"])
+            peak = TRUE["k"] * batch + TRUE["c"]
+            records.append({"kind": "train", "memory_mb": memory, "batch": batch,
+                            "seconds": seconds * (1 + noise * rng.standard_normal()),
+                            "peak_mb": peak * (1 + noise * rng.standard_normal()),
+                            "model": "resnet50", "model_mb": 97.49})
+    return records
+
+
+def transfer_records(noise: float, seed: int = 0, *,
+                     sizes: tuple[float, ...] = SIZES_MB) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    truth = load_platform("s3")
+    records = []
+    for memory in (1024.0, 2048.0, 4096.0):
+        for direction in ("up", "down"):
+            for size in sizes:
+                for _ in range(3):
+                    seconds = float(truth.transfer_time(direction, memory, size))
+                    records.append({"kind": "transfer", "memory_mb": memory, "channel": "s3",
+                                    "direction": direction, "size_mb": size,
+                                    "seconds": seconds * (1 + noise * rng.standard_normal())})
+    return records
+
+
+def write(path: Path, records: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return str(path)
+
+
+def fit_args(samples: str, out: Path, *extra: str) -> list[str]:
+    return ["fit", "--samples", samples, "--out", str(out), "--name", "fitted-resnet",
+            "--dataset", "datasets/cifar10", "--dataset-samples", "50000",
+            "--dataset-mb", "146.48", *extra]
+
+
+def test_exact_samples_recover_the_coefficients(tmp_path: Path) -> None:
+    samples = read_samples([write(tmp_path / "s.jsonl", train_records(0.0))])
+    fit = fit_workload(samples.train)
+    assert fit.a == pytest.approx(TRUE["a"], rel=1e-3)
+    assert fit.b == pytest.approx(TRUE["b"], rel=1e-3)
+    assert fit.m == pytest.approx(TRUE["m"], abs=0.5)
+    assert fit.k == pytest.approx(TRUE["k"], rel=1e-6)
+    assert fit.c == pytest.approx(TRUE["c"], rel=1e-6)
+    assert fit.time_quality.r_squared > 0.999999
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_noisy_samples_predict_within_the_noise(tmp_path: Path, seed: int) -> None:
+    samples = read_samples([write(tmp_path / "s.jsonl", train_records(0.02, seed))])
+    fit = fit_workload(samples.train)
+    grid_b, grid_m = np.meshgrid(BATCHES, MEMORIES)
+    truth = TRUE["a"] * (grid_b + TRUE["b"]) / (grid_m + TRUE["m"])
+    fitted = fit.a * (grid_b + fit.b) / (grid_m + fit.m)
+    assert np.max(np.abs(fitted / truth - 1)) < 0.03
+    assert fit.k == pytest.approx(TRUE["k"], rel=0.1)
+    assert fit.c == pytest.approx(TRUE["c"], rel=0.05)
+    assert fit.time_quality.max_relative_error < 0.1
+
+
+def test_transfer_fit_recovers_the_shipped_s3_profile(tmp_path: Path) -> None:
+    truth = load_platform("s3")
+    samples = read_samples([write(tmp_path / "t.jsonl", transfer_records(0.01))])
+    for fit in fit_transfers(samples.transfer, "s3"):
+        peak, rate = truth.coefficients(fit.direction, fit.memory_mb)
+        predicted = fit.peak * -np.expm1(-fit.rate * np.array(SIZES_MB))
+        expected = peak * -np.expm1(-rate * np.array(SIZES_MB))
+        assert np.max(np.abs(predicted / expected - 1)) < 0.03, fit
+
+
+@pytest.mark.parametrize("records,message", [
+    (train_records(0.0, batches=(32,)), "single batch size"),
+    (train_records(0.0, memories=(2048,)), "single memory size"),
+])
+def test_unidentifiable_training_samples_are_refused(tmp_path: Path,
+                                                     records: list[dict[str, Any]],
+                                                     message: str) -> None:
+    samples = read_samples([write(tmp_path / "s.jsonl", records)])
+    with pytest.raises(SampleError, match=message):
+        fit_workload(samples.train)
+
+
+def test_one_object_size_per_memory_is_refused(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    samples = write(tmp_path / "t.jsonl", transfer_records(0.0, sizes=(8.0,)))
+    code = main(["fit", "--samples", samples, "--out", str(tmp_path / "p.json"),
+                 "--kind", "platform"])
+    error = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT
+    assert "argument --samples" in error and "1 object size(s)" in error
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("line,field", [
+    ('{"kind": "train", "memory_mb": 1024, "batch": 8.5, "seconds": 1, "model": "cnn"}',
+     "batch"),
+    ('{"kind": "transfer", "memory_mb": 1024, "channel": "s3", "direction": "sideways", '
+     '"size_mb": 1, "seconds": 1}', "direction"),
+    ('{"kind": "train", "memory_mb": -1}', "memory_mb"),
+    ("not json", "not JSON"),
+])
+def test_malformed_lines_name_file_line_and_field(tmp_path: Path, line: str,
+                                                  field: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n" + line + "\n")
+    with pytest.raises(SampleError, match=rf"bad\.jsonl:2: .*{field}"):
+        read_samples([path])
+
+
+def test_workload_needs_its_name_and_dataset(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    samples = write(tmp_path / "s.jsonl", train_records(0.0))
+    code = main(["fit", "--samples", samples, "--out", str(tmp_path / "w.json"),
+                 "--kind", "workload", "--json"])
+    document = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert code == EXIT_BAD_INPUT and document["argument"] == "--name"
+
+
+def test_fitted_profiles_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    samples = write(tmp_path / "all.jsonl", train_records(0.01) + transfer_records(0.01))
+    code = main(fit_args(samples, tmp_path / "profile.json", "--png",
+                         str(tmp_path / "fit.png")))
+    report = capsys.readouterr().out
+    assert code == EXIT_OK, report
+    assert "R²" in report and "max relative error" in report
+    workload_path = tmp_path / "profile-workload.json"
+    platform_path = tmp_path / "profile-platform.json"
+    workload = load_workload(str(workload_path))
+    platform = load_platform_file(platform_path)
+    assert workload.model == "resnet50" and workload.model_mb == 97.49
+    assert platform.channel == "s3" and platform.memory_mb == (1024.0, 2048.0, 4096.0)
+    assert (tmp_path / "fit.png").stat().st_size > 10_000
+    code = main(["plan", "--workload", str(workload_path), "--platform", str(platform_path),
+                 "--deadline", "8000", "--max-global-batch", "1024", "--epochs", "2",
+                 "--out", str(tmp_path / "plan.json"), "--json"])
+    document = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert code == EXIT_OK, document
+    assert document["plan"]["workload"]["model"] == "resnet50"
