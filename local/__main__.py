@@ -1,0 +1,83 @@
+"""``python -m local run [--plan plan.json] [--channel s3|valkey] [--epochs N] ...``.
+
+Runs the CDK-synthesized state machine on this machine (see local/runner.py). Exit codes:
+0 the run succeeded, 1 it failed or timed out, 2 bad input (nothing was started),
+130 interrupted (everything started was stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from local.runner import RunOptions, run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m local")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser(
+        "run", help="plan (or read) a job, synthesize the stack, run its state machine here")
+    run_parser.add_argument("--plan", type=Path, help="a plan.json (default: plan cnn-digits)")
+    run_parser.add_argument("--channel", choices=("s3", "valkey"),
+                            help="exchange channel (default: the plan's, s3 when planning)")
+    run_parser.add_argument("--epochs", type=int, help="epochs (default 10 when planning)")
+    run_parser.add_argument("--workers", type=int,
+                            help="W (default 4 when planning; with --plan it must match)")
+    run_parser.add_argument("--timeout", type=float, default=900.0,
+                            help="wall-clock limit of the whole run in seconds (default 900)")
+    run_parser.add_argument("--workers-timeout", type=float,
+                            help="kill worker invocations after this many seconds "
+                                 "(default: the synthesized function Timeout)")
+    run_parser.add_argument("--segment-iterations", type=int,
+                            help="iterations per segment (default when planning: one epoch)")
+    run_parser.add_argument("--threads", type=int, default=1,
+                            help="CPU threads per invocation (default 1; 0: no cap)")
+    run_parser.add_argument("--tls-cache", action="store_true",
+                            help="valkey channel: a TLS + cluster-mode redis-server 7 "
+                                 "(like ElastiCache Serverless) instead of valkey-server")
+    run_parser.add_argument("--dataset", type=Path,
+                            help="dir with x.npy, y.npy, test/ (default: build digits)")
+    run_parser.add_argument("--cdk-out", type=Path,
+                            help="reuse this synthesized cdk.out instead of running cdk synth")
+    run_parser.add_argument("--report-dir", type=Path,
+                            help="report folder (default reports/<run id>)")
+    run_parser.add_argument("--run-id", help="execution and run id (default local-<time>)")
+    return parser
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM unwinds like Ctrl-C, so everything is stopped
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for name, value in (("--epochs", args.epochs), ("--workers", args.workers),
+                        ("--timeout", args.timeout), ("--workers-timeout", args.workers_timeout),
+                        ("--segment-iterations", args.segment_iterations)):
+        if value is not None and value <= 0:
+            print(f"fasdl local: {name} must be > 0, got {value}", file=sys.stderr)
+            return 2
+    if args.threads < 0:
+        print(f"fasdl local: --threads must be >= 0, got {args.threads}", file=sys.stderr)
+        return 2
+    options = RunOptions(
+        plan=args.plan, channel=args.channel, epochs=args.epochs, workers=args.workers,
+        timeout_s=args.timeout, workers_timeout_s=args.workers_timeout,
+        report_dir=args.report_dir, dataset_dir=args.dataset, cdk_out=args.cdk_out,
+        segment_iterations=args.segment_iterations, threads=args.threads or None,
+        tls_cache=args.tls_cache,
+        run_id=args.run_id)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return run(options, say=lambda text: print(text, flush=True))
+    except KeyboardInterrupt:
+        print("fasdl local: interrupted; stopped every server and invocation", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

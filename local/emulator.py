@@ -1,0 +1,242 @@
+"""A Lambda emulator: ONE PROCESS PER INVOCATION, the function's environment, its timeout enforced.
+
+Each invocation starts ``python -m local.invoke`` (this venv's interpreter) in the function's
+code dir, with exactly the function's environment plus the variables the Lambda runtime sets
+(``AWS_LAMBDA_FUNCTION_NAME``, ``..._MEMORY_SIZE``, ``AWS_REGION``, ``_HANDLER``...). Semantics,
+as the Step Functions Lambda integration sees them:
+
+* success: the handler's return value, JSON;
+* the handler raised: a function error ``{"errorType": <exception class name>, ...}``;
+* the timeout expired: the process group is killed and the error is ``Sandbox.Timedout``
+  ("Task timed out after N.00 seconds"), which the workflow catches as a worker timeout;
+* the process died without a result: ``Runtime.ExitError``, like Lambda.
+
+Warm starts are not emulated: every invocation is a cold start (torch import included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from local.invoke import DEADLINE_ENV
+
+TIMEOUT_ERROR = "Sandbox.Timedout"
+EXIT_ERROR = "Runtime.ExitError"
+# Inherited from this process so the child finds the venv and behaves; nothing AWS-specific.
+_PASSTHROUGH_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SYSTEMROOT")
+_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """What the emulator needs of one Lambda function (read from the synthesized template)."""
+
+    name: str
+    handler: str  # module.function, relative to code_dir
+    code_dir: Path
+    timeout_s: float
+    memory_mb: int = 128
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One finished invocation: the payload Step Functions receives and what happened."""
+
+    function: str
+    request_id: str
+    payload: bytes
+    function_error: str | None  # "Unhandled" when the payload is an error object
+    error_type: str | None
+    started: float  # time.time() at start
+    duration_s: float
+    log_path: Path | None
+    worker: int | None = None  # the event's "worker", for per-worker reports
+
+    @property
+    def timed_out(self) -> bool:
+        return self.error_type == TIMEOUT_ERROR
+
+
+class LambdaEmulator:
+    """Runs invocations of the given functions; thread-safe; :meth:`shutdown` kills them all."""
+
+    def __init__(self, functions: Mapping[str, FunctionSpec], *, region: str = "us-east-1",
+                 threads: int | None = None, log_dir: Path | None = None,
+                 extra_env: Mapping[str, str] | None = None) -> None:
+        self.functions = dict(functions)
+        self.region = region
+        self.threads = threads
+        self.extra_env = dict(extra_env or {})
+        self._scratch = Path(tempfile.mkdtemp(prefix="fasdl-lambda-"))
+        self.log_dir = log_dir or self._scratch / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._running: dict[str, subprocess.Popen[bytes]] = {}
+        self._closed = False
+        self.invocations: list[Invocation] = []
+
+    # ---- lookup ---------------------------------------------------------------------------
+    def spec_for(self, function: str) -> FunctionSpec:
+        """``function`` may be a name or an ARN (``...:function:<name>[:qualifier]``)."""
+        name = function.split(":function:", 1)[-1].split(":", 1)[0]
+        try:
+            return self.functions[name]
+        except KeyError:
+            known = ", ".join(sorted(self.functions)) or "none"
+            raise KeyError(f"no emulated Lambda function {name!r} (known: {known})") from None
+
+    # ---- invocation -----------------------------------------------------------------------
+    def _environment(self, spec: FunctionSpec, deadline_ms: int) -> dict[str, str]:
+        env = {key: os.environ[key] for key in _PASSTHROUGH_ENV if key in os.environ}
+        env.update(spec.environment)
+        env.update(self.extra_env)
+        env.update({
+            "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+            "AWS_LAMBDA_FUNCTION_TIMEOUT": str(int(spec.timeout_s)),
+            "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
+            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.11_local",
+            "LAMBDA_TASK_ROOT": str(spec.code_dir), "_HANDLER": spec.handler,
+            "PYTHONPATH": str(spec.code_dir), "PYTHONUNBUFFERED": "1",
+            DEADLINE_ENV: str(deadline_ms),
+        })
+        if self.threads:
+            env.update({key: str(self.threads) for key in _THREAD_ENV})
+        return env
+
+    def invoke(self, function: str, payload: bytes | str | dict[str, Any]) -> Invocation:
+        spec = self.spec_for(function)
+        if isinstance(payload, dict):
+            payload = json.dumps(payload)
+        body = payload.encode() if isinstance(payload, str) else payload
+        request_id = str(uuid.uuid4())
+        work = self._scratch / request_id
+        work.mkdir()
+        event_file, result_file = work / "event.json", work / "result.json"
+        event_file.write_bytes(body or b"{}")
+        log_path = self.log_dir / f"{spec.name}{_log_tag(body)}-{request_id[:8]}.log"
+        started = time.time()
+        deadline_ms = int((started + spec.timeout_s) * 1000)
+        command = [sys.executable, "-m", "local.invoke", spec.handler, str(event_file),
+                   str(result_file), request_id]
+        with log_path.open("wb") as log:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("the Lambda emulator is shut down")
+                # Own session: a timeout kills the handler's children too, and Ctrl-C in the
+                # terminal reaches only the runner, which then stops invocations itself.
+                process = subprocess.Popen(
+                    command, cwd=spec.code_dir, env=self._environment(spec, deadline_ms),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True)
+                self._running[request_id] = process
+            timed_out = False
+            try:
+                process.wait(timeout=spec.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(process)
+            finally:
+                with self._lock:
+                    self._running.pop(request_id, None)
+        duration = time.time() - started
+        invocation = dataclasses.replace(
+            self._outcome(spec, request_id, process.returncode, timed_out, result_file,
+                          started, duration, log_path), worker=_worker_of(body))
+        with self._lock:
+            self.invocations.append(invocation)
+        return invocation
+
+    def _outcome(self, spec: FunctionSpec, request_id: str, code: int, timed_out: bool,
+                 result_file: Path, started: float, duration: float,
+                 log_path: Path) -> Invocation:
+        def done(payload: dict[str, Any] | Any, error_type: str | None) -> Invocation:
+            return Invocation(spec.name, request_id, json.dumps(payload).encode(),
+                              "Unhandled" if error_type else None, error_type, started,
+                              duration, log_path)
+
+        if timed_out:
+            return done({"errorType": TIMEOUT_ERROR,
+                         "errorMessage": f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+                                         f" {request_id} Task timed out after "
+                                         f"{spec.timeout_s:.2f} seconds"}, TIMEOUT_ERROR)
+        if not result_file.is_file():
+            return done({"errorType": EXIT_ERROR,
+                         "errorMessage": f"RequestId: {request_id} Error: Runtime exited with "
+                                         f"error: exit status {code}"}, EXIT_ERROR)
+        outcome = json.loads(result_file.read_text())
+        if "result" in outcome:
+            return done(outcome["result"], None)
+        return done(outcome, str(outcome.get("errorType", "Unhandled")))
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def running(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def shutdown(self) -> None:
+        """Refuse new invocations and kill the running ones (their callers see an error)."""
+        with self._lock:
+            self._closed = True
+            processes = list(self._running.values())
+        for process in processes:
+            _kill_group(process)
+
+    def cleanup(self) -> None:
+        import shutil
+
+        self.shutdown()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> LambdaEmulator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cleanup()
+
+
+def _log_tag(body: bytes) -> str:
+    """``-s00002-a0-w0003`` for a worker event, ``-<action>`` otherwise: readable log names."""
+    try:
+        event = json.loads(body or b"{}")
+    except ValueError:
+        return ""
+    if not isinstance(event, dict):
+        return ""
+    segment, worker = event.get("segment"), event.get("worker")
+    if isinstance(segment, dict) and isinstance(worker, int):
+        return f"-s{segment.get('index', 0):05d}-a{segment.get('attempt', 0)}-w{worker:04d}"
+    action = event.get("action")
+    return f"-{action}" if isinstance(action, str) and action.isidentifier() else ""
+
+
+def _worker_of(body: bytes) -> int | None:
+    try:
+        event = json.loads(body or b"{}")
+    except ValueError:
+        return None
+    worker = event.get("worker") if isinstance(event, dict) else None
+    return worker if isinstance(worker, int) else None
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait()

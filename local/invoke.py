@@ -1,0 +1,98 @@
+"""The child process of one emulated Lambda invocation (see local/emulator.py).
+
+``python -m local.invoke HANDLER EVENT_FILE RESULT_FILE REQUEST_ID`` imports ``HANDLER``
+(``module.function``, resolved from the function's code dir on ``PYTHONPATH``), calls it with
+the event and a Lambda-like context, and writes ``{"result": ...}`` or ``{"errorType": ...,
+"errorMessage": ..., "stackTrace": [...]}`` to RESULT_FILE. The result goes to a file, not
+stdout, so whatever the handler prints stays in the invocation's log. Only the standard library
+is imported here: the handler's own imports must come from its code dir.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEADLINE_ENV = "FASDL_LOCAL_DEADLINE_MS"  # epoch ms at which the parent kills this process
+
+
+class LambdaContext:
+    """The attributes and method of the Lambda Python runtime's context that handlers use."""
+
+    def __init__(self, request_id: str, environ: dict[str, str]) -> None:
+        self.aws_request_id = request_id
+        self.function_name = environ.get("AWS_LAMBDA_FUNCTION_NAME", "function")
+        self.function_version = environ.get("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        self.memory_limit_in_mb = int(environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"))
+        region = environ.get("AWS_REGION", "us-east-1")
+        self.invoked_function_arn = (
+            f"arn:aws:lambda:{region}:123456789012:function:{self.function_name}")
+        self.log_group_name = f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = f"local/{request_id}"
+        self._deadline_ms = int(environ.get(DEADLINE_ENV, "0"))
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, self._deadline_ms - int(time.time() * 1000))
+
+
+def _error(error_type: str, message: str, stack: list[str] | None = None) -> dict[str, Any]:
+    return {"errorType": error_type, "errorMessage": message, "stackTrace": stack or []}
+
+
+def _load(handler: str) -> Callable[..., Any] | dict[str, Any]:
+    module_name, _, function_name = handler.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # Lambda reports any import failure this way
+        return _error("Runtime.ImportModuleError",
+                      f"Unable to import module '{module_name}': {error}",
+                      traceback.format_exception(error))
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        return _error("Runtime.HandlerNotFound",
+                      f"Handler '{function_name}' missing on module '{module_name}'")
+    return function  # type: ignore[no-any-return]
+
+
+def run(handler: str, event_file: Path, result_file: Path, request_id: str) -> None:
+    function = _load(handler)
+    if isinstance(function, dict):
+        outcome = function
+    else:
+        event = json.loads(event_file.read_text())
+        try:
+            result = function(event, LambdaContext(request_id, dict(os.environ)))
+        except Exception as error:  # the handler's error becomes the invocation's error
+            outcome = _error(type(error).__name__, str(error),
+                             traceback.format_exception(error))
+            traceback.print_exc()
+        else:
+            try:
+                outcome = {"result": json.loads(json.dumps(result))}
+            except (TypeError, ValueError) as error:
+                outcome = _error("Runtime.MarshalError", f"Unable to marshal response: {error}")
+    partial = result_file.with_suffix(".partial")
+    partial.write_text(json.dumps(outcome))
+    partial.replace(result_file)  # atomic: the parent never reads half a result
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4:
+        print("usage: python -m local.invoke HANDLER EVENT_FILE RESULT_FILE REQUEST_ID",
+              file=sys.stderr)
+        return 2
+    handler, event_file, result_file, request_id = argv
+    run(handler, Path(event_file), Path(result_file), request_id)
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

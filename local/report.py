@@ -1,0 +1,241 @@
+"""Progress while a local run trains, and its summary + report folder afterwards.
+
+Workers write one result JSON per segment attempt to the results bucket
+(``runs/<run_id>/segments/<index:05d>/attempt-<a>/worker-<w:04d>.json``, fasdl.segment_runner);
+:class:`Progress` polls those keys and prints a line per finished segment. :func:`build_report`
+turns them, the plan's prediction and the emulator's invocations into one JSON-able dict;
+:func:`write_report` writes ``report.json``, ``training.png`` (loss, accuracy) and
+``time_split.png`` (where each worker's time went).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fasdl.plan import Plan
+from local.emulator import Invocation
+
+# Worker time buckets, from the result's "time" map: exchange = upload + aggregate + download.
+TIME_PARTS = {"load": ("load_s",), "compute": ("compute_s",),
+              "exchange": ("upload_s", "aggregate_s", "download_s"), "idle": ("idle_s",),
+              "checkpoint": ("checkpoint_s", "eval_s")}
+
+
+class Progress:
+    """Polls the segment results of one run and reports each segment once all W wrote."""
+
+    def __init__(self, s3: Any, bucket: str, run_id: str, workers: int, total_segments: int,
+                 say: Callable[[str], None] = print) -> None:
+        self.s3, self.bucket, self.workers = s3, bucket, workers
+        self.prefix = f"runs/{run_id}/segments/"
+        self.total_segments = total_segments
+        self.say = say
+        self.results: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
+        self._seen: set[str] = set()
+        self._reported: set[tuple[int, int]] = set()
+
+    def poll(self) -> None:
+        paginator = self.s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for item in page.get("Contents", []):
+                key = item["Key"]
+                if key in self._seen or not key.endswith(".json"):
+                    continue
+                body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+                result = json.loads(body)
+                self._seen.add(key)
+                segment = result.get("segment", {})
+                where = (int(segment.get("index", -1)), int(segment.get("attempt", 0)))
+                self.results.setdefault(where, {})[int(result.get("worker", -1))] = result
+        for where in sorted(self.results):
+            if where not in self._reported and len(self.results[where]) >= self.workers:
+                self._reported.add(where)
+                self.say(segment_line(where, self.results[where], self.total_segments))
+
+
+def segment_line(where: tuple[int, int], results: dict[int, dict[str, Any]],
+                 total_segments: int) -> str:
+    index, attempt = where
+    rows = list(results.values())
+    segment = rows[0].get("segment", {})
+    first = _mean([r.get("loss_first") for r in rows])
+    last = _mean([r.get("loss_last") for r in rows])
+    accuracy = _accuracy(rows)
+    took = max(float(r.get("time", {}).get("total_s", 0.0)) for r in rows)
+    start = int(segment.get("start_iteration", 0))
+    end = start + int(segment.get("iterations", 0))
+    text = (f"  segment {index + 1}/{total_segments} (iterations {start}-{end}, attempt "
+            f"{attempt}): loss {_fmt(first)} -> {_fmt(last)}")
+    if accuracy is not None:
+        text += f", test accuracy {accuracy:.3f}"
+    return text + f", {took:.1f} s"
+
+
+def _mean(values: Sequence[Any]) -> float | None:
+    numbers = [float(v) for v in values if isinstance(v, int | float)]
+    return sum(numbers) / len(numbers) if numbers else None
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _accuracy(rows: Sequence[dict[str, Any]]) -> float | None:
+    found = [r["accuracy"] for r in rows if isinstance(r.get("accuracy"), int | float)]
+    return float(found[0]) if found else None
+
+
+def final_segments(results: dict[tuple[int, int], dict[int, dict[str, Any]]]
+                   ) -> list[dict[str, Any]]:
+    """One row per segment: the last attempt that every worker finished."""
+    by_index: dict[int, tuple[int, dict[int, dict[str, Any]]]] = {}
+    for (index, attempt), workers in results.items():
+        if index not in by_index or attempt > by_index[index][0]:
+            by_index[index] = (attempt, workers)
+    rows = []
+    for index in sorted(by_index):
+        attempt, workers = by_index[index]
+        values = list(workers.values())
+        rows.append({"index": index, "attempt": attempt, "workers": len(values),
+                     "loss_first": _mean([r.get("loss_first") for r in values]),
+                     "loss_last": _mean([r.get("loss_last") for r in values]),
+                     "loss_mean": _mean([r.get("loss_mean") for r in values]),
+                     "accuracy": _accuracy(values),
+                     "iterations": max(int(r.get("iterations_done", 0)) for r in values)})
+    return rows
+
+
+def time_split(results: dict[tuple[int, int], dict[int, dict[str, Any]]],
+               invocations: Sequence[Invocation], worker_function: str
+               ) -> dict[int, dict[str, float]]:
+    """Seconds per worker and part; ``startup`` = invocation wall time the handler did not
+    measure (process start, imports: a cold start every time here)."""
+    split: dict[int, dict[str, float]] = {}
+    handler_total: dict[int, float] = {}
+    for workers in results.values():
+        for worker, result in workers.items():
+            times = result.get("time", {})
+            parts = split.setdefault(worker, {name: 0.0 for name in [*TIME_PARTS, "startup"]})
+            for name, keys in TIME_PARTS.items():
+                parts[name] += sum(float(times.get(key, 0.0)) for key in keys)
+            handler_total[worker] = handler_total.get(worker, 0.0) + float(
+                times.get("total_s", 0.0))
+    wall: dict[int, float] = {}
+    for invocation in invocations:
+        if invocation.function != worker_function:
+            continue
+        index = invocation.worker
+        if index is not None:
+            wall[index] = wall.get(index, 0.0) + invocation.duration_s
+    for worker, parts in split.items():
+        parts["startup"] = max(0.0, wall.get(worker, 0.0) - handler_total.get(worker, 0.0))
+    return dict(sorted(split.items()))
+
+
+def build_report(plan: Plan, *, run_id: str, channel: str, status: str, measured_s: float,
+                 results: dict[tuple[int, int], dict[int, dict[str, Any]]],
+                 invocations: Sequence[Invocation], worker_function: str,
+                 summary: dict[str, Any] | None, execution: dict[str, Any],
+                 failure: dict[str, Any] | None = None) -> dict[str, Any]:
+    segments = final_segments(results)
+    split = time_split(results, invocations, worker_function)
+    totals = {name: round(sum(parts[name] for parts in split.values()), 3)
+              for name in [*TIME_PARTS, "startup"]}
+    accuracies = [s["accuracy"] for s in segments if s["accuracy"] is not None]
+    prediction = plan.prediction
+    return {
+        "run_id": run_id, "status": status, "channel": channel,
+        "workers": plan.deployment.workers, "epochs": plan.training.epochs,
+        "iterations": sum(s["iterations"] for s in segments),
+        "measured_s": round(measured_s, 3),
+        "predicted_s": prediction.time_s if prediction else None,
+        "predicted_cost_usd": prediction.cost_usd if prediction else None,
+        "final_accuracy": accuracies[-1] if accuracies else None,
+        "final_loss": segments[-1]["loss_last"] if segments else None,
+        "segments": segments,
+        "time_split_s": totals,
+        "time_split_per_worker_s": {str(w): {k: round(v, 3) for k, v in parts.items()}
+                                    for w, parts in split.items()},
+        "invocations": [{"function": i.function, "worker": i.worker, "error": i.error_type,
+                         "duration_s": round(i.duration_s, 3)} for i in invocations],
+        "summary": summary, "failure": failure, "execution_error": execution.get("error"),
+        "execution_cause": execution.get("cause"),
+        "plan": plan.to_dict(),
+    }
+
+
+def format_summary(report: dict[str, Any]) -> str:
+    lines = [f"Run {report['run_id']}: {report['status']} ({report['channel']} channel, "
+             f"W={report['workers']}, {report['iterations']} iterations)"]
+    predicted = report["predicted_s"]
+    lines.append(f"  time: measured {report['measured_s']:.1f} s, predicted "
+                 f"{'n/a' if predicted is None else f'{predicted:.1f} s'} (on AWS Lambda; "
+                 "locally every invocation is a cold start sharing this machine's CPUs)")
+    if report["final_accuracy"] is not None:
+        lines.append(f"  final test accuracy {report['final_accuracy']:.3f}, "
+                     f"final loss {_fmt(report['final_loss'])}")
+    totals = report["time_split_s"]
+    whole = sum(totals.values()) or 1.0
+    parts = ", ".join(f"{name} {value:.1f} s ({100 * value / whole:.0f}%)"
+                      for name, value in totals.items())
+    lines.append(f"  worker time (sum over workers): {parts}")
+    lines.append("    (startup: process start + imports; every invocation is a cold start here)")
+    if report.get("execution_error"):
+        lines.append(f"  error: {report['execution_error']}: {report['execution_cause']}")
+    failure = report.get("failure")
+    if isinstance(failure, dict):
+        lines.append(f"  recorded failure (failure.json): {failure.get('error')}: "
+                     f"{_error_message(failure.get('cause'))}")
+    return "\n".join(lines)
+
+
+def _error_message(cause: Any) -> str:
+    """A Lambda error's cause is its JSON error object: show only the message."""
+    try:
+        parsed = json.loads(cause)
+    except (TypeError, ValueError):
+        return str(cause)[:600]
+    return str(parsed.get("errorMessage", parsed))[:600] if isinstance(parsed, dict) else \
+        str(parsed)[:600]
+
+
+def write_report(report: dict[str, Any], directory: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = [directory / "report.json"]
+    written[0].write_text(json.dumps(report, indent=2, sort_keys=True))
+    segments = report["segments"]
+    figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(10, 4))
+    numbers = [s["index"] + 1 for s in segments]
+    loss_axes.plot(numbers, [s["loss_last"] for s in segments], marker="o", label="last")
+    loss_axes.plot(numbers, [s["loss_mean"] for s in segments], marker=".", label="mean")
+    loss_axes.set(xlabel="segment", ylabel="training loss", title="Loss")
+    loss_axes.legend()
+    accuracy_axes.plot(numbers, [s["accuracy"] for s in segments], marker="o")
+    accuracy_axes.set(xlabel="segment", ylabel="test accuracy", title="Accuracy", ylim=(0, 1))
+    figure.tight_layout()
+    written.append(directory / "training.png")
+    figure.savefig(written[-1], dpi=100)
+    plt.close(figure)
+
+    per_worker = report["time_split_per_worker_s"]
+    figure, axes = plt.subplots(figsize=(7, 4))
+    bottom = [0.0] * len(per_worker)
+    for part in [*TIME_PARTS, "startup"]:
+        values = [parts.get(part, 0.0) for parts in per_worker.values()]
+        axes.bar(list(per_worker), values, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    axes.set(xlabel="worker", ylabel="seconds (all segments)", title="Where the time went")
+    axes.legend()
+    figure.tight_layout()
+    written.append(directory / "time_split.png")
+    figure.savefig(written[-1], dpi=100)
+    plt.close(figure)
+    return written

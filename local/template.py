@@ -1,0 +1,178 @@
+"""The synthesized CloudFormation template, made runnable here.
+
+:func:`synthesize` runs the real CLI (``npx cdk synth``, offline) for a plan into an outdir.
+:func:`load_template` reads ``<outdir>/<stack>.template.json``: the state machine's
+DefinitionString with every token resolved (Lambda ``Fn::GetAtt Arn`` becomes a fake but
+well-formed ARN naming the function's logical id, pseudo parameters get fixed values), and
+each Lambda function's handler, timeout, memory, environment and staged code dir.
+:meth:`LocalTemplate.function_specs` then binds the environment's unresolved references
+(bucket names, cache endpoint) to the local servers; a reference it cannot bind is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from local.emulator import FunctionSpec
+
+ACCOUNT = "123456789012"  # moto's default account: the continue-as-new ARN must match it
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STUB_LAYER = REPO_ROOT / "layers" / "torch" / "stub"
+SYNTH_TIMEOUT_S = 240
+_OFFLINE_ENV = {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+                "CDK_DISABLE_VERSION_CHECK": "1", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+
+
+class TemplateError(RuntimeError):
+    """The template cannot be synthesized or made runnable; the message says why."""
+
+
+def function_arn(logical_id: str, region: str) -> str:
+    return f"arn:aws:lambda:{region}:{ACCOUNT}:function:{logical_id}"
+
+
+def synthesize(plan_path: Path, outdir: Path, *, stack_name: str | None = None) -> Path:
+    """``npx cdk synth`` of this repo's app for ``plan_path``; returns the template path."""
+    command = ["npx", "--no-install", "cdk", "synth", "--no-notices", "-q", "-o", str(outdir),
+               "-c", f"plan={plan_path}", "-c", f"torch_layer={STUB_LAYER}"]
+    if stack_name:
+        command += ["-c", f"stack_name={stack_name}"]
+    # The app command in cdk.json runs `python`: make it this venv's.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    try:
+        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=SYNTH_TIMEOUT_S, check=False,
+                              env={**os.environ, **_OFFLINE_ENV, "PATH": path})
+    except FileNotFoundError as error:
+        raise TemplateError("npx not found: install Node.js and run `make setup`") from error
+    except subprocess.TimeoutExpired as error:
+        raise TemplateError(f"cdk synth did not finish in {SYNTH_TIMEOUT_S} s") from error
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise TemplateError(f"cdk synth failed (exit {done.returncode}):\n{tail}")
+    templates = sorted(outdir.glob("*.template.json"))
+    if len(templates) != 1:
+        raise TemplateError(f"expected one stack template in {outdir}, found {len(templates)}")
+    return templates[0]
+
+
+@dataclass(frozen=True)
+class FunctionResource:
+    logical_id: str
+    handler: str
+    timeout_s: int
+    memory_mb: int
+    environment: dict[str, Any]  # values are strings or unresolved CloudFormation tokens
+    code_dir: Path
+
+
+@dataclass(frozen=True)
+class LocalTemplate:
+    path: Path
+    region: str
+    state_machine_name: str
+    definition: dict[str, Any]
+    functions: dict[str, FunctionResource]
+
+    def function_specs(self, bindings: Mapping[str, str],
+                       overrides: Mapping[str, str | None] | None = None
+                       ) -> dict[str, FunctionSpec]:
+        """Specs with every tokenized environment variable bound by name in ``bindings``
+        (e.g. ``FASDL_RESULTS_BUCKET``); ``overrides`` replace, add or (None) drop variables."""
+        specs: dict[str, FunctionSpec] = {}
+        for logical_id, resource in self.functions.items():
+            env: dict[str, str] = {}
+            for name, value in resource.environment.items():
+                if isinstance(value, str):
+                    env[name] = value
+                elif name in bindings:
+                    env[name] = bindings[name]
+                else:
+                    raise TemplateError(
+                        f"{logical_id}: environment variable {name} is {json.dumps(value)}, "
+                        "which has no local binding (add it in local/runner.py)")
+            for name, override in (overrides or {}).items():
+                if override is None:
+                    env.pop(name, None)
+                else:
+                    env[name] = override
+            specs[logical_id] = FunctionSpec(
+                name=logical_id, handler=resource.handler, code_dir=resource.code_dir,
+                timeout_s=resource.timeout_s, memory_mb=resource.memory_mb, environment=env)
+        return specs
+
+    def function_named(self, handler_module: str) -> str:
+        """The logical id of the function whose handler lives in ``handler_module``."""
+        found = [f.logical_id for f in self.functions.values()
+                 if f.handler.rpartition(".")[0] == handler_module]
+        if len(found) != 1:
+            raise TemplateError(f"expected one function with handler {handler_module}.*, "
+                                f"found {found}")
+        return found[0]
+
+
+def _resolve(token: Any, region: str) -> str:
+    if isinstance(token, str):
+        return token
+    ref = token.get("Ref") if isinstance(token, dict) else None
+    pseudo = {"AWS::Partition": "aws", "AWS::AccountId": ACCOUNT, "AWS::Region": region,
+              "AWS::URLSuffix": "amazonaws.com"}
+    if ref in pseudo:
+        return pseudo[ref]
+    get_att = token.get("Fn::GetAtt") if isinstance(token, dict) else None
+    if isinstance(get_att, list) and len(get_att) == 2 and get_att[1] == "Arn":
+        return function_arn(str(get_att[0]), region)
+    raise TemplateError(f"cannot resolve {json.dumps(token)} in the state machine definition")
+
+
+def _definition(resource: dict[str, Any], region: str) -> dict[str, Any]:
+    text = resource["Properties"]["DefinitionString"]
+    if isinstance(text, dict):
+        separator, parts = text["Fn::Join"]
+        text = separator.join(_resolve(part, region) for part in parts)
+    definition: dict[str, Any] = json.loads(text)
+    return definition
+
+
+def _code_dir(outdir: Path, code: dict[str, Any]) -> Path:
+    # Zip assets are staged as <outdir>/asset.<hash>/ and referenced as <hash>.zip.
+    key = str(code.get("S3Key", ""))
+    staged = outdir / f"asset.{key.removesuffix('.zip')}"
+    if not key.endswith(".zip") or not staged.is_dir():
+        raise TemplateError(f"function code {json.dumps(code)} is not a staged zip asset in "
+                            f"{outdir} (container-image packaging cannot run locally)")
+    return staged
+
+
+def load_template(path: Path, *, region: str) -> LocalTemplate:
+    try:
+        template = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise TemplateError(f"cannot read template {path}: {error}") from error
+    resources: dict[str, Any] = template.get("Resources", {})
+    machines = [r for r in resources.values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    if len(machines) != 1:
+        raise TemplateError(f"{path}: expected one state machine, found {len(machines)}")
+    definition = _definition(machines[0], region)
+    functions: dict[str, FunctionResource] = {}
+    for logical_id, resource in resources.items():
+        # Only what the state machine invokes (not the profiler, not CDK helper functions).
+        if resource["Type"] != "AWS::Lambda::Function" or \
+                function_arn(logical_id, region) not in json.dumps(definition):
+            continue
+        props = resource["Properties"]
+        functions[logical_id] = FunctionResource(
+            logical_id=logical_id, handler=props["Handler"],
+            timeout_s=int(props.get("Timeout", 3)), memory_mb=int(props.get("MemorySize", 128)),
+            environment=dict(props.get("Environment", {}).get("Variables", {})),
+            code_dir=_code_dir(path.parent, props.get("Code", {})))
+    return LocalTemplate(path=path, region=region,
+                         state_machine_name=str(machines[0]["Properties"]["StateMachineName"]),
+                         definition=definition, functions=functions)

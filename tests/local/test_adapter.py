@@ -1,0 +1,203 @@
+"""The synthesized state machine in moto's ASL interpreter, every Lambda call run by the
+emulator (one process each) with stub handlers: the Choice loop, Retry with backoff, the Catch
+path, concurrent Map iterations and the timeout -> shorten path. Fails loudly if moto moved."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra import workflow
+from local import adapter
+from local.adapter import LocalStepFunctions, MotoAdapterError, emulator_router
+from local.emulator import TIMEOUT_ERROR, LambdaEmulator
+from local.template import LocalTemplate, function_arn
+from tests.local.conftest import STUBS
+
+BINDINGS = {"FASDL_DATASETS_BUCKET": "datasets", "FASDL_RESULTS_BUCKET": "results",
+            "FASDL_EXCHANGE_BUCKET": "exchange"}
+WORKER_TIMEOUT_S = 4
+
+
+def _emulator(template: LocalTemplate, scratch: Path, **env: str) -> LambdaEmulator:
+    """The template's functions with their handlers swapped for the stubs."""
+    specs = template.function_specs(BINDINGS)
+    stub_names = {"handlers.trigger": "trigger", "handlers.worker": "worker",
+                  "handlers.finalize": "finalize"}
+    for name, spec in specs.items():
+        stub = stub_names[spec.handler.rpartition(".")[0]]
+        timeout = WORKER_TIMEOUT_S if stub == "worker" else 30
+        specs[name] = dataclasses.replace(spec, code_dir=STUBS, timeout_s=timeout,
+                                          handler=f"stub_lambdas.{stub}")
+    specs["Flaky"] = dataclasses.replace(specs[name], name="Flaky", handler="stub_lambdas.flaky")
+    specs["Sleepy"] = dataclasses.replace(specs[name], name="Sleepy", timeout_s=WORKER_TIMEOUT_S,
+                                          handler="stub_lambdas.sleepy")
+    return LambdaEmulator(specs, extra_env={"STUB_DIR": str(scratch), **env})
+
+
+def _calls(scratch: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (scratch / "calls.jsonl").read_text().splitlines()]
+
+
+def _run(emulator: LambdaEmulator, definition: dict[str, Any], run_input: dict[str, Any],
+         timeout_s: float = 90) -> list[dict[str, Any]]:
+    with LocalStepFunctions(emulator_router(emulator.invoke)) as sfn:
+        arn = sfn.create(workflow.state_machine_name("FasdlStack"), definition)
+        sfn.start(arn, "first", run_input)
+        return sfn.wait(arn, timeout_s=timeout_s)
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "calls.jsonl").touch()
+    yield tmp_path
+
+
+def test_loop_runs_every_segment_with_concurrent_workers(
+        default_template: LocalTemplate, scratch: Path) -> None:
+    with _emulator(default_template, scratch, STUB_SEGMENTS="3") as emulator:
+        (execution,) = _run(emulator, default_template.definition, {"run_id": "loop"})
+    assert execution["status"] == "SUCCEEDED", execution
+    assert json.loads(execution["output"])["run_id"] == "loop"
+    calls = _calls(scratch)
+    assert [c["kind"] for c in calls if not c["kind"].startswith("worker")] == [
+        "trigger.start", "trigger.next", "trigger.next", "trigger.next", "finalize.succeeded"]
+    workers = [c for c in calls if c["kind"] == "worker.train"]
+    assert len(workers) == 4 * 3 and len({c["pid"] for c in calls}) == len(calls)
+    # Every worker rendezvoused, so all four ran at once; the context is Lambda-like.
+    assert all(0 < c["remaining_ms"] <= WORKER_TIMEOUT_S * 1000 for c in workers)
+    assert {c["memory"] for c in workers} == {default_template.functions[
+        default_template.function_named("handlers.worker")].memory_mb}
+    assert len({c["request_id"] for c in calls}) == len(calls)
+
+
+def test_continue_as_new_carries_the_run(default_template: LocalTemplate,
+                                         scratch: Path) -> None:
+    definition = json.loads(json.dumps(default_template.definition))
+    for choice in definition["States"][workflow.MORE_SEGMENTS]["Choices"]:
+        if "NumericGreaterThanEquals" in choice:
+            choice["NumericGreaterThanEquals"] = 2  # continue after two segments
+    with _emulator(default_template, scratch, STUB_SEGMENTS="3") as emulator:
+        first, second = _run(emulator, definition, {"run_id": "long"})
+    assert first["status"] == second["status"] == "SUCCEEDED"
+    assert json.loads(second["input"])["resume"]["segment"]["index"] == 2
+    assert json.loads(second["output"])["run_id"] == "long"
+    indices = [c["event"]["segment"]["index"] for c in _calls(scratch)
+               if c["kind"] == "worker.train"]
+    assert sorted(set(indices)) == [0, 1, 2] and len(indices) == 12
+
+
+def test_rendezvous_fails_without_concurrency(default_template: LocalTemplate,
+                                              scratch: Path) -> None:
+    """Control for the test above: the stub really needs all W at once (MaxConcurrency 1)."""
+    definition = json.loads(json.dumps(default_template.definition))
+    definition["States"][workflow.TRAIN_SEGMENT]["MaxConcurrency"] = 1
+    with _emulator(default_template, scratch, STUB_RENDEZVOUS_S="1") as emulator:
+        (execution,) = _run(emulator, definition, {})
+    assert execution["status"] == "FAILED"
+    failed = [c for c in _calls(scratch) if c["kind"] == "finalize.failed"]
+    assert failed[0]["event"]["state"]["error"]["Error"] == "RuntimeError"
+
+
+def test_timeout_kills_the_worker_and_shortens(default_template: LocalTemplate,
+                                               scratch: Path) -> None:
+    with _emulator(default_template, scratch, STUB_SEGMENTS="2",
+                   STUB_HANG_AT="1:2") as emulator:
+        (execution,) = _run(emulator, default_template.definition, {})
+        timed_out = [i for i in emulator.invocations if i.timed_out]
+    assert execution["status"] == "SUCCEEDED", execution
+    (killed,) = timed_out
+    assert killed.error_type == TIMEOUT_ERROR
+    assert WORKER_TIMEOUT_S <= killed.duration_s < WORKER_TIMEOUT_S + 3
+    assert json.loads(killed.payload)["errorMessage"].endswith(
+        f"Task timed out after {WORKER_TIMEOUT_S:.2f} seconds")
+    calls = _calls(scratch)
+    (shorten,) = [c for c in calls if c["kind"] == "trigger.shorten"]
+    assert shorten["event"]["error"]["Error"] == workflow.SEGMENT_TIMEOUT_ERROR
+    retried = [c["event"]["segment"] for c in calls
+               if c["kind"] == "worker.train" and c["event"]["segment"]["attempt"] == 1]
+    assert len(retried) == 4 and all(s["iterations"] == 4 for s in retried)
+
+
+def test_handler_error_takes_the_catch_path(default_template: LocalTemplate,
+                                            scratch: Path) -> None:
+    with _emulator(default_template, scratch, STUB_CRASH_AT="0:1") as emulator:
+        (execution,) = _run(emulator, default_template.definition, {"run_id": "bad"})
+    assert execution["status"] == "FAILED"
+    assert execution["error"] == workflow.RUN_FAILED_ERROR
+    calls = _calls(scratch)
+    assert [c["kind"] for c in calls if c["kind"].startswith(("trigger", "finalize"))] == [
+        "trigger.start", "finalize.failed"]
+    error = calls[-1]["event"]["state"]["error"]
+    assert error["Error"] == "ValueError"  # errorType = the exception class, like Lambda
+    assert "worker crashed on purpose" in error["Cause"]
+
+
+def test_retry_backs_off(default_template: LocalTemplate, scratch: Path) -> None:
+    """A Task that fails transiently twice is retried after 1 s, then 2 s (real sleeps)."""
+    definition = {"StartAt": "Flaky", "States": {"Flaky": {
+        "Type": "Task", "Resource": function_arn("Flaky", "us-east-1"),
+        "Parameters": {"failures": 2}, "End": True,
+        "Retry": [{"ErrorEquals": ["TransientError"], "IntervalSeconds": 1,
+                   "MaxAttempts": 3, "BackoffRate": 2}]}}}
+    with _emulator(default_template, scratch) as emulator:
+        (execution,) = _run(emulator, definition, {})
+        starts = [i.started for i in emulator.invocations]
+    assert execution["status"] == "SUCCEEDED", execution
+    assert json.loads(execution["output"]) == {"calls": 3}
+    first, second, third = (c["time"] for c in _calls(scratch))
+    assert 1.0 <= second - first < 2.5 and 2.0 <= third - second < 3.5, starts
+
+
+def test_task_timeout_is_states_timeout(default_template: LocalTemplate,
+                                        scratch: Path) -> None:
+    """A Task's TimeoutSeconds shorter than the function's: the interpreter raises
+    States.Timeout (the other error "Run worker" catches) and the Catch sees it."""
+    definition = {"StartAt": "Slow", "States": {
+        "Slow": {"Type": "Task", "Resource": function_arn("Sleepy", "us-east-1"),
+                 "Parameters": {"sleep": 3}, "TimeoutSeconds": 1, "End": True,
+                 "Catch": [{"ErrorEquals": ["States.Timeout"], "ResultPath": "$.error",
+                            "Next": "Caught"}]},
+        "Caught": {"Type": "Pass", "End": True}}}
+    with _emulator(default_template, scratch) as emulator:
+        began = time.monotonic()
+        (execution,) = _run(emulator, definition, {})
+        took = time.monotonic() - began
+    assert execution["status"] == "SUCCEEDED", execution
+    assert json.loads(execution["output"])["error"]["Error"] == "States.Timeout"
+    assert took < 3
+
+
+def test_unsupported_moto_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    import moto
+
+    adapter.check_moto()  # the pinned version passes
+    monkeypatch.setattr(moto, "__version__", "5.3.0")
+    with pytest.raises(MotoAdapterError, match=r"supports moto==5\.2\.5 only"):
+        adapter.check_moto()
+
+
+def test_moved_internals_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    def invoke(self: object, function_name: str, body: str) -> bytes:
+        return b""
+
+    monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+    with pytest.raises(MotoAdapterError, match="changed signature"):
+        adapter.check_moto()
+
+
+def test_patches_are_removed_on_exit() -> None:
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    original = LambdaSimpleBackend.invoke
+    with adapter.routed_lambdas(lambda name, body: (b"{}", None)):
+        assert LambdaSimpleBackend.invoke is not original
+    assert LambdaSimpleBackend.invoke is original

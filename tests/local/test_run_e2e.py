@@ -1,0 +1,100 @@
+"""`python -m local run` end to end with the real handlers, both channels, as a user runs it;
+and Ctrl-C in the middle of a run leaves nothing running."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.settings import REPO_ROOT
+
+EPOCHS = 4
+RUN_TIMEOUT_S = 170
+
+
+def _command(tmp_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "local", "run", "--report-dir", str(tmp_path / "report"),
+            "--timeout", str(RUN_TIMEOUT_S), *args]
+
+
+def _ports(output: str) -> list[int]:
+    return [int(port) for port in re.findall(r"127\.0\.0\.1:(\d+)", output)]
+
+
+def _closed(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _holding(directory: Path) -> list[int]:
+    """Processes with an open file under ``directory`` (the invocations' logs)."""
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(str(directory) in os.readlink(fd) for fd in fd_dir.iterdir()):
+                found.append(int(fd_dir.parent.name))
+        except OSError:  # exited meanwhile, or not ours
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("channel", ["s3", "valkey"])
+def test_run_trains_every_epoch(tmp_path: Path, channel: str) -> None:
+    done = subprocess.run(
+        _command(tmp_path, "--channel", channel, "--epochs", str(EPOCHS), "--run-id",
+                 f"e2e-{channel}"),
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 30, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "predicted" in done.stdout and f"segment {EPOCHS}/{EPOCHS}" in done.stdout
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["status"] == "SUCCEEDED" and report["channel"] == channel
+    segments = report["segments"]
+    assert [s["index"] for s in segments] == list(range(EPOCHS))  # one segment per epoch
+    assert all(s["workers"] == 4 for s in segments)
+    assert segments[-1]["loss_last"] < segments[0]["loss_first"]
+    assert segments[-1]["loss_mean"] < segments[0]["loss_mean"]
+    assert report["final_accuracy"] is not None and report["final_accuracy"] > 0.2
+    assert report["time_split_s"]["compute"] > 0 and report["time_split_s"]["exchange"] > 0
+    assert report["summary"] is not None  # finalize wrote runs/<run_id>/summary.json
+    for name in ("training.png", "time_split.png"):
+        assert (tmp_path / "report" / name).stat().st_size > 1000
+    ports = _ports(done.stdout)
+    assert ports and all(_closed(port) for port in ports)
+    assert _holding(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        _command(tmp_path, "--channel", "valkey", "--epochs", "30"), cwd=REPO_ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if "segment 1/" in line:  # workers are running the next segment now
+                break
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = "".join(lines) + rest
+    assert process.returncode == 130, output[-3000:]
+    assert "interrupted" in output
+    ports = _ports(output)
+    assert ports and all(_closed(port) for port in ports)
+    assert _holding(tmp_path) == []
