@@ -31,10 +31,9 @@ lint: setup
 test: lint
 	$(PY) -m pytest
 
-# The local main job. Until the local runner lands it plans the default job and prints it.
+# The local main job: plan, synth, local servers, the synthesized state machine, a report.
 run: setup
-	$(PY) -m planner plan --workload squeezenet-cifar10 --deadline 3000 --max-global-batch 384 \
-	    --epochs 10 --out plan.json
+	$(PY) -m local run $(if $(PLAN),--plan $(PLAN),)
 
 synth: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH npx cdk synth --no-notices -q $(if $(PLAN),-c plan=$(PLAN),)

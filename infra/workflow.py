@@ -41,7 +41,8 @@ TRANSIENT_LAMBDA_ERRORS = [
     "Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
 ]
-TIMEOUT_ERRORS = ["States.Timeout", "Sandbox.Timedout"]
+# SegmentTooLong: a worker that sees it cannot finish the segment in time fails fast on its own.
+TIMEOUT_ERRORS = ["States.Timeout", "Sandbox.Timedout", "SegmentTooLong"]
 SEGMENT_TIMEOUT_ERROR = "FasDL.SegmentTimeout"
 # A Distributed Map reports any failed child only as this error; the trigger bounds the
 # shortened retries, so a real bug still ends on the failure path.

@@ -108,6 +108,12 @@ def test_state_machine_shape(synth: Synth) -> None:
     catches = states[workflow.TRAIN_SEGMENT]["Catch"]
     assert catches[0]["Next"] == workflow.SHORTEN
     assert {"States.Timeout", "Sandbox.Timedout"} <= set(catches[0]["ErrorEquals"])
+    worker_catch = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][
+        workflow.RUN_WORKER]["Catch"][0]["ErrorEquals"]
+    # A worker that fails fast because the segment cannot fit its time left is a timeout too.
+    from fasdl.segment_runner import SegmentTooLong  # the runtime's own error type
+
+    assert SegmentTooLong.__name__ in worker_catch
     assert catches[-1] == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
                            "Next": workflow.RECORD_FAILURE}
     worker = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][workflow.RUN_WORKER]
