@@ -73,7 +73,6 @@ class _Spec:
     description: str
     memory_mb: int
     timeout: Duration
-    torch: bool
     in_vpc: bool
     ephemeral_mb: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -104,20 +103,20 @@ class Compute(Construct):
         self.worker = self._build_worker(_Spec(
             construct_id=WORKER_ID, handler="handlers.worker.handler",
             description="FasDL K-REDUCE worker: one segment", memory_mb=memory,
-            timeout=timeout, torch=True, in_vpc=in_vpc, ephemeral_mb=ephemeral))
+            timeout=timeout, in_vpc=in_vpc, ephemeral_mb=ephemeral))
         self.trigger = self._build_function(_Spec(
             construct_id=TRIGGER_ID, handler="handlers.trigger.handler",
             description="FasDL run and segment planner", memory_mb=TRIGGER_MEMORY_MB,
-            timeout=TRIGGER_TIMEOUT, torch=False, in_vpc=False,
+            timeout=TRIGGER_TIMEOUT, in_vpc=False,
             extra_env={"FASDL_PLAN": plan_environment(plan)}))
         self.finalize = self._build_function(_Spec(
             construct_id=FINALIZE_ID, handler="handlers.finalize.handler",
             description="FasDL model, summary, failure record", memory_mb=memory,
-            timeout=LONG_TIMEOUT, torch=True, in_vpc=False, ephemeral_mb=ephemeral))
+            timeout=LONG_TIMEOUT, in_vpc=False, ephemeral_mb=ephemeral))
         self.profiler = self._build_function(_Spec(
             construct_id=PROFILER_ID, handler="handlers.profiler.handler",
             description="FasDL platform profiler for the planner", memory_mb=memory,
-            timeout=LONG_TIMEOUT, torch=True, in_vpc=in_vpc, ephemeral_mb=ephemeral))
+            timeout=LONG_TIMEOUT, in_vpc=in_vpc, ephemeral_mb=ephemeral))
 
         access.grant_worker(
             self.roles[WORKER_ID], datasets=storage.datasets, results=storage.results,
@@ -159,7 +158,7 @@ class Compute(Construct):
                                          exclude=["**/__pycache__"]),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[self._architecture],
-            description="Stripped torch (tar.zst) unpacked into /tmp at cold start",
+            description="Stripped torch (tar.zst, unpacked into /tmp at cold start) + runtime deps",
             removal_policy=RemovalPolicy.DESTROY,
         )
 
@@ -200,7 +199,9 @@ class Compute(Construct):
             timeout=spec.timeout,
             ephemeral_storage_size=(Size.mebibytes(spec.ephemeral_mb)
                                     if spec.ephemeral_mb else None),
-            layers=[self.layer] if spec.torch else None,
+            # Every function needs the layer's runtime deps (numpy, redis, Powertools);
+            # only the worker and profiler unpack its torch archive.
+            layers=[self.layer],
             role=role,
             log_group=group,
             environment={**self._environment, **spec.extra_env},

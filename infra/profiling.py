@@ -181,7 +181,7 @@ def _add_profiler(compute: Compute, storage: Storage, settings: Settings,
     function = compute._build_function(_Spec(
         construct_id=construct_id, handler="handlers.profiler.handler",
         description=f"FasDL profiler at {memory_mb} MB", memory_mb=memory_mb,
-        timeout=LONG_TIMEOUT, torch=True, in_vpc=compute._vpc is not None,
+        timeout=LONG_TIMEOUT, in_vpc=compute._vpc is not None,
         ephemeral_mb=ephemeral_storage_mb(settings.plan)))
     access.grant_profiler(compute.roles[construct_id], datasets=storage.datasets,
                           results=storage.results, exchange=storage.exchange)

@@ -31,6 +31,10 @@ from typing import IO, NoReturn
 
 import zstandard
 
+# build.py runs as a script (and tests load it by path): make its sibling module importable.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from runtime_deps import RUNTIME_DEPS, install_runtime_deps
+
 HERE = Path(__file__).resolve().parent
 LIMIT = 262_144_000  # Lambda: function code + all layers, unzipped
 TORCH_VERSION = "2.13.0"
@@ -358,6 +362,8 @@ def build(args: argparse.Namespace, work: Path) -> int:
     pyc = precompile(stage, args.arch)
     nfiles, unpacked = pack(stage, out / ARCHIVE, args.level)
     layer_python(out, args.arch, work)
+    log(f"runtime deps for {args.arch}: {', '.join(RUNTIME_DEPS)}")
+    runtime = install_runtime_deps(out / "python", args.arch)
 
     data = (out / ARCHIVE).read_bytes()
     manifest = {
@@ -371,6 +377,7 @@ def build(args: argparse.Namespace, work: Path) -> int:
         "zstd_level": args.level,
         "pyc": pyc,
         "deps": versions,
+        "runtime_deps": runtime,
     }
     (out / f"{ARCHIVE}.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print("\nsummary")

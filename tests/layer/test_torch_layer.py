@@ -282,3 +282,33 @@ def test_concurrent_cold_starts_share_one_tree(layer: dict[str, Any], target: Pa
     assert len(files) == manifest["files"]
     assert sum(p.lstat().st_size for p in files) == manifest["unpacked_bytes"]
     assert os.listdir(target.parent) == ["fasdl-torch"], "a temp tree was left behind"
+
+
+DEPS = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy, redis, aws_lambda_powertools
+from aws_lambda_powertools import Logger, Metrics
+print(json.dumps({m.__name__: m.__file__ for m in (numpy, redis, aws_lambda_powertools)}))
+"""
+
+
+@pytest.mark.slow
+def test_runtime_deps_come_from_the_layer(layer: dict[str, Any]) -> None:
+    """The Lambda runtime has boto3 only: numpy, redis and Powertools must be in the layer."""
+    python_dir = layer["out"] / "python"
+    proc = run_isolated(DEPS, str(python_dir))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-4000:]
+    files = json.loads(stdout.strip().splitlines()[-1])
+    assert all(path.startswith(str(python_dir)) for path in files.values()), files
+    assert layer["manifest"]["runtime_deps"] == {
+        "numpy": "2.4.6", "redis": "8.1.0", "aws-lambda-powertools": "3.37.0"}
+
+
+def test_runtime_dep_pins_match_pyproject() -> None:
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    module = load_loader(ROOT / "layers" / "torch" / "runtime_deps.py", "runtime_deps_under_test")
+    assert set(module.RUNTIME_DEPS) <= set(deps)
