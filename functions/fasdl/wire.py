@@ -3,9 +3,11 @@
 Header layout (little-endian, ``HEADER``)::
 
     magic "FSDL" | version u8 | dtype code u8 | reserved u16 | element count u64
-    run digest 16 B | iteration u64 | worker u32 | shard u32 | crc32 u32 | padding 12 B
+    run digest 16 B | iteration u64 | worker u32 | shard u32 | crc32c u32 | padding 12 B
 
-The crc32 covers the header fields before it *and* the payload, so a flipped bit anywhere is
+The CRC-32C (Castagnoli, hardware-accelerated via google-crc32c: ~4x zlib's crc32, which
+cost a third of a Valkey round trip in bench/channel.py) covers the header fields before it
+*and* the payload, so a flipped bit anywhere is
 caught. Decoding checks the identity fields against what the reader expects: a frame from
 another run, a stale iteration or the wrong shard/worker is rejected, never averaged in.
 Never pickle: the payload is the array's bytes and nothing else.
@@ -15,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import zlib
 from dataclasses import dataclass
 
+import google_crc32c
 import numpy as np
 
 MAGIC = b"FSDL"
-VERSION = 1
+VERSION = 2  # 2: CRC-32C instead of zlib's CRC-32
 HEADER = struct.Struct("<4sBBHQ16sQIII12x")
 HEADER_SIZE = HEADER.size  # 64: keeps the payload 16-byte aligned inside a bytes object
 _CRC_OFFSET = HEADER_SIZE - 16  # the crc covers the header bytes before this offset
@@ -96,8 +98,13 @@ def encode_shard(
         MAGIC, VERSION, _CODE_BY_DTYPE[wire_dtype], 0, values.size, run_digest(run),
         int(iteration), int(worker), int(shard), 0,
     )[:_CRC_OFFSET]
-    crc = zlib.crc32(payload, zlib.crc32(prefix))
+    crc = _checksum(prefix, values.view(np.uint8))
     return b"".join((prefix, struct.pack("<I12x", crc), payload))
+
+
+def _checksum(prefix: bytes, payload: np.ndarray) -> int:
+    """CRC-32C of the header prefix then the payload (a uint8 view: no copy)."""
+    return int(google_crc32c.extend(google_crc32c.value(prefix), payload))
 
 
 def read_header(data: bytes | bytearray | memoryview) -> FrameHeader:
@@ -144,9 +151,10 @@ def decode_shard(
     """
     header = read_header(data)
     view = memoryview(data).cast("B")
-    crc = zlib.crc32(view[HEADER_SIZE:], zlib.crc32(view[:_CRC_OFFSET]))
+    crc = _checksum(bytes(view[:_CRC_OFFSET]),
+                    np.frombuffer(view, dtype=np.uint8, offset=HEADER_SIZE))
     if crc != header.crc32:
-        raise FrameError(f"corrupted frame: crc32 {crc:#010x}, header says {header.crc32:#010x}")
+        raise FrameError(f"corrupted frame: crc32c {crc:#010x}, header says {header.crc32:#010x}")
     expected_digest = run_digest(run)
     if header.run_digest != expected_digest:
         raise FrameError(

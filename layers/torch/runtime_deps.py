@@ -1,6 +1,6 @@
 """The handlers' pure runtime dependencies, installed into the layer's python/ directory.
 
-The Lambda Python runtime ships boto3 but not numpy, redis or Powertools, and the torch archive
+The Lambda Python runtime ships boto3 but not numpy, redis, Powertools or google-crc32c, and the torch archive
 holds torch alone, so the layer carries them for the function's architecture. Pins match
 pyproject.toml (a test checks it).
 """
@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-RUNTIME_DEPS = ("numpy==2.4.6", "redis==8.1.0", "aws-lambda-powertools==3.37.0")
+RUNTIME_DEPS = ("numpy==2.4.6", "redis==8.1.0", "aws-lambda-powertools==3.37.0",
+                "google-crc32c==1.9.0")
 PLATFORMS = {  # Lambda's Python 3.11 runs on Amazon Linux 2023 (glibc 2.34)
     "x86_64": ["manylinux_2_28_x86_64", "manylinux2014_x86_64"],
     "arm64": ["manylinux_2_28_aarch64", "manylinux2014_aarch64"],

@@ -287,9 +287,11 @@ def test_concurrent_cold_starts_share_one_tree(layer: dict[str, Any], target: Pa
 DEPS = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import numpy, redis, aws_lambda_powertools
+import numpy, redis, aws_lambda_powertools, google_crc32c
 from aws_lambda_powertools import Logger, Metrics
-print(json.dumps({m.__name__: m.__file__ for m in (numpy, redis, aws_lambda_powertools)}))
+assert google_crc32c.implementation == "c", "the slow pure-Python CRC fallback was picked"
+print(json.dumps({m.__name__: m.__file__
+                  for m in (numpy, redis, aws_lambda_powertools, google_crc32c)}))
 """
 
 
@@ -303,7 +305,8 @@ def test_runtime_deps_come_from_the_layer(layer: dict[str, Any]) -> None:
     files = json.loads(stdout.strip().splitlines()[-1])
     assert all(path.startswith(str(python_dir)) for path in files.values()), files
     assert layer["manifest"]["runtime_deps"] == {
-        "numpy": "2.4.6", "redis": "8.1.0", "aws-lambda-powertools": "3.37.0"}
+        "numpy": "2.4.6", "redis": "8.1.0", "aws-lambda-powertools": "3.37.0",
+        "google-crc32c": "1.9.0"}
 
 
 def test_runtime_dep_pins_match_pyproject() -> None:
