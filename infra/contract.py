@@ -9,7 +9,7 @@ State of one execution (``$``)::
     {"input": <execution input>, "count": {"segments": int},
      "run": RunState, "error": {"Error": str, "Cause": str}?, "result": FinalizeResult?}
 
-Trigger (``handlers.trigger``), three actions, each returns a complete :class:`RunState`:
+Trigger (``handlers.trigger``), four actions, each returns a complete :class:`RunState`:
 
 * ``start``   ``{"action": "start", "input": ExecutionInput, "execution": <execution name>}``
   Without ``input.resume``: apply the overrides to the deployed plan (env ``FASDL_PLAN``) or to
@@ -23,6 +23,11 @@ Trigger (``handlers.trigger``), three actions, each returns a complete :class:`R
   worker timed out: the same segment (same ``index``/``start_iteration``) with fewer
   ``iterations`` and ``attempt + 1``. Raise (any error) when no retry is left: the run then
   takes the failure path.
+* ``retry``   ``{"action": "retry", "run": RunState, "error": {"Error", "Cause"}}`` after a
+  worker crashed (``Runtime.ExitError``) or a peer gave up waiting (``ChannelTimeout``,
+  ``ChannelError``): the same segment, same ``iterations``, ``attempt + 1`` and
+  ``segment.retries + 1``. Raise when the retries (``fasdl.segments.MAX_RETRIES``) or attempts
+  are used up.
 
 Worker (``handlers.worker``), once per worker per segment (a Map item)::
 
@@ -30,8 +35,13 @@ Worker (``handlers.worker``), once per worker per segment (a Map item)::
 
 resume from the checkpoint at ``segment.start_iteration``, train ``segment.iterations``
 iterations and write the segment's checkpoint. The return value is discarded (return a small
-JSON object; the Map keeps only the worker index). Raising fails the whole segment and the
-run; a timeout (``Sandbox.Timedout``/``States.Timeout``) triggers ``shorten`` instead.
+JSON object; the Map keeps only the worker index). A timeout (``Sandbox.Timedout``/
+``States.Timeout``/``SegmentTooLong``) triggers ``shorten``; a crash (``Runtime.ExitError``,
+``ChannelTimeout``, ``ChannelError``) triggers ``retry``; any other error fails the run.
+A worker waits for a missing peer's shard at most ``FASDL_PEER_WAIT_START_S`` (first
+iteration of an invocation, covers staggered cold starts; default 120) or
+``max(FASDL_PEER_WAIT_MIN_S, FASDL_PEER_WAIT_FACTOR x slowest recent iteration)`` (default
+10 s, 5x), never past its time left: then it raises ``ChannelTimeout``.
 
 Metrics: workers print CloudWatch EMF records in namespace env ``FASDL_METRICS_NAMESPACE``
 (``FasDL``) with the single dimension ``Stack`` = env ``FASDL_STACK``; metric names
@@ -63,7 +73,8 @@ class Segment(TypedDict):
     index: int  # 0-based segment number within the run
     start_iteration: int  # first global iteration; the checkpoint to resume from
     iterations: int  # iterations in this segment (>= 1 unless the run is done)
-    attempt: int  # 0, then +1 per shortened retry; namespaces exchange keys
+    attempt: int  # 0, then +1 per shortened or plain retry; namespaces exchange keys
+    retries: NotRequired[int]  # same-length reruns after a crash (trigger "retry")
 
 
 class RunState(TypedDict):

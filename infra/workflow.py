@@ -6,10 +6,15 @@ States::
                                 |   ^   \\--budget spent--> Continue as new -> Continued
                                 v   |
                      Train segment (Map over W workers; Distributed when W > 40)
-                        | ok                        | worker timed out
-                     Plan next segment           Shorten segment
-                        \\---------> Count segment <-----/
-    any error (Catch) -> Record failure -> Run failed
+                        | ok              | worker timed out     | worker crashed
+                     Plan next segment  Shorten segment        Retry segment
+                        \\------------> Count segment <-----------/
+    any other error (Catch) -> Record failure -> Run failed
+
+A crashed worker (process died: ``Runtime.ExitError``; or a peer gave up waiting for its
+shards: ``ChannelTimeout``/``ChannelError``) reruns the same segment from its checkpoint
+(trigger action ``retry``, bounded); a Distributed Map reports both kinds only as
+``States.ExceedToleratedFailureThreshold``, which shortens (also bounded).
 
 Execution input (every field optional; ``{}`` runs the deployed plan on its dataset)::
 
@@ -44,6 +49,10 @@ TRANSIENT_LAMBDA_ERRORS = [
 # SegmentTooLong: a worker that sees it cannot finish the segment in time fails fast on its own.
 TIMEOUT_ERRORS = ["States.Timeout", "Sandbox.Timedout", "SegmentTooLong"]
 SEGMENT_TIMEOUT_ERROR = "FasDL.SegmentTimeout"
+# A worker process died (OOM kill, crash) or a peer's shards never came: rerun the segment
+# at the same length from its checkpoint (the trigger bounds these retries too).
+CRASH_ERRORS = ["Runtime.ExitError", "ChannelTimeout", "ChannelError"]
+WORKER_CRASHED_ERROR = "FasDL.WorkerCrashed"
 # A Distributed Map reports any failed child only as this error; the trigger bounds the
 # shortened retries, so a real bug still ends on the failure path.
 DISTRIBUTED_FAILURE = "States.ExceedToleratedFailureThreshold"
@@ -65,6 +74,8 @@ RUN_WORKER = "Run worker"
 WORKER_TIMED_OUT = "Worker timed out"
 PLAN_NEXT = "Plan next segment"
 SHORTEN = "Shorten segment"
+WORKER_CRASHED = "Worker crashed"
+RETRY = "Retry segment"
 COUNT = "Count segment"
 CONTINUE = "Continue as new"
 CONTINUED = "Continued in new execution"
@@ -147,6 +158,11 @@ class TrainingWorkflow(Construct):
                              error=SEGMENT_TIMEOUT_ERROR,
                              cause="A worker hit its timeout; the segment is retried shorter")
         run.add_catch(timed_out, errors=TIMEOUT_ERRORS)
+        crashed = sfn.Fail(self, WORKER_CRASHED, state_name=WORKER_CRASHED,
+                           error=WORKER_CRASHED_ERROR,
+                           cause="A worker died or its peers' shards never came; the segment "
+                                 "is retried from its checkpoint")
+        run.add_catch(crashed, errors=CRASH_ERRORS)
         return run
 
     def _build_train_segment(self) -> sfn.Map | sfn.DistributedMap:
@@ -189,6 +205,9 @@ class TrainingWorkflow(Construct):
         shorten = self._invoke(SHORTEN, self._trigger, {
             "action": "shorten", "run.$": "$.run", "error.$": "$.error"},
             result_path="$.run")
+        retry = self._invoke(RETRY, self._trigger, {
+            "action": "retry", "run.$": "$.run", "error.$": "$.error"},
+            result_path="$.run")
         count = sfn.Pass(self, COUNT, state_name=COUNT, result_path="$.count",
                          parameters={"segments.$": "States.MathAdd($.count.segments, 1)"})
         finalize = self._invoke(FINALIZE, self._finalize, {
@@ -202,8 +221,10 @@ class TrainingWorkflow(Construct):
         if is_distributed(self._workers):
             timeouts.append(DISTRIBUTED_FAILURE)
         train.add_catch(shorten, errors=timeouts, result_path="$.error")
+        train.add_catch(retry, errors=[WORKER_CRASHED_ERROR, *CRASH_ERRORS],
+                        result_path="$.error")
         catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
-            plan_run, train, plan_next, shorten, finalize, continue_as_new]
+            plan_run, train, plan_next, shorten, retry, finalize, continue_as_new]
         for state in catching:
             state.add_catch(record_failure, errors=["States.ALL"], result_path="$.error")
 
@@ -216,6 +237,7 @@ class TrainingWorkflow(Construct):
         train.next(plan_next)
         plan_next.next(count)
         shorten.next(count)
+        retry.next(count)
         count.next(more)
         return initialize.next(plan_run).next(more)
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from local.faults import InputError, parse_inject_env
 from local.runner import RunOptions, run
 
 
@@ -46,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--report-dir", type=Path,
                             help="report folder (default reports/<run id>)")
     run_parser.add_argument("--run-id", help="execution and run id (default local-<time>)")
+    run_parser.add_argument("--inject-env", action="append", default=[],
+                            metavar="ROLE:KEY=VALUE",
+                            help="add KEY=VALUE to the environment of the worker, trigger or "
+                                 "finalize function (repeatable; e.g. worker:"
+                                 "FASDL_TEST_CRASH_AT_ITERATION=30 kills a worker there)")
+    run_parser.add_argument("--restart-cache-at", type=int, metavar="N",
+                            help="valkey channel: restart the Valkey server once workers "
+                                 "exchange iteration N (its keys are lost; fault demo/test)")
     return parser
 
 
@@ -57,20 +66,26 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     for name, value in (("--epochs", args.epochs), ("--workers", args.workers),
                         ("--timeout", args.timeout), ("--workers-timeout", args.workers_timeout),
-                        ("--segment-iterations", args.segment_iterations)):
+                        ("--segment-iterations", args.segment_iterations),
+                        ("--restart-cache-at", args.restart_cache_at)):
         if value is not None and value <= 0:
             print(f"fasdl local: {name} must be > 0, got {value}", file=sys.stderr)
             return 2
     if args.threads < 0:
         print(f"fasdl local: --threads must be >= 0, got {args.threads}", file=sys.stderr)
         return 2
+    try:
+        injected = tuple(parse_inject_env(text) for text in args.inject_env)
+    except InputError as error:
+        print(f"fasdl local: {error}", file=sys.stderr)
+        return 2
     options = RunOptions(
         plan=args.plan, channel=args.channel, epochs=args.epochs, workers=args.workers,
         timeout_s=args.timeout, workers_timeout_s=args.workers_timeout,
         report_dir=args.report_dir, dataset_dir=args.dataset, cdk_out=args.cdk_out,
         segment_iterations=args.segment_iterations, threads=args.threads or None,
-        tls_cache=args.tls_cache,
-        run_id=args.run_id)
+        tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
+        restart_cache_at=args.restart_cache_at)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return run(options, say=lambda text: print(text, flush=True))

@@ -6,7 +6,13 @@
    free loopback ports; upload the dataset;
 4. run the definition in moto's ASL interpreter, every Lambda call in its own emulated
    invocation (local/adapter.py, local/emulator.py), printing each finished segment;
-5. print the summary and write the report folder; stop everything (also on Ctrl-C).
+5. print the summary and write the report folder; stop everything (also on Ctrl-C, after
+   writing a partial report with status ``INTERRUPTED``).
+
+Fault injection for tests and demos: ``inject_env`` adds variables to one function's
+environment (e.g. the worker's ``FASDL_TEST_CRASH_AT_ITERATION``, segment_runner's test hook);
+``restart_cache_at`` restarts the Valkey server once the workers exchange shards of iteration
+N (its keys are lost, like a cache node replaced mid-run).
 
 Bad input (corrupt plan, W mismatch, missing dataset, plan for another stack) raises
 :class:`InputError` before any server or worker starts: exit code 2.
@@ -32,6 +38,7 @@ import numpy as np
 from fasdl.plan import Plan, PlanError
 from local.adapter import LocalStepFunctions, emulator_router
 from local.emulator import LambdaEmulator
+from local.faults import InputError, exchange_left, restarting
 from local.report import Progress, build_report, format_summary, write_report
 from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from local.template import LocalTemplate, TemplateError, load_template, synthesize
@@ -43,10 +50,6 @@ BUCKETS = {"FASDL_DATASETS_BUCKET": "fasdl-datasets", "FASDL_RESULTS_BUCKET": "f
            "FASDL_EXCHANGE_BUCKET": "fasdl-exchange"}
 WORKER_HANDLER = "handlers.worker"
 Say = Callable[[str], None]
-
-
-class InputError(ValueError):
-    """Bad input to ``python -m local run``; nothing was started."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class RunOptions:
     threads: int | None = 1  # CPU threads per invocation (torch/OpenMP)
     tls_cache: bool = False  # valkey channel: redis-server 7 with TLS instead of valkey-server
     run_id: str | None = None
+    inject_env: tuple[tuple[str, str, str], ...] = ()  # (role, key, value)
+    restart_cache_at: int | None = None  # valkey: restart it once iteration N's shards appear
 
 
 # ---- plan -------------------------------------------------------------------------------------
@@ -198,6 +203,8 @@ def run(options: RunOptions, say: Say = print) -> int:
     try:
         try:
             plan = prepare_plan(options, work, say)
+            if options.restart_cache_at is not None and plan.deployment.channel != "valkey":
+                raise InputError("--restart-cache-at needs the valkey channel")
             plan, files = prepare_dataset(plan, options, work, say)
             if options.plan is None and not options.segment_iterations:
                 plan = one_epoch_segments(plan)
@@ -258,6 +265,11 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate,
         if options.workers_timeout_s:
             specs[worker_function] = replace(specs[worker_function],
                                              timeout_s=options.workers_timeout_s)
+        for role, key, value in options.inject_env:
+            name = template.function_named(f"handlers.{role}")
+            specs[name] = replace(specs[name], environment={**specs[name].environment,
+                                                            key: value})
+            say(f"injected {key}={value} into the {role} function's environment")
         emulator = LambdaEmulator(specs, region=plan.deployment.region,
                                   threads=options.threads, log_dir=report_dir / "logs")
         stack.callback(emulator.cleanup)
@@ -273,9 +285,36 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate,
         if options.cdk_out is not None:  # the stack's deployed plan may differ in training
             run_input["plan"] = plan.to_dict()
         sfn.start(machine, run_id, run_input)
+        on_poll = _every(2.0, progress.poll)
+        if options.restart_cache_at is not None and channel == "valkey":
+            on_poll = restarting(on_poll, cache, run_id, options.restart_cache_at, say)
+
+        def report(status: str, executions: list[dict[str, Any]]) -> None:
+            emulator.shutdown()  # abandoned peers of a failed segment must not write on
+            progress.poll()
+            built = build_report(
+                plan, run_id=run_id, channel=channel, status=status,
+                measured_s=time.monotonic() - started, results=progress.results,
+                invocations=list(emulator.invocations), worker_function=worker_function,
+                execution=executions[-1] if executions else {},
+                summary=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
+                                     f"runs/{run_id}/summary.json"),
+                failure=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
+                                     f"runs/{run_id}/failure.json"))
+            built["exchange_left"] = exchange_left(
+                client, run_id, cache if channel == "valkey" else None)
+            written = write_report(built, report_dir)
+            if built["summary"] is not None:  # the trained weights, next to their report
+                model = report_dir / "model.npy"
+                client.download_file(BUCKETS["FASDL_RESULTS_BUCKET"],
+                                     built["summary"]["model_key"], str(model))
+                written.append(model)
+            say(format_summary(built))
+            say(f"report: {', '.join(str(p) for p in written)}")
+
         try:
             executions = sfn.wait(machine, timeout_s=options.timeout_s, poll_s=0.5,
-                                  on_poll=_every(2.0, progress.poll))
+                                  on_poll=on_poll)
             status = str(executions[-1]["status"])
         except TimeoutError:
             say(f"the run did not finish within --timeout {options.timeout_s:.0f} s: stopping")
@@ -285,20 +324,12 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate,
         except BaseException:  # Ctrl-C: kill the invocations first, then unwind
             emulator.shutdown()
             sfn.stop_all(machine)
+            try:  # what finished so far; the servers are still up
+                report("INTERRUPTED", sfn.executions(machine))
+            except Exception as error:  # the interrupt matters more than its report
+                say(f"no partial report: {error}")
             raise
-        measured = time.monotonic() - started
-        progress.poll()
-        report = build_report(
-            plan, run_id=run_id, channel=channel, status=status, measured_s=measured,
-            results=progress.results, invocations=list(emulator.invocations),
-            worker_function=worker_function, execution=executions[-1],
-            summary=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
-                                 f"runs/{run_id}/summary.json"),
-            failure=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
-                                 f"runs/{run_id}/failure.json"))
-        written = write_report(report, report_dir)
-        say(format_summary(report))
-        say(f"report: {', '.join(str(p) for p in written)}")
+        report(status, executions)
     say("stopped all local servers and invocations")
     return 0 if status == "SUCCEEDED" else 1
 

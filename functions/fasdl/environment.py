@@ -68,6 +68,10 @@ class Settings:
     s3_path_style: bool = False
     cache_dir: str = "/tmp/fasdl-data"
     time_margin_s: float = 5.0
+    # Bounds on a wait for a missing peer's shard (segment_runner.peer_wait_s).
+    peer_wait_start_s: float = 120.0
+    peer_wait_min_s: float = 10.0
+    peer_wait_factor: float = 5.0
     plan_json: str | None = None  # FASDL_PLAN, the trigger only
 
     @classmethod
@@ -107,6 +111,9 @@ class Settings:
             s3_path_style=_flag(source, "FASDL_S3_PATH_STYLE", False),
             cache_dir=source.get("FASDL_CACHE_DIR", "") or "/tmp/fasdl-data",
             time_margin_s=_number(source, "FASDL_TIME_MARGIN_S", 5.0),
+            peer_wait_start_s=_number(source, "FASDL_PEER_WAIT_START_S", 120.0),
+            peer_wait_min_s=_number(source, "FASDL_PEER_WAIT_MIN_S", 10.0),
+            peer_wait_factor=_number(source, "FASDL_PEER_WAIT_FACTOR", 5.0),
             plan_json=source.get("FASDL_PLAN") or None,
         )
         if channel == "s3" and not settings.exchange_bucket:

@@ -7,9 +7,15 @@ save_worker → worker 0 commits the manifest. A :class:`TimeGuard` stops the wo
 iteration it could not finish together with the checkpoint write (:class:`SegmentTooLong`), so
 a Lambda is never killed half-way through writing its checkpoint.
 
+Waits for peers are bounded (:func:`peer_wait_s`): a crashed peer makes the others fail
+with ChannelTimeout within seconds, not at the Lambda timeout, and the state machine retries.
+
 Test hook (fault tests only, never set in a deployment): ``FASDL_TEST_CRASH_AT_ITERATION=<n>``
 makes the worker ``FASDL_TEST_CRASH_WORKER=<w>`` (every worker when unset) exit the process
-with status 137, like an OOM kill, just before it trains global iteration ``n``.
+with status 137, like an OOM kill, just before it trains global iteration ``n``, in attempts
+below ``FASDL_TEST_CRASH_ATTEMPTS`` (default 1: only attempt 0, so the retry succeeds).
+``FASDL_TEST_ITERATION_DELAY_S=<s>`` sleeps that long in every iteration (a slower model:
+segment-length tests get a predictable time per iteration; the weights do not change).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ from fasdl.segments import check_deployment
 
 CRASH_ITERATION_ENV = "FASDL_TEST_CRASH_AT_ITERATION"
 CRASH_WORKER_ENV = "FASDL_TEST_CRASH_WORKER"
+CRASH_ATTEMPTS_ENV = "FASDL_TEST_CRASH_ATTEMPTS"
+DELAY_ENV = "FASDL_TEST_ITERATION_DELAY_S"
 CHECKPOINT_BASE_S = 2.0  # a few small PUTs plus the committer's wait
 CHECKPOINT_BYTES_PER_S = 20e6  # conservative S3 PUT throughput of one Lambda
 EVAL_BATCH = 1024
@@ -185,15 +193,27 @@ def _dataset_version(s3: Any, bucket: str, prefix: str) -> str:
     return hashlib.sha256(f"{bucket}/{prefix}:{tags}".encode()).hexdigest()[:16]
 
 
-def _crash_hook(worker: int, iteration: int) -> None:
+def _crash_hook(worker: int, iteration: int, attempt: int) -> None:
     target = os.environ.get(CRASH_ITERATION_ENV)
     if target is None or int(target) != iteration:
+        return
+    if attempt >= int(os.environ.get(CRASH_ATTEMPTS_ENV, "1")):
         return
     only = os.environ.get(CRASH_WORKER_ENV)
     if only is None or int(only) == worker:
         print(f"FASDL test hook: worker {worker} exits at iteration {iteration}",
               file=sys.stderr, flush=True)
         os._exit(137)
+
+
+def peer_wait_s(settings: Settings, recent: list[float], left_s: float) -> float:
+    """How long to wait for a peer's shard: long enough for staggered cold starts at the
+    first iteration, a few slowest iterations after that, never past ``left_s``."""
+    if recent:
+        bound = max(settings.peer_wait_min_s, settings.peer_wait_factor * max(recent))
+    else:
+        bound = settings.peer_wait_start_s
+    return max(1.0, min(bound, left_s))
 
 
 def _evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> float:
@@ -282,14 +302,18 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
         checkpoint_s = CHECKPOINT_BASE_S + 4 * worker.parameters.nbytes / CHECKPOINT_BYTES_PER_S
         guard = TimeGuard(remaining_s, settings.time_margin_s, checkpoint_s)
         result.times["load_s"] = time.perf_counter() - began
+        delay_s = float(os.environ.get(DELAY_ENV, "0"))
         for iteration in range(event.start_iteration, last):
             guard.check(iteration)
-            _crash_hook(event.worker, iteration)
+            _crash_hook(event.worker, iteration, event.attempt)
+            iteration_began = time.perf_counter()
+            time.sleep(delay_s)
             # waits end before the reserve: a missing peer fails us, not the Lambda timeout
-            worker.wait_timeout_s = min(float(plan.deployment.timeout_s),
-                                        max(1.0, remaining_s() - guard.reserve_s()))
+            worker.wait_timeout_s = peer_wait_s(
+                settings, guard.recent,
+                min(float(plan.deployment.timeout_s), remaining_s() - guard.reserve_s()))
             stats = worker.step(*to_tensors(*stream.next_batch()), iteration)
-            guard.observe(stats.total_s)
+            guard.observe(time.perf_counter() - iteration_began)  # batch + delay included
             result.add(stats)
             if metrics is not None:
                 metrics.record(stats)

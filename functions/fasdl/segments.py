@@ -1,11 +1,13 @@
-"""Run state of the training state machine: start, next segment, shortened retry.
+"""Run state of the training state machine: start, next segment, shortened or plain retry.
 
 Pure stdlib (the trigger Lambda has no torch or numpy). A run is cut into segments of at most
 ``training.segment_iterations`` iterations; ``next`` keeps the length of the segment just
 finished, so once a timeout has halved it the rest of the run stays at the shorter length
 (a segment that timed out once would time out again). ``shorten`` halves the same segment
 and bumps its attempt, which gives it fresh exchange keys; it gives up after
-:data:`MAX_ATTEMPTS` attempts or when one iteration no longer fits.
+:data:`MAX_ATTEMPTS` attempts or when one iteration no longer fits. ``retry`` (a worker
+crashed) reruns the same segment at the same length with ``attempt + 1`` and counts
+``segment.retries``; it gives up after :data:`MAX_RETRIES` retries or :data:`MAX_ATTEMPTS`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from fasdl.plan import Plan, PlanError
 
 MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
+MAX_RETRIES = 2  # per segment: same-length reruns after a crash (a repeatable bug stops soon)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _DEPLOYMENT_FIELDS = ("channel", "arch", "memory_mb", "workers", "region", "timeout_s")
 
@@ -64,6 +67,8 @@ def parse_run(run: object) -> dict[str, Any]:
         raise RunStateError("run state field 'run.segment': must be an object")
     for name in ("index", "start_iteration", "iterations", "attempt"):
         _int_field(seg, name, "run.segment")
+    if "retries" in seg:
+        _int_field(seg, "retries", "run.segment")
     workers = run.get("workers")
     if not isinstance(workers, list) or workers != list(range(len(workers))) or not workers:
         raise RunStateError("run state field 'run.workers': must be [0, 1, ..., W-1]")
@@ -97,6 +102,26 @@ def shorten_state(run: Mapping[str, Any], error: object = None) -> dict[str, Any
             f"{attempt} times; giving up after {MAX_ATTEMPTS} attempts{why}")
     return {**run, "segment": segment(current["index"], current["start_iteration"], iterations,
                                       attempt), "done": False}
+
+
+def retry_state(run: Mapping[str, Any], error: object = None) -> dict[str, Any]:
+    """The same segment, same length, ``attempt + 1`` and ``retries + 1`` (a worker crashed)."""
+    current = run["segment"]
+    attempt = current["attempt"] + 1
+    retries = int(current.get("retries", 0)) + 1
+    why = _describe(error)
+    if retries > MAX_RETRIES:
+        raise RetriesExhausted(
+            f"segment {current['index']} (iteration {current['start_iteration']}) failed "
+            f"{retries} times at the same length; giving up after {MAX_RETRIES} "
+            f"retries{why}")
+    if attempt >= MAX_ATTEMPTS:
+        raise RetriesExhausted(
+            f"segment {current['index']} (iteration {current['start_iteration']}) failed "
+            f"{attempt} times; giving up after {MAX_ATTEMPTS} attempts{why}")
+    again = segment(current["index"], current["start_iteration"], current["iterations"],
+                    attempt)
+    return {**run, "segment": {**again, "retries": retries}, "done": False}
 
 
 def _describe(error: object) -> str:

@@ -8,6 +8,8 @@
 * ``next``: the following segment (attempt 0) or ``done: true``.
 * ``shorten``: the same segment, half the iterations, ``attempt + 1``; raises when no retry
   is left.
+* ``retry``: the same segment, same iterations, ``attempt + 1`` (a worker crashed); raises
+  RetriesExhausted after ``MAX_RETRIES``.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         run = segments.next_state(current, plan)
     elif action == "shorten":
         run = segments.shorten_state(segments.parse_run(event.get("run")), event.get("error"))
+    elif action == "retry":
+        run = segments.retry_state(segments.parse_run(event.get("run")), event.get("error"))
     else:
-        raise segments.RunStateError(f"event field 'action': must be start, next or shorten, "
-                                     f"got {action!r}")
+        raise segments.RunStateError(f"event field 'action': must be start, next, shorten or "
+                                     f"retry, got {action!r}")
     logger.info("run state", extra={"run": run})
     return run

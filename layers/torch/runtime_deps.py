@@ -1,8 +1,8 @@
 """The handlers' pure runtime dependencies, installed into the layer's python/ directory.
 
-The Lambda Python runtime ships boto3 but not numpy, redis, Powertools or google-crc32c, and the torch archive
-holds torch alone, so the layer carries them for the function's architecture. Pins match
-pyproject.toml (a test checks it).
+The Lambda Python runtime ships boto3 but not numpy, redis, Powertools or google-crc32c, and
+the torch archive holds torch alone, so the layer carries them for the function's
+architecture. Pins match pyproject.toml (a test checks it).
 """
 
 from __future__ import annotations

@@ -114,6 +114,21 @@ def test_state_machine_shape(synth: Synth) -> None:
     from fasdl.segment_runner import SegmentTooLong  # the runtime's own error type
 
     assert SegmentTooLong.__name__ in worker_catch
+    # A dead worker (Lambda's Runtime.ExitError) or a peer that gave up waiting for its shards
+    # reruns the same segment from its checkpoint; the trigger bounds the reruns.
+    from fasdl.channel import ChannelError, ChannelTimeout
+
+    crash_names = {"Runtime.ExitError", ChannelTimeout.__name__, ChannelError.__name__}
+    crash_catch = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][
+        workflow.RUN_WORKER]["Catch"][1]
+    assert set(crash_catch["ErrorEquals"]) == crash_names
+    assert crash_catch["Next"] == workflow.WORKER_CRASHED
+    assert catches[1]["Next"] == workflow.RETRY
+    assert set(catches[1]["ErrorEquals"]) == {workflow.WORKER_CRASHED_ERROR, *crash_names}
+    retry = states[workflow.RETRY]
+    assert retry["Parameters"] == {"action": "retry", "run.$": "$.run", "error.$": "$.error"}
+    assert retry["Next"] == workflow.COUNT and retry["ResultPath"] == "$.run"
+    assert retry["Catch"][-1]["Next"] == workflow.RECORD_FAILURE
     assert catches[-1] == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
                            "Next": workflow.RECORD_FAILURE}
     worker = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][workflow.RUN_WORKER]

@@ -1,5 +1,5 @@
 """`python -m local run` end to end with the real handlers, both channels, as a user runs it;
-and Ctrl-C in the middle of a run leaves nothing running."""
+and Ctrl-C in the middle of a run leaves nothing running (and a partial report)."""
 
 from __future__ import annotations
 
@@ -95,6 +95,9 @@ def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     output = "".join(lines) + rest
     assert process.returncode == 130, output[-3000:]
     assert "interrupted" in output
+    # a partial report of what finished before the interrupt
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["status"] == "INTERRUPTED" and report["segments"][0]["index"] == 0
     ports = _ports(output)
     assert ports and all(_closed(port) for port in ports)
     assert _holding(tmp_path) == []

@@ -64,3 +64,20 @@ def test_plan_for_another_stack(tmp_path: Path, default_template: LocalTemplate,
 
 def test_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--epochs must be > 0" in _fails(capsys, "--epochs", "0")
+
+
+def test_dataset_with_mismatched_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", np.zeros((10, 1, 8, 8), np.uint8))
+    np.save(tmp_path / "y.npy", np.zeros(9, np.int64))
+    error = _fails(capsys, "--plan", str(DEFAULT_PLAN_PATH), "--dataset", str(tmp_path))
+    assert "x has 10 rows, y 9" in error
+
+
+def test_bad_fault_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "ROLE:KEY=VALUE" in _fails(capsys, "--inject-env", "router:X=1")
+    assert "ROLE:KEY=VALUE" in _fails(capsys, "--inject-env", "worker:no-equals")
+    error = _fails(capsys, "--plan", str(DEFAULT_PLAN_PATH), "--channel", "s3",
+                   "--restart-cache-at", "5")
+    assert "--restart-cache-at needs the valkey channel" in error

@@ -23,7 +23,13 @@ from fasdl.checkpoint import array_bytes, commit_manifest, put_objects
 from fasdl.environment import Settings, SettingsError
 from fasdl.metrics import StepMetrics
 from fasdl.plan import Plan, PlanError
-from fasdl.segment_runner import SegmentTooLong, TimeGuard, WorkerEvent, WorkerEventError
+from fasdl.segment_runner import (
+    SegmentTooLong,
+    TimeGuard,
+    WorkerEvent,
+    WorkerEventError,
+    peer_wait_s,
+)
 from fasdl.segments import RetriesExhausted, RunStateError
 from tests.runtime.test_kreduce import make_plan
 
@@ -105,6 +111,16 @@ def test_next_and_shorten_through_the_handler(s3: Any) -> None:
         trigger.handler({"action": "shorten", "run": one, "error": {}}, None)
     with pytest.raises(RunStateError, match="'action'"):
         trigger.handler({"action": "dance"}, None)
+
+
+def test_retry_through_the_handler(s3: Any) -> None:
+    run = start({"run_id": "crashy"})
+    crash = {"Error": "FasDL.WorkerCrashed", "Cause": "exit status 137"}
+    again = trigger.handler({"action": "retry", "run": run, "error": crash}, None)
+    assert again["segment"] == {**run["segment"], "attempt": 1, "retries": 1}
+    again = trigger.handler({"action": "retry", "run": again, "error": crash}, None)
+    with pytest.raises(RetriesExhausted, match="retries"):
+        trigger.handler({"action": "retry", "run": again, "error": crash}, None)
 
 
 @pytest.mark.parametrize(("event_input", "field"), [
@@ -216,6 +232,19 @@ def test_time_guard_predicts_iteration_plus_checkpoint() -> None:
     left[0] = 44.0
     with pytest.raises(SegmentTooLong, match="iteration 2"):
         guard.check(2)
+
+
+def test_peer_wait_is_bounded_by_iteration_time_and_time_left() -> None:
+    settings = Settings.from_env({
+        "FASDL_CHANNEL": "s3", "FASDL_DATASETS_BUCKET": "d", "FASDL_RESULTS_BUCKET": "r",
+        "FASDL_EXCHANGE_BUCKET": "e",
+        "FASDL_PEER_WAIT_START_S": "60", "FASDL_PEER_WAIT_MIN_S": "4",
+        "FASDL_PEER_WAIT_FACTOR": "3"})
+    assert peer_wait_s(settings, [], 500.0) == 60.0  # first iteration: staggered cold starts
+    assert peer_wait_s(settings, [0.1, 0.5], 500.0) == 4.0  # fast iterations: the floor
+    assert peer_wait_s(settings, [0.1, 2.0], 500.0) == 6.0  # 3 x the slowest recent one
+    assert peer_wait_s(settings, [2.0], 5.0) == 5.0  # never past the time left
+    assert peer_wait_s(settings, [2.0], -3.0) == 1.0
 
 
 def test_stub_layer_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from fasdl.plan import Plan, PlanError
 from fasdl.segments import (
     MAX_ATTEMPTS,
+    MAX_RETRIES,
     RetriesExhausted,
     RunStateError,
     check_dataset,
@@ -27,6 +28,7 @@ from fasdl.segments import (
     partition_layout,
     resolve_plan,
     resolve_run_id,
+    retry_state,
     shorten_state,
 )
 from tests.runtime.test_kreduce import make_plan
@@ -90,6 +92,33 @@ def test_shorten_gives_up_with_a_clear_error() -> None:
     single = {**run, "segment": {**run["segment"], "iterations": 1, "attempt": 0}}
     with pytest.raises(RetriesExhausted, match="single iteration"):
         shorten_state(single)
+
+
+def test_retry_reruns_the_same_segment_and_counts() -> None:
+    plan = plan_with(total_epochs=3, segment_iterations=8)
+    run = next_state(first_state(plan, "r", "k"), plan)
+    again = retry_state(run, {"Error": "Runtime.ExitError", "Cause": "exit status 137"})
+    assert again["segment"] == {"index": 1, "start_iteration": 8, "iterations": 8,
+                                "attempt": 1, "retries": 1}
+    assert parse_run(again) == again and not again["done"]
+    following = next_state(again, plan)  # the next segment starts fresh
+    assert following["segment"] == {"index": 2, "start_iteration": 16, "iterations": 8,
+                                    "attempt": 0}
+
+
+def test_retry_gives_up_after_max_retries_or_attempts() -> None:
+    plan = plan_with(total_epochs=3, segment_iterations=8)
+    run = first_state(plan, "r", "k")
+    for _ in range(MAX_RETRIES):
+        run = retry_state(run)
+    with pytest.raises(RetriesExhausted, match=rf"giving up after {MAX_RETRIES} retries "
+                                               r"\(last error: ChannelTimeout: gone\)"):
+        retry_state(run, {"Error": "ChannelTimeout", "Cause": "gone"})
+    late = {**run, "segment": {**run["segment"], "attempt": MAX_ATTEMPTS - 1, "retries": 0}}
+    with pytest.raises(RetriesExhausted, match=f"giving up after {MAX_ATTEMPTS} attempts"):
+        retry_state(late)
+    with pytest.raises(RunStateError, match=r"run\.segment\.retries"):
+        parse_run({**run, "segment": {**run["segment"], "retries": -1}})
 
 
 def test_parse_run_names_the_bad_field() -> None:
