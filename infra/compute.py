@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from aws_cdk import Duration, IgnoreMode, RemovalPolicy, Size
 from aws_cdk import aws_ec2 as ec2
@@ -186,26 +187,32 @@ class Compute(Construct):
             "security_groups": [self._security_group],
         }
 
-    def _build_function(self, spec: _Spec) -> lambda_.Function:
+    def _function_props(self, spec: _Spec) -> dict[str, Any]:
+        """What zip and image functions share: sizing, role, logs, VPC placement."""
         role, group = self._prepare(spec)
+        return {
+            "architecture": self._architecture,
+            "description": spec.description,
+            "memory_size": spec.memory_mb,
+            "timeout": spec.timeout,
+            "ephemeral_storage_size": (Size.mebibytes(spec.ephemeral_mb)
+                                       if spec.ephemeral_mb else None),
+            "role": role,
+            "log_group": group,
+            **self._vpc_props(spec),
+        }
+
+    def _build_function(self, spec: _Spec) -> lambda_.Function:
         return lambda_.Function(
             self, spec.construct_id,
             runtime=RUNTIME,
-            architecture=self._architecture,
             handler=spec.handler,
             code=self._code,
-            description=spec.description,
-            memory_size=spec.memory_mb,
-            timeout=spec.timeout,
-            ephemeral_storage_size=(Size.mebibytes(spec.ephemeral_mb)
-                                    if spec.ephemeral_mb else None),
             # Every function needs the layer's runtime deps (numpy, redis, Powertools);
             # only the worker and profiler unpack its torch archive.
             layers=[self.layer],
-            role=role,
-            log_group=group,
             environment={**self._environment, **spec.extra_env},
-            **self._vpc_props(spec),  # type: ignore[arg-type]
+            **self._function_props(spec),
         )
 
     def _build_worker(self, spec: _Spec) -> lambda_.Function:
@@ -215,7 +222,6 @@ class Compute(Construct):
 
     def _build_image_worker(self, spec: _Spec) -> lambda_.Function:
         # torch is baked into the image (10 GB limit), so no layer and no /tmp unpack.
-        role, group = self._prepare(spec)
         platform = (ecr_assets.Platform.LINUX_ARM64 if self._architecture
                     == lambda_.Architecture.ARM_64 else ecr_assets.Platform.LINUX_AMD64)
         code = lambda_.DockerImageCode.from_image_asset(
@@ -225,15 +231,7 @@ class Compute(Construct):
         return lambda_.DockerImageFunction(
             self, spec.construct_id,
             code=code,
-            architecture=self._architecture,
-            description=spec.description,
-            memory_size=spec.memory_mb,
-            timeout=spec.timeout,
-            ephemeral_storage_size=(Size.mebibytes(spec.ephemeral_mb)
-                                    if spec.ephemeral_mb else None),
-            role=role,
-            log_group=group,
             environment={key: value for key, value in self._environment.items()
                          if key != STUB_ENV},
-            **self._vpc_props(spec),  # type: ignore[arg-type]
+            **self._function_props(spec),
         )
