@@ -41,17 +41,20 @@ def through_channel(channel: Channel, values: np.ndarray, key: str, iteration: i
 
 
 def through_raw(put: Callable[[str, bytes], None], get: Callable[[str], bytes],
-                payload: bytes, key: str) -> float:
+                delete: Callable[[str], None], payload: bytes, key: str) -> float:
     started = time.perf_counter()
     put(key, payload)
     data = get(key)
     elapsed = time.perf_counter() - started
     assert len(data) == len(payload)
+    # Deleted like the channel path's key: a server holding hundreds of MB more on one side
+    # served its GETs ~20% slower, which measured the server's memory, not the channel.
+    delete(key)
     return elapsed
 
 
 def raw_operations(backend: str, server: Any, client: Any) -> tuple[
-        Callable[[str, bytes], None], Callable[[str], bytes]]:
+        Callable[[str, bytes], None], Callable[[str], bytes], Callable[[str], None]]:
     if backend == "s3":
         bucket = server.buckets[0]
 
@@ -62,7 +65,10 @@ def raw_operations(backend: str, server: Any, client: Any) -> tuple[
             body: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read()
             return body
 
-        return s3_put, s3_get
+        def s3_delete(key: str) -> None:
+            client.delete_object(Bucket=bucket, Key=key)
+
+        return s3_put, s3_get, s3_delete
 
     def valkey_put(key: str, data: bytes) -> None:
         client.set(key, data)
@@ -71,7 +77,10 @@ def raw_operations(backend: str, server: Any, client: Any) -> tuple[
         value: bytes = client.get(key)
         return value
 
-    return valkey_put, valkey_get
+    def valkey_delete(key: str) -> None:
+        client.delete(key)
+
+    return valkey_put, valkey_get, valkey_delete
 
 
 def bench_backend(
@@ -80,7 +89,7 @@ def bench_backend(
     session = server.session() if backend == "s3" else None
     channel = build_channel(server.channel_config(prefix="bench/"), session=session)
     client = server.client()
-    put, get = raw_operations(backend, server, client)
+    put, get, delete = raw_operations(backend, server, client)
     rows = []
     try:
         for size_mb in sizes:
@@ -91,7 +100,7 @@ def bench_backend(
             through_channel(channel, values, "warm", 0)  # warm connections and allocator
             # Small shards take milliseconds: repeat them more so the median means something.
             for repeat in range(repeats * max(1, 10 // size_mb)):  # interleaved: drift hits both
-                raw_s.append(through_raw(put, get, payload, f"raw/{size_mb}/{repeat}"))
+                raw_s.append(through_raw(put, get, delete, payload, f"raw/{size_mb}/{repeat}"))
                 channel_s.append(through_channel(channel, values, f"ch/{size_mb}/{repeat}", repeat))
             rows.append({
                 "backend": backend, "size_mb": size_mb,
