@@ -4,6 +4,8 @@
 (the equivalence test). ``resnet18``/``resnet50``/``mobilenet``/``squeezenet`` follow the
 paper's workload families with CIFAR stems (3×3 first conv, no early down-sampling) and
 global average pooling, so their parameter count does not depend on the input size.
+``mlp-resnet50-size``/``mlp-squeezenet-size`` are MLPs with those two models' parameter size
+(for any input shape), for measuring exchange patterns where a real ResNet is too slow on a CPU.
 
 Sizes are reported in MiB of float32 (2^20 bytes), the unit of the paper's Table 5.1: its
 97.49 / 13.37 / 4.71 MB are exactly ResNet-50 / MobileNetV2 / SqueezeNet 1.1 with a 1000-way
@@ -12,6 +14,7 @@ classifier. With a 10-way head the same bodies are smaller (the classifier shrin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -29,6 +32,24 @@ def _mlp(num_classes: int, input_shape: InputShape) -> nn.Module:
     features = input_shape[0] * input_shape[1] * input_shape[2]
     return nn.Sequential(nn.Flatten(), nn.Linear(features, 128), nn.ReLU(),
                          nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, num_classes))
+
+
+def _sized_mlp(target_mb: float) -> Builder:
+    """An MLP (features → H → H → classes) whose float32 parameters total ``target_mb`` MiB.
+
+    For the communication-pattern benchmark: the exchange volume S_m of a paper model at a
+    compute cost a CPU can afford. H solves H² + (features + classes + 2)·H + classes = P.
+    """
+    def build(num_classes: int, input_shape: InputShape) -> nn.Module:
+        features = input_shape[0] * input_shape[1] * input_shape[2]
+        target = target_mb * 2**20 / 4
+        linear = features + num_classes + 2
+        hidden = max(1, round((-linear + math.sqrt(linear**2 + 4 * (target - num_classes)))
+                              / 2))
+        return nn.Sequential(nn.Flatten(), nn.Linear(features, hidden), nn.ReLU(),
+                             nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    return build
 
 
 def _cnn(num_classes: int, input_shape: InputShape) -> nn.Module:
@@ -160,6 +181,9 @@ MODELS: dict[str, Builder] = {
     "resnet50": lambda classes, shape: ResNet(_Bottleneck, (3, 4, 6, 3), classes, shape[0]),
     "mobilenet": _mobilenet,
     "squeezenet": _squeezenet,
+    # size-matched stand-ins (S_m of the paper's ResNet-50 / SqueezeNet, MLP compute)
+    "mlp-resnet50-size": _sized_mlp(PAPER_MODEL_MB["resnet50"]),
+    "mlp-squeezenet-size": _sized_mlp(PAPER_MODEL_MB["squeezenet"]),
 }
 
 

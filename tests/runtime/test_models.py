@@ -37,6 +37,16 @@ def test_paper_families_match_the_papers_model_size(name: str) -> None:
     assert size == pytest.approx(PAPER_MODEL_MB[name], rel=PAPER_SIZE_TOLERANCE)
 
 
+@pytest.mark.parametrize("name", ["resnet50", "squeezenet"])
+@pytest.mark.parametrize("shape", [(1, 8, 8), (3, 32, 32)])
+def test_size_matched_mlps_carry_the_paper_models_size(name: str,
+                                                       shape: tuple[int, int, int]) -> None:
+    stand_in = f"mlp-{name}-size"
+    assert parameter_mb(stand_in, 10, shape) == pytest.approx(PAPER_MODEL_MB[name], rel=0.005)
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                   for m in build_model(stand_in, 10, shape).modules())
+
+
 def test_cifar10_heads_are_smaller_by_exactly_the_classifier() -> None:
     assert parameter_count("resnet50", 10) == 23_520_842  # ≈ 23.5 M, the well-known count
     assert parameter_count("resnet18", 10) == 11_173_962
@@ -47,7 +57,8 @@ def test_cifar10_heads_are_smaller_by_exactly_the_classifier() -> None:
 
 # resnet50 runs once (CIFAR shape): building it alone costs seconds
 SHAPE_CASES = [(name, shape) for name in sorted(MODELS) for shape in [(3, 32, 32), (1, 8, 8)]
-               if not (name == "resnet50" and shape[0] == 1)]
+               if not (name == "resnet50" and shape[0] == 1)
+               and not (name == "mlp-resnet50-size" and shape[0] == 3)]
 
 
 @pytest.mark.parametrize(("name", "shape"), SHAPE_CASES,
