@@ -12,6 +12,10 @@ as the Step Functions Lambda integration sees them:
 * the process died without a result: ``Runtime.ExitError``, like Lambda.
 
 Warm starts are not emulated: every invocation is a cold start (torch import included).
+
+With a :class:`~local.emulation.LambdaEmulation`, an invocation of memory M also gets Lambda's
+resources: ceil(M/1769) threads, M/1769 CPUs (held from here, local/throttle.py) and channels
+shaped to the platform profile (in the child, local/shaping.py). See docs/emulation.md.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from local.emulation import LambdaEmulation
 from local.invoke import DEADLINE_ENV
+from local.throttle import CpuThrottle, available_cores
 
 TIMEOUT_ERROR = "Sandbox.Timedout"
 EXIT_ERROR = "Runtime.ExitError"
@@ -77,16 +83,19 @@ class LambdaEmulator:
 
     def __init__(self, functions: Mapping[str, FunctionSpec], *, region: str = "us-east-1",
                  threads: int | None = None, log_dir: Path | None = None,
-                 extra_env: Mapping[str, str] | None = None) -> None:
+                 extra_env: Mapping[str, str] | None = None,
+                 emulation: LambdaEmulation | None = None) -> None:
         self.functions = dict(functions)
         self.region = region
         self.threads = threads
+        self.emulation = emulation
         self.extra_env = dict(extra_env or {})
         self._scratch = Path(tempfile.mkdtemp(prefix="fasdl-lambda-"))
         self.log_dir = log_dir or self._scratch / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._running: dict[str, subprocess.Popen[bytes]] = {}
+        self._throttles: dict[str, CpuThrottle] = {}
         self._closed = False
         self.invocations: list[Invocation] = []
 
@@ -116,9 +125,20 @@ class LambdaEmulator:
             "PYTHONPATH": str(spec.code_dir), "PYTHONUNBUFFERED": "1",
             DEADLINE_ENV: str(deadline_ms),
         })
-        if self.threads:
-            env.update({key: str(self.threads) for key in _THREAD_ENV})
+        threads = self.threads
+        if self.emulation is not None:
+            fitted = self.emulation.threads(spec.memory_mb)
+            threads = min(threads, fitted) if threads else fitted
+            env.update(self.emulation.shaping_env(spec.memory_mb))
+        if threads:
+            env.update({key: str(threads) for key in _THREAD_ENV})
         return env
+
+    def _throttle(self, spec: FunctionSpec, process: subprocess.Popen[bytes]) -> CpuThrottle | None:
+        if self.emulation is None or not self.emulation.cpu:
+            return None
+        share = self.emulation.cpu_share(spec.memory_mb)
+        return CpuThrottle(process.pid, share) if share < available_cores() else None
 
     def invoke(self, function: str, payload: bytes | str | dict[str, Any]) -> Invocation:
         spec = self.spec_for(function)
@@ -146,15 +166,23 @@ class LambdaEmulator:
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True)
                 self._running[request_id] = process
+                throttle = self._throttle(spec, process)
+                if throttle is not None:
+                    self._throttles[request_id] = throttle.start()
             timed_out = False
             try:
                 process.wait(timeout=spec.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(process)
+                _kill_group(process, throttle)
             finally:
+                if throttle is not None:
+                    throttle.stop()  # never leave a stopped group behind
+                    log.write(f"[local emulator] CPU capped at {throttle.share:.2f} vCPU: held "
+                              f"{throttle.stopped_s:.2f} s in {throttle.stops} stops\n".encode())
                 with self._lock:
                     self._running.pop(request_id, None)
+                    self._throttles.pop(request_id, None)
         duration = time.time() - started
         invocation = dataclasses.replace(
             self._outcome(spec, request_id, process.returncode, timed_out, result_file,
@@ -194,9 +222,10 @@ class LambdaEmulator:
         """Refuse new invocations and kill the running ones (their callers see an error)."""
         with self._lock:
             self._closed = True
-            processes = list(self._running.values())
-        for process in processes:
-            _kill_group(process)
+            processes = [(process, self._throttles.get(request_id))
+                         for request_id, process in self._running.items()]
+        for process, throttle in processes:
+            _kill_group(process, throttle)
 
     def cleanup(self) -> None:
         import shutil
@@ -235,7 +264,9 @@ def _worker_of(body: bytes) -> int | None:
     return worker if isinstance(worker, int) else None
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def _kill_group(process: subprocess.Popen[bytes], throttle: CpuThrottle | None = None) -> None:
+    if throttle is not None:
+        throttle.stop()  # SIGCONT first: the throttle must not hold the group again meanwhile
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):  # exited meanwhile
             os.killpg(process.pid, signal.SIGKILL)

@@ -5,7 +5,9 @@
 the event and a Lambda-like context, and writes ``{"result": ...}`` or ``{"errorType": ...,
 "errorMessage": ..., "stackTrace": [...]}`` to RESULT_FILE. The result goes to a file, not
 stdout, so whatever the handler prints stays in the invocation's log. Only the standard library
-is imported here: the handler's own imports must come from its code dir.
+is imported here: the handler's own imports must come from its code dir. The one exception is
+Lambda emulation: with ``FASDL_LOCAL_SHAPING`` set, local.emulation (fasdl, planner) is imported
+to shape the handler's channels before the handler is loaded.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 DEADLINE_ENV = "FASDL_LOCAL_DEADLINE_MS"  # epoch ms at which the parent kills this process
+SHAPING_ENV = "FASDL_LOCAL_SHAPING"  # set by the emulator: see local/emulation.py
 
 
 class LambdaContext:
@@ -62,6 +65,11 @@ def _load(handler: str) -> Callable[..., Any] | dict[str, Any]:
 
 
 def run(handler: str, event_file: Path, result_file: Path, request_id: str) -> None:
+    shaping = os.environ.get(SHAPING_ENV)
+    if shaping:  # before the handler's import, which may build its channel at module level
+        from local.emulation import install_shaping
+
+        install_shaping(shaping)
     function = _load(handler)
     if isinstance(function, dict):
         outcome = function

@@ -37,6 +37,7 @@ import numpy as np
 
 from fasdl.plan import Plan, PlanError
 from local.adapter import LocalStepFunctions, emulator_router
+from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import LambdaEmulator
 from local.faults import InputError, exchange_left, restarting
 from local.report import Progress, build_report, format_summary, write_report
@@ -69,6 +70,7 @@ class RunOptions:
     run_id: str | None = None
     inject_env: tuple[tuple[str, str, str], ...] = ()  # (role, key, value)
     restart_cache_at: int | None = None  # valkey: restart it once iteration N's shards appear
+    emulate_lambda: str | None = None  # Lambda CPU + bandwidth: "default", a profile name/path
 
 
 # ---- plan -------------------------------------------------------------------------------------
@@ -203,6 +205,8 @@ def run(options: RunOptions, say: Say = print) -> int:
     try:
         try:
             plan = prepare_plan(options, work, say)
+            emulation = None if options.emulate_lambda is None else load_emulation(
+                options.emulate_lambda, channel=plan.deployment.channel)
             if options.restart_cache_at is not None and plan.deployment.channel != "valkey":
                 raise InputError("--restart-cache-at needs the valkey channel")
             plan, files = prepare_dataset(plan, options, work, say)
@@ -212,19 +216,19 @@ def run(options: RunOptions, say: Say = print) -> int:
             plan.save(plan_path)
             say(plan_text(plan))
             template = prepare_template(plan, plan_path, options, work, say)
-        except (InputError, PlanError) as error:
+        except (InputError, PlanError, EmulationError) as error:
             print(f"fasdl local: {error}", file=sys.stderr)
             return 2
         except TemplateError as error:
             print(f"fasdl local: {error}", file=sys.stderr)
             return 1
-        return _execute(plan, files, template, options, work, say)
+        return _execute(plan, files, template, options, work, say, emulation)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate,
-             options: RunOptions, work: Path, say: Say) -> int:
+def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, options: RunOptions,
+             work: Path, say: Say, emulation: LambdaEmulation | None = None) -> int:
     run_id = options.run_id or time.strftime("local-%Y%m%d-%H%M%S", time.gmtime())
     report_dir = options.report_dir or Path("reports") / run_id
     channel = plan.deployment.channel
@@ -270,8 +274,10 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate,
             specs[name] = replace(specs[name], environment={**specs[name].environment,
                                                             key: value})
             say(f"injected {key}={value} into the {role} function's environment")
-        emulator = LambdaEmulator(specs, region=plan.deployment.region,
-                                  threads=options.threads, log_dir=report_dir / "logs")
+        emulator = LambdaEmulator(specs, region=plan.deployment.region, threads=options.threads,
+                                  log_dir=report_dir / "logs", emulation=emulation)
+        if emulation is not None:
+            say(emulation.describe(specs[worker_function].memory_mb, plan.deployment.workers))
         stack.callback(emulator.cleanup)
         sfn = stack.enter_context(LocalStepFunctions(emulator_router(emulator.invoke),
                                                      region=plan.deployment.region))

@@ -9,7 +9,7 @@ too): ``FASDL_CHANNEL_KIND`` (s3|valkey), ``_PREFIX``, ``_TTL_S``; for S3 ``_BUC
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -99,8 +99,27 @@ def _parse(name: str, text: str, default: object) -> object:
     return text
 
 
+# Wrappers applied to every channel build_channel makes. Product code never registers one;
+# the local Lambda emulator does, to shape bandwidth without the handlers knowing.
+ChannelWrapper = Callable[[Channel, ChannelConfig], Channel]
+_WRAPPERS: list[ChannelWrapper] = []
+
+
+def register_channel_wrapper(wrapper: ChannelWrapper) -> Callable[[], None]:
+    """Wrap every channel built from now on; returns a function that unregisters it."""
+    _WRAPPERS.append(wrapper)
+    return lambda: _WRAPPERS.remove(wrapper)
+
+
 def build_channel(config: ChannelConfig, *, session: Any | None = None) -> Channel:
     """The channel the config describes (``session``: an optional boto3 Session for S3)."""
+    channel = _build(config, session)
+    for wrapper in _WRAPPERS:
+        channel = wrapper(channel, config)
+    return channel
+
+
+def _build(config: ChannelConfig, session: Any | None) -> Channel:
     if config.kind == "s3":
         from fasdl.channel.s3 import S3Channel  # boto3 only when S3 is used
 
@@ -120,4 +139,5 @@ def channel_from_env(environ: Mapping[str, str] | None = None) -> Channel:
     return build_channel(ChannelConfig.from_env(environ))
 
 
-__all__ = ["ChannelConfig", "ChannelConfigError", "build_channel", "channel_from_env"]
+__all__ = ["ChannelConfig", "ChannelConfigError", "ChannelWrapper", "build_channel",
+           "channel_from_env", "register_channel_wrapper"]

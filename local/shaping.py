@@ -1,0 +1,101 @@
+"""Channel bandwidth shaping: a local channel that moves bytes as fast as Lambda would.
+
+A platform profile models one object of S MB at memory M as taking S/tp(M, S) seconds, with
+tp = p(M)·(1 − e^(−t(M)·S)) (planner/profiles.py). :class:`ShapedChannel` wraps a real channel
+and makes every transfer last at least that long: ``put`` uses the upload direction, a hit of
+``try_get``/``get`` the download direction. A miss moves no payload and is not charged.
+
+Each direction is one link (:class:`Link`): transfers reserve consecutive slots on it
+(start = max(call start, link free), free = start + target), so concurrent transfers in one
+direction take about the sum of their targets, like one function's NIC. The call returns at the
+end of its slot, sleeping whatever the real operation left. Shaping only slows down: when the
+local server is slower than the target, the real time stands.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from fasdl.channel.base import Channel
+from planner.profiles import Direction, PlatformProfile
+
+MB = 2**20
+Clock = Callable[[], float]
+
+
+class Link:
+    """One direction's timeline; thread-safe."""
+
+    def __init__(self) -> None:
+        self._free_at = float("-inf")
+        self._lock = threading.Lock()
+
+    def reserve(self, began: float, seconds: float) -> float:
+        """The end of a ``seconds`` long slot starting no earlier than ``began``."""
+        with self._lock:
+            start = max(began, self._free_at)
+            self._free_at = start + seconds
+            return self._free_at
+
+
+class BandwidthShaper:
+    """Targets from the profile at one memory size, one :class:`Link` per direction.
+
+    One shaper per process: every channel of an invocation shares its links.
+    """
+
+    def __init__(self, platform: PlatformProfile, memory_mb: float, *,
+                 clock: Clock = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.platform = platform
+        self.memory_mb = float(memory_mb)
+        self.links: dict[Direction, Link] = {"up": Link(), "down": Link()}
+        self.clock = clock
+        self.sleep = sleep
+
+    def target_s(self, direction: Direction, size_bytes: int) -> float:
+        return float(self.platform.transfer_time(direction, self.memory_mb, size_bytes / MB))
+
+    def settle(self, direction: Direction, began: float, size_bytes: int) -> None:
+        """Called after a real transfer that began at ``began``: wait out the rest of its slot."""
+        done_at = self.links[direction].reserve(began, self.target_s(direction, size_bytes))
+        remaining = done_at - self.clock()
+        if remaining > 0:
+            self.sleep(remaining)
+
+
+class ShapedChannel(Channel):
+    """``inner`` with the transfer times of ``platform`` at ``memory_mb`` (see module doc)."""
+
+    def __init__(self, inner: Channel, platform: PlatformProfile, memory_mb: float, *,
+                 shaper: BandwidthShaper | None = None) -> None:
+        self.inner = inner
+        self.shaper = shaper or BandwidthShaper(platform, memory_mb)
+        self.backoff = inner.backoff  # get() polls like the wrapped channel
+
+    def put(self, key: str, data: bytes) -> None:
+        began = self.shaper.clock()
+        self.inner.put(key, data)
+        self.shaper.settle("up", began, len(data))
+
+    def try_get(self, key: str) -> bytes | None:
+        began = self.shaper.clock()
+        value = self.inner.try_get(key)
+        if value is not None:
+            self.shaper.settle("down", began, len(value))
+        return value
+
+    def delete(self, keys: Iterable[str]) -> None:
+        self.inner.delete(keys)
+
+    def delete_prefix(self, prefix: str) -> int:
+        return self.inner.delete_prefix(prefix)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __repr__(self) -> str:
+        return (f"ShapedChannel({self.inner!r}, {self.shaper.platform.name}, "
+                f"{self.shaper.memory_mb:g} MB)")

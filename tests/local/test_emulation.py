@@ -1,0 +1,332 @@
+"""Lambda emulation: the CPU cap on real processes, bandwidth shaping on real servers, and both
+through the emulator and the CLI (local/emulation.py, local/throttle.py, local/shaping.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fasdl.channel.base import Channel
+from fasdl.channel.factory import build_channel, register_channel_wrapper
+from local.__main__ import main
+from local.emulation import LAMBDA_MB_PER_VCPU, EmulationError, LambdaEmulation, load_emulation
+from local.emulator import TIMEOUT_ERROR, FunctionSpec, LambdaEmulator
+from local.servers import SeaweedS3Server, ValkeyServer
+from local.shaping import MB, BandwidthShaper, Link, ShapedChannel
+from local.throttle import CpuThrottle
+from planner.profiles import Direction, PlatformProfile, load_platform
+
+SIZES_MB = (1, 4, 16)
+MEMORIES = (512, 2048)
+# A busy loop (or a sleepy one) that reports its own CPU seconds per wall second.
+LOOP = textwrap.dedent("""
+    import sys, time
+    mode, seconds = sys.argv[1], float(sys.argv[2])
+    wall, cpu = time.monotonic(), time.process_time()
+    while time.monotonic() - wall < seconds:
+        if mode == "sleep":
+            time.sleep(0.02)
+    print((time.process_time() - cpu) / (time.monotonic() - wall), time.monotonic() - wall)
+""")
+HANDLERS = textwrap.dedent("""
+    import os, time
+    from fasdl.channel.factory import channel_from_env
+
+    def busy(event, context):
+        wall, cpu = time.monotonic(), time.process_time()
+        while time.monotonic() - wall < event["seconds"]:
+            pass
+        return {"ratio": (time.process_time() - cpu) / (time.monotonic() - wall),
+                "threads": os.environ.get("OMP_NUM_THREADS")}
+
+    def transfer(event, context):
+        channel = channel_from_env()
+        began = time.monotonic()
+        channel.put("k", b"x" * event["size"])
+        put_s = time.monotonic() - began
+        began = time.monotonic()
+        assert len(channel.get("k", time.monotonic() + 10)) == event["size"]
+        return {"channel": type(channel).__name__, "put_s": put_s,
+                "get_s": time.monotonic() - began,
+                "threads": os.environ.get("OMP_NUM_THREADS")}
+""")
+
+
+def _within(measured: float, target: float, slack_s: float = 0.0) -> bool:
+    """Never early; at most 15% (or 5 ms, for tiny targets) + ``slack_s`` late."""
+    return target - 1e-3 <= measured <= target + max(0.15 * target, 0.005) + slack_s
+
+
+@pytest.fixture(scope="module")
+def seaweed() -> Iterator[SeaweedS3Server]:
+    with SeaweedS3Server(buckets=("fasdl-emulation",)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def valkey() -> Iterator[ValkeyServer]:
+    with ValkeyServer() as server:
+        yield server
+
+
+# ---- CPU share and profile choice -------------------------------------------------------------
+def test_cpu_share_and_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    emulation = LambdaEmulation()
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert emulation.cpu_share(LAMBDA_MB_PER_VCPU) == 1.0
+    assert emulation.cpu_share(512) == pytest.approx(0.289, abs=1e-3)
+    assert emulation.cpu_share(10240) == pytest.approx(5.79, abs=0.01)
+    assert emulation.cpu_share(20000) == 6  # Lambda's maximum
+    assert [emulation.threads(m) for m in (128, 1769, 2048, 10240)] == [1, 1, 2, 6]
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # the host bounds it too
+    assert emulation.cpu_share(10240) == 2 and emulation.threads(10240) == 2
+
+
+def test_load_emulation(tmp_path: Path) -> None:
+    assert load_emulation(None, channel="s3").platform == load_platform("s3")
+    assert load_emulation("default", channel="valkey").platform == load_platform("valkey")
+    named = load_emulation("aws-lambda-arm64-s3", channel="s3", cpu=False)
+    assert named.platform is not None and named.platform.arch == "arm64" and not named.cpu
+    custom = load_platform("valkey").to_dict() | {"name": "mine"}
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(custom))
+    loaded = load_emulation(str(path), channel="valkey").platform
+    assert loaded is not None and loaded.name == "mine"
+    with pytest.raises(EmulationError, match="--emulate-lambda: unknown platform 'nope'"):
+        load_emulation("nope", channel="s3")
+    with pytest.raises(EmulationError, match=r"--emulate-lambda: .*valkey channel.* uses s3"):
+        load_emulation(str(path), channel="s3")
+    path.write_text(json.dumps(custom | {"up_peak": [1.0]}))
+    with pytest.raises(EmulationError, match="--emulate-lambda: profile field 'up_peak'"):
+        load_emulation(str(path), channel="valkey")
+
+
+# ---- CPU cap on real processes ----------------------------------------------------------------
+def _loop(mode: str, share: float | None, seconds: float = 2.0) -> tuple[float, float]:
+    """(CPU seconds per wall second, wall seconds) the child measured under the cap."""
+    child = subprocess.Popen([sys.executable, "-c", LOOP, mode, str(seconds)],
+                             stdout=subprocess.PIPE, start_new_session=True)
+    throttle = CpuThrottle(child.pid, share).start() if share else None
+    try:
+        out, _ = child.communicate(timeout=30)
+    finally:
+        if throttle is not None:
+            throttle.stop()
+    ratio, wall = map(float, out.split())
+    return ratio, wall
+
+
+# These assume the machine has a core to spare: a saturated host cannot give any share.
+def test_busy_child_gets_its_share() -> None:
+    ratio, _ = _loop("busy", 0.25)
+    assert ratio == pytest.approx(0.25, abs=0.06)
+
+
+def test_uncapped_child_uses_a_whole_core() -> None:
+    ratio, _ = _loop("busy", None)
+    assert ratio > 0.6  # clearly above any cap; a loaded CI host may not give a full core
+
+
+def test_sleeping_child_is_not_slowed() -> None:
+    ratio, wall = _loop("sleep", 0.25)
+    assert ratio < 0.1 and wall < 2.1  # I/O waits cost no quota
+
+
+def test_stop_always_continues_the_group() -> None:
+    child = subprocess.Popen([sys.executable, "-c", LOOP, "busy", "30"],
+                             stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        throttle = CpuThrottle(child.pid, 0.05).start()
+        deadline = time.monotonic() + 5
+        while throttle.stops == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert throttle.stops > 0
+        throttle.stop()
+        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state != "T"
+    finally:
+        child.kill()
+        child.wait()
+
+
+# ---- bandwidth shaping: bucket arithmetic with a fake clock -----------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_link_queues_transfers() -> None:
+    link = Link()
+    assert link.reserve(10.0, 2.0) == 12.0
+    assert link.reserve(10.5, 1.0) == 13.0  # waits for the first
+    assert link.reserve(20.0, 1.0) == 21.0  # an idle link is not banked
+
+
+def test_shaper_sleeps_only_the_rest() -> None:
+    clock = FakeClock()
+    platform = load_platform("s3")
+    shaper = BandwidthShaper(platform, 512, clock=clock, sleep=clock.sleep)
+    target = shaper.target_s("up", 4 * MB)
+    assert target == pytest.approx(float(platform.transfer_time("up", 512, 4)))
+    began = clock.now
+    clock.now += target / 4  # the real transfer
+    shaper.settle("up", began, 4 * MB)
+    assert clock.now == pytest.approx(began + target)
+    began = clock.now
+    clock.now += 2 * target  # a slow server: its time stands
+    shaper.settle("up", began, 4 * MB)
+    assert clock.now == pytest.approx(began + 2 * target)
+    began = clock.now
+    shaper.settle("down", began, 4 * MB)  # the other direction has its own link
+    assert clock.now == pytest.approx(began + shaper.target_s("down", 4 * MB))
+
+
+def test_build_channel_applies_registered_wrappers(valkey: ValkeyServer) -> None:
+    seen: list[str] = []
+
+    def wrap(channel: Channel, config: object) -> Channel:
+        seen.append(type(channel).__name__)
+        return ShapedChannel(channel, load_platform("valkey"), 512)
+
+    unregister = register_channel_wrapper(wrap)
+    try:
+        channel = build_channel(valkey.channel_config(prefix="w/"))
+        assert isinstance(channel, ShapedChannel) and seen == ["ValkeyChannel"]
+        channel.close()
+    finally:
+        unregister()
+    plain = build_channel(valkey.channel_config())
+    assert type(plain).__name__ == "ValkeyChannel"
+    plain.close()
+
+
+# ---- bandwidth shaping on real servers --------------------------------------------------------
+@pytest.fixture(params=["s3", "valkey"])
+def real(request: pytest.FixtureRequest) -> Iterator[tuple[Channel, PlatformProfile]]:
+    if request.param == "s3":
+        server: SeaweedS3Server = request.getfixturevalue("seaweed")
+        channel = build_channel(server.channel_config(prefix="shape/"), session=server.session())
+    else:
+        store: ValkeyServer = request.getfixturevalue("valkey")
+        channel = build_channel(store.channel_config(prefix="shape/"))
+    yield channel, load_platform(request.param)
+    channel.delete_prefix("")
+    channel.close()
+
+
+def _timed(action: Callable[..., object], *args: object) -> float:
+    began = time.monotonic()
+    action(*args)
+    return time.monotonic() - began
+
+
+def test_transfers_take_the_profiled_time(real: tuple[Channel, PlatformProfile]) -> None:
+    inner, platform = real
+    misses: list[str] = []
+    for memory in MEMORIES:
+        channel = ShapedChannel(inner, platform, memory)
+        channel.put("warm", b"w")  # connection set-up is not a transfer
+        for size in SIZES_MB:
+            data = os.urandom(size * MB)
+            key = f"{memory}/{size}"
+            measured: dict[Direction, float] = {"up": _timed(channel.put, key, data),
+                        "down": _timed(channel.get, key, time.monotonic() + 10)}
+            for direction, seconds in measured.items():
+                target = float(platform.transfer_time(direction, memory, size))
+                print(f"{platform.channel} M={memory} {size} MB {direction}: "
+                      f"{seconds * 1000:.1f} ms, target {target * 1000:.1f} ms")
+                if not _within(seconds, target):
+                    misses.append(f"M={memory} {size} MB {direction}: {seconds:.4f} s, "
+                                  f"target {target:.4f} s")
+    assert not misses
+
+
+def test_concurrent_puts_share_the_link(real: tuple[Channel, PlatformProfile]) -> None:
+    inner, platform = real
+    channel = ShapedChannel(inner, platform, 512)
+    channel.put("warm", b"w")
+    data = os.urandom(4 * MB)
+    target = float(platform.transfer_time("up", 512, 4))
+    threads = [threading.Thread(target=channel.put, args=(f"c{n}", data)) for n in range(2)]
+    began = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert _within(time.monotonic() - began, 2 * target)
+    missed = _timed(channel.try_get, "never-written")
+    assert missed < min(0.03, float(platform.transfer_time("down", 512, 0)) + 0.01)
+
+
+# ---- through the emulator and the CLI ---------------------------------------------------------
+@pytest.fixture
+def handlers(tmp_path: Path) -> Path:
+    (tmp_path / "emulated_lambdas.py").write_text(HANDLERS)
+    return tmp_path
+
+
+def _emulator(code: Path, handler: str, memory: int, emulation: LambdaEmulation,
+              timeout_s: float = 30, threads: int | None = None,
+              env: dict[str, str] | None = None) -> LambdaEmulator:
+    spec = FunctionSpec(name="Fn", handler=f"emulated_lambdas.{handler}", code_dir=code,
+                        timeout_s=timeout_s, memory_mb=memory, environment=env or {})
+    return LambdaEmulator({"Fn": spec}, emulation=emulation, threads=threads)
+
+
+def test_emulated_invocation_is_capped(handlers: Path) -> None:
+    memory = round(0.25 * LAMBDA_MB_PER_VCPU)
+    with _emulator(handlers, "busy", memory, LambdaEmulation()) as emulator:
+        result = json.loads(emulator.invoke("Fn", {"seconds": 2}).payload)
+    assert result["ratio"] == pytest.approx(0.25, abs=0.06)
+    assert result["threads"] == "1"
+
+
+def test_a_held_invocation_still_times_out(handlers: Path) -> None:
+    with _emulator(handlers, "busy", 128, LambdaEmulation(), timeout_s=1.5) as emulator:
+        invocation = emulator.invoke("Fn", {"seconds": 60})
+    assert invocation.error_type == TIMEOUT_ERROR and invocation.duration_s < 3
+
+
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_emulated_handler_sees_threads_and_shaped_channel(
+        handlers: Path, valkey: ValkeyServer, memory: int) -> None:
+    emulation = load_emulation("default", channel="valkey", cpu=False)
+    env = valkey.channel_config(prefix=f"e2e{memory}/").to_env()
+    size = 4 * MB
+    with _emulator(handlers, "transfer", memory, emulation, env=env) as emulator:
+        result = json.loads(emulator.invoke("Fn", {"size": size}).payload)
+    with _emulator(handlers, "transfer", memory, emulation, threads=1, env=env) as emulator:
+        capped = json.loads(emulator.invoke("Fn", {"size": size}).payload)
+    threads = emulation.threads(memory)
+    assert result["threads"] == str(threads) == str(math.ceil(min(
+        memory / LAMBDA_MB_PER_VCPU, os.cpu_count() or 1)))
+    assert capped["threads"] == "1"  # an explicit, smaller thread count wins
+    assert result["channel"] == "ShapedChannel"
+    platform = load_platform("valkey")
+    # The first put also connects (ms): allow it on top of the target.
+    assert _within(result["put_s"], float(platform.transfer_time("up", memory, 4)), 0.01)
+    assert _within(result["get_s"], float(platform.transfer_time("down", memory, 4)))
+
+
+def test_bad_emulate_lambda_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from infra.settings import DEFAULT_PLAN_PATH
+
+    code = main(["run", "--plan", str(DEFAULT_PLAN_PATH), "--emulate-lambda", "nope"])
+    assert code == 2
+    assert "--emulate-lambda: unknown platform 'nope'" in capsys.readouterr().err
