@@ -1,4 +1,5 @@
-"""``python -m local run [--plan plan.json] [--channel s3|valkey] [--epochs N] ...``.
+"""``python -m local run [--plan plan.json] [--channel s3|valkey] [--epochs N] ...`` and
+``python -m local profile [--memories MB ...] [--channel s3|valkey] ...`` (local/profile.py).
 
 Runs the CDK-synthesized state machine on this machine (see local/runner.py). Exit codes:
 0 the run succeeded, 1 it failed or timed out, 2 bad input (nothing was started),
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from local import profile
 from local.faults import InputError, parse_inject_env
 from local.runner import RunOptions, run
 
@@ -35,8 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
                                  "(default: the synthesized function Timeout)")
     run_parser.add_argument("--segment-iterations", type=int,
                             help="iterations per segment (default when planning: one epoch)")
-    run_parser.add_argument("--threads", type=int, default=1,
-                            help="CPU threads per invocation (default 1; 0: no cap)")
+    run_parser.add_argument("--threads", type=int,
+                            help="CPU threads per invocation (default 1, with --emulate-lambda "
+                                 "ceil(M/1769); 0: no cap)")
+    run_parser.add_argument("--emulate-lambda", nargs="?", const="default", metavar="PLATFORM",
+                            help="give each invocation Lambda's CPU (M/1769 vCPU) and channel "
+                                 "bandwidth from a platform profile: a shipped name, a JSON "
+                                 "path, or none for the channel's shipped profile "
+                                 "(docs/emulation.md)")
     run_parser.add_argument("--tls-cache", action="store_true",
                             help="valkey channel: a TLS + cluster-mode redis-server 7 "
                                  "(like ElastiCache Serverless) instead of valkey-server")
@@ -55,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--restart-cache-at", type=int, metavar="N",
                             help="valkey channel: restart the Valkey server once workers "
                                  "exchange iteration N (its keys are lost; fault demo/test)")
+    profile.add_parser(commands)
     return parser
 
 
@@ -64,6 +73,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "profile":
+        signal.signal(signal.SIGTERM, _interrupt)
+        return profile.main(args, say=lambda text: print(text, flush=True))
     for name, value in (("--epochs", args.epochs), ("--workers", args.workers),
                         ("--timeout", args.timeout), ("--workers-timeout", args.workers_timeout),
                         ("--segment-iterations", args.segment_iterations),
@@ -71,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value <= 0:
             print(f"fasdl local: {name} must be > 0, got {value}", file=sys.stderr)
             return 2
-    if args.threads < 0:
+    if args.threads is not None and args.threads < 0:
         print(f"fasdl local: --threads must be >= 0, got {args.threads}", file=sys.stderr)
         return 2
     try:
@@ -79,11 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as error:
         print(f"fasdl local: {error}", file=sys.stderr)
         return 2
+    # Without --threads, emulated invocations get ceil(M/1769) threads, others 1.
+    threads = 1 if args.threads is None and args.emulate_lambda is None else args.threads
     options = RunOptions(
         plan=args.plan, channel=args.channel, epochs=args.epochs, workers=args.workers,
         timeout_s=args.timeout, workers_timeout_s=args.workers_timeout,
         report_dir=args.report_dir, dataset_dir=args.dataset, cdk_out=args.cdk_out,
-        segment_iterations=args.segment_iterations, threads=args.threads or None,
+        segment_iterations=args.segment_iterations, threads=threads or None,
+        emulate_lambda=args.emulate_lambda,
         tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
         restart_cache_at=args.restart_cache_at)
     signal.signal(signal.SIGTERM, _interrupt)

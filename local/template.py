@@ -38,12 +38,16 @@ def function_arn(logical_id: str, region: str) -> str:
     return f"arn:aws:lambda:{region}:{ACCOUNT}:function:{logical_id}"
 
 
-def synthesize(plan_path: Path, outdir: Path, *, stack_name: str | None = None) -> Path:
-    """``npx cdk synth`` of this repo's app for ``plan_path``; returns the template path."""
+def synthesize(plan_path: Path, outdir: Path, *, stack_name: str | None = None,
+               context: Mapping[str, str] | None = None) -> Path:
+    """``npx cdk synth`` of this repo's app for ``plan_path``; returns the template path.
+    ``context`` adds ``-c key=value`` pairs (e.g. ``profiling=true``)."""
     command = ["npx", "--no-install", "cdk", "synth", "--no-notices", "-q", "-o", str(outdir),
                "-c", f"plan={plan_path}", "-c", f"torch_layer={STUB_LAYER}"]
     if stack_name:
         command += ["-c", f"stack_name={stack_name}"]
+    for key, value in (context or {}).items():
+        command += ["-c", f"{key}={value}"]
     # The app command in cdk.json runs `python`: make it this venv's.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     try:
@@ -151,15 +155,22 @@ def _code_dir(outdir: Path, code: dict[str, Any]) -> Path:
     return staged
 
 
-def load_template(path: Path, *, region: str) -> LocalTemplate:
+def load_template(path: Path, *, region: str,
+                  state_machine: str | None = None) -> LocalTemplate:
+    """The template's only state machine, or (a stack with several, e.g. profiling on) the one
+    whose StateMachineName ends with ``state_machine`` (``"-profiling"``)."""
     try:
         template = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise TemplateError(f"cannot read template {path}: {error}") from error
     resources: dict[str, Any] = template.get("Resources", {})
     machines = [r for r in resources.values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    if state_machine is not None:
+        machines = [r for r in machines if str(r["Properties"].get("StateMachineName", ""))
+                    .endswith(state_machine)]
     if len(machines) != 1:
-        raise TemplateError(f"{path}: expected one state machine, found {len(machines)}")
+        named = f" named *{state_machine}" if state_machine is not None else ""
+        raise TemplateError(f"{path}: expected one state machine{named}, found {len(machines)}")
     definition = _definition(machines[0], region)
     functions: dict[str, FunctionResource] = {}
     for logical_id, resource in resources.items():

@@ -1,0 +1,154 @@
+"""`python -m local profile`: the synthesized profiler, per memory, through the emulator against a
+real SeaweedFS, fitted into planner profiles; and bad input that stops before anything starts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local import profile, profile_run
+from local.profile import ProfileOptions, run_profile
+from local.template import LocalTemplate
+from planner.cli import main as planner_main
+from planner.profiles import load_platform, load_platform_file, load_workload
+
+MEMORIES = (884, 1769)  # 0.5 and 1 vCPU under emulation
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m local")
+    profile.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def _closed(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.slow
+def test_profile_end_to_end(tmp_path: Path) -> None:
+    said: list[str] = []
+    options = ProfileOptions(memories=MEMORIES, batches=(8, 32, 64), sizes_mb=(0.25, 1.0, 4.0),
+                             warmup=1, repeats=3, transfer_repeats=2, out=tmp_path / "out",
+                             profile_id="e2e")
+    result = run_profile(options, said.append)
+    output = "\n".join(said)
+
+    for path in (result.samples, result.workload, result.platform, result.summary_path):
+        assert path.is_file() and path.parent == tmp_path / "out"
+    assert result.png is not None and result.png.stat().st_size > 1000
+    assert "-c profiling=true -c profile_memories=884,1769" in output  # synthesized, not reused
+    assert "[1/2] 884 MB" in output and "capped at 0.50 vCPU" in output
+    ports = [int(port) for port in re.findall(r"127\.0\.0\.1:(\d+)", output)]
+    assert ports and all(_closed(port) for port in ports)
+
+    workload = load_workload(str(result.workload))
+    assert (workload.name, workload.model, workload.dataset, workload.samples) == (
+        "local-cnn-digits", "cnn", "datasets/digits", 1438)
+    records = [json.loads(line) for line in result.samples.read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert {(r["memory_mb"], r["batch"]) for r in train} == {
+        (m, b) for m in MEMORIES for b in (8, 32, 64)}
+    for record in train:  # the fitted model reproduces its own samples within a sane factor
+        predicted = float(workload.train_time(record["batch"], record["memory_mb"]))
+        assert 1 / 3 < predicted / record["seconds"] < 3, (record, predicted)
+    assert all(workload.min_memory(r["batch"]) > 0.5 * r["peak_mb"] for r in train)
+
+    platform = load_platform_file(result.platform)
+    assert (platform.channel, platform.memory_mb) == ("s3", (884.0, 1769.0))
+    shipped = load_platform("s3")  # the emulation shaped the channel like it
+    for direction in ("up", "down"):
+        ratio = platform.transfer_time(direction, 1769, 4.0) / shipped.transfer_time(
+            direction, 1769, 4.0)
+        assert 0.5 < ratio < 2.0, (direction, ratio)
+
+    summary = json.loads(result.summary_path.read_text())
+    assert summary == result.summary
+    assert summary["emulation"] == {"cpu": True, "platform": "aws-lambda-x86_64-s3"}
+    assert summary["memories"] == list(MEMORIES)
+    assert [i["memory_mb"] for i in summary["invocations"]] == list(MEMORIES)
+    quality = summary["quality"]
+    for group in ("time (a, b, m)", "memory (k, c)", "transfer (p, t)"):
+        assert set(quality[group]) >= {"r_squared", "max_relative_error", "points"}
+    assert quality["time (a, b, m)"]["points"] == 6
+    assert "a=" in output and "R²" in output and result.plan_command in output
+    # digits iterations take a few ms: shorter than the CPU cap's burst, which is flagged
+    assert summary["warnings"] and summary["warnings"][0] in output
+
+    argv = shlex.split(result.plan_command)[3:]  # drop "python -m planner"
+    argv[argv.index("--out") + 1] = str(tmp_path / "plan.json")
+    assert planner_main(argv) in (0, 3)  # loads both profiles; 3 would be "infeasible"
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("bad input must stop before synth or servers")
+
+    monkeypatch.setattr(profile_run, "synthesize", refuse)
+    monkeypatch.setattr(profile_run, "SeaweedS3Server", refuse)
+    monkeypatch.setattr(profile_run, "ValkeyServer", refuse)
+
+
+@pytest.mark.usefixtures("nothing_starts")
+@pytest.mark.parametrize(("args", "flag", "words"), [
+    (["--batches", "32"], "--batches", "identify a, b"),
+    (["--memories", "100", "1024"], "--memories", "[128, 10240], got 100"),
+    (["--memories", "1024", "1024"], "--memories", "identify m"),
+    (["--sizes-mb", "2"], "--sizes-mb", "identify p and t"),
+    (["--sizes-mb", "0", "1"], "--sizes-mb", "(0, 512]"),
+    (["--channel", "redis"], "--channel", "s3 or valkey"),
+    (["--model", "nope"], "--model", "one of"),
+    (["--dataset", "mnist"], "--dataset", "digits, cifar10"),
+    (["--repeats", "0"], "--repeats", ">= 1"),
+    (["--name", "no spaces"], "--name", "letters, digits"),
+    (["--threads", "0"], "--threads", ">= 1"),
+    (["--emulate-lambda", "no-such-platform"], "--emulate-lambda", "unknown platform"),
+])
+def test_bad_input_exits_2(args: list[str], flag: str, words: str, tmp_path: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    said: list[str] = []
+    code = profile.main(_parser().parse_args(["profile", "--out", str(tmp_path / "o"), *args]),
+                        said.append)
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert f"fasdl local profile: {flag}: " in error and words in error, error
+    assert said == [] and not (tmp_path / "o").exists()
+
+
+def test_cdk_out_without_profiling_exits_2(default_template: LocalTemplate, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profile_run, "SeaweedS3Server", None)  # would fail loudly if used
+    code = profile.main(_parser().parse_args([
+        "profile", "--no-emulate", "--cdk-out", str(default_template.path.parent),
+        "--out", str(tmp_path / "o")]), lambda text: None)
+    error = capsys.readouterr().err
+    assert code == 2 and "--cdk-out" in error and "-c profiling=true" in error, error
+
+
+def test_parser_defaults() -> None:
+    parser = _parser()
+    args = parser.parse_args(["profile"])
+    options = profile.options_from_args(args)
+    assert options == ProfileOptions(emulate="default")
+    assert parser.parse_args(["profile", "--no-emulate"]).emulate_lambda is None
+    assert parser.parse_args(["profile", "--emulate-lambda"]).emulate_lambda == "default"
+    assert parser.parse_args(["profile", "--emulate-lambda", "p.json"]).emulate_lambda == "p.json"
+    checked = profile.validate(ProfileOptions())
+    assert checked.name == "local-cnn-digits" and checked.out == Path("profiles/local-s3")
+    assert checked.emulation is not None and checked.emulation.cpu
+
+
+def test_threads_follow_memory() -> None:
+    assert [profile_run.threads_for(m, None, None) for m in (512, 1769, 1770, 4096)] == [
+        1, 1, 2, 3]
+    assert profile_run.threads_for(512, 4, None) == 4
