@@ -330,3 +330,23 @@ def test_bad_emulate_lambda_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", "--plan", str(DEFAULT_PLAN_PATH), "--emulate-lambda", "nope"])
     assert code == 2
     assert "--emulate-lambda: unknown platform 'nope'" in capsys.readouterr().err
+
+
+def test_a_peer_sees_an_upload_only_when_its_slot_ends(
+        real: tuple[Channel, PlatformProfile]) -> None:
+    inner, platform = real
+    writer = ShapedChannel(inner, platform, 512)  # two processes: two shapers
+    reader = ShapedChannel(inner, platform, 512)
+    writer.put("warm", b"w")
+    data = os.urandom(4 * MB)
+    up = float(platform.transfer_time("up", 512, 4))
+    down = float(platform.transfer_time("down", 512, 4))
+    thread = threading.Thread(target=writer.put, args=("peer", data))
+    began = time.monotonic()
+    thread.start()
+    value = reader.get("peer", time.monotonic() + 10)
+    arrived = time.monotonic() - began
+    thread.join()
+    assert value == data  # the visibility prefix never reaches the caller
+    assert arrived >= up  # not before the writer's transfer is over
+    assert _within(arrived, up + down, 0.03)
