@@ -52,7 +52,8 @@ def problems(draw: Any, channel: str | None = None, small: bool = False) -> Prob
     return Problem(
         workload=draw(workloads()), platform=draw(platforms(chosen)), prices=load_prices(),
         epochs=draw(st.integers(1, 40)), deadline_s=draw(st.floats(60.0, 50_000.0)),
-        max_global_batch=cap, timeout_s=900.0, timeout_margin_s=60.0, **fields)
+        max_global_batch=cap, timeout_s=900.0, timeout_margin_s=60.0,
+        own_shard_local=draw(st.booleans()), **fields)
 
 
 def without_storage_price(problem: Problem) -> Problem:

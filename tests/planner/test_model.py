@@ -99,8 +99,10 @@ def test_k_equals_w_is_the_scatterreduce_formula(problem: Problem, workers: int,
     shard = wl.model_mb / workers
     up = float(pf.throughput("up", memory, shard))
     down = float(pf.throughput("down", memory, shard))
-    # LambdaML ScatterReduce: upload W shards, gather W-1 shards + publish 1, download W.
-    comm = wl.model_mb / up + (workers - 1) * shard / down + shard / up + wl.model_mb / down
+    # LambdaML ScatterReduce: upload W shards, gather W-1 shards + publish 1, download W;
+    # our runtime keeps its own shard and its own merged shard, so W-1 go each way.
+    moved = wl.model_mb - shard if problem.own_shard_local else wl.model_mb
+    comm = moved / up + (workers - 1) * shard / down + shard / up + moved / down
     train = wl.a * (batch + wl.b) / (memory + wl.m)
     assert float(ev.iteration_s[0]) == pytest.approx(train + comm, rel=1e-12)
     assert float(ev.global_batch[0]) == workers * batch
