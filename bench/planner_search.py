@@ -16,6 +16,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from planner.heuristic import two_stage
@@ -64,8 +65,8 @@ def main() -> None:
         problem = Problem(workload=load_workload(name), platform=load_platform(args.channel),
                           prices=load_prices(), epochs=epochs, deadline_s=deadline,
                           max_global_batch=cap, min_workers=scope)
-        best, exact_s = timed(lambda p=problem: exact(p), args.repeats)
-        heuristic, two_stage_s = timed(lambda p=problem: two_stage(p), args.repeats)
+        best, exact_s = timed(partial(exact, problem), args.repeats)
+        heuristic, two_stage_s = timed(partial(two_stage, problem), args.repeats)
         started = time.perf_counter()
         reference = exhaustive(problem)
         exhaustive_s = time.perf_counter() - started

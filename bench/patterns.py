@@ -1,0 +1,203 @@
+"""Exchange patterns, measured: K-REDUCE (the planner's K*, HAP) vs ScatterReduce vs AllReduce.
+
+For a ResNet-50-size and a SqueezeNet-size model (fasdl.models' size-matched MLPs: the paper
+models' parameter bytes S_m at a compute cost this CPU affords), at one W and emulated M each:
+
+1. profile the model locally under Lambda emulation (``python -m local profile``);
+2. let the planner pick each pattern's best configuration at that W and M (K-REDUCE: any K
+   with HAP; ScatterReduce: K = W; AllReduce: K = 1 with BSP);
+3. run the three plans through the synthesized state machine with Lambda-like CPU capping and
+   S3 bandwidth shaping, and measure the epoch time (bench/local_runs.py) and its cost
+   (Lambda GB-seconds of the measured epoch + the exchange requests the epoch makes).
+
+Prints predicted and measured per pattern, whether the model's ranking holds, updates the
+README's Results table and docs/results/patterns.png; last line one JSON object.
+Goal: K-REDUCE is never slower than the better baseline.
+
+    .venv/bin/python -m bench.patterns [--models resnet50-size ...] [--profile-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.local_runs import (
+    best_choice,
+    local_workload,
+    predicted_epoch_s,
+    problem_for,
+    run_plan,
+    scratch,
+    write_plan,
+)
+from bench.readme import update_section
+from planner.profiles import load_platform_file, load_prices, load_workload
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+PATTERNS = ("kreduce", "scatterreduce", "allreduce")
+TITLES = {"kreduce": "K-REDUCE (K*)", "scatterreduce": "ScatterReduce", "allreduce": "AllReduce"}
+MAX_GLOBAL_BATCH = 128
+# Tolerance for "never slower": run-to-run noise of the same plan on this machine.
+TIE_TOLERANCE = 0.03
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: str
+    workers: int
+    memory_mb: int
+    profile_memories: tuple[int, ...]
+
+
+# W·M/1769 stays under ~1.7 of this machine's 2 cores, so emulated CPU shares do not contend.
+CASES = (
+    Case("resnet50-size", "mlp-resnet50-size", workers=3, memory_mb=1024,
+         profile_memories=(1024, 1408, 1769)),
+    Case("squeezenet-size", "mlp-squeezenet-size", workers=4, memory_mb=512,
+         profile_memories=(512, 768, 1024)),
+)
+
+
+def profile(case: Case, out: Path) -> None:
+    if (out / "workload.json").is_file() and (out / "platform.json").is_file():
+        print(f"reusing the {case.name} profile in {out}", flush=True)
+        return
+    command = [sys.executable, "-m", "local", "profile", "--channel", "s3", "--model",
+               case.model, "--dataset", "digits", "--name", f"local-{case.name}",
+               "--memories", *map(str, case.profile_memories), "--out", str(out)]
+    print("$ " + " ".join(command[1:]), flush=True)
+    subprocess.run(command, check=True)
+
+
+def run_case(case: Case, profiles: Path, work: Path) -> list[dict[str, Any]]:
+    out = profiles / case.name
+    profile(case, out)
+    workload = local_workload(load_workload(str(out / "workload.json")))
+    platform = load_platform_file(out / "platform.json")
+    prices = load_prices()
+    problem = problem_for(workload, platform, epochs=1, max_global_batch=MAX_GLOBAL_BATCH,
+                          workers=case.workers, memory_mb=case.memory_mb, prices=prices)
+    rows = []
+    for pattern in PATTERNS:
+        choice = best_choice(problem, pattern)
+        label = f"{case.name}-{pattern}"
+        plan_path = work / f"{label}.plan.json"
+        plan = write_plan(problem, choice, plan_path, channel="s3")
+        predicted = predicted_epoch_s(choice, plan)
+        print(f"\n== {label}: W={choice.workers} M={choice.memory_mb} K={choice.aggregators} "
+              f"B^a={choice.batch_aggregator} B^n={choice.batch_non_aggregator} {choice.sync}; "
+              f"predicted {predicted:.2f} s/epoch", flush=True)
+        measured = run_plan(plan_path, plan, report_dir=work / label, emulate="default",
+                            say=lambda text: print("   " + text, flush=True))
+        epoch_s = plan.iterations_per_epoch * measured.iteration_s
+        gb_s = choice.workers * choice.memory_mb / 1024 * epoch_s
+        cost = (prices.lambda_mb_s(problem.arch) * choice.memory_mb * choice.workers * epoch_s
+                + choice.breakdown["exchange_usd"])
+        print(f"   {label}: measured {epoch_s:.2f} s/epoch, ${cost:.6f}", flush=True)
+        rows.append({"case": case.name, "model": case.model, "model_mb": workload.model_mb,
+                     "pattern": pattern, "workers": choice.workers,
+                     "memory_mb": choice.memory_mb, "aggregators": choice.aggregators,
+                     "batch_aggregator": choice.batch_aggregator,
+                     "batch_non_aggregator": choice.batch_non_aggregator,
+                     "sync": choice.sync, "iterations_per_epoch": plan.iterations_per_epoch,
+                     "predicted_s": round(predicted, 3), "measured_s": round(epoch_s, 3),
+                     "gb_s": round(gb_s, 2), "cost_usd": round(cost, 7)})
+    return rows
+
+
+def verdicts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per case: is K-REDUCE within noise of the best baseline, does the model's order hold."""
+    found: dict[str, dict[str, Any]] = {}
+    for case in dict.fromkeys(r["case"] for r in rows):
+        by = {r["pattern"]: r for r in rows if r["case"] == case}
+        best_baseline = min(by["scatterreduce"]["measured_s"], by["allreduce"]["measured_s"])
+        predicted_order = sorted(PATTERNS, key=lambda p: by[p]["predicted_s"])
+        measured_order = sorted(PATTERNS, key=lambda p: by[p]["measured_s"])
+        found[case] = {
+            "kreduce_vs_best_baseline": round(by["kreduce"]["measured_s"] / best_baseline, 3),
+            "kreduce_not_slower": by["kreduce"]["measured_s"]
+            <= best_baseline * (1 + TIE_TOLERANCE),
+            "predicted_order": predicted_order, "measured_order": measured_order,
+            "ranking_holds": predicted_order == measured_order,
+        }
+    return found
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| model (S_m) | pattern | W, M, K, B^a/B^n, sync | predicted (s/epoch) | "
+             "measured | cost/epoch (measured) |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['case']} ({r['model_mb']:.1f} MB) | {TITLES[r['pattern']]} | "
+              f"{r['workers']}, {r['memory_mb']}, {r['aggregators']}, "
+              f"{r['batch_aggregator']}/{r['batch_non_aggregator']}, {r['sync']} | "
+              f"{r['predicted_s']:.2f} | {r['measured_s']:.2f} | ${r['cost_usd']:.6f} |"
+              for r in rows]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    figure, axes = plt.subplots(1, len(cases), figsize=(4.5 * len(cases), 3.8), squeeze=False)
+    for axis, case in zip(axes[0], cases, strict=True):
+        mine = [r for r in rows if r["case"] == case]
+        positions = range(len(mine))
+        axis.bar([p - 0.2 for p in positions], [r["predicted_s"] for r in mine], 0.4,
+                 label="predicted")
+        axis.bar([p + 0.2 for p in positions], [r["measured_s"] for r in mine], 0.4,
+                 label="measured")
+        axis.set_xticks(list(positions), [TITLES[r["pattern"]] for r in mine], fontsize=8)
+        axis.set_title(f"{case}, W={mine[0]['workers']}, M={mine[0]['memory_mb']} MB")
+        axis.set_ylabel("epoch time (s)")
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", choices=[c.name for c in CASES],
+                        help="only these models (default: both)")
+    parser.add_argument("--profile-dir", type=Path, help="reuse (or write) the profiles here")
+    parser.add_argument("--no-readme", action="store_true", help="do not update README.md")
+    args = parser.parse_args()
+    cases = [c for c in CASES if args.models is None or c.name in args.models]
+    work = scratch("fasdl-bench-patterns-")
+    profiles = args.profile_dir or work / "profiles"
+    rows = [row for case in cases for row in run_case(case, profiles, work)]
+    found = verdicts(rows)
+    summary = {"bench": "patterns", "rows": rows, "verdicts": found,
+               "goal": "K-REDUCE never slower than the better baseline",
+               "met": all(v["kreduce_not_slower"] for v in found.values())}
+    print("\n" + table(rows))
+    for case, verdict in found.items():
+        print(f"{case}: K-REDUCE / best baseline = {verdict['kreduce_vs_best_baseline']}, "
+              f"model ranking {'holds' if verdict['ranking_holds'] else 'does not hold'} "
+              f"(predicted {verdict['predicted_order']}, measured {verdict['measured_order']})")
+    if not args.no_readme and args.models is None:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        plot(rows, RESULTS / "patterns.png")
+        (RESULTS / "patterns.json").write_text(json.dumps(summary, indent=1))
+        notes = "\n".join(
+            f"- {case}: K-REDUCE's measured epoch is {v['kreduce_vs_best_baseline']:.2f}× the "
+            f"better baseline's; the model's order of the three patterns "
+            f"{'holds' if v['ranking_holds'] else 'does not hold'} in measurement."
+            for case, v in found.items())
+        update_section("patterns", table(rows) + "\n\n" + notes
+                       + "\n\n![patterns](docs/results/patterns.png)")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

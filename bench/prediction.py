@@ -1,0 +1,164 @@
+"""Prediction accuracy: the planner's epoch time vs a measured local run, per configuration.
+
+1. Profile this machine under Lambda emulation (``python -m local profile``: CPU capped at
+   M/1769 vCPU, channel bandwidth shaped by the shipped platform profile's tp(M, S)) for
+   the s3 and valkey channels, and fit the workload and platform profiles from those samples.
+2. For each configuration (W, M, K, B^a, sync, channel), predict the epoch time with the
+   planner's model from the fitted profiles, then run exactly that plan through the
+   synthesized state machine (``python -m local run --emulate-lambda``) and measure it from
+   the workers' per-iteration records (bench/local_runs.py says what is counted).
+3. Print predicted, measured and error per configuration; update README's Results table and
+   docs/results/prediction.png; the last line is one JSON object with the mean and max
+   absolute relative error. Goal: mean <= 5 %, max <= 8 %.
+
+    .venv/bin/python -m bench.prediction [--configs LABEL ...] [--profile-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.local_runs import (
+    Config,
+    fixed_choice,
+    local_workload,
+    predicted_epoch_s,
+    problem_for,
+    relative_error,
+    run_plan,
+    scratch,
+    write_plan,
+)
+from bench.readme import update_section
+from planner.profiles import load_platform_file, load_workload
+
+GOAL_MEAN, GOAL_MAX = 0.05, 0.08
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+PROFILE_MEMORIES = ("512", "768", "1024")
+MAX_GLOBAL_BATCH = 128
+# W·M/1769 stays under ~1.5 of this machine's 2 cores, so emulated CPU shares do not contend.
+CONFIGS = (
+    Config("s3-w2-m1024-k1", workers=2, memory_mb=1024, aggregators=1, batch_aggregator=32),
+    Config("s3-w2-m1024-k2", workers=2, memory_mb=1024, aggregators=2, batch_aggregator=32),
+    Config("s3-w3-m768-k2", workers=3, memory_mb=768, aggregators=2, batch_aggregator=16),
+    Config("s3-w4-m512-k2", workers=4, memory_mb=512, aggregators=2, batch_aggregator=16),
+    Config("s3-w4-m512-allreduce", workers=4, memory_mb=512, aggregators=1,
+           batch_aggregator=16, sync="bsp"),
+    Config("valkey-w3-m768-k3", workers=3, memory_mb=768, aggregators=3, batch_aggregator=32,
+           channel="valkey"),
+    Config("valkey-w4-m512-k2", workers=4, memory_mb=512, aggregators=2, batch_aggregator=16,
+           channel="valkey"),
+)
+
+
+def profile(channel: str, out: Path) -> None:
+    """``python -m local profile`` for one channel (skipped when ``out`` already holds one)."""
+    if (out / "workload.json").is_file() and (out / "platform.json").is_file():
+        print(f"reusing the {channel} profile in {out}", flush=True)
+        return
+    command = [sys.executable, "-m", "local", "profile", "--channel", channel, "--model", "cnn",
+               "--dataset", "digits", "--memories", *PROFILE_MEMORIES, "--out", str(out)]
+    print("$ " + " ".join(command[1:]), flush=True)
+    subprocess.run(command, check=True)
+
+
+def measure(config: Config, profiles: Path, work: Path, epochs: int) -> dict[str, Any]:
+    workload = local_workload(load_workload(str(profiles / "s3" / "workload.json")))
+    platform = load_platform_file(profiles / config.channel / "platform.json")
+    problem = problem_for(workload, platform, epochs=epochs, max_global_batch=MAX_GLOBAL_BATCH)
+    choice = fixed_choice(problem, config)
+    plan_path = work / f"{config.label}.plan.json"
+    plan = write_plan(problem, choice, plan_path, channel=config.channel)
+    predicted = predicted_epoch_s(choice, plan)
+    print(f"\n== {config.label}: W={config.workers} M={config.memory_mb} K={config.aggregators} "
+          f"B^a={choice.batch_aggregator} B^n={choice.batch_non_aggregator} {choice.sync}, "
+          f"{plan.iterations_per_epoch} iterations/epoch; predicted {predicted:.2f} s/epoch",
+          flush=True)
+    measured = run_plan(plan_path, plan, report_dir=work / config.label, emulate="default",
+                        say=lambda text: print("   " + text, flush=True))
+    measured_epoch = plan.iterations_per_epoch * measured.iteration_s
+    error = relative_error(predicted, measured_epoch)
+    print(f"   {config.label}: predicted {predicted:.2f} s, measured {measured_epoch:.2f} s, "
+          f"error {error:.1%}", flush=True)
+    return {"config": config.label, "channel": config.channel, "workers": config.workers,
+            "memory_mb": config.memory_mb, "aggregators": config.aggregators,
+            "batch_aggregator": choice.batch_aggregator,
+            "batch_non_aggregator": choice.batch_non_aggregator, "sync": choice.sync,
+            "iterations_per_epoch": plan.iterations_per_epoch,
+            "predicted_s": round(predicted, 3), "measured_s": round(measured_epoch, 3),
+            "error": round(error, 4), "steady_iterations": measured.iterations_measured}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| configuration | W | M (MB) | K | B^a / B^n | sync | predicted (s/epoch) "
+             "| measured | error |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['config']} | {r['workers']} | {r['memory_mb']} | {r['aggregators']} | "
+              f"{r['batch_aggregator']} / {r['batch_non_aggregator']} | {r['sync']} | "
+              f"{r['predicted_s']:.2f} | {r['measured_s']:.2f} | {r['error']:.1%} |"
+              for r in rows]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4))
+    labels = [r["config"] for r in rows]
+    positions = range(len(rows))
+    axes.bar([p - 0.2 for p in positions], [r["predicted_s"] for r in rows], 0.4,
+             label="predicted (planner)")
+    axes.bar([p + 0.2 for p in positions], [r["measured_s"] for r in rows], 0.4,
+             label="measured (local, Lambda emulation)")
+    axes.set_xticks(list(positions), labels, rotation=30, ha="right", fontsize=8)
+    axes.set_ylabel("epoch time (s)")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", choices=[c.label for c in CONFIGS],
+                        help="run only these configurations (default: all)")
+    parser.add_argument("--profile-dir", type=Path,
+                        help="reuse (or write) the local profiles here (s3/ and valkey/)")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per run (default 1)")
+    parser.add_argument("--no-readme", action="store_true", help="do not update README.md")
+    args = parser.parse_args()
+    configs = [c for c in CONFIGS if args.configs is None or c.label in args.configs]
+    work = scratch("fasdl-bench-prediction-")
+    profiles = args.profile_dir or work / "profiles"
+    for channel in sorted({"s3"} | {c.channel for c in configs}):
+        profile(channel, profiles / channel)
+    rows = [measure(config, profiles, work, args.epochs) for config in configs]
+    errors = [r["error"] for r in rows]
+    summary = {"bench": "prediction", "configs": len(rows),
+               "mean_abs_error": round(statistics.fmean(errors), 4),
+               "max_abs_error": round(max(errors), 4), "goal_mean": GOAL_MEAN,
+               "goal_max": GOAL_MAX,
+               "met": statistics.fmean(errors) <= GOAL_MEAN and max(errors) <= GOAL_MAX,
+               "rows": rows}
+    print("\n" + table(rows))
+    if not args.no_readme and args.configs is None:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        plot(rows, RESULTS / "prediction.png")
+        (RESULTS / "prediction.json").write_text(json.dumps(summary, indent=1))
+        update_section("prediction", table(rows) + f"\n\nMean absolute error "
+                       f"{summary['mean_abs_error']:.1%}, max {summary['max_abs_error']:.1%} "
+                       f"(goal: mean <= 5 %, max <= 8 %).\n\n"
+                       "![predicted vs measured](docs/results/prediction.png)")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
