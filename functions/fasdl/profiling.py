@@ -13,9 +13,10 @@ Per invocation (one M, the function's configured memory):
   the whole process (Python, torch, model, optimizer state, activations), which is what a
   Lambda memory size must hold; the dataset partition a worker caches is not included.
   tracemalloc would miss torch's native allocations, so it is not used;
-* **transfer time** of objects of each size through the exchange channel(s): ``put`` (up)
-  and ``get`` (down) of random bytes, ``transfer_repeats`` times, after one untimed round
-  trip that opens the connection (workers reuse theirs).
+* **transfer time** of shard frames of each size through the exchange channel(s): encode +
+  ``put`` (up) and ``get`` + decode (down) of random float32 values, as workers exchange
+  them, ``transfer_repeats`` times, after one untimed round trip that opens the connection
+  (workers reuse theirs).
 
 Samples are JSON lines (one object each) written to ``profiles/<profile_id>/memory-<M>.jsonl``
 in the results bucket::
@@ -43,7 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fasdl.channel.base import Channel
+from fasdl.wire import decode_shard, encode_shard
 
 PROFILES_PREFIX = "profiles/"
 # Input shapes and classes of the datasets the runtime ships, so events can name one.
@@ -221,17 +225,25 @@ def measure_transfers(channel: Channel, name: str, memory_mb: float, sizes_mb: S
     arch = lambda_arch()
     try:
         for size in sizes_mb:
-            payload = os.urandom(int(size * 2**20))  # random: nothing on the way compresses it
+            # random values: nothing on the way compresses them
+            values = np.frombuffer(os.urandom(int(size * 2**20) // 4 * 4), dtype="<f4")
             for attempt in range(repeats):
                 key = f"{prefix}{size:g}MB-{attempt}"
                 keys.append(key)
+                # timed as workers exchange shards: framing + crc on the way up, crc + checks
+                # on the way down; that CPU scales with M like the transfer does
                 start = time.perf_counter()
-                channel.put(key, payload)
+                channel.put(key, encode_shard(values, run=prefix, iteration=attempt, worker=0,
+                                              shard=0))
                 up = time.perf_counter() - start
                 start = time.perf_counter()
                 data = channel.try_get(key)
+                if data is None:
+                    raise RuntimeError(f"{name}: read back {key!r} missing")
+                decoded = decode_shard(data, run=prefix, iteration=attempt, shard=0, worker=0,
+                                       expected_count=values.size, dtype=values.dtype)
                 down = time.perf_counter() - start
-                if data is None or len(data) != len(payload):
+                if decoded.size != values.size:
                     raise RuntimeError(f"{name}: read back {key!r} incomplete")
                 for direction, seconds in (("up", up), ("down", down)):
                     records.append({"kind": "transfer", "memory_mb": memory_mb,
