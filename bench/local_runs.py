@@ -48,6 +48,8 @@ class Config:
     batch_aggregator: int
     channel: str = "s3"
     sync: str = "hap"
+    model: str = "cnn"
+    epochs: int = 1
 
 
 def problem_for(workload: WorkloadProfile, platform: PlatformProfile, *, epochs: int,

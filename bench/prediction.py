@@ -43,6 +43,9 @@ RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 PROFILE_MEMORIES = ("512", "768", "1024")
 MAX_GLOBAL_BATCH = 128
 # W·M/1769 stays under ~1.5 of this machine's 2 cores, so emulated CPU shares do not contend.
+# The Valkey rows train a 4.7 MB model: with the 0.02 MB cnn a Valkey iteration lasts ~20 ms,
+# where the CPU cap's 10 ms accounting tick alone moves it by 10-20 %.
+SQUEEZENET_SIZE = "mlp-squeezenet-size"
 CONFIGS = (
     Config("s3-w2-m1024-k1", workers=2, memory_mb=1024, aggregators=1, batch_aggregator=32),
     Config("s3-w2-m1024-k2", workers=2, memory_mb=1024, aggregators=2, batch_aggregator=32),
@@ -50,28 +53,38 @@ CONFIGS = (
     Config("s3-w4-m512-k2", workers=4, memory_mb=512, aggregators=2, batch_aggregator=16),
     Config("s3-w4-m512-allreduce", workers=4, memory_mb=512, aggregators=1,
            batch_aggregator=16, sync="bsp"),
-    Config("valkey-w3-m768-k3", workers=3, memory_mb=768, aggregators=3, batch_aggregator=32,
-           channel="valkey"),
-    Config("valkey-w4-m512-k2", workers=4, memory_mb=512, aggregators=2, batch_aggregator=16,
-           channel="valkey"),
+    Config("valkey-w3-m768-k3-sqz", workers=3, memory_mb=768, aggregators=3,
+           batch_aggregator=32, channel="valkey", model=SQUEEZENET_SIZE, epochs=2),
+    Config("valkey-w4-m512-k2-sqz", workers=4, memory_mb=512, aggregators=2,
+           batch_aggregator=16, channel="valkey", model=SQUEEZENET_SIZE, epochs=2),
+    Config("valkey-w2-m1024-k1-sqz-bsp", workers=2, memory_mb=1024, aggregators=1,
+           batch_aggregator=32, channel="valkey", model=SQUEEZENET_SIZE, sync="bsp",
+           epochs=2),
 )
 
 
-def profile(channel: str, out: Path) -> None:
-    """``python -m local profile`` for one channel (skipped when ``out`` already holds one)."""
+def profile(model: str, channel: str, out: Path) -> None:
+    """``python -m local profile`` of one model and channel (reused when ``out`` holds one)."""
     if (out / "workload.json").is_file() and (out / "platform.json").is_file():
-        print(f"reusing the {channel} profile in {out}", flush=True)
+        print(f"reusing the {model} {channel} profile in {out}", flush=True)
         return
-    command = [sys.executable, "-m", "local", "profile", "--channel", channel, "--model", "cnn",
-               "--dataset", "digits", "--memories", *PROFILE_MEMORIES, "--out", str(out)]
+    command = [sys.executable, "-m", "local", "profile", "--channel", channel, "--model", model,
+               "--dataset", "digits", "--name", f"local-{model}-digits",
+               "--memories", *PROFILE_MEMORIES, "--out", str(out)]
     print("$ " + " ".join(command[1:]), flush=True)
     subprocess.run(command, check=True)
 
 
-def measure(config: Config, profiles: Path, work: Path, epochs: int) -> dict[str, Any]:
-    workload = local_workload(load_workload(str(profiles / "s3" / "workload.json")))
-    platform = load_platform_file(profiles / config.channel / "platform.json")
-    problem = problem_for(workload, platform, epochs=epochs, max_global_batch=MAX_GLOBAL_BATCH)
+def profile_dir(profiles: Path, config: Config) -> Path:
+    return profiles / f"{config.model}-{config.channel}"
+
+
+def measure(config: Config, profiles: Path, work: Path) -> dict[str, Any]:
+    fitted = profile_dir(profiles, config)
+    workload = local_workload(load_workload(str(fitted / "workload.json")))
+    platform = load_platform_file(fitted / "platform.json")
+    problem = problem_for(workload, platform, epochs=config.epochs,
+                          max_global_batch=MAX_GLOBAL_BATCH)
     choice = fixed_choice(problem, config)
     plan_path = work / f"{config.label}.plan.json"
     plan = write_plan(problem, choice, plan_path, channel=config.channel)
@@ -86,7 +99,8 @@ def measure(config: Config, profiles: Path, work: Path, epochs: int) -> dict[str
     error = relative_error(predicted, measured_epoch)
     print(f"   {config.label}: predicted {predicted:.2f} s, measured {measured_epoch:.2f} s, "
           f"error {error:.1%}", flush=True)
-    return {"config": config.label, "channel": config.channel, "workers": config.workers,
+    return {"config": config.label, "model": config.model, "model_mb": workload.model_mb,
+            "channel": config.channel, "workers": config.workers,
             "memory_mb": config.memory_mb, "aggregators": config.aggregators,
             "batch_aggregator": choice.batch_aggregator,
             "batch_non_aggregator": choice.batch_non_aggregator, "sync": choice.sync,
@@ -96,9 +110,10 @@ def measure(config: Config, profiles: Path, work: Path, epochs: int) -> dict[str
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| configuration | W | M (MB) | K | B^a / B^n | sync | predicted (s/epoch) "
-             "| measured | error |", "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['config']} | {r['workers']} | {r['memory_mb']} | {r['aggregators']} | "
+    lines = ["| configuration | model (S_m) | W | M (MB) | K | B^a / B^n | sync | "
+             "predicted (s/epoch) | measured | error |", "|---" * 10 + "|"]
+    lines += [f"| {r['config']} | {r['model']} ({r['model_mb']:.2f} MB) | {r['workers']} | "
+              f"{r['memory_mb']} | {r['aggregators']} | "
               f"{r['batch_aggregator']} / {r['batch_non_aggregator']} | {r['sync']} | "
               f"{r['predicted_s']:.2f} | {r['measured_s']:.2f} | {r['error']:.1%} |"
               for r in rows]
@@ -132,15 +147,14 @@ def main() -> None:
                         help="run only these configurations (default: all)")
     parser.add_argument("--profile-dir", type=Path,
                         help="reuse (or write) the local profiles here (s3/ and valkey/)")
-    parser.add_argument("--epochs", type=int, default=1, help="epochs per run (default 1)")
     parser.add_argument("--no-readme", action="store_true", help="do not update README.md")
     args = parser.parse_args()
     configs = [c for c in CONFIGS if args.configs is None or c.label in args.configs]
     work = scratch("fasdl-bench-prediction-")
     profiles = args.profile_dir or work / "profiles"
-    for channel in sorted({"s3"} | {c.channel for c in configs}):
-        profile(channel, profiles / channel)
-    rows = [measure(config, profiles, work, args.epochs) for config in configs]
+    for config in configs:
+        profile(config.model, config.channel, profile_dir(profiles, config))
+    rows = [measure(config, profiles, work) for config in configs]
     errors = [r["error"] for r in rows]
     summary = {"bench": "prediction", "configs": len(rows),
                "mean_abs_error": round(statistics.fmean(errors), 4),
