@@ -43,6 +43,8 @@ bench: setup
 	$(PY) -m bench.planner_frontier
 	$(PY) -m bench.channel
 	$(PY) -m bench.step_overhead
+	$(PY) -m bench.prediction
+	$(PY) -m bench.patterns
 
 # The torch layer for `cdk deploy` (torch.tar.zst + loader; 6-10 min at zstd -19).
 layer: setup
