@@ -20,7 +20,7 @@ import numpy as np
 
 from fasdl.channel.base import Channel
 from fasdl.channel.factory import build_channel
-from fasdl.wire import decode_shard, encode_shard
+from fasdl.wire import decode_shard, encode_shard, encode_shard_into
 from local.servers import SeaweedS3Server, ValkeyServer
 
 MB = 2**20
@@ -28,9 +28,12 @@ RUN = "bench"
 GOAL_RATIO = 0.8
 
 
-def through_channel(channel: Channel, values: np.ndarray, key: str, iteration: int) -> float:
+def through_channel(channel: Channel, values: np.ndarray, key: str, iteration: int,
+                    buffer: bytearray | None = None) -> float:
+    """Encode (into the worker's reused buffer, as fasdl.kreduce does), put, get, decode."""
     started = time.perf_counter()
-    channel.put(key, encode_shard(values, run=RUN, iteration=iteration, worker=0, shard=0))
+    channel.put(key, encode_shard_into(buffer, values, run=RUN, iteration=iteration, worker=0,
+                                       shard=0))
     data = channel.get(key, time.monotonic() + 120)
     decoded = decode_shard(data, run=RUN, iteration=iteration, shard=0, worker=0,
                            expected_count=values.size, dtype=values.dtype)
@@ -97,11 +100,13 @@ def bench_backend(
             values = values.astype(np.float32)
             payload = encode_shard(values, run=RUN, iteration=0, worker=0, shard=0)
             channel_s, raw_s = [], []
-            through_channel(channel, values, "warm", 0)  # warm connections and allocator
+            buffer = bytearray(len(payload))  # a worker's upload buffer, kept across steps
+            through_channel(channel, values, "warm", 0, buffer)  # warm connections, allocator
             # Small shards take milliseconds: repeat them more so the median means something.
             for repeat in range(repeats * max(1, 10 // size_mb)):  # interleaved: drift hits both
                 raw_s.append(through_raw(put, get, delete, payload, f"raw/{size_mb}/{repeat}"))
-                channel_s.append(through_channel(channel, values, f"ch/{size_mb}/{repeat}", repeat))
+                channel_s.append(through_channel(channel, values, f"ch/{size_mb}/{repeat}", repeat,
+                                                 buffer))
             rows.append({
                 "backend": backend, "size_mb": size_mb,
                 "raw_s": statistics.median(raw_s), "channel_s": statistics.median(channel_s),

@@ -94,7 +94,7 @@ class ShapedChannel(Channel):
         self.shaper = shaper or BandwidthShaper(platform, memory_mb)
         self.backoff = inner.backoff  # get() polls like the wrapped channel
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | bytearray) -> None:
         shaper = self.shaper
         done_at = shaper.reserve("up", shaper.clock(), len(data))
         visible_at = time.time() + (done_at - shaper.clock())

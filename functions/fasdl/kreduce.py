@@ -40,10 +40,11 @@ from torch import nn
 from fasdl.channel.base import Channel
 from fasdl.keys import merged_key, shard_key
 from fasdl.plan import Plan
-from fasdl.wire import decode_shard, encode_shard
+from fasdl.wire import decode_shard, encode_shard_into
 
 ParamsSource = Literal["merged", "previous", "own"]
 _CHUNK = 1 << 20  # elements scaled at a time: bounds the float64 scratch to 8 MiB
+_MERGED = -1  # key of the merged shard's buffer in KReduceWorker._frames
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ class KReduceWorker:
         self._last_iteration: int | None = None
         self._idle_s = 0.0
         self._bytes_down = 0
+        self._frames: dict[int, bytearray] = {}  # upload buffers by shard (and _MERGED)
 
     # ---- the iteration -----------------------------------------------------------------
     def step(self, batch_x: torch.Tensor, batch_y: torch.Tensor, iteration: int) -> StepStats:
@@ -231,12 +233,14 @@ class KReduceWorker:
 
     def _upload(self, iteration: int) -> int:
         values = self.flat.numpy()
-        uploads: list[tuple[str, bytes]] = []
+        uploads: list[tuple[str, bytearray]] = []
         for shard, (start, end) in enumerate(self.bounds):
             if shard == self.worker_id:  # an aggregator keeps its own shard locally
                 continue
-            frame = encode_shard(values[start:end], run=self._frame_run, iteration=iteration,
-                                 worker=self.worker_id, shard=shard)
+            frame = encode_shard_into(self._frames.get(shard), values[start:end],
+                                      run=self._frame_run, iteration=iteration,
+                                      worker=self.worker_id, shard=shard)
+            self._frames[shard] = frame  # reused next iteration: every put below has returned
             uploads.append((shard_key(self.run_id, self.attempt, iteration, shard,
                                       self.worker_id), frame))
         if self._pool is None or len(uploads) < 2:
@@ -278,9 +282,11 @@ class KReduceWorker:
             consumed.append(merged_key(self.run_id, self.attempt, iteration - 2, shard))
         # delete before publishing: once merged l is visible, nothing of l or l−2 is left
         self.channel.delete(consumed)
-        self.channel.put(merged_key(self.run_id, self.attempt, iteration, shard),
-                         encode_shard(values[start:end], run=self._frame_run,
-                                      iteration=iteration, worker=shard, shard=shard))
+        merged = encode_shard_into(self._frames.get(_MERGED), values[start:end],
+                                   run=self._frame_run, iteration=iteration, worker=shard,
+                                   shard=shard)
+        self._frames[_MERGED] = merged
+        self.channel.put(merged_key(self.run_id, self.attempt, iteration, shard), merged)
 
     def _load_merged(self, iteration: int) -> None:
         values = self.flat.numpy()

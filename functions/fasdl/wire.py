@@ -102,6 +102,36 @@ def encode_shard(
     return b"".join((prefix, struct.pack("<I12x", crc), payload))
 
 
+def encode_shard_into(
+    buffer: bytearray | None, array: np.ndarray, *, run: str | bytes, iteration: int,
+    worker: int, shard: int,
+) -> bytearray:
+    """:func:`encode_shard` into ``buffer`` (reused when its size fits, else a new one).
+
+    A worker re-sends same-sized shards every iteration: writing into a buffer it keeps saves
+    the fresh allocation's page faults, ~30 ms of the ~40 ms it takes to frame 50 MB. The
+    caller must not reuse the buffer before the channel's put of it has returned.
+    """
+    if array.ndim != 1:
+        raise ValueError(f"shards must be 1-D, got shape {array.shape}")
+    wire_dtype = _wire_dtype(array.dtype)
+    _check_id("iteration", iteration, _MAX_U64)
+    _check_id("worker", worker, _MAX_U32)
+    _check_id("shard", shard, _MAX_U32)
+    values = np.ascontiguousarray(array, dtype=wire_dtype)
+    size = HEADER_SIZE + values.nbytes
+    frame = buffer if buffer is not None and len(buffer) == size else bytearray(size)
+    payload = np.frombuffer(frame, dtype=np.uint8, offset=HEADER_SIZE)
+    payload[:] = values.view(np.uint8)
+    prefix = HEADER.pack(
+        MAGIC, VERSION, _CODE_BY_DTYPE[wire_dtype], 0, values.size, run_digest(run),
+        int(iteration), int(worker), int(shard), 0,
+    )[:_CRC_OFFSET]
+    frame[:_CRC_OFFSET] = prefix
+    frame[_CRC_OFFSET:HEADER_SIZE] = struct.pack("<I12x", _checksum(prefix, payload))
+    return frame
+
+
 def _checksum(prefix: bytes, payload: np.ndarray) -> int:
     """CRC-32C of the header prefix then the payload (a uint8 view: no copy)."""
     return int(google_crc32c.extend(google_crc32c.value(prefix), payload))

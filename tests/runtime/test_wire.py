@@ -15,6 +15,7 @@ from fasdl.wire import (
     FrameError,
     decode_shard,
     encode_shard,
+    encode_shard_into,
     read_header,
     run_digest,
 )
@@ -171,3 +172,17 @@ def test_round_trip_property(
         dtype=dtype,
     )
     np.testing.assert_array_equal(decoded, values)
+
+
+def test_encode_into_a_kept_buffer_equals_encode_and_reuses_it() -> None:
+    values = np.arange(1000, dtype=np.float32)
+    frame = encode_shard_into(None, values, run="r", iteration=3, worker=1, shard=2)
+    assert bytes(frame) == encode_shard(values, run="r", iteration=3, worker=1, shard=2)
+    again = encode_shard_into(frame, values[::-1], run="r", iteration=4, worker=1, shard=2)
+    assert again is frame  # same size: the buffer is reused, no new allocation
+    np.testing.assert_array_equal(
+        decode_shard(again, run="r", iteration=4, shard=2, worker=1), values[::-1])
+    resized = encode_shard_into(frame, values[:10], run="r", iteration=5, worker=1, shard=2)
+    assert resized is not frame and len(resized) == HEADER_SIZE + 40
+    with pytest.raises(FrameError, match="stale frame"):  # the old header never survives
+        decode_shard(resized, run="r", iteration=6, shard=2, worker=1)

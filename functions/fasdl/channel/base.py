@@ -49,7 +49,7 @@ class Channel(ABC):
     backoff: Backoff = Backoff()
 
     @abstractmethod
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | bytearray) -> None:
         """Store ``data`` under ``key`` (overwrites)."""
 
     @abstractmethod

@@ -35,7 +35,7 @@ class MemoryChannel(Channel):
         self._store = self.store.values
         self._lock = self.store.lock
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | bytearray) -> None:
         value = bytes(data)
         with self._lock:
             self._store[self.prefix + key] = value

@@ -77,7 +77,7 @@ class S3Channel(Channel):
     def _fail(self, action: str, key: str, exc: Exception) -> ChannelError:
         return ChannelError(f"s3 {self.endpoint}: {action} {key!r} failed: {exc}")
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | bytearray) -> None:
         try:
             self._client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
         except (BotoCoreError, ClientError) as exc:

@@ -122,7 +122,7 @@ class ValkeyChannel(Channel):
                     f"valkey {self.endpoint}: {action} {key!r} failed: {exc}"
                 ) from exc
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | bytearray) -> None:
         full_key = self.prefix + key
         self._call("put", key, lambda: self._client.set(full_key, data, ex=self.ttl_s))
 
