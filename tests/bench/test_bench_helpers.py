@@ -1,0 +1,83 @@
+"""The pure logic the local benchmarks rely on: EMF parsing, README sections, verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.local_runs import (
+    BenchError,
+    Config,
+    fixed_choice,
+    problem_for,
+    relative_error,
+    worker_iteration_times,
+)
+from bench.patterns import verdicts
+from bench.readme import MarkerMissing, update_section
+from planner.model import aligned_non_aggregator_batch, evaluate
+from planner.profiles import load_platform, load_workload
+
+
+def _emf(values: list[float]) -> str:
+    return json.dumps({"_aws": {"CloudWatchMetrics": []}, "IterationTime": values,
+                       "ComputeTime": [0.0] * len(values)})
+
+
+def test_iteration_times_come_from_each_workers_first_invocation(tmp_path: Path) -> None:
+    (tmp_path / "ComputeWorkerAB-s00000-a0-w0000-0123abcd.log").write_text(
+        "starting\n" + _emf([0.5, 0.1]) + "\nnoise {\n" + _emf([0.2]) + "\n")
+    (tmp_path / "ComputeWorkerAB-s00000-a0-w0001-89abcdef.log").write_text(_emf([0.3, 0.4]))
+    # a later attempt of worker 1 sorts after the first and is ignored
+    (tmp_path / "ComputeWorkerAB-s00000-a1-w0001-00000000.log").write_text(_emf([9.0]))
+    (tmp_path / "ComputeTriggerCD-next-01234567.log").write_text(_emf([7.0]))
+    times = worker_iteration_times(tmp_path)
+    assert times == {0: [0.5, 0.1, 0.2], 1: [0.3, 0.4]}
+
+
+def test_readme_section_is_replaced_between_its_markers(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# t\n<!-- bench:x -->\nold\n<!-- /bench:x -->\ntail\n")
+    update_section("x", "| new |\n", readme)
+    update_section("x", "| newer |", readme)
+    assert readme.read_text() == "# t\n<!-- bench:x -->\n| newer |\n<!-- /bench:x -->\ntail\n"
+    with pytest.raises(MarkerMissing, match="bench:y"):
+        update_section("y", "z", readme)
+
+
+def test_fixed_choice_is_the_models_evaluation_of_exactly_that_config() -> None:
+    problem = problem_for(load_workload("squeezenet-cifar10"), load_platform("s3"), epochs=2,
+                          max_global_batch=1024)
+    config = Config("c", workers=4, memory_mb=2048, aggregators=2, batch_aggregator=64)
+    choice = fixed_choice(problem, config)
+    bn = aligned_non_aggregator_batch(problem, [4], [2048], [2], [64])
+    expected = evaluate(problem, [4], [2048], [2], [64], bn)
+    assert (choice.workers, choice.memory_mb, choice.aggregators) == (4, 2048, 2)
+    assert choice.batch_non_aggregator == int(bn[0])
+    assert choice.breakdown["iteration_s"] == pytest.approx(float(expected.iteration_s[0]))
+    with pytest.raises(BenchError, match="memory"):
+        fixed_choice(problem, Config("tiny", workers=2, memory_mb=128, aggregators=1,
+                                     batch_aggregator=512))
+
+
+def test_relative_error_is_against_the_measurement() -> None:
+    assert relative_error(1.1, 1.0) == pytest.approx(0.1)
+    assert relative_error(0.9, 1.0) == pytest.approx(0.1)
+
+
+def _row(case: str, pattern: str, predicted: float, measured: float) -> dict[str, Any]:
+    return {"case": case, "pattern": pattern, "predicted_s": predicted, "measured_s": measured}
+
+
+def test_pattern_verdicts_compare_with_the_better_baseline() -> None:
+    rows = [_row("a", "kreduce", 1.0, 2.0), _row("a", "scatterreduce", 2.0, 3.0),
+            _row("a", "allreduce", 3.0, 1.5),
+            _row("b", "kreduce", 1.0, 1.0), _row("b", "scatterreduce", 2.0, 1.02),
+            _row("b", "allreduce", 3.0, 4.0)]
+    found = verdicts(rows)
+    assert not found["a"]["kreduce_not_slower"] and not found["a"]["ranking_holds"]
+    assert found["a"]["kreduce_vs_best_baseline"] == pytest.approx(2.0 / 1.5, abs=1e-3)
+    assert found["b"]["kreduce_not_slower"] and found["b"]["ranking_holds"]
