@@ -67,7 +67,10 @@ def segment_line(where: tuple[int, int], results: dict[int, dict[str, Any]],
     took = max(float(r.get("time", {}).get("total_s", 0.0)) for r in rows)
     start = int(segment.get("start_iteration", 0))
     end = start + int(segment.get("iterations", 0))
-    text = (f"  segment {index + 1}/{total_segments} (iterations {start}-{end}, attempt "
+    # a shortened segment adds segments the plan did not count: no "segment 2/1"
+    count = (f"/{total_segments}" if index < total_segments
+             else f" (the plan had {total_segments}; one was shortened)")
+    text = (f"  segment {index + 1}{count} (iterations {start}-{end}, attempt "
             f"{attempt}): loss {_fmt(first)} -> {_fmt(last)}")
     if accuracy is not None:
         text += f", test accuracy {accuracy:.3f}"
