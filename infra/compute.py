@@ -215,6 +215,15 @@ class Compute(Construct):
             **self._function_props(spec),
         )
 
+    def build_profiler(self, memory_mb: int, *, timeout: Duration,
+                       ephemeral_mb: int | None) -> lambda_.Function:
+        """A profiler at ``memory_mb`` (construct ``Profiler<M>``, its own role and log group)
+        with the runtime, layer, environment and VPC wiring of every other function."""
+        return self._build_function(_Spec(
+            construct_id=f"Profiler{memory_mb}", handler="handlers.profiler.handler",
+            description=f"FasDL profiler at {memory_mb} MB", memory_mb=memory_mb,
+            timeout=timeout, in_vpc=self._vpc is not None, ephemeral_mb=ephemeral_mb))
+
     def _build_worker(self, spec: _Spec) -> lambda_.Function:
         if self._settings.worker_packaging == "zip":
             return self._build_function(spec)

@@ -37,7 +37,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra import access
-from infra.compute import LONG_TIMEOUT, Compute, _Spec, ephemeral_storage_mb
+from infra.compute import LONG_TIMEOUT, Compute, ephemeral_storage_mb
 from infra.settings import Settings, SettingsError
 from infra.storage import Storage
 from infra.workflow import (
@@ -176,13 +176,8 @@ class ProfilingWorkflow(Construct):
 def _add_profiler(compute: Compute, storage: Storage, settings: Settings,
                   memory_mb: int) -> lambda_.Function:
     """A profiler like the stack's own, at another memory (own role and log group)."""
-    construct_id = f"Profiler{memory_mb}"
-    # Compute's builder keeps the runtime, layer, environment and VPC wiring identical.
-    function = compute._build_function(_Spec(
-        construct_id=construct_id, handler="handlers.profiler.handler",
-        description=f"FasDL profiler at {memory_mb} MB", memory_mb=memory_mb,
-        timeout=LONG_TIMEOUT, in_vpc=compute._vpc is not None,
-        ephemeral_mb=ephemeral_storage_mb(settings.plan)))
-    access.grant_profiler(compute.roles[construct_id], datasets=storage.datasets,
+    function = compute.build_profiler(memory_mb, timeout=LONG_TIMEOUT,
+                                      ephemeral_mb=ephemeral_storage_mb(settings.plan))
+    access.grant_profiler(compute.roles[f"Profiler{memory_mb}"], datasets=storage.datasets,
                           results=storage.results, exchange=storage.exchange)
     return function
