@@ -36,7 +36,7 @@ from bench.local_runs import (
     scratch,
     write_plan,
 )
-from bench.readme import update_section
+from bench.readme import predicted_vs_measured, update_section
 from planner.profiles import load_platform_file, load_prices, load_workload
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
@@ -151,15 +151,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     figure, axes = plt.subplots(1, len(cases), figsize=(4.5 * len(cases), 3.8), squeeze=False)
     for axis, case in zip(axes[0], cases, strict=True):
         mine = [r for r in rows if r["case"] == case]
-        positions = range(len(mine))
-        axis.bar([p - 0.2 for p in positions], [r["predicted_s"] for r in mine], 0.4,
-                 label="predicted")
-        axis.bar([p + 0.2 for p in positions], [r["measured_s"] for r in mine], 0.4,
-                 label="measured")
-        axis.set_xticks(list(positions), [TITLES[r["pattern"]] for r in mine], fontsize=8)
+        predicted_vs_measured(axis, [TITLES[r["pattern"]] for r in mine],
+                              [r["predicted_s"] for r in mine], [r["measured_s"] for r in mine])
         axis.set_title(f"{case}, W={mine[0]['workers']}, M={mine[0]['memory_mb']} MB")
-        axis.set_ylabel("epoch time (s)")
-        axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

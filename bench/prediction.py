@@ -35,7 +35,7 @@ from bench.local_runs import (
     scratch,
     write_plan,
 )
-from bench.readme import update_section
+from bench.readme import predicted_vs_measured, update_section
 from planner.profiles import load_platform_file, load_workload
 
 GOAL_MEAN, GOAL_MAX = 0.05, 0.08
@@ -127,15 +127,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(8, 4))
-    labels = [r["config"] for r in rows]
-    positions = range(len(rows))
-    axes.bar([p - 0.2 for p in positions], [r["predicted_s"] for r in rows], 0.4,
-             label="predicted (planner)")
-    axes.bar([p + 0.2 for p in positions], [r["measured_s"] for r in rows], 0.4,
-             label="measured (local, Lambda emulation)")
-    axes.set_xticks(list(positions), labels, rotation=30, ha="right", fontsize=8)
-    axes.set_ylabel("epoch time (s)")
-    axes.legend()
+    predicted_vs_measured(axes, [r["config"] for r in rows], [r["predicted_s"] for r in rows],
+                          [r["measured_s"] for r in rows],
+                          measured_label="measured (local, Lambda emulation)", rotation=30)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

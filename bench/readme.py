@@ -3,7 +3,9 @@ Results section true. Markers: ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME --
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -21,3 +23,16 @@ def update_section(name: str, markdown: str, readme: Path = README) -> None:
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
     readme.write_text(f"{head}{begin}\n{markdown.strip()}\n{end}{tail}")
+
+
+def predicted_vs_measured(axis: Any, labels: Sequence[str], predicted: Sequence[float],
+                          measured: Sequence[float], *, measured_label: str = "measured",
+                          rotation: int = 0) -> None:
+    """Side-by-side bars of predicted and measured epoch times on a matplotlib axis."""
+    positions = range(len(labels))
+    axis.bar([p - 0.2 for p in positions], predicted, 0.4, label="predicted (planner)")
+    axis.bar([p + 0.2 for p in positions], measured, 0.4, label=measured_label)
+    axis.set_xticks(list(positions), labels, rotation=rotation,
+                    ha="right" if rotation else "center", fontsize=8)
+    axis.set_ylabel("epoch time (s)")
+    axis.legend(fontsize=8)

@@ -82,10 +82,9 @@ def _wire_dtype(dtype: np.dtype[np.generic]) -> np.dtype[np.floating]:
     raise TypeError(f"shards must be float32 or float64, got {dtype}")
 
 
-def encode_shard(
-    array: np.ndarray, *, run: str | bytes, iteration: int, worker: int, shard: int
-) -> bytes:
-    """Frame a 1-D float32/float64 array (one copy: header + little-endian values)."""
+def _header_prefix(array: np.ndarray, run: str | bytes, iteration: int, worker: int,
+                   shard: int) -> tuple[np.ndarray, bytes]:
+    """The validated little-endian values and the header bytes the crc starts with."""
     if array.ndim != 1:
         raise ValueError(f"shards must be 1-D, got shape {array.shape}")
     wire_dtype = _wire_dtype(array.dtype)
@@ -93,13 +92,20 @@ def encode_shard(
     _check_id("worker", worker, _MAX_U32)
     _check_id("shard", shard, _MAX_U32)
     values = np.ascontiguousarray(array, dtype=wire_dtype)
-    payload = values.data.cast("B")
     prefix = HEADER.pack(
         MAGIC, VERSION, _CODE_BY_DTYPE[wire_dtype], 0, values.size, run_digest(run),
         int(iteration), int(worker), int(shard), 0,
     )[:_CRC_OFFSET]
+    return values, prefix
+
+
+def encode_shard(
+    array: np.ndarray, *, run: str | bytes, iteration: int, worker: int, shard: int
+) -> bytes:
+    """Frame a 1-D float32/float64 array (one copy: header + little-endian values)."""
+    values, prefix = _header_prefix(array, run, iteration, worker, shard)
     crc = _checksum(prefix, values.view(np.uint8))
-    return b"".join((prefix, struct.pack("<I12x", crc), payload))
+    return b"".join((prefix, struct.pack("<I12x", crc), values.data.cast("B")))
 
 
 def encode_shard_into(
@@ -112,21 +118,11 @@ def encode_shard_into(
     the fresh allocation's page faults, ~30 ms of the ~40 ms it takes to frame 50 MB. The
     caller must not reuse the buffer before the channel's put of it has returned.
     """
-    if array.ndim != 1:
-        raise ValueError(f"shards must be 1-D, got shape {array.shape}")
-    wire_dtype = _wire_dtype(array.dtype)
-    _check_id("iteration", iteration, _MAX_U64)
-    _check_id("worker", worker, _MAX_U32)
-    _check_id("shard", shard, _MAX_U32)
-    values = np.ascontiguousarray(array, dtype=wire_dtype)
+    values, prefix = _header_prefix(array, run, iteration, worker, shard)
     size = HEADER_SIZE + values.nbytes
     frame = buffer if buffer is not None and len(buffer) == size else bytearray(size)
     payload = np.frombuffer(frame, dtype=np.uint8, offset=HEADER_SIZE)
     payload[:] = values.view(np.uint8)
-    prefix = HEADER.pack(
-        MAGIC, VERSION, _CODE_BY_DTYPE[wire_dtype], 0, values.size, run_digest(run),
-        int(iteration), int(worker), int(shard), 0,
-    )[:_CRC_OFFSET]
     frame[:_CRC_OFFSET] = prefix
     frame[_CRC_OFFSET:HEADER_SIZE] = struct.pack("<I12x", _checksum(prefix, payload))
     return frame
