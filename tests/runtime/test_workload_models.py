@@ -29,3 +29,10 @@ def test_paper_model_sizes_match_the_runtime_models(name: str, num_classes: int)
 def test_planning_only_workloads_are_really_missing() -> None:
     for name in PLANNING_ONLY:
         assert load_workload(name).model not in MODELS
+
+
+@pytest.mark.parametrize("name", ["cnn-digits", "mlp-digits"])
+def test_digits_workload_sizes_are_the_registry_models_on_digits(name: str) -> None:
+    workload = load_workload(name)
+    size = parameter_mb(workload.model, num_classes=10, input_shape=(1, 8, 8))
+    assert size == pytest.approx(workload.model_mb, rel=1e-4)
