@@ -15,8 +15,15 @@ from typing import TYPE_CHECKING, Any
 from fasdl.plan import Plan
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.profile_fit import ProfileRunError
-from local.servers import HOST, SeaweedS3Server, ValkeyServer
-from local.template import REPO_ROOT, LocalTemplate, TemplateError, load_template, synthesize
+from local.servers import SeaweedS3Server, ValkeyServer
+from local.template import (
+    REPO_ROOT,
+    LocalTemplate,
+    TemplateError,
+    load_template,
+    local_server_env,
+    synthesize,
+)
 
 if TYPE_CHECKING:
     from local.emulation import LambdaEmulation
@@ -134,18 +141,9 @@ def measure(options: ProfileOptions, template: LocalTemplate, *, config: dict[st
     memories = tuple(config["memories"])
     with ExitStack() as stack:
         s3 = stack.enter_context(SeaweedS3Server(buckets=tuple(BUCKETS.values())))
-        local_env: dict[str, str | None] = {
-            "AWS_ENDPOINT_URL_S3": s3.endpoint_url, "AWS_ACCESS_KEY_ID": s3.access_key,
-            "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_EC2_METADATA_DISABLED": "true",
-            "FASDL_S3_PATH_STYLE": "1", "FASDL_CACHE_DIR": str(work / "lambda-tmp"),
-            "FASDL_TORCH_LAYER_STUB": None,  # torch comes from this venv
-        }
-        servers = f"SeaweedFS S3 at {s3.endpoint_url}"
-        if options.channel == "valkey":  # a one-node cluster, like ElastiCache Serverless
-            cache = stack.enter_context(ValkeyServer(cluster=True))
-            local_env.update(FASDL_CACHE_ENDPOINT=HOST, FASDL_CACHE_PORT=str(cache.port),
-                             FASDL_CACHE_TLS="0", FASDL_CACHE_CLUSTER="1")
-            servers += f", {cache.name} at {HOST}:{cache.port}"
+        cache = (stack.enter_context(ValkeyServer(cluster=True))  # like ElastiCache Serverless
+                 if options.channel == "valkey" else None)
+        local_env, servers = local_server_env(s3, cache, work / "lambda-tmp")
         say(f"started {servers}; {emulation_text(emulation)}")
         bindings = {k: v for k, v in {**BUCKETS, **local_env}.items() if v is not None}
         routed, collector = routed_specs(template, template.function_specs(bindings, local_env),

