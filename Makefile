@@ -12,11 +12,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 setup: $(VENV)/.installed node_modules/.installed
 
-# torch==2.13.0 is installed first and alone so pip takes the CPU wheel, never a CUDA build.
+# torch 2.13.0 comes first, alone, from the PyTorch CPU wheel index: the default index (PyPI)
+# serves multi-GB CUDA builds for Linux on both arches. Override with TORCH_INDEX_URL=... .
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+export TORCH_INDEX_URL
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q torch==2.13.0 --index-url $(TORCH_INDEX_URL)
 	$(PIP) install -q -e '.[dev]'
 	@touch $@
 
