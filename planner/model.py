@@ -83,6 +83,10 @@ class Violation(IntEnum):
     DATASET = 4           # B^g > D: an epoch would have no iteration
     LAMBDA_TIMEOUT = 5    # not even one iteration fits a segment
     DEADLINE = 6          # T > T_max
+    # Account quotas cut the grid rather than fail a configuration, so evaluate() never returns
+    # these; planner/quotas.py names them when raising the quota would make a plan feasible.
+    MAX_MEMORY = 7        # M above the account's function-memory quota
+    MAX_CONCURRENCY = 8   # 2·W above the account's concurrent executions
 
 
 VIOLATION_TEXT: dict[Violation, str] = {
@@ -93,6 +97,10 @@ VIOLATION_TEXT: dict[Violation, str] = {
     Violation.LAMBDA_TIMEOUT: "lambda-timeout: load + one iteration + checkpoint exceed the "
                               "function timeout minus its margin",
     Violation.DEADLINE: "deadline: the predicted end-to-end time exceeds the deadline",
+    Violation.MAX_MEMORY: "max-memory: a feasible configuration needs more function memory "
+                          "than the account's quota allows",
+    Violation.MAX_CONCURRENCY: "max-concurrency: a feasible configuration needs more workers "
+                               "than the account's concurrency allows (2·W executions)",
 }
 
 
