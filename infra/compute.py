@@ -22,15 +22,16 @@ from constructs import Construct
 
 from fasdl.plan import Plan
 from infra import access
+from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, image_tag
 from infra.settings import DOCKERFILE, FUNCTIONS_DIR, REPO_ROOT, Settings
 from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX, Storage
 
-RUNTIME = lambda_.Runtime.PYTHON_3_11  # the torch layer is built for CPython 3.11
+# Every function and the layer run on infra.lambda_runtime.PYTHON_RUNTIME (Amazon Linux 2023).
+RUNTIME = lambda_.Runtime(PYTHON_RUNTIME, lambda_.RuntimeFamily.PYTHON)
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 TRIGGER_MEMORY_MB = 256
 TRIGGER_TIMEOUT = Duration.seconds(120)
 LONG_TIMEOUT = Duration.seconds(900)
-TORCH_UNPACK_MB = 640  # stripped torch + .pyc unpacked into /tmp (483 MB measured) + headroom
 MIN_DATA_MB = 1_536  # data partition, checkpoint copies and the extraction archive
 MAX_EPHEMERAL_MB = 10_240
 PLAN_ENV_MAX_BYTES = 3_500  # Lambda allows 4 KB of environment in total
@@ -54,7 +55,7 @@ def ephemeral_storage_mb(plan: Plan) -> int:
     largest = max(plan.partition_sizes())
     partition_mb = plan.workload.dataset_mb * largest / plan.workload.samples
     data_mb = math.ceil(1.5 * partition_mb + 4 * plan.workload.model_mb)
-    return min(MAX_EPHEMERAL_MB, TORCH_UNPACK_MB + max(MIN_DATA_MB, data_mb))
+    return min(MAX_EPHEMERAL_MB, TORCH_TMP_RESERVE_MB + max(MIN_DATA_MB, data_mb))
 
 
 def plan_environment(plan: Plan) -> str:
@@ -236,7 +237,7 @@ class Compute(Construct):
         code = lambda_.DockerImageCode.from_image_asset(
             str(REPO_ROOT), file=DOCKERFILE, platform=platform,
             exclude=IMAGE_INCLUDES, ignore_mode=IgnoreMode.DOCKER,
-            cmd=[spec.handler])
+            build_args={"PYTHON_IMAGE": image_tag()}, cmd=[spec.handler])
         return lambda_.DockerImageFunction(
             self, spec.construct_id,
             code=code,

@@ -15,8 +15,8 @@ from constructs import IConstruct
 # (rule, reason, applies_to regexes or None): the complete list of acknowledged findings.
 ACKNOWLEDGED: list[tuple[str, str, list[str] | None]] = [
     ("AwsSolutions-L1",
-     "Python 3.11 is pinned on purpose: the torch layer (CPython 3.11 wheels) and the "
-     "project's requires-python match it.", None),
+     "The runtime is pinned on purpose (infra/lambda_runtime.py): the torch layer is built "
+     "and ELF-scanned for exactly this CPython ABI and Amazon Linux 2023's glibc.", None),
     ("AwsSolutions-IAM5",
      "Object-level S3 actions need a key pattern; each is scoped to one FasDL prefix "
      "(runs/, exchange/, profiles/) or the datasets of a bucket this stack owns.",

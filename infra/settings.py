@@ -8,7 +8,8 @@ Context keys (``cdk synth -c key=value`` or ``cdk.json``):
                       (``make layer``). When it holds no finished build (no
                       ``torch.tar.zst.json`` manifest), the tiny stand-in ``layers/torch/stub``
                       is used and a warning is printed: the deployed functions would lack torch.
-                      A build for another CPU architecture than the plan's is an error.
+                      A build for another CPU architecture than the plan's, or for another
+                      runtime or CPython ABI than infra.lambda_runtime's, is an error.
 ``worker_packaging``  ``zip`` (default: asset + torch layer) or ``image`` (container image
                       built from ``infra/container/Dockerfile`` at deploy time; needs Docker).
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from fasdl.plan import Plan, PlanError
+from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, lambda_target
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLAN_PATH = REPO_ROOT / "infra" / "default_plan.json"
@@ -88,21 +90,36 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> Settings:
                   file=sys.stderr)
         layer_dir, is_stub = STUB_TORCH_LAYER, True
     if not is_stub:
-        _check_layer_arch(layer_dir, plan.deployment.arch)
+        _check_layer_target(layer_dir, plan.deployment.arch)
     return Settings(plan=plan, plan_path=plan_path, torch_layer_dir=layer_dir,
                     torch_layer_is_stub=is_stub, worker_packaging=cast(Packaging, packaging))
 
 
-def _check_layer_arch(layer_dir: Path, arch: str) -> None:
+def _check_layer_target(layer_dir: Path, arch: str) -> None:
+    """The built layer must be for the plan's arch and the functions' runtime and ABI."""
     try:
-        built = json.loads((layer_dir / LAYER_MANIFEST).read_text()).get("arch")
+        manifest = json.loads((layer_dir / LAYER_MANIFEST).read_text())
     except (OSError, ValueError) as error:
         raise SettingsError(f"unreadable torch layer manifest in {layer_dir}: {error}") from error
-    if built != arch:
+    rebuild = (f"rebuild with `make layer ARCH={arch}` (layers/torch/build.py) or pass "
+               "-c torch_layer=<dir>")
+    if manifest.get("arch") != arch:
         raise SettingsError(
-            f"torch layer {layer_dir} was built for {built!r} but the plan's deployment.arch is "
-            f"{arch!r}; rebuild with `python layers/torch/build.py --arch {arch}` "
-            "or pass -c torch_layer=<dir>")
+            f"torch layer {layer_dir} was built for {manifest.get('arch')!r} but the plan's "
+            f"deployment.arch is {arch!r}; rebuild with `python layers/torch/build.py --arch "
+            f"{arch}` or pass -c torch_layer=<dir>")
+    target = lambda_target(arch)
+    built = (manifest.get("runtime"), manifest.get("python"))
+    if built != (PYTHON_RUNTIME, target.abi):
+        raise SettingsError(
+            f"torch layer {layer_dir} was built for runtime {built[0]!r} / {built[1]!r}, but the "
+            f"functions run on {target.describe()}; {rebuild}")
+    unpacked_mb = int(manifest.get("unpacked_bytes", 0)) / 2**20
+    if unpacked_mb > TORCH_TMP_RESERVE_MB:
+        raise SettingsError(
+            f"torch layer {layer_dir} unpacks to {unpacked_mb:.0f} MiB, over the "
+            f"{TORCH_TMP_RESERVE_MB} MiB of /tmp the stack reserves for it "
+            "(infra.lambda_runtime.TORCH_TMP_RESERVE_MB); strip more or raise the reserve")
 
 
 __all__ = ["PlanError", "Settings", "SettingsError", "load_settings"]

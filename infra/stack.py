@@ -3,7 +3,7 @@ monitoring from one validated plan, and prints how to start a run."""
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Environment, Fn, Stack
+from aws_cdk import CfnOutput, CfnParameter, CfnRule, CfnRuleAssertion, Environment, Fn, Stack
 from constructs import Construct
 
 from infra.cache import ExchangeCache
@@ -23,6 +23,11 @@ from infra.workflow import TrainingWorkflow
 
 DEFAULT_STACK_NAME = "FasdlStack"
 VALKEY = "valkey"
+STAND_IN_LAYER = "stand-in"
+STAND_IN_REFUSAL = (
+    "This template was synthesized with the stand-in torch layer (no torch): its functions "
+    "could not train. Build the real layer with `make layer ARCH=<plan arch>` and run "
+    "`cdk deploy` again.")
 
 
 class FasdlStack(Stack):
@@ -67,7 +72,21 @@ class FasdlStack(Stack):
         self.monitoring = Monitoring(self, "Monitoring", stack_name=self.stack_name,
                                      state_machine=self.workflow.state_machine)
         self._add_outputs()
+        if settings.torch_layer_is_stub:
+            self._refuse_deployment()
         add_suppressions(self)
+
+    def _refuse_deployment(self) -> None:
+        """CloudFormation checks template rules before it creates or updates any resource
+        (as the CDK's own bootstrap-version rule does), so a template built with the stand-in
+        layer synthesizes for tests and local runs but can never be deployed."""
+        layer = CfnParameter(self, "TorchLayer", type="String", default=STAND_IN_LAYER,
+                             allowed_values=[STAND_IN_LAYER],
+                             description="Which torch layer this template was built with")
+        CfnRule(self, "RefuseStandInTorchLayer", assertions=[CfnRuleAssertion(
+            assert_=Fn.condition_not(Fn.condition_equals(layer.value_as_string,
+                                                         STAND_IN_LAYER)),
+            assert_description=STAND_IN_REFUSAL)])
 
     def _add_outputs(self) -> None:
         arn = self.workflow.state_machine.state_machine_arn

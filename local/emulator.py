@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.lambda_runtime import PYTHON_RUNTIME
 from local.emulation import LambdaEmulation
 from local.invoke import DEADLINE_ENV
 from local.throttle import CpuThrottle, available_cores
@@ -57,6 +58,7 @@ class FunctionSpec:
     timeout_s: float
     memory_mb: int = 128
     environment: Mapping[str, str] = field(default_factory=dict)
+    runtime: str = PYTHON_RUNTIME  # the template's Runtime; names the execution environment
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ class LambdaEmulator:
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
             "AWS_LAMBDA_FUNCTION_TIMEOUT": str(int(spec.timeout_s)),
             "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
-            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.11_local",
+            "AWS_EXECUTION_ENV": f"AWS_Lambda_{spec.runtime}",
             "LAMBDA_TASK_ROOT": str(spec.code_dir), "_HANDLER": spec.handler,
             "PYTHONPATH": str(spec.code_dir), "PYTHONUNBUFFERED": "1",
             DEADLINE_ENV: str(deadline_ms),

@@ -76,6 +76,7 @@ class FunctionResource:
     memory_mb: int
     environment: dict[str, Any]  # values are strings or unresolved CloudFormation tokens
     code_dir: Path
+    runtime: str
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ class LocalTemplate:
                     env[name] = override
             specs[logical_id] = FunctionSpec(
                 name=logical_id, handler=resource.handler, code_dir=resource.code_dir,
-                timeout_s=resource.timeout_s, memory_mb=resource.memory_mb, environment=env)
+                timeout_s=resource.timeout_s, memory_mb=resource.memory_mb, environment=env,
+                runtime=resource.runtime)
         return specs
 
     def function_named(self, handler_module: str) -> str:
@@ -184,7 +186,8 @@ def load_template(path: Path, *, region: str,
             logical_id=logical_id, handler=props["Handler"],
             timeout_s=int(props.get("Timeout", 3)), memory_mb=int(props.get("MemorySize", 128)),
             environment=dict(props.get("Environment", {}).get("Variables", {})),
-            code_dir=_code_dir(path.parent, props.get("Code", {})))
+            code_dir=_code_dir(path.parent, props.get("Code", {})),
+            runtime=str(props.get("Runtime", "")))
     return LocalTemplate(path=path, region=region,
                          state_machine_name=str(machines[0]["Properties"]["StateMachineName"]),
                          definition=definition, functions=functions)

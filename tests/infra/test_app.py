@@ -14,6 +14,7 @@ import pytest
 
 from fasdl.plan import Plan, PlanError
 from infra.compute import plan_environment
+from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, lambda_target
 from infra.settings import (
     DEFAULT_PLAN_PATH,
     LAYER_MANIFEST,
@@ -22,6 +23,7 @@ from infra.settings import (
     SettingsError,
     load_settings,
 )
+from infra.stack import STAND_IN_REFUSAL
 from tests.infra.conftest import PLANS, synthesize
 
 OFFLINE_ENV = {
@@ -81,13 +83,53 @@ def test_missing_layer_falls_back_to_stub(tmp_path: Path,
     assert "WARNING" in warning and "make layer" in warning and "NOT have torch" in warning
 
 
+def _built_layer(folder: Path, **manifest: object) -> Path:
+    """A layer directory with a build manifest, as layers/torch/build.py leaves it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fields = {"arch": "x86_64", "runtime": PYTHON_RUNTIME, "python": lambda_target("x86_64").abi,
+              "unpacked_bytes": 482_800_000, **manifest}
+    (folder / LAYER_MANIFEST).write_text(json.dumps(fields))
+    return folder
+
+
 def test_layer_for_other_arch_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / LAYER_MANIFEST).write_text(json.dumps({"arch": "arm64"}))
+    _built_layer(tmp_path, arch="arm64", python=lambda_target("arm64").abi)
     settings = load_settings({"torch_layer": str(tmp_path),
                               "plan": str(PLANS / "valkey_arm64.json")})
     assert not settings.torch_layer_is_stub
     with pytest.raises(SettingsError, match="--arch x86_64"):
         load_settings({"torch_layer": str(tmp_path)})
+
+
+@pytest.mark.parametrize(("runtime", "python"), [
+    (PYTHON_RUNTIME, "cp311"),     # a test-only --python-override build
+    ("python3.11", "cp311"),       # an old build for the Amazon Linux 2 runtime
+])
+def test_layer_for_another_runtime_or_abi_is_an_error(tmp_path: Path, runtime: str,
+                                                      python: str) -> None:
+    layer = _built_layer(tmp_path, runtime=runtime, python=python)
+    with pytest.raises(SettingsError, match=rf"{python}.*{PYTHON_RUNTIME} \(cp312"):
+        load_settings({"torch_layer": str(layer)})
+
+
+def test_layer_that_does_not_fit_the_tmp_reserve_is_an_error(tmp_path: Path) -> None:
+    layer = _built_layer(tmp_path, unpacked_bytes=(TORCH_TMP_RESERVE_MB + 1) * 2**20)
+    with pytest.raises(SettingsError, match="TORCH_TMP_RESERVE_MB"):
+        load_settings({"torch_layer": str(layer)})
+
+
+def test_stand_in_layer_template_cannot_be_deployed(tmp_path: Path) -> None:
+    """CloudFormation evaluates template rules before touching any resource: a stand-in
+    template carries a rule that always fails, with the reason; a built layer's has none."""
+    stub = synthesize("stub", DEFAULT_PLAN_PATH).json
+    (rule,) = stub["Rules"]["RefuseStandInTorchLayer"]["Assertions"]
+    assert rule["AssertDescription"] == STAND_IN_REFUSAL
+    assert rule["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "TorchLayer"}, "stand-in"]}]}
+    assert stub["Parameters"]["TorchLayer"]["AllowedValues"] == ["stand-in"]
+    built = synthesize("built", DEFAULT_PLAN_PATH,
+                       torch_layer=str(_built_layer(tmp_path / "dist"))).json
+    assert "RefuseStandInTorchLayer" not in built.get("Rules", {})
+    assert "TorchLayer" not in built.get("Parameters", {})
 
 
 def test_unknown_packaging_is_an_error() -> None:

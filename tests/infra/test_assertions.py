@@ -12,6 +12,7 @@ from infra import workflow
 from infra.access import WILDCARD_RESOURCE_ACTIONS
 from infra.cache import cache_limits
 from infra.compute import ephemeral_storage_mb
+from infra.lambda_runtime import PYTHON_RUNTIME, RUNTIME_OS
 from infra.network import CACHE_PORT
 from tests.infra.conftest import Synth, state_machine_definition
 
@@ -34,13 +35,32 @@ def _ref_of(resources: dict[str, dict[str, Any]], value: Any) -> str:
 
 
 # ---- compute ---------------------------------------------------------------------------
+def test_every_function_and_the_layer_run_on_amazon_linux_2023(synth: Synth) -> None:
+    """torch 2.13 / numpy 2.x need glibc >= 2.28: python3.11 (Amazon Linux 2, 2.26) cannot
+    load them, so no function of ours may use it, and the layer must declare the same."""
+    ours = {logical: f["Properties"] for logical, f
+            in synth.resources("AWS::Lambda::Function").items()
+            if str(f["Properties"].get("Handler", "")).startswith("handlers.")}
+    assert len(ours) >= 4, sorted(ours)  # worker, trigger, finalize, profiler(s)
+    assert {logical: props["Runtime"] for logical, props in ours.items()} == {
+        logical: PYTHON_RUNTIME for logical in ours}
+    assert RUNTIME_OS[PYTHON_RUNTIME].glibc >= (2, 28)
+    layers = synth.resources("AWS::Lambda::LayerVersion")
+    assert [layer["Properties"]["CompatibleRuntimes"] for layer in layers.values()] == [
+        [PYTHON_RUNTIME]]
+    python_functions = {f["Properties"].get("Runtime") for f
+                        in synth.resources("AWS::Lambda::Function").values()
+                        if str(f["Properties"].get("Runtime", "")).startswith("python")}
+    assert python_functions == {PYTHON_RUNTIME}
+
+
 def test_worker_matches_plan(synth: Synth) -> None:
     deployment = synth.settings.plan.deployment
     worker = _function(synth, "handlers.worker.handler")
     assert worker["MemorySize"] == deployment.memory_mb
     assert worker["Architectures"] == [deployment.arch]
     assert worker["Timeout"] == deployment.timeout_s
-    assert worker["Runtime"] == "python3.11"
+    assert worker["Runtime"] == PYTHON_RUNTIME == "python3.12"
     assert worker["EphemeralStorage"]["Size"] == ephemeral_storage_mb(synth.settings.plan)
     assert worker["EphemeralStorage"]["Size"] >= 512 + 1536  # torch unpack + data
 
