@@ -8,9 +8,13 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup test lint run synth bench layer clean
+.PHONY: setup system test lint run synth bench layer clean
 
-setup: $(VENV)/.installed node_modules/.installed
+setup: system $(VENV)/.installed node_modules/.installed
+
+# Debian packages the suite needs (redis-server for the TLS + cluster tests, npm, binutils).
+system:
+	@bash scripts/install-system-deps.sh
 
 # torch 2.13.0 comes first, alone, from the PyTorch CPU wheel index: the default index (PyPI)
 # serves multi-GB CUDA builds for Linux on both arches. Override with TORCH_INDEX_URL=... .

@@ -43,13 +43,14 @@ def synthesize(plan_path: Path, outdir: Path, *, stack_name: str | None = None,
                context: Mapping[str, str] | None = None) -> Path:
     """``npx cdk synth`` of this repo's app for ``plan_path``; returns the template path.
     ``context`` adds ``-c key=value`` pairs (e.g. ``profiling=true``)."""
+    # The app runs under this interpreter (cdk.json's default is the project's .venv).
     command = ["npx", "--no-install", "cdk", "synth", "--no-notices", "-q", "-o", str(outdir),
+               "--app", f"{sys.executable} app.py",
                "-c", f"plan={plan_path}", "-c", f"torch_layer={STUB_LAYER}"]
     if stack_name:
         command += ["-c", f"stack_name={stack_name}"]
     for key, value in (context or {}).items():
         command += ["-c", f"{key}={value}"]
-    # The app command in cdk.json runs `python`: make it this venv's.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     try:
         done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
