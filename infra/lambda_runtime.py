@@ -17,6 +17,11 @@ Sources (AWS documentation):
   (https://docs.aws.amazon.com/linux/al2023/ug/compare-with-al2.html and the AL2023 package
   list https://docs.aws.amazon.com/linux/al2023/release-notes/all-packages.html).
 - container base images: https://gallery.ecr.aws/lambda/python (tag = Python version).
+- libstdc++ of each OS: AL2 ships GCC 7.3, AL2023 GCC 11.3
+  (https://docs.aws.amazon.com/linux/al2023/ug/glibc-gcc-and-binutils.html); the newest
+  ``GLIBCXX_`` symbol version of each GCC release is listed in the libstdc++ manual's ABI
+  policy (https://gcc.gnu.org/onlinedocs/libstdc++/manual/abi.html): GCC 7.2 -> 3.4.24,
+  GCC 11.1 -> 3.4.29, unchanged until GCC 12.1.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ PYTHON_RUNTIME = "python3.12"
 class OperatingSystem:
     name: str
     glibc: tuple[int, int]
+    # Newest GLIBCXX_ symbol version its libstdc++ provides (None: unknown).
+    glibcxx: tuple[int, int, int] | None = None
 
 
-AMAZON_LINUX_2 = OperatingSystem("Amazon Linux 2", (2, 26))
-AMAZON_LINUX_2023 = OperatingSystem("Amazon Linux 2023", (2, 34))
+AMAZON_LINUX_2 = OperatingSystem("Amazon Linux 2", (2, 26), (3, 4, 24))
+AMAZON_LINUX_2023 = OperatingSystem("Amazon Linux 2023", (2, 34), (3, 4, 29))
 
 # Lambda's Python runtimes and the OS each runs on (lambda-runtimes.html).
 RUNTIME_OS: dict[str, OperatingSystem] = {
