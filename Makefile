@@ -55,7 +55,8 @@ bench: setup
 
 # The torch layer for `cdk deploy` (torch.tar.zst + loader; 6-10 min at zstd -19).
 layer: setup
-	$(PY) layers/torch/build.py --function-dir functions $(if $(ARCH),--arch $(ARCH),)
+	$(PY) layers/torch/build.py --function-dir functions $(if $(ARCH),--arch $(ARCH),) \
+		$(if $(WHEEL),--wheel $(WHEEL),)
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

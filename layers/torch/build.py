@@ -3,16 +3,18 @@
 
 torch 2.13 CPU is ~400 MB even stripped, over Lambda's 250 MB unzipped limit, so the layer
 ships the compressed tree plus `zstandard` and `fasdl_torch_loader`, which unpacks it to /tmp
-at cold start. See layers/torch/README.md for the layout and what is stripped.
+at cold start. Everything is built for infra.lambda_runtime's target (python3.12 on Amazon
+Linux 2023), never for this machine by accident, and the result is scanned for Lambda
+compatibility (lambda_scan.py). See layers/torch/README.md.
 
-    python layers/torch/build.py [--wheel PATH | --arch x86_64|arm64] [--level N]
-                                 [--out layers/torch/dist] [--function-dir functions]
+    python layers/torch/build.py [--wheel PATH] [--arch x86_64|arm64] [--level N]
+        [--out layers/torch/dist] [--function-dir functions] [--torch-index-url URL]
+        [--target-python PATH] [--python-override X.Y (tests only)]
 """
 
 from __future__ import annotations
 
 import argparse
-import compileall
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -31,23 +33,27 @@ from typing import IO, NoReturn
 
 import zstandard
 
-# build.py runs as a script (and tests load it by path): make its sibling module importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime_deps import RUNTIME_DEPS, install_runtime_deps
-
+# build.py runs as a script (and tests load it by path): make its sibling modules and the
+# repository's infra/ importable.
 HERE = Path(__file__).resolve().parent
-LIMIT = 262_144_000  # Lambda: function code + all layers, unzipped
-TORCH_VERSION = "2.13.0"
+sys.path[:0] = [p for p in (str(HERE), str(HERE.parents[1])) if p not in sys.path]
+from lambda_scan import ARCHIVE, LIMIT, Report, scan, summary, tree_bytes  # noqa: E402
+from runtime_deps import install_runtime_deps, read_requirements  # noqa: E402
+from target_python import NO_PYC_COST, find_target_python, precompile  # noqa: E402
+from target_wheel import (  # noqa: E402
+    DEFAULT_TORCH_INDEX,
+    TORCH_VERSION,
+    TargetMismatch,
+    check_wheel,
+    download_torch,
+    manylinux_platforms,
+)
+
+from infra.lambda_runtime import PYTHON_RUNTIME, LambdaTarget, lambda_target  # noqa: E402
+
 ZSTANDARD_VERSION = "0.25.0"
-ARCHIVE = "torch.tar.zst"
 LOADER = HERE / "loader" / "fasdl_torch_loader.py"
 MACHINE = {"x86_64": "x86_64", "arm64": "aarch64"}
-TORCH_PLATFORM = {"x86_64": "manylinux_2_28_x86_64", "arm64": "manylinux_2_28_aarch64"}
-# The layer's loader itself needs zstandard for the function's architecture.
-ZSTD_PLATFORMS = {
-    "x86_64": ["manylinux2014_x86_64", "manylinux_2_17_x86_64"],
-    "arm64": ["manylinux2014_aarch64", "manylinux_2_17_aarch64"],
-}
 # From the wheel: torch, functorch (a shim) and torchgen (torch.utils._python_dispatch imports it).
 WHEEL_TOPS = ("torch/", "functorch/", "torchgen/", f"torch-{TORCH_VERSION}")
 # Pure-python modules torch imports for eager training, found by running SMOKE with a bare
@@ -58,36 +64,6 @@ KEEP_BIN = {"torch_shm_manager"}  # spawned by torch.multiprocessing's file_desc
 TEST_LIBS = {"libjitbackend_test.so", "libtorchbind_test.so", "libbackend_with_compiler.so",
              "libaoti_custom_ops.so"}
 EPOCH = 1_700_000_000  # fixed mtime for every file, so the .pyc files stay valid once unpacked
-
-# One training step using what FasDL's runtime touches. Run on the staged tree at build time
-# to prove it works without site-packages and to leave .pyc files for exactly these modules.
-SMOKE = r"""
-import io, json, sys
-sys.path.insert(0, sys.argv[1])
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-torch.manual_seed(0)
-net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
-                    nn.Flatten(), nn.Dropout(0.1), nn.Linear(4 * 3 * 3, 10))
-data = DataLoader(TensorDataset(torch.randn(8, 3, 8, 8), torch.randint(0, 10, (8,))), 4)
-for opt in (torch.optim.SGD(net.parameters(), 0.1, momentum=0.9),
-            torch.optim.Adam(net.parameters(), 1e-3)):
-    for x, y in data:
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
-vec = torch.nn.utils.parameters_to_vector(net.parameters())
-torch.nn.utils.vector_to_parameters(vec, net.parameters())
-buf = io.BytesIO()
-torch.save(net.state_dict(), buf)
-buf.seek(0)
-net.load_state_dict(torch.load(buf))
-outside = sorted({m.split(".")[0] for m, mod in list(sys.modules.items())
-                  if "-packages" in (getattr(mod, "__file__", None) or "")})
-print(json.dumps({"torch": torch.__version__, "loss": loss.item(), "outside": outside}))
-"""
 
 _T0 = time.monotonic()
 
@@ -105,21 +81,15 @@ def mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
-def tree_bytes(root: Path) -> int:
-    """Apparent size, as Lambda counts it (sum of file sizes, unzipped)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total
-
-
-def pip_download(spec: str, platforms: list[str], dest: Path) -> Path:
+def pip_download(spec: str, target: LambdaTarget, dest: Path) -> Path:
+    """One wheel for the target's CPython ABI and any manylinux its OS can load."""
+    platforms = manylinux_platforms(target)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.11", "--implementation", "cp", "-d", str(dest)]
+           "--python-version", target.python_version, "--implementation", "cp",
+           "--abi", target.abi, "-d", str(dest)]
     for plat in platforms:
         cmd += ["--platform", plat]
-    log(f"pip download {spec} ({', '.join(platforms)})")
+    log(f"pip download {spec} for {target.describe()}")
     subprocess.run([*cmd, spec], check=True)
     name = spec.split("==")[0]
     wheels = sorted(dest.glob(f"{name}-*.whl"))
@@ -152,10 +122,8 @@ def drop_reason(rel: str) -> str | None:
 
 def stage_wheel(wheel: Path, stage: Path, dropped: dict[str, int]) -> str:
     """Unzip the kept members; returns the wheel's torch version."""
-    with zipfile.ZipFile(wheel) as zf:
+    with zipfile.ZipFile(wheel) as zf:  # check_wheel has refused CUDA builds already
         names = zf.namelist()
-        if any(n.startswith("torch/lib/libtorch_cuda") for n in names):
-            die(f"{wheel.name} is a CUDA build; pass the CPU wheel with --wheel")
         kept = 0
         for info in zf.infolist():
             if info.is_dir() or not info.filename.startswith(WHEEL_TOPS):
@@ -229,28 +197,6 @@ def normalize_mtimes(root: Path) -> None:
     os.utime(root, (EPOCH, EPOCH))
 
 
-def precompile(stage: Path, arch: str) -> str:
-    """Leave .pyc files in the tree: a cold import without them costs ~4 s more."""
-    if sys.version_info[:2] != (3, 11):
-        log("warning: not Python 3.11, so no .pyc files (Lambda would compile at import)")
-        return "none"
-    if MACHINE[arch] != platform.machine():
-        # Can't run an aarch64 torch here; bytecode is arch-independent, so compile it all.
-        log("cross build: compiling every module to .pyc")
-        compileall.compile_dir(stage, quiet=1, workers=0)
-        return "all"
-    log("smoke test: import torch and train from the staged tree, without site-packages")
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", SMOKE, str(stage)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        die(f"the stripped torch tree failed the smoke test:\n{proc.stderr[-4000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if result["outside"]:
-        die(f"smoke test imported modules from outside the tree: {result['outside']}")
-    log(f"smoke test ok: torch {result['torch']}, loss {result['loss']:.3f}")
-    return "used"
-
-
 class _Progress:
     """File wrapper that reports how much of the tree has gone into the compressor."""
 
@@ -295,14 +241,15 @@ def pack(stage: Path, dest: Path, level: int) -> tuple[int, int]:
     return nfiles, total
 
 
-def layer_python(out: Path, arch: str, work: Path) -> None:
-    """out/python: the loader plus zstandard for the function's architecture."""
+def layer_python(out: Path, target: LambdaTarget, work: Path) -> None:
+    """out/python: the loader plus zstandard for the target's ABI and architecture."""
     py = out / "python"
     py.mkdir(parents=True)
     shutil.copy2(LOADER, py / LOADER.name)
     # Only the C backend: the cffi one needs _cffi_backend, which Lambda's Python lacks.
     skip = shutil.ignore_patterns("__pycache__", "_cffi*.so")
-    if MACHINE[arch] == platform.machine():
+    here = (f"cp{sys.version_info[0]}{sys.version_info[1]}", platform.machine())
+    if here == (target.abi, target.machine):
         spec = importlib.util.find_spec("zstandard")
         assert spec is not None and spec.submodule_search_locations
         have = importlib.metadata.version("zstandard")
@@ -310,13 +257,13 @@ def layer_python(out: Path, arch: str, work: Path) -> None:
             log(f"warning: zstandard {have} installed, {ZSTANDARD_VERSION} expected")
         shutil.copytree(next(iter(spec.submodule_search_locations)), py / "zstandard",
                         ignore=skip)
-    else:
-        wheel = pip_download(f"zstandard=={ZSTANDARD_VERSION}", ZSTD_PLATFORMS[arch], work)
+    else:  # this interpreter's zstandard is another ABI or arch: fetch the target's wheel
+        wheel = pip_download(f"zstandard=={ZSTANDARD_VERSION}", target, work)
         with zipfile.ZipFile(wheel) as zf:
             zf.extractall(work / "zst", [n for n in zf.namelist() if n.startswith("zstandard/")])
         shutil.copytree(work / "zst" / "zstandard", py / "zstandard", ignore=skip)
     # The wheels' backend_c carries debug info: 11 MB, under 1 MB stripped.
-    strip_libs(py / "zstandard", arch)
+    strip_libs(py / "zstandard", target.arch)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -328,20 +275,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=HERE / "dist", help="layer asset directory")
     p.add_argument("--function-dir", type=Path, default=None,
                    help="function code dir counted with the layer against the 250 MB limit")
+    p.add_argument("--torch-index-url", default=os.environ.get("TORCH_INDEX_URL")
+                   or DEFAULT_TORCH_INDEX,
+                   help="where pip downloads torch without --wheel (default: $TORCH_INDEX_URL, "
+                        f"else {DEFAULT_TORCH_INDEX})")
+    p.add_argument("--target-python", type=Path, default=None,
+                   help="a Python of the target's version for .pyc files and the smoke test "
+                        "(default: python3.X on PATH, then ~/.pyenv/versions/3.X*)")
+    p.add_argument("--python-override", metavar="X.Y", default=None,
+                   help="for tests only: keeps the runtime's OS, changes the CPython ABI")
     args = p.parse_args(argv)
     host = "arm64" if platform.machine() == "aarch64" else "x86_64"
     wheel_arch = None
     if args.wheel is not None:
         wheel_arch = "arm64" if "aarch64" in args.wheel.name else "x86_64"
-    if args.arch and wheel_arch and args.arch != wheel_arch:
-        p.error(f"--arch {args.arch} does not match the {wheel_arch} wheel {args.wheel.name}")
-    args.arch = args.arch or wheel_arch or host
+    args.arch = args.arch or wheel_arch or host  # a mismatch is check_wheel's to explain
     if not 1 <= args.level <= 22:
         p.error("--level must be 1..22")
+    try:
+        args.target = lambda_target(args.arch, PYTHON_RUNTIME,
+                                    python_override=args.python_override)
+    except ValueError as error:
+        p.error(str(error))
     return args
 
 
+def resolve_inputs(args: argparse.Namespace, work: Path) -> tuple[Path, str | None]:
+    """The torch wheel and the target's interpreter, both checked before anything is staged."""
+    target: LambdaTarget = args.target
+    log(f"target {target.describe()}")
+    try:
+        wheel = args.wheel or download_torch(target, args.torch_index_url, work)
+        tag = check_wheel(wheel, target, args.torch_index_url)
+        python = find_target_python(target, args.target_python)
+    except TargetMismatch as error:
+        die(str(error))
+    log(f"wheel {wheel.name} ({mb(wheel.stat().st_size)}, {tag})")
+    return wheel, python
+
+
 def build(args: argparse.Namespace, work: Path) -> int:
+    target: LambdaTarget = args.target
+    wheel, python = resolve_inputs(args, work)
     out: Path = args.out.resolve()
     for old in (out / "python", out / ARCHIVE, out / f"{ARCHIVE}.json", out / f"{ARCHIVE}.part"):
         if old.is_dir():
@@ -349,21 +324,20 @@ def build(args: argparse.Namespace, work: Path) -> int:
         elif old.exists():
             old.unlink()
     out.mkdir(parents=True, exist_ok=True)
-    wheel = args.wheel or pip_download(f"torch=={TORCH_VERSION}", [TORCH_PLATFORM[args.arch]], work)
-    if not wheel.is_file():
-        die(f"no wheel at {wheel}")
-    log(f"wheel {wheel.name} ({mb(wheel.stat().st_size)}), arch {args.arch}")
     stage = work / "stage"
     dropped: dict[str, int] = {}
     version = stage_wheel(wheel, stage, dropped)
     versions = copy_deps(stage)
-    dropped["strip --strip-unneeded"] = strip_libs(stage, args.arch)
+    dropped["strip --strip-unneeded"] = strip_libs(stage, target.arch)
     normalize_mtimes(stage)
-    pyc = precompile(stage, args.arch)
+    try:
+        pyc = precompile(stage, target, python, log)
+    except RuntimeError as error:
+        die(str(error))
     nfiles, unpacked = pack(stage, out / ARCHIVE, args.level)
-    layer_python(out, args.arch, work)
-    log(f"runtime deps for {args.arch}: {', '.join(RUNTIME_DEPS)}")
-    runtime = install_runtime_deps(out / "python", args.arch)
+    layer_python(out, target, work)
+    log(f"runtime deps for {target.describe()}: {', '.join(read_requirements())}")
+    runtime = install_runtime_deps(out / "python", target)
 
     data = (out / ARCHIVE).read_bytes()
     manifest = {
@@ -372,38 +346,43 @@ def build(args: argparse.Namespace, work: Path) -> int:
         "unpacked_bytes": unpacked,
         "files": nfiles,
         "torch_version": version,
-        "arch": args.arch,
-        "python": "cp311",
+        "arch": target.arch,
+        "runtime": target.runtime,
+        "python": target.abi,
+        "glibc": ".".join(map(str, target.os.glibc)),
         "zstd_level": args.level,
         "pyc": pyc,
         "deps": versions,
         "runtime_deps": runtime,
     }
     (out / f"{ARCHIVE}.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    log("Lambda compatibility scan of the layer")
+    report = scan(out, target, args.function_dir, progress=log)
+    print_summary(args, version, pyc, dropped, unpacked, nfiles, len(data), report)
+    if not report.ok:
+        die(f"the layer is not compatible with {target.describe()}: "
+            f"{len(report.findings)} findings ({', '.join(sorted(report.rules()))}) above",
+            code=3)
+    return 0
+
+
+def print_summary(args: argparse.Namespace, version: str, pyc: str, dropped: dict[str, int],
+                  unpacked: int, nfiles: int, archive: int, report: Report) -> None:
     print("\nsummary")
-    print(f"  torch {version} ({args.arch}), zstd -{args.level}, pyc: {pyc}, "
+    print(f"  torch {version} for {args.target.describe()}, zstd -{args.level}, pyc: {pyc}, "
           f"{time.monotonic() - _T0:.1f} s")
     for reason, n in sorted(dropped.items(), key=lambda kv: -kv[1]):
         print(f"  removed {mb(n):>12}  {reason}")
     print(f"  unpacked tree    {mb(unpacked):>12}  ({nfiles} files, goes to /tmp)")
-    print(f"  {ARCHIVE}    {mb(len(data)):>12}")
-    check_limit(out, args.function_dir)
-    return 0
-
-
-def check_limit(layer_dir: Path, function_dir: Path | None) -> int:
-    """Print the unzipped sizes; exit 3 if function + layer pass Lambda's limit."""
-    layer = tree_bytes(layer_dir)
-    function = tree_bytes(function_dir) if function_dir else 0
-    total = layer + function
-    print(f"  layer dir        {mb(layer):>12}  {layer_dir}")
-    if function_dir:
-        print(f"  function dir     {mb(function):>12}  {function_dir}")
-    print(f"  total unzipped   {mb(total):>12}  of {mb(LIMIT)} allowed", flush=True)
-    if total > LIMIT:
-        die(f"function code + layer is {total:,} bytes unzipped, over Lambda's limit of "
-            f"{LIMIT:,}; raise --level, strip more or shrink the function", code=3)
-    return total
+    print(f"  {ARCHIVE}    {mb(archive):>12}")
+    if pyc == "none":
+        print(f"  WARNING: no .pyc files for Python {args.target.python_version}: {NO_PYC_COST}")
+    layer = tree_bytes(args.out)
+    print(f"  layer dir        {mb(layer):>12}  {args.out}")
+    if args.function_dir:
+        print(f"  function dir     {mb(report.total_bytes - layer):>12}  {args.function_dir}")
+    print(f"  total unzipped   {mb(report.total_bytes):>12}  of {mb(LIMIT)} allowed")
+    print(summary(report), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,43 +1,62 @@
-"""The handlers' pure runtime dependencies, installed into the layer's python/ directory.
+"""The handlers' runtime dependencies, installed into the layer's python/ directory.
 
-The Lambda Python runtime ships boto3 but not numpy, redis, Powertools or google-crc32c, and
-the torch archive holds torch alone, so the layer carries them for the function's
-architecture. Pins match pyproject.toml (a test checks it).
+The list is functions/requirements.txt, the one the container image installs too. The torch
+archive holds torch alone, so the layer carries these for the target's CPython ABI and
+architecture. boto3/botocore are pinned as well: the runtime's own copy changes without notice.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-RUNTIME_DEPS = ("numpy==2.4.6", "redis==8.1.0", "aws-lambda-powertools==3.37.0",
-                "google-crc32c==1.9.0")
-PLATFORMS = {  # Lambda's Python 3.11 runs on Amazon Linux 2023 (glibc 2.34)
-    "x86_64": ["manylinux_2_28_x86_64", "manylinux2014_x86_64"],
-    "arm64": ["manylinux_2_28_aarch64", "manylinux2014_aarch64"],
-}
+from target_wheel import manylinux_platforms
+
+from infra.lambda_runtime import LambdaTarget
+
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "functions" / "requirements.txt"
 # Tests and type stubs are never imported at run time.
 PRUNE = ("tests", "__pycache__", "*.pyi")
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!-]+)$")
 
 
-def install_runtime_deps(python_dir: Path, arch: str) -> dict[str, str]:
-    """pip-install the pinned wheels for ``arch`` into ``python_dir``; returns name -> pin."""
+def read_requirements(path: Path = REQUIREMENTS) -> dict[str, str]:
+    """name -> version of every ``name==version`` line; anything else is an error."""
+    pins: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = _PIN.match(line)
+        if match is None:
+            raise ValueError(f"{path}:{number}: {line!r} is not an exact pin; "
+                             "write name==version (the layer and the image install exact pins)")
+        pins[match[1]] = match[2]
+    return pins
+
+
+def install_runtime_deps(python_dir: Path, target: LambdaTarget,
+                         requirements: Path = REQUIREMENTS) -> dict[str, str]:
+    """pip-install the pinned wheels for the target into ``python_dir``; returns name -> pin."""
+    pins = read_requirements(requirements)
+    specs = [f"{name}=={version}" for name, version in pins.items()]
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
-               "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+               "--only-binary=:all:", "--implementation", "cp",
+               "--python-version", target.python_version, "--abi", target.abi,
                "--target", str(python_dir), "--upgrade"]
-    for tag in PLATFORMS[arch]:
+    for tag in manylinux_platforms(target):
         command += ["--platform", tag]
-    completed = subprocess.run([*command, *RUNTIME_DEPS], capture_output=True, text=True,
-                               check=False)
+    completed = subprocess.run([*command, *specs], capture_output=True, text=True, check=False)
     if completed.returncode != 0:
-        raise RuntimeError(f"pip could not install {', '.join(RUNTIME_DEPS)} for {arch}:\n"
-                           f"{completed.stderr.strip()}")
+        raise RuntimeError(f"pip could not install {', '.join(specs)} for {target.describe()}:"
+                           f"\n{completed.stderr.strip()}")
     for pattern in PRUNE:
         for path in list(python_dir.rglob(pattern)):
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             elif path.exists():
                 path.unlink()
-    return dict(dep.split("==") for dep in RUNTIME_DEPS)
+    return pins
