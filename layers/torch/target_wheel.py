@@ -170,8 +170,8 @@ def explain_miss(target: LambdaTarget, index_url: str, pip_lines: list[str]) -> 
               and "ResolutionImpossible" not in line][:1]
     offline = any("NewConnectionError" in line or "NameResolutionError" in line
                   for line in pip_lines)
-    text = (f"pip found no torch {TORCH_VERSION} CPU wheel for {target.describe()} "
-            f"(manylinux_2_28_{target.machine}) at {index_url}.")
+    text = (f"pip found no torch {TORCH_VERSION} CPU wheel for {target.describe()}, "
+            f"platform manylinux_2_28_{target.machine}, at {index_url}.")
     if offline:
         text += " The index could not be reached from this machine."
     if seen:
