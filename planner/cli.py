@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, NoReturn
 
 from planner.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
@@ -25,6 +26,13 @@ from planner.profiles import (
     load_prices,
     load_workload,
 )
+from planner.quotas import (
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_MEMORY_MB,
+    Quotas,
+    Search,
+    search_within,
+)
 from planner.report import choice_table, describe_choice, render_frontier
 from planner.search import PATTERNS, SEARCHES, SearchResult, exact, exhaustive
 
@@ -35,7 +43,8 @@ FIELD_TO_ARGUMENT = {
     "epochs": "--epochs", "deadline_s": "--deadline", "max_global_batch": "--max-global-batch",
     "timeout_s": "--timeout", "timeout_margin_s": "--timeout-margin", "workload": "--workload",
     "channel": "--channel", "arch": "--arch", "region": "--region", "<file>": "--platform",
-    "min_workers": "--min-workers",
+    "min_workers": "--min-workers", "max_concurrency": "--max-concurrency",
+    "max_memory_mb": "--max-memory",
 }
 
 
@@ -68,6 +77,12 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds a segment keeps free before the timeout (default 60)")
     parser.add_argument("--min-workers", type=int, default=1,
                         help="smallest W to consider (2 excludes standalone runs)")
+    parser.add_argument("--max-concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY,
+                        help="the account's Lambda concurrency quota; a run needs 2·W "
+                             f"(default {DEFAULT_MAX_CONCURRENCY})")
+    parser.add_argument("--max-memory", type=int, default=DEFAULT_MAX_MEMORY_MB,
+                        help="the account's function-memory quota in MB, 128-10240 "
+                             f"(default {DEFAULT_MAX_MEMORY_MB})")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
@@ -132,25 +147,35 @@ def build_problem(args: argparse.Namespace) -> Problem:
                        str(error)) from error
 
 
-def _run_search(args: argparse.Namespace, problem: Problem) -> SearchResult:
+def build_quotas(args: argparse.Namespace) -> Quotas:
+    try:
+        return Quotas(max_concurrency=args.max_concurrency, max_memory_mb=args.max_memory)
+    except ModelInputError as error:
+        raise CliError(FIELD_TO_ARGUMENT[error.field], str(error)) from error
+
+
+def _run_search(args: argparse.Namespace, problem: Problem, quotas: Quotas) -> SearchResult:
     if args.search == "two-stage":
         if args.pattern != "kreduce":
             raise CliError("--search", "two-stage searches K-REDUCE only; use --search exact "
                                        f"for --pattern {args.pattern}")
         if not 0.0 < args.gamma_min < 1.0:
             raise CliError("--gamma-min", f"must be in (0, 1), got {args.gamma_min}")
-        return two_stage(problem, gamma_min=args.gamma_min,
-                         literal_early_stop=args.literal_early_stop)
-    search = exhaustive if args.search == "exhaustive" else exact
-    return search(problem, args.pattern)
+        return search_within(problem, quotas, partial(
+            two_stage, gamma_min=args.gamma_min, literal_early_stop=args.literal_early_stop))
+    fast: Search = partial(exact, pattern=args.pattern)
+    if args.search == "exhaustive":
+        # Whether raising a quota helps is asked of exact: the same grid and optimum, faster.
+        return search_within(problem, quotas, partial(exhaustive, pattern=args.pattern), fast)
+    return search_within(problem, quotas, fast)
 
 
 def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
-    problem = build_problem(args)
-    result = _run_search(args, problem)
+    problem, quotas = build_problem(args), build_quotas(args)
+    result = _run_search(args, problem, quotas)
     if result.choice is None:
         return _infeasible(args, result, emit)
-    plan = to_plan(problem, result.choice, search=result.method)
+    plan = to_plan(problem, result.choice, search=result.method, quotas=quotas)
     if args.out:
         plan.save(args.out)
     if args.json:
@@ -163,19 +188,25 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     return EXIT_OK
 
 
-def comparison(problem: Problem) -> list[SearchResult]:
+def comparison(problem: Problem, quotas: Quotas | None = None) -> list[SearchResult]:
     """K-REDUCE first (the reference), then the baselines, all distributed (W >= 2) under the
-    same model; standalone and the unrestricted optimum (any W) close the table."""
+    same model and the same account quotas; standalone and the unrestricted optimum (any W)
+    close the table."""
+    quotas = quotas or Quotas()
     distributed = replace(problem, min_workers=max(2, problem.min_workers))
-    return [exact(distributed, "kreduce"), two_stage(distributed),
-            exact(distributed, "scatterreduce"), exact(distributed, "allreduce"),
-            lambda_dnn(distributed), standalone(problem),
-            replace(exact(problem, "kreduce"), method="exact, any W")]
+    runs: list[tuple[Problem, Search]] = [
+        (distributed, exact), (distributed, two_stage),
+        (distributed, partial(exact, pattern="scatterreduce")),
+        (distributed, partial(exact, pattern="allreduce")), (distributed, lambda_dnn),
+        (problem, standalone), (problem, exact)]
+    results = [search_within(base, quotas, search) for base, search in runs]
+    results[-1] = replace(results[-1], method="exact, any W")
+    return results
 
 
 def command_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
-    problem = build_problem(args)
-    results = comparison(problem)
+    problem, quotas = build_problem(args), build_quotas(args)
+    results = comparison(problem, quotas)
     reference = results[0].choice
     if args.json:
         emit(json.dumps({"status": "ok" if reference else "infeasible",
@@ -186,10 +217,13 @@ def command_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> in
 
 
 def command_frontier(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
-    problem = build_problem(args)
+    problem, quotas = build_problem(args), build_quotas(args)
     if args.points < 2:
         raise CliError("--points", f"must be >= 2, got {args.points}")
-    curves = render_frontier(problem, args.png, points=args.points)
+    bounded = quotas.apply(problem)
+    if bounded is None:  # e.g. --min-workers above half of --max-concurrency
+        return _infeasible(args, search_within(problem, quotas, exact), emit)
+    curves = render_frontier(bounded, args.png, points=args.points)
     if args.json:
         emit(json.dumps({"status": "ok", "png": args.png, "curves": curves}))
     else:

@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fasdl.plan import Deployment, Plan, Prediction, Training
 from planner.model import Problem
+from planner.quotas import Quotas
 from planner.search import Choice
 
 
@@ -17,8 +18,10 @@ def planner_version() -> str:
 
 
 def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None = None,
-            learning_rate: float = 0.05, momentum: float = 0.9, seed: int = 0) -> Plan:
-    """The plan for ``choice``; the segment length is the model's, capped at the run's length."""
+            learning_rate: float = 0.05, momentum: float = 0.9, seed: int = 0,
+            quotas: Quotas | None = None) -> Plan:
+    """The plan for ``choice``; the segment length is the model's, capped at the run's length.
+    ``quotas``, the account quotas the search respected, go into the provenance."""
     workload = problem.workload.to_workload()
     iterations_per_epoch = workload.samples // choice.global_batch
     total_iterations = max(1, iterations_per_epoch * problem.epochs)
@@ -56,5 +59,6 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             "platform_profile": problem.platform.name,
             "prices": problem.prices.region,
             "deadline_s": f"{problem.deadline_s:g}",
+            **(quotas.provenance() if quotas is not None else {}),
         },
     )
