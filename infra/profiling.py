@@ -40,14 +40,7 @@ from infra import access
 from infra.compute import LONG_TIMEOUT, Compute, ephemeral_storage_mb
 from infra.settings import Settings, SettingsError
 from infra.storage import Storage
-from infra.workflow import (
-    LOG_RETENTION,
-    RETRY_ATTEMPTS,
-    RETRY_BACKOFF,
-    RETRY_INTERVAL,
-    TASK_TIMEOUT_SLACK_S,
-    TRANSIENT_LAMBDA_ERRORS,
-)
+from infra.workflow import LOG_RETENTION, TASK_TIMEOUT_SLACK_S, add_lambda_retries
 
 CONTEXT_PROFILING = "profiling"
 CONTEXT_MEMORIES = "profile_memories"
@@ -138,8 +131,7 @@ class ProfilingWorkflow(Construct):
             retry_on_service_exceptions=False, result_path=result_path,
             task_timeout=sfn.Timeout.duration(
                 LONG_TIMEOUT.plus(Duration.seconds(TASK_TIMEOUT_SLACK_S))))
-        task.add_retry(errors=TRANSIENT_LAMBDA_ERRORS, interval=RETRY_INTERVAL,
-                       max_attempts=RETRY_ATTEMPTS, backoff_rate=RETRY_BACKOFF)
+        add_lambda_retries(task)
         return task
 
     def _definition(self, collector: lambda_.IFunction) -> sfn.IChainable:

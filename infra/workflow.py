@@ -31,6 +31,9 @@ is what the trigger returns; every field each Lambda receives and returns is in
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -38,28 +41,56 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from infra import lambda_errors
+
 INLINE_MAP_MAX_WORKERS = 40  # inline Map runs at most 40 iterations at once
 HISTORY_BUDGET = 24_000  # of the 25,000-event hard limit; the rest covers start/finish/failure
 EVENTS_PER_WORKER_INLINE = 10  # 7 per iteration (entered, scheduled, started, ...) + retry slack
 EVENTS_PER_SEGMENT_FIXED = 30  # Map, trigger task, Count, Choice; Distributed MapRun events
-TRANSIENT_LAMBDA_ERRORS = [
-    "Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
-    "Lambda.TooManyRequestsException",
-]
 # SegmentTooLong: a worker that sees it cannot finish the segment in time fails fast on its own.
-TIMEOUT_ERRORS = ["States.Timeout", "Sandbox.Timedout", "SegmentTooLong"]
+TIMEOUT_ERRORS = [lambda_errors.TASK_TIMEOUT, lambda_errors.TIMEOUT, "SegmentTooLong"]
 SEGMENT_TIMEOUT_ERROR = "FasDL.SegmentTimeout"
-# A worker process died (OOM kill, crash) or a peer's shards never came: rerun the segment
-# at the same length from its checkpoint (the trigger bounds these retries too).
-CRASH_ERRORS = ["Runtime.ExitError", "ChannelTimeout", "ChannelError"]
+# A worker process died or a peer's shards never came: rerun the segment at the same length
+# from its checkpoint (the trigger bounds these retries too).
+CRASH_ERRORS = [lambda_errors.EXIT, "ChannelTimeout", "ChannelError"]
 WORKER_CRASHED_ERROR = "FasDL.WorkerCrashed"
+# Out of memory: the same segment at the same M would die again, so the run fails at once.
+OUT_OF_MEMORY_ERROR = "FasDL.WorkerOutOfMemory"
 # A Distributed Map reports any failed child only as this error; the trigger bounds the
 # shortened retries, so a real bug still ends on the failure path.
 DISTRIBUTED_FAILURE = "States.ExceedToleratedFailureThreshold"
 RUN_FAILED_ERROR = "FasDL.RunFailed"
-RETRY_INTERVAL = Duration.seconds(1)
-RETRY_ATTEMPTS = 3
-RETRY_BACKOFF = 2.0
+CLASSIFY_UNKNOWN = "Classify worker failure"
+
+
+@dataclass(frozen=True)
+class Retrier:
+    """One Retry rule of every Lambda task; the worst-case total wait is documented."""
+
+    errors: tuple[str, ...]
+    interval_s: int
+    max_attempts: int
+    backoff: float
+    max_delay_s: int
+
+    def worst_case_wait_s(self) -> float:
+        return sum(min(self.interval_s * self.backoff ** k, self.max_delay_s)
+                   for k in range(self.max_attempts))
+
+
+# The Invoke call failed and nothing ran, so retrying is always safe. Full jitter spreads the
+# W workers' retries; waits are capped so a retried worker rejoins its waiting peers soon.
+RETRIERS = (
+    # Throttled (account or function concurrency): many patient attempts, at most ~6 min.
+    Retrier((lambda_errors.THROTTLED,), interval_s=2, max_attempts=10, backoff=2.0,
+            max_delay_s=60),
+    # A VPC function's network interface is being (re)created: retry every 30-60 s.
+    Retrier((lambda_errors.NOT_READY, lambda_errors.ENI_NOT_READY), interval_s=30,
+            max_attempts=6, backoff=1.5, max_delay_s=60),
+    # Lambda's transient 5xx (bp-lambda-serviceexception: 2 s, 6 attempts, backoff 2).
+    Retrier(lambda_errors.TRANSIENT, interval_s=2, max_attempts=6, backoff=2.0,
+            max_delay_s=30),
+)
 TASK_TIMEOUT_SLACK_S = 60
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 STATE_MACHINE_ID = "StateMachine"
@@ -75,6 +106,7 @@ WORKER_TIMED_OUT = "Worker timed out"
 PLAN_NEXT = "Plan next segment"
 SHORTEN = "Shorten segment"
 WORKER_CRASHED = "Worker crashed"
+WORKER_OUT_OF_MEMORY = "Worker out of memory"
 RETRY = "Retry segment"
 COUNT = "Count segment"
 CONTINUE = "Continue as new"
@@ -83,6 +115,21 @@ FINALIZE = "Finalize run"
 SUCCEEDED = "Run succeeded"
 RECORD_FAILURE = "Record failure"
 FAILED = "Run failed"
+
+
+def add_lambda_retries(task: tasks.LambdaInvoke) -> None:
+    """The Retry rules of :data:`RETRIERS`, in order, with full jitter."""
+    for retrier in RETRIERS:
+        task.add_retry(errors=list(retrier.errors),
+                       interval=Duration.seconds(retrier.interval_s),
+                       max_attempts=retrier.max_attempts, backoff_rate=retrier.backoff,
+                       max_delay=Duration.seconds(retrier.max_delay_s),
+                       jitter_strategy=sfn.JitterType.FULL)
+
+
+def next_memory_mb(memory_mb: int) -> int:
+    """A quarter more, on Lambda's 128-MB grid the planner uses, at most 10,240 MB."""
+    return min(10_240, math.ceil(memory_mb * 1.25 / 128) * 128)
 
 
 def is_distributed(workers: int) -> bool:
@@ -105,9 +152,10 @@ class TrainingWorkflow(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, workers: int, timeout_s: int,
                  trigger: lambda_.IFunction, worker: lambda_.IFunction,
-                 finalize: lambda_.IFunction) -> None:
+                 finalize: lambda_.IFunction, memory_mb: int) -> None:
         super().__init__(scope, construct_id)
         self._workers = workers
+        self._memory_mb = memory_mb
         self._timeout_s = timeout_s
         self._trigger = trigger
         self._worker = worker
@@ -130,8 +178,7 @@ class TrainingWorkflow(Construct):
             output_path=output_path,
             task_timeout=(sfn.Timeout.duration(Duration.seconds(task_timeout_s))
                           if task_timeout_s else None))
-        task.add_retry(errors=TRANSIENT_LAMBDA_ERRORS, interval=RETRY_INTERVAL,
-                       max_attempts=RETRY_ATTEMPTS, backoff_rate=RETRY_BACKOFF)
+        add_lambda_retries(task)
         return task
 
     def _build_record_failure(self) -> sfn.IChainable:
@@ -153,7 +200,7 @@ class TrainingWorkflow(Construct):
             "segment.$": "$.segment", "worker.$": "$.worker",
         }, result_path=sfn.JsonPath.DISCARD, output_path="$.worker",
             task_timeout_s=self._timeout_s + TASK_TIMEOUT_SLACK_S)
-        # One name for "a worker ran out of time" whatever Lambda or the Task reported.
+        # One name per kind of worker failure, whatever Lambda or the Task reported.
         timed_out = sfn.Fail(self, WORKER_TIMED_OUT, state_name=WORKER_TIMED_OUT,
                              error=SEGMENT_TIMEOUT_ERROR,
                              cause="A worker hit its timeout; the segment is retried shorter")
@@ -163,7 +210,35 @@ class TrainingWorkflow(Construct):
                            cause="A worker died or its peers' shards never came; the segment "
                                  "is retried from its checkpoint")
         run.add_catch(crashed, errors=CRASH_ERRORS)
+        out_of_memory = self._build_out_of_memory()
+        run.add_catch(out_of_memory, errors=[lambda_errors.OUT_OF_MEMORY],
+                      result_path="$.failure")
+        # The optimized integration reports all three as Lambda.Unknown: tell them apart.
+        classify = sfn.Choice(self, CLASSIFY_UNKNOWN, state_name=CLASSIFY_UNKNOWN)
+        classify.when(sfn.Condition.string_matches("$.failure.Cause",
+                                                   lambda_errors.TIMEOUT_CAUSE), timed_out)
+        classify.when(sfn.Condition.string_matches("$.failure.Cause",
+                                                   lambda_errors.OUT_OF_MEMORY_CAUSE),
+                      out_of_memory)
+        classify.otherwise(crashed)
+        run.add_catch(classify, errors=[lambda_errors.UNKNOWN], result_path="$.failure")
         return run
+
+    def _build_out_of_memory(self) -> sfn.Fail:
+        """Fail fast, naming the worker, its memory size and the next size to plan with."""
+        memory = self._memory_mb
+        suggested = next_memory_mb(memory)
+        return sfn.Fail(
+            self, WORKER_OUT_OF_MEMORY, state_name=WORKER_OUT_OF_MEMORY,
+            error=OUT_OF_MEMORY_ERROR,
+            cause_path=sfn.JsonPath.format(
+                f"Worker {{}} ran out of memory at the planned M = {memory} MB "
+                f"({lambda_errors.OUT_OF_MEMORY}; its peak is the Max Memory Used of its last "
+                f"REPORT log line). Retrying at the same size would fail again: set "
+                f"deployment.memory_mb to {suggested} in plan.json (or re-profile the workload, "
+                f"docs/profiling.md) and deploy again. Lambda said: {{}}",
+                sfn.JsonPath.string_at("$.worker"),
+                sfn.JsonPath.string_at("$.failure.Cause")))
 
     def _build_train_segment(self) -> sfn.Map | sfn.DistributedMap:
         selector = {

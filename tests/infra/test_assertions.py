@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
-from infra import workflow
+from infra import lambda_errors, workflow
 from infra.access import WILDCARD_RESOURCE_ACTIONS
 from infra.cache import cache_limits
 from infra.compute import ephemeral_storage_mb
@@ -152,7 +152,8 @@ def test_state_machine_shape(synth: Synth) -> None:
     assert catches[-1] == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
                            "Next": workflow.RECORD_FAILURE}
     worker = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][workflow.RUN_WORKER]
-    assert set(worker["Retry"][0]["ErrorEquals"]) == set(workflow.TRANSIENT_LAMBDA_ERRORS)
+    assert [rule["ErrorEquals"] for rule in worker["Retry"]] == [
+        list(retrier.errors) for retrier in workflow.RETRIERS]
     assert states[workflow.FAILED]["Type"] == "Fail"
     continue_as_new = states[workflow.CONTINUE]
     assert continue_as_new["Resource"].endswith(":states:::states:startExecution")
@@ -310,3 +311,71 @@ def test_map_results_stay_small(synth: Synth) -> None:
     run = train["ItemProcessor"]["States"][workflow.RUN_WORKER]
     assert run["ResultPath"] is None and run["OutputPath"] == "$.worker"
     assert train["ResultPath"] is None
+
+
+# ---- Lambda failures as AWS reports them (infra/lambda_errors.py) ------------------------
+def _lambda_tasks(definition: dict[str, Any]) -> list[dict[str, Any]]:
+    found = []
+    for state in definition["States"].values():
+        if state.get("Type") == "Task" and ":lambda:" in state.get("Resource", ""):
+            found.append(state)
+        if "ItemProcessor" in state:
+            found += _lambda_tasks(state["ItemProcessor"])
+    return found
+
+
+def test_every_lambda_task_retries_service_errors_with_capped_jitter(synth: Synth) -> None:
+    """Throttling, VPC networking not ready and Lambda's 5xx: nothing ran, so every Lambda
+    task retries them, each with its own bounded, jittered schedule."""
+    tasks = _lambda_tasks(state_machine_definition(synth))
+    assert len(tasks) >= 6  # plan run, worker, next, shorten, retry, finalize, record failure
+    for task in tasks:
+        rules = {tuple(rule["ErrorEquals"]): rule for rule in task["Retry"]}
+        throttled = rules[(lambda_errors.THROTTLED,)]
+        assert throttled["MaxAttempts"] >= 8 and throttled["MaxDelaySeconds"] <= 60
+        assert throttled["JitterStrategy"] == "FULL"
+        not_ready = rules[(lambda_errors.NOT_READY, lambda_errors.ENI_NOT_READY)]
+        assert 30 <= not_ready["IntervalSeconds"] <= not_ready["MaxDelaySeconds"] <= 60
+        transient = rules[lambda_errors.TRANSIENT]
+        assert "Lambda.ClientExecutionTimeoutException" in transient["ErrorEquals"]
+        # Function errors are the workflow's to handle, never blindly retried here.
+        retried = {name for rule in task["Retry"] for name in rule["ErrorEquals"]}
+        assert retried == set(lambda_errors.SERVICE_ERRORS)
+    # The documented bound: a throttled task gives up after at most ~6 minutes of waiting.
+    assert workflow.RETRIERS[0].worst_case_wait_s() <= 400
+
+
+def test_out_of_memory_fails_fast_with_what_to_do(synth: Synth) -> None:
+    states = state_machine_definition(synth)["States"]
+    inner = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"]
+    catches = {tuple(c["ErrorEquals"]): c["Next"] for c in inner[workflow.RUN_WORKER]["Catch"]}
+    assert catches[(lambda_errors.OUT_OF_MEMORY,)] == workflow.WORKER_OUT_OF_MEMORY
+    failed = inner[workflow.WORKER_OUT_OF_MEMORY]
+    memory = synth.settings.plan.deployment.memory_mb
+    assert failed["Error"] == workflow.OUT_OF_MEMORY_ERROR
+    assert f"M = {memory} MB" in failed["CausePath"]
+    assert f"memory_mb to {workflow.next_memory_mb(memory)}" in failed["CausePath"]
+    # Not a crash: the Map's crash catch (same segment again) must not take it.
+    segment_catches = states[workflow.TRAIN_SEGMENT]["Catch"]
+    retried = {n for c in segment_catches if c["Next"] != workflow.RECORD_FAILURE
+               for n in c["ErrorEquals"]}
+    assert workflow.OUT_OF_MEMORY_ERROR not in retried
+    assert lambda_errors.OUT_OF_MEMORY not in retried
+
+
+def test_lambda_unknown_is_classified_by_its_cause(synth: Synth) -> None:
+    inner = state_machine_definition(synth)["States"][workflow.TRAIN_SEGMENT][
+        "ItemProcessor"]["States"]
+    catches = {tuple(c["ErrorEquals"]): c["Next"] for c in inner[workflow.RUN_WORKER]["Catch"]}
+    assert catches[(lambda_errors.UNKNOWN,)] == workflow.CLASSIFY_UNKNOWN
+    choice = inner[workflow.CLASSIFY_UNKNOWN]
+    assert [(c["StringMatches"], c["Next"]) for c in choice["Choices"]] == [
+        (lambda_errors.TIMEOUT_CAUSE, workflow.WORKER_TIMED_OUT),
+        (lambda_errors.OUT_OF_MEMORY_CAUSE, workflow.WORKER_OUT_OF_MEMORY)]
+    assert choice["Default"] == workflow.WORKER_CRASHED
+
+
+@pytest.mark.parametrize(("memory", "suggested"), [(128, 256), (1024, 1280), (1769, 2304),
+                                                   (3008, 3840), (10_240, 10_240)])
+def test_next_memory_is_a_quarter_more_on_the_grid(memory: int, suggested: int) -> None:
+    assert workflow.next_memory_mb(memory) == suggested

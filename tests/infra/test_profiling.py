@@ -18,7 +18,7 @@ from moto.awslambda_simple.models import LambdaSimpleBackend
 
 from infra import profiling
 from infra.settings import SettingsError
-from infra.workflow import TRANSIENT_LAMBDA_ERRORS
+from infra.workflow import RETRIERS
 from tests.infra.conftest import Synth, state_machine_definition
 from tests.infra.test_workflow_moto import MOTO_CONFIG, REGION
 
@@ -95,7 +95,8 @@ def test_state_machine_shape(valkey_synth: Synth) -> None:
     tasks = [inner["Profile at 1024 MB"], inner["Profile at 3008 MB"],
              states[profiling.COLLECT]]
     for task in tasks:
-        assert task["Retry"][0]["ErrorEquals"] == TRANSIENT_LAMBDA_ERRORS
+        assert [rule["ErrorEquals"] for rule in task["Retry"]] == [
+            list(retrier.errors) for retrier in RETRIERS]
     assert states[profiling.COLLECT]["Parameters"]["action"] == "collect"
     assert states[profiling.READY] == {"Type": "Succeed", "OutputPath": "$.collected"}
 
