@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fasdl.torch_setup import TorchUnavailable, prepare_torch
+from fasdl import profiling  # imports torch only inside its functions
+from fasdl.channel.base import Channel
+from fasdl.channel.factory import build_channel
+from fasdl.environment import Settings
+from fasdl.metrics import get_logger
+from fasdl.torch_setup import load_torch
 
-TORCH_PROBLEM = prepare_torch()  # in the init phase: the layer unpack is the slow part
-
-from fasdl import profiling  # noqa: E402
-from fasdl.channel.base import Channel  # noqa: E402
-from fasdl.channel.factory import build_channel  # noqa: E402
-from fasdl.environment import Settings  # noqa: E402
+logger = get_logger("fasdl-profiler")
 
 
 def function_memory_mb(context: Any) -> float:
@@ -67,8 +67,12 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if action != "profile":
         raise profiling.ProfileRequestError(
             f"profiler field 'action': must be profile or collect, got {action!r}")
-    if TORCH_PROBLEM is not None:
-        raise TorchUnavailable(TORCH_PROBLEM)
+    # torch is loaded here, not at import: the unpack does not fit Lambda's 10-s init phase
+    # at small memory (docs/cold-start.md); collect never needs it.
+    torch_load = load_torch()
+    torch_load.check()
+    if torch_load.fresh:
+        logger.info("torch loaded", extra=torch_load.log_fields())
     if isinstance(event.get("config"), dict):  # the state machine passes its merged input
         event = {**event["config"], **{k: v for k, v in event.items() if k != "config"}}
     request = profiling.ProfileRequest.from_event(event)
@@ -79,8 +83,11 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             f"has {memory:g} MB")
     channels = _channels(settings, request.channels)
     try:
-        return profiling.run_profile(request, memory, channels, s3, settings.results_bucket,
-                                     prefix)
+        summary = profiling.run_profile(request, memory, channels, s3,
+                                        settings.results_bucket, prefix)
     finally:
         for channel in channels.values():
             channel.close()
+    # this sandbox's cold start at this memory: 0 s of it when an earlier call paid
+    return {**summary, "torch_load_s": round(torch_load.seconds if torch_load.fresh else 0.0, 3),
+            "torch_load_outcome": torch_load.outcome}

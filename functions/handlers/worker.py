@@ -5,32 +5,41 @@ Event ``{"action": "train", "run_id", "plan_key", "segment", "worker"}`` → tra
 ``runs/<run_id>/segments/<index:05d>/attempt-<a>/worker-<w:04d>.json`` in the results bucket and
 returns the same small object (the state machine discards it). Raises SegmentTooLong when the
 remaining time cannot fit another iteration plus the checkpoint.
+
+The first invocation in a sandbox loads torch (unpack + import, fasdl.torch_setup) before it
+trains; that time is logged ("torch loaded", ``torch_load_s``), metered as ``TorchLoadTime``
+and comes out of the invocation's remaining time like everything else.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fasdl.torch_setup import TorchUnavailable, prepare_torch
+from aws_lambda_powertools.metrics import MetricUnit
 
-TORCH_PROBLEM = prepare_torch()  # in the init phase: the layer unpack is the slow part
-if TORCH_PROBLEM is None:
-    from fasdl import segment_runner
-
-from fasdl.environment import Settings  # noqa: E402
-from fasdl.metrics import StepMetrics, get_logger  # noqa: E402
+from fasdl.environment import Settings
+from fasdl.metrics import StepMetrics, get_logger
+from fasdl.torch_setup import load_torch
 
 logger = get_logger("fasdl-worker")
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    if TORCH_PROBLEM is not None:
-        raise TorchUnavailable(TORCH_PROBLEM)
+    # torch is loaded here, not at import: the unpack does not fit Lambda's 10-s init phase
+    # at small memory (docs/cold-start.md). Only a sandbox's first invocation pays it.
+    torch_load = load_torch()
+    torch_load.check()
+    from fasdl import segment_runner  # imports torch, so only once torch is importable
+
     settings = Settings.from_env()
     parsed = segment_runner.WorkerEvent.parse(event)
     logger.append_keys(run_id=parsed.run_id, worker=parsed.worker, segment=parsed.index,
                        attempt=parsed.attempt)
     metrics = StepMetrics(settings.metrics_namespace, settings.stack)
+    if torch_load.fresh:
+        logger.info("torch loaded", extra=torch_load.log_fields())
+        metrics.metrics.add_metric(name="TorchLoadTime", unit=MetricUnit.Seconds,
+                                   value=torch_load.seconds)
     s3 = settings.s3_client()
 
     def remaining_s() -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -252,6 +253,86 @@ def test_stub_layer_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch_setup.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setenv(torch_setup.STUB_ENV, "1")
     assert "make layer" in (torch_setup.prepare_torch() or "")
+
+
+@pytest.fixture
+def new_sandbox() -> Iterator[None]:
+    """A sandbox that has not loaded torch yet (and none left behind for other tests)."""
+    torch_setup.reset_for_tests()
+    yield
+    torch_setup.reset_for_tests()
+
+
+def test_torch_is_loaded_once_per_sandbox(monkeypatch: pytest.MonkeyPatch,
+                                          new_sandbox: None) -> None:
+    calls: list[int] = []
+
+    def unpack() -> tuple[str | None, str]:
+        calls.append(1)
+        time.sleep(0.05)  # the unpack's cost, paid once
+        return None, "installed"
+
+    monkeypatch.setattr(torch_setup, "_prepare", unpack)
+    first, second = torch_setup.load_torch(), torch_setup.load_torch()
+    assert calls == [1]
+    assert first.fresh and first.outcome == "installed" and first.seconds >= 0.05
+    assert not second.fresh and second.seconds == first.seconds  # cached: costs nothing
+    assert first.log_fields() == {"torch_load_s": round(first.seconds, 3),
+                                  "torch_load_outcome": "installed"}
+
+
+def test_stub_layer_fails_each_invocation_with_the_reason(
+        s3: Any, monkeypatch: pytest.MonkeyPatch, new_sandbox: None) -> None:
+    from handlers import profiler, worker
+
+    monkeypatch.setattr(torch_setup.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setenv(torch_setup.STUB_ENV, "1")
+    for _ in range(2):  # the first call finds the stub, the second gets the cached verdict
+        with pytest.raises(torch_setup.TorchUnavailable, match="make layer"):
+            worker.handler({}, None)
+        with pytest.raises(torch_setup.TorchUnavailable, match="FASDL_TORCH_LAYER_STUB"):
+            profiler.handler({"action": "profile", "profile_id": "p"}, None)
+
+
+def test_first_worker_invocation_logs_and_meters_the_torch_load(
+        s3: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture, new_sandbox: None) -> None:
+    from fasdl import segment_runner
+    from handlers import worker
+
+    monkeypatch.setattr(torch_setup, "_prepare", lambda: (None, "installed"))
+    monkeypatch.setattr(segment_runner, "run_segment",
+                        lambda settings, event, remaining, metrics, client: {
+                            "loss_last": 1.0, "accuracy": 0.5})
+    monkeypatch.setattr(segment_runner, "write_result", lambda *args: "runs/r/w.json")
+    event = {"action": "train", "run_id": "r", "plan_key": "runs/r/plan.json", "worker": 0,
+             "segment": {"index": 0, "start_iteration": 0, "iterations": 3, "attempt": 0}}
+    logged, metered = [], []
+    for _ in range(2):
+        caplog.clear()
+        worker.handler(event, None)
+        logged.append([r for r in caplog.records if r.getMessage() == "torch loaded"])
+        emf = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+               if line.startswith("{")]
+        metered.append([value for r in emf for value in r.get("TorchLoadTime", [])])
+    assert len(logged[0]) == 1
+    fields = logged[0][0].__dict__  # powertools puts the extra keys on the record
+    assert fields["torch_load_outcome"] == "installed"
+    assert metered[0] == [pytest.approx(fields["torch_load_s"], abs=1e-3)]
+    # a warm invocation pays nothing, so it neither logs nor meters a load
+    assert logged[1] == [] and metered[1] == []
+
+
+def test_handler_modules_import_without_torch() -> None:
+    # Lambda's init phase runs the module import: it must not unpack or import torch
+    import subprocess
+
+    code = ("import sys, handlers.worker, handlers.profiler; from fasdl import torch_setup; "
+            "print(sorted({'torch', 'fasdl_torch_loader'} & set(sys.modules)), "
+            "torch_setup._loaded)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": str(FUNCTIONS), "PATH": "/usr/bin"})
+    assert out.stdout.strip() == "[] None"
 
 
 def test_metrics_are_emf_with_the_stack_dimension_only(
