@@ -160,7 +160,8 @@ def fit_all(samples: Iterable[TransferSample]) -> list[SaturationFit]:
 
 
 def platform_from_fits(fits: Sequence[SaturationFit], *, name: str, channel: str, arch: str,
-                       source: str, invocation_overhead_s: float) -> PlatformProfile:
+                       source: str, invocation_overhead_s: float,
+                       torch_load_cpu_s: float) -> PlatformProfile:
     """Assemble a platform profile from per-memory fits (both directions at every memory)."""
     by_key = {(fit.memory_mb, fit.direction): fit for fit in fits}
     memories = sorted({fit.memory_mb for fit in fits})
@@ -175,7 +176,7 @@ def platform_from_fits(fits: Sequence[SaturationFit], *, name: str, channel: str
         up_rate=tuple(by_key[m, "up"].rate for m in memories),
         down_peak=tuple(by_key[m, "down"].peak for m in memories),
         down_rate=tuple(by_key[m, "down"].rate for m in memories),
-        invocation_overhead_s=invocation_overhead_s,
+        invocation_overhead_s=invocation_overhead_s, torch_load_cpu_s=torch_load_cpu_s,
     )
 
 
@@ -220,9 +221,16 @@ def derive_valkey_profile(s3: PlatformProfile,
                 f"{s3.name!r}: same peak bandwidth p(M) per direction, since the Lambda "
                 f"function's network interface is the limit; rate t(M) = 1/(p(M)*{round_trip_s}"
                 f" s) so that an empty object costs an assumed {round_trip_s * 1000:g} ms "
-                f"in-VPC TLS round trip instead of S3's 12-150 ms. Invocation overhead as S3."))
+                f"in-VPC TLS round trip instead of S3's 12-150 ms. Invocation overhead and "
+                f"torch load as S3."))
 
 
-# Per invocation: unpacking torch from the layer and importing it on a cold start took 1.2-1.5 s
-# in local measurements; 2.0 s leaves room for Lambda's own init and a slower first S3 request.
-DEFAULT_INVOCATION_OVERHEAD_S = 2.0
+# Per invocation, what is left of a cold start once the torch load has its own term below:
+# Lambda's own init (runtime start, the handlers' light imports) and the first S3 request's
+# connection setup. It was 2.0 s when it also covered torch (1.2-1.5 s measured then).
+DEFAULT_INVOCATION_OVERHEAD_S = 0.5
+# Per cold start: CPU-seconds (user + sys) of the torch unpack + `import torch` at one full vCPU:
+# 9.22 s, the median bench/cold_start.py measured at 1769 MB on a 2-core x86_64 development VM
+# with a disk-backed /tmp (docs/cold-start.md; 5-6 s of it is that disk's sys time, 4.3-5.3 s
+# with /tmp in RAM). A local measurement, not an AWS one.
+DEFAULT_TORCH_LOAD_CPU_S = 9.2

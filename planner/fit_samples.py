@@ -304,10 +304,12 @@ def fit_transfers(transfer: Sequence[TransferRecord], channel: str) -> list[Satu
 
 
 def platform_profile(fits: Sequence[SaturationFit], *, name: str, channel: str, arch: str,
-                     source: str, invocation_overhead_s: float) -> PlatformProfile:
+                     source: str, invocation_overhead_s: float,
+                     torch_load_cpu_s: float) -> PlatformProfile:
     return rounded(platform_from_fits(fits, name=name, channel=channel, arch=arch,
                                       source=source,
-                                      invocation_overhead_s=invocation_overhead_s))
+                                      invocation_overhead_s=invocation_overhead_s,
+                                      torch_load_cpu_s=torch_load_cpu_s))
 
 
 def sample_arch(transfer: Sequence[TransferRecord]) -> str | None:
@@ -330,6 +332,7 @@ class FitRequest:
     channel: str | None = None
     arch: str | None = None
     invocation_overhead_s: float | None = None
+    torch_load_cpu_s: float | None = None  # None: planner.fit's local measurement
     png: str | None = None
 
 
@@ -346,7 +349,7 @@ def output_paths(out: str, kind: str) -> dict[str, str]:
 def run_fit(request: FitRequest) -> tuple[list[str], dict[str, Any]]:
     """Fit, write the profile JSON file(s) and the optional PNG; returns report lines and a
     JSON summary. Raises :class:`SampleError` naming the argument at fault."""
-    from planner.fit import DEFAULT_INVOCATION_OVERHEAD_S
+    from planner.fit import DEFAULT_INVOCATION_OVERHEAD_S, DEFAULT_TORCH_LOAD_CPU_S
 
     samples = read_samples(request.samples)
     paths = output_paths(request.out, request.kind)
@@ -376,7 +379,9 @@ def run_fit(request: FitRequest) -> tuple[list[str], dict[str, Any]]:
                               f"samples ({', '.join(Path(p).name for p in request.samples)})",
             invocation_overhead_s=(DEFAULT_INVOCATION_OVERHEAD_S
                                    if request.invocation_overhead_s is None
-                                   else request.invocation_overhead_s))
+                                   else request.invocation_overhead_s),
+            torch_load_cpu_s=(DEFAULT_TORCH_LOAD_CPU_S if request.torch_load_cpu_s is None
+                              else request.torch_load_cpu_s))
         Path(paths["platform"]).write_text(json.dumps(platform.to_dict(), indent=2) + "\n")
         lines.append(f"platform {platform.name}:")
         for fit in fits:

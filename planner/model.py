@@ -29,7 +29,9 @@ What the paper leaves out and a user pays for (documented additions):
 - Lambda timeout: a segment (load + its iterations + checkpoint write) must fit the function
   timeout minus a margin; the run takes ceil(E·I / iterations-per-segment) segments and each
   one pays a load (checkpoint 2·S_m: merged model + optimizer state, plus the partition
-  S_d·max(B^a,B^n)/B^g, plus the platform's cold-start overhead) and a checkpoint write.
+  S_d·max(B^a,B^n)/B^g, plus the platform's cold start: invocation_overhead_s and the torch
+  load torch_load_cpu_s / min(M/1769, 1), unpack + import on one thread; docs/cold-start.md)
+  and a checkpoint write.
 - Lambda request fees, Step Functions state transitions, S3 requests of checkpoints and data
   loads, arm64 vs x86_64 GB-second prices.
 - S3 exchange requests with the epoch factor E:  E·I·(PUT·K·W + GET·2K(W−1))   (3-24..3-26)
@@ -285,7 +287,7 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
 
     model_mb = wl.model_mb
     load_mb = 2.0 * model_mb + wl.dataset_mb * np.maximum(ba, bn) / global_batch
-    load = platform.transfer_time("down", mem, load_mb) + platform.invocation_overhead_s
+    load = platform.transfer_time("down", mem, load_mb) + platform.cold_start_s(mem)
     checkpoint_mb = model_mb + model_mb / k
     checkpoint = platform.transfer_time("up", mem, checkpoint_mb)
     budget = problem.timeout_s - problem.timeout_margin_s - load - checkpoint

@@ -3,7 +3,8 @@
 * :class:`WorkloadProfile` — a model + dataset with the FasDL compute model
   T_train_iter = a·(B+b)/(M+m) (FasDL Eq. 4) and the memory model M_B = k·B + c (thesis Eq. 4-1).
 * :class:`PlatformProfile` — per-memory throughput coefficients of tp = p(M)·(1 − e^(−t(M)·S))
-  (FasDL Eq. 2) for upload and download over one channel, plus a per-invocation overhead.
+  (FasDL Eq. 2) for upload and download over one channel, plus what a cold start costs: a fixed
+  per-invocation overhead and the torch load, CPU-seconds spread over the vCPUs of memory M.
 * :class:`Prices` — list prices of one region.
 
 Shipped profiles live as JSON under ``planner/data`` and load by name; user profiles load from a
@@ -35,6 +36,14 @@ DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
 _DATA: Traversable = resources.files("planner") / "data"
 
 _Profile = TypeVar("_Profile", "WorkloadProfile", "PlatformProfile", "Prices")
+
+# Lambda's CPU: one vCPU per 1,769 MB, linear in memory, at most 6 (10,240 MB); AWS
+# resource-model.html. local/emulation.py caps emulated invocations with the same numbers.
+LAMBDA_MB_PER_VCPU = 1769.0
+LAMBDA_MAX_VCPUS = 6.0
+# The torch load (zstd stream + tar extraction, then `import torch`) runs on one thread:
+# uncapped on 2 cores it keeps < 1 CPU busy (docs/cold-start.md), so vCPUs past one do not help.
+TORCH_LOAD_THREADS = 1.0
 
 
 class ProfileError(ValueError):
@@ -163,7 +172,8 @@ class PlatformProfile:
     up_rate: tuple[float, ...]
     down_peak: tuple[float, ...]
     down_rate: tuple[float, ...]
-    invocation_overhead_s: float
+    invocation_overhead_s: float  # per invocation: Lambda's own init and the first request
+    torch_load_cpu_s: float  # per cold start: torch unpack + import, CPU-s at one vCPU
 
     def __post_init__(self) -> None:
         _text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
@@ -182,6 +192,17 @@ class PlatformProfile:
             _set(self, name, values)
         _set(self, "invocation_overhead_s",
              _number("invocation_overhead_s", self.invocation_overhead_s, low=0.0))
+        _set(self, "torch_load_cpu_s",
+             _number("torch_load_cpu_s", self.torch_load_cpu_s, low=0.0))
+
+    def cold_start_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """Overhead + torch load: every segment is charged a cold start (a warm one is cheaper)."""
+        return np.asarray(self.invocation_overhead_s + self.torch_load_s(memory_mb))
+
+    def torch_load_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """Unpack + import at memory M: torch_load_cpu_s / min(vCPUs(M), TORCH_LOAD_THREADS)."""
+        usable = np.minimum(lambda_vcpus(memory_mb), TORCH_LOAD_THREADS)
+        return np.asarray(self.torch_load_cpu_s / usable, dtype=np.float64)
 
     def coefficients(self, direction: Direction,
                      memory_mb: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -225,6 +246,12 @@ class PlatformProfile:
     @classmethod
     def from_dict(cls, data: object) -> PlatformProfile:
         return _construct(cls, data)
+
+
+def lambda_vcpus(memory_mb: ArrayLike) -> NDArray[np.float64]:
+    """vCPUs Lambda gives memory M: M/1769, at most 6."""
+    vcpus = np.asarray(memory_mb, dtype=np.float64) / LAMBDA_MB_PER_VCPU
+    return np.asarray(np.minimum(vcpus, LAMBDA_MAX_VCPUS), dtype=np.float64)
 
 
 def _sizes(size_mb: ArrayLike) -> NDArray[np.float64]:
@@ -380,7 +407,8 @@ def load_prices(region: str = "us-east-1") -> Prices:
 
 
 __all__ = [
-    "DIRECTIONS", "Direction", "PlatformProfile", "Prices", "ProfileError", "WorkloadProfile",
-    "known_platforms", "known_regions", "known_workloads", "load_platform", "load_platform_file",
+    "DIRECTIONS", "LAMBDA_MAX_VCPUS", "LAMBDA_MB_PER_VCPU", "TORCH_LOAD_THREADS", "Direction",
+    "PlatformProfile", "Prices", "ProfileError", "WorkloadProfile", "known_platforms",
+    "known_regions", "known_workloads", "lambda_vcpus", "load_platform", "load_platform_file",
     "load_prices", "load_workload",
 ]

@@ -20,6 +20,7 @@ import numpy as np
 
 from planner.fit import (
     DEFAULT_INVOCATION_OVERHEAD_S,
+    DEFAULT_TORCH_LOAD_CPU_S,
     DIRECTIONS,
     SaturationFit,
     derive_valkey_profile,
@@ -47,8 +48,10 @@ S3_SOURCE = (
     "rounded series (throughput 28-130 MB/s, rising with memory) that disagrees with the "
     "1-50 MB curve by up to 50%, so predictions for single objects near 100 MB are the least "
     "certain. Above 3008 MB the 3008 MB coefficients are reused (AWS documents no bandwidth). "
-    "invocation_overhead_s: torch unpack + import on a cold start, 1.2-1.5 s measured locally, "
-    "2.0 s assumed."
+    "invocation_overhead_s: a cold start besides torch (Lambda's own init, the first request), "
+    "0.5 s assumed. torch_load_cpu_s: CPU-seconds of the torch layer's unpack + import at one "
+    "vCPU, measured locally by bench/cold_start.py (docs/cold-start.md), not on AWS; the model "
+    "charges torch_load_cpu_s / min(M/1769, 1) per segment."
 )
 
 
@@ -92,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     print_table(fits)
     s3 = rounded(platform_from_fits(
         fits, name="aws-lambda-x86_64-s3", channel="s3", arch="x86_64", source=S3_SOURCE,
-        invocation_overhead_s=DEFAULT_INVOCATION_OVERHEAD_S))
+        invocation_overhead_s=DEFAULT_INVOCATION_OVERHEAD_S,
+        torch_load_cpu_s=DEFAULT_TORCH_LOAD_CPU_S))
     print_quality(s3, args.csv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for profile in (s3, derive_valkey_profile(s3)):

@@ -37,7 +37,8 @@ def platforms(draw: Any, channel: str = "s3") -> PlatformProfile:
         name="synthetic", channel=channel, arch="x86_64", source="hypothesis",
         memory_mb=PROFILED_MEMORIES, up_peak=rising(5.0, 150.0), up_rate=rising(0.01, 2.0),
         down_peak=rising(5.0, 150.0), down_rate=rising(0.01, 2.0),
-        invocation_overhead_s=draw(st.floats(0.0, 5.0)))
+        invocation_overhead_s=draw(st.floats(0.0, 5.0)),
+        torch_load_cpu_s=draw(st.floats(0.0, 30.0)))
 
 
 @st.composite

@@ -12,6 +12,7 @@ import pytest
 
 from planner.fit import (
     DEFAULT_INVOCATION_OVERHEAD_S,
+    DEFAULT_TORCH_LOAD_CPU_S,
     SaturationFit,
     TransferSample,
     derive_valkey_profile,
@@ -54,12 +55,14 @@ def test_refit_matches_the_shipped_profile(fits: list[SaturationFit],
                                            shipped: PlatformProfile) -> None:
     refit = rounded(platform_from_fits(fits, name=shipped.name, channel="s3", arch="x86_64",
                                        source=shipped.source,
-                                       invocation_overhead_s=DEFAULT_INVOCATION_OVERHEAD_S))
+                                       invocation_overhead_s=DEFAULT_INVOCATION_OVERHEAD_S,
+                                       torch_load_cpu_s=DEFAULT_TORCH_LOAD_CPU_S))
     assert refit.memory_mb == shipped.memory_mb
     for name in ("up_peak", "up_rate", "down_peak", "down_rate"):
         np.testing.assert_allclose(getattr(refit, name), getattr(shipped, name), rtol=1e-3,
                                    err_msg=name)
     assert shipped.invocation_overhead_s == DEFAULT_INVOCATION_OVERHEAD_S
+    assert shipped.torch_load_cpu_s == DEFAULT_TORCH_LOAD_CPU_S
 
 
 def test_shipped_valkey_profile_is_derived_from_the_shipped_s3_profile(

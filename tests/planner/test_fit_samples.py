@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from planner.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from planner.fit_samples import SampleError, fit_transfers, fit_workload, read_samples
+from planner.fit import DEFAULT_TORCH_LOAD_CPU_S
+from planner.fit_samples import (
+    FitRequest,
+    SampleError,
+    fit_transfers,
+    fit_workload,
+    read_samples,
+    run_fit,
+)
 from planner.profiles import load_platform, load_platform_file, load_workload
 
 TRUE = {"a": 37.19, "b": 12.48, "m": -111.46, "k": 5.0, "c": 592.0}  # ResNet-50 shipped
@@ -157,6 +165,8 @@ def test_fitted_profiles_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     platform = load_platform_file(platform_path)
     assert workload.model == "resnet50" and workload.model_mb == 97.49
     assert platform.channel == "s3" and platform.memory_mb == (1024.0, 2048.0, 4096.0)
+    # transfer samples do not measure a cold start: the local measurement is written
+    assert platform.torch_load_cpu_s == DEFAULT_TORCH_LOAD_CPU_S
     assert (tmp_path / "fit.png").stat().st_size > 10_000
     code = main(["plan", "--workload", str(workload_path), "--platform", str(platform_path),
                  "--deadline", "8000", "--max-global-batch", "1024", "--epochs", "2",
@@ -164,3 +174,13 @@ def test_fitted_profiles_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     document = json.loads(capsys.readouterr().out.splitlines()[0])
     assert code == EXIT_OK, document
     assert document["plan"]["workload"]["model"] == "resnet50"
+
+
+def test_fit_writes_the_torch_load_it_is_given(tmp_path: Path) -> None:
+    samples = write(tmp_path / "t.jsonl", transfer_records(0.0))
+    out = tmp_path / "p.json"
+    _, summary = run_fit(FitRequest(samples=[samples], out=str(out), kind="platform",
+                                    torch_load_cpu_s=7.5, invocation_overhead_s=0.25))
+    platform = load_platform_file(out)
+    assert (platform.torch_load_cpu_s, platform.invocation_overhead_s) == (7.5, 0.25)
+    assert summary["platform"]["torch_load_cpu_s"] == 7.5

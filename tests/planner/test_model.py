@@ -16,7 +16,7 @@ from planner.model import (
     communication_times,
     evaluate,
 )
-from planner.profiles import load_platform, load_prices, load_workload
+from planner.profiles import lambda_vcpus, load_platform, load_prices, load_workload
 from tests.planner.problems import problems, without_storage_price
 
 MEMORIES = st.integers(1, 80).map(lambda step: 128 * step)
@@ -172,6 +172,41 @@ def test_lambda_timeout_splits_long_epochs_into_segments() -> None:
     tight = dataclasses.replace(problem, workload=load_workload("bert-base-cola"),
                                 timeout_s=60.0, timeout_margin_s=30.0, max_global_batch=640)
     assert evaluate(tight, 1, 10240, 1, 80, 80).violation[0] == Violation.LAMBDA_TIMEOUT
+
+
+def _with_torch_load(problem: Problem, cpu_s: float) -> Problem:
+    return dataclasses.replace(problem, platform=dataclasses.replace(problem.platform,
+                                                                     torch_load_cpu_s=cpu_s))
+
+
+def test_torch_load_is_charged_per_segment_at_the_vcpu_share() -> None:
+    problem = Problem(workload=load_workload("cnn-digits"), platform=load_platform("s3"),
+                      prices=load_prices(), epochs=10, deadline_s=80_000, max_global_batch=256)
+    memories = [384, 1769, 3538]
+    free = evaluate(_with_torch_load(problem, 0.0), 2, memories, 1, 64, 64)
+    paid = evaluate(_with_torch_load(problem, 5.0), 2, memories, 1, 64, 64)
+    extra = paid.load_s - free.load_s
+    assert extra[1] == pytest.approx(5.0)  # one full vCPU: exactly the CPU-seconds
+    assert extra[0] == pytest.approx(5.0 * 1769 / 384)  # a smaller M loads longer
+    assert extra[2] == pytest.approx(5.0)  # one thread: a second vCPU does not help
+    shipped = evaluate(problem, 2, memories, 1, 64, 64).load_s - free.load_s
+    assert shipped[0] > shipped[1] > 0.0  # the shipped profile charges it too
+    np.testing.assert_array_equal(paid.segments, free.segments)  # short job: one segment
+    np.testing.assert_allclose(paid.time_s - free.time_s, paid.segments * extra)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problem=problems(), workers=st.integers(1, 40), memory=MEMORIES, data=st.data())
+def test_torch_load_grows_the_load_by_its_share(problem: Problem, workers: int, memory: int,
+                                                data: st.DataObject) -> None:
+    batch = data.draw(st.integers(1, 16)) * 16
+    cpu_s = data.draw(st.floats(0.1, 30.0))
+    free = evaluate(_with_torch_load(problem, 0.0), workers, memory, 1, batch, batch)
+    paid = evaluate(_with_torch_load(problem, cpu_s), workers, memory, 1, batch, batch)
+    expected = cpu_s / min(float(lambda_vcpus(memory)), 1.0)
+    assert paid.load_s[0] - free.load_s[0] == pytest.approx(expected, rel=1e-9)
+    assert paid.time_s[0] >= free.time_s[0]
+    assert paid.segment_iterations[0] <= free.segment_iterations[0]
 
 
 def test_arm64_is_priced_lower_than_x86() -> None:

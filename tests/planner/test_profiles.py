@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from fasdl.plan import Workload
 from planner.profiles import (
+    LAMBDA_MAX_VCPUS,
+    LAMBDA_MB_PER_VCPU,
     PlatformProfile,
     Prices,
     ProfileError,
@@ -21,6 +23,7 @@ from planner.profiles import (
     known_platforms,
     known_regions,
     known_workloads,
+    lambda_vcpus,
     load_platform,
     load_platform_file,
     load_prices,
@@ -135,10 +138,44 @@ def test_bad_workload_fields_are_named(field: str, value: object) -> None:
 @pytest.mark.parametrize(("field", "value"), [
     ("name", ""), ("channel", "ftp"), ("arch", "ppc"), ("source", None),
     ("memory_mb", [256.0, 128.0]), ("memory_mb", []), ("memory_mb", "128"),
-    ("up_peak", [1.0]), ("invocation_overhead_s", -1.0),
+    ("up_peak", [1.0]), ("invocation_overhead_s", -1.0), ("torch_load_cpu_s", -0.5),
+    ("torch_load_cpu_s", "slow"), ("torch_load_cpu_s", math.inf), ("torch_load_cpu_s", None),
 ])
 def test_bad_platform_fields_are_named(field: str, value: object) -> None:
     _expect_field(PlatformProfile, load_platform("s3").to_dict() | {field: value}, field)
+
+
+def test_a_platform_without_the_torch_load_names_it_with_its_range() -> None:
+    data = load_platform("s3").to_dict()
+    del data["torch_load_cpu_s"]
+    _expect_field(PlatformProfile, data, "torch_load_cpu_s")
+    with pytest.raises(ProfileError, match=r"'torch_load_cpu_s': must be >= 0\.0, got -1"):
+        PlatformProfile.from_dict(load_platform("s3").to_dict() | {"torch_load_cpu_s": -1})
+
+
+def test_shipped_platforms_charge_the_torch_load() -> None:
+    for channel in ("s3", "valkey"):
+        for arch in ("x86_64", "arm64"):
+            platform = load_platform(channel, arch)
+            assert platform.torch_load_cpu_s > 0.0 and platform.invocation_overhead_s > 0.0
+
+
+def test_lambda_vcpus_are_memory_over_1769_up_to_6() -> None:
+    from local.emulation import LAMBDA_MAX_VCPUS as EMULATED_MAX
+    from local.emulation import LAMBDA_MB_PER_VCPU as EMULATED_MB
+
+    # the planner charges what the local emulation enforces
+    assert (LAMBDA_MB_PER_VCPU, LAMBDA_MAX_VCPUS) == (EMULATED_MB, EMULATED_MAX)
+    np.testing.assert_allclose(lambda_vcpus([128, 884.5, 1769, 3538, 10240, 20000]),
+                               [128 / 1769, 0.5, 1.0, 2.0, 10240 / 1769, 6.0])
+
+
+def test_torch_load_slows_below_one_vcpu_and_not_above() -> None:
+    platform = PlatformProfile.from_dict(load_platform("s3").to_dict()
+                                         | {"torch_load_cpu_s": 3.0})
+    loads = platform.torch_load_s([442.25, 884.5, 1769, 3538, 10240])
+    # one thread: a quarter vCPU takes 4x, one vCPU exactly the CPU-seconds, more helps nothing
+    np.testing.assert_allclose(loads, [12.0, 6.0, 3.0, 3.0, 3.0])
 
 
 def test_bad_platform_element_is_named_with_its_index() -> None:
