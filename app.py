@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """CDK entry point: `cdk synth|deploy [-c plan=plan.json] [-c torch_layer=DIR]
-[-c worker_packaging=zip|image] [-c nag=true] [-c account=123456789012] [-c stack_name=NAME]`.
+[-c worker_packaging=zip|image] [-c alarm_email=you@example.com] [-c nag=true]
+[-c account=123456789012] [-c stack_name=NAME]`.
 
 The plan is loaded and validated before any construct is created, so an invalid plan stops
 synth with the plan's own PlanError message (exit code 2). Without `-c plan=...` the documented
@@ -25,7 +26,8 @@ from infra.nag import add_checks
 from infra.settings import PlanError, SettingsError, load_settings
 from infra.stack import DEFAULT_STACK_NAME, FasdlStack
 
-CONTEXT_KEYS = ("plan", "torch_layer", "worker_packaging", "nag", "account", "stack_name")
+CONTEXT_KEYS = ("plan", "torch_layer", "worker_packaging", "alarm_email", "nag", "account",
+                "stack_name")
 
 
 def main() -> None:

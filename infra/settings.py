@@ -12,6 +12,8 @@ Context keys (``cdk synth -c key=value`` or ``cdk.json``):
                       runtime or CPython ABI than infra.lambda_runtime's, is an error.
 ``worker_packaging``  ``zip`` (default: asset + torch layer) or ``image`` (container image
                       built from ``infra/container/Dockerfile`` at deploy time; needs Docker).
+``alarm_email``       address subscribed (by email, after its owner confirms) to the
+                      failed-execution alarm; default none: no topic, the alarm notifies nobody.
 
 The plan is validated here, before any construct exists, so an invalid plan fails synth with
 the plan's own :class:`~fasdl.plan.PlanError` message.
@@ -20,6 +22,7 @@ the plan's own :class:`~fasdl.plan.PlanError` message.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +44,10 @@ CONTEXT_PLAN = "plan"
 CONTEXT_TORCH_LAYER = "torch_layer"
 CONTEXT_PACKAGING = "worker_packaging"
 PACKAGINGS: tuple[str, ...] = ("zip", "image")
+CONTEXT_ALARM_EMAIL = "alarm_email"
+# One @, no spaces, a dot in the domain: catches typos and placeholders; SNS's confirmation
+# mail is the real check.
+EMAIL_PATTERN = re.compile(r"[^@\s,;]+@[^@\s,;]+\.[^@\s.,;]+")
 
 Packaging = Literal["zip", "image"]
 
@@ -63,6 +70,7 @@ class Settings:
     torch_layer_dir: Path
     torch_layer_is_stub: bool
     worker_packaging: Packaging
+    alarm_email: str | None = None
 
 
 def _resolve(path: str | Path) -> Path:
@@ -82,6 +90,7 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> Settings:
             f"context '{CONTEXT_PACKAGING}' must be one of {', '.join(PACKAGINGS)}, "
             f"got {packaging!r}")
 
+    alarm_email = _alarm_email(context.get(CONTEXT_ALARM_EMAIL))
     layer_dir = _resolve(str(context.get(CONTEXT_TORCH_LAYER) or DEFAULT_TORCH_LAYER))
     is_stub = layer_dir.resolve() == STUB_TORCH_LAYER.resolve()
     if not is_stub and not (layer_dir / LAYER_MANIFEST).is_file():
@@ -92,7 +101,19 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> Settings:
     if not is_stub:
         _check_layer_target(layer_dir, plan.deployment.arch)
     return Settings(plan=plan, plan_path=plan_path, torch_layer_dir=layer_dir,
-                    torch_layer_is_stub=is_stub, worker_packaging=cast(Packaging, packaging))
+                    torch_layer_is_stub=is_stub, worker_packaging=cast(Packaging, packaging),
+                    alarm_email=alarm_email)
+
+
+def _alarm_email(value: object) -> str | None:
+    """The alarm subscription address, or None when the context key is absent or empty."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not EMAIL_PATTERN.fullmatch(value.strip()):
+        raise SettingsError(
+            f"context '{CONTEXT_ALARM_EMAIL}' must be one email address like "
+            f"you@example.com, got {value!r}")
+    return value.strip()
 
 
 def _check_layer_target(layer_dir: Path, arch: str) -> None:

@@ -71,7 +71,8 @@ class FasdlStack(Stack):
                                             compute=self.compute, storage=self.storage,
                                             memories=memories) if memories else None)
         self.monitoring = Monitoring(self, "Monitoring", stack_name=self.stack_name,
-                                     state_machine=self.workflow.state_machine)
+                                     state_machine=self.workflow.state_machine,
+                                     alarm_email=settings.alarm_email)
         self._add_outputs()
         if settings.torch_layer_is_stub:
             self._refuse_deployment()
