@@ -73,8 +73,9 @@ def test_every_function_has_own_role_and_log_group(synth: Synth) -> None:
     profiling = synth.stack.profiling
     extra = len(set(profiling.memories) - {synth.settings.plan.deployment.memory_mb}) \
         if profiling else 0  # one profiler per extra profiled memory
-    assert len(functions) == 4 + extra
-    assert len(roles) == len(groups) == 4 + extra
+    # worker, trigger, finalize, profiler, and CDK's auto-delete function of the exchange bucket
+    assert len(functions) == 5 + extra
+    assert len(roles) == len(groups) == 5 + extra
     for role in synth.resources("AWS::IAM::Role").values():
         assert "ManagedPolicyArns" not in role["Properties"]  # explicit statements only
     for group in synth.resources("AWS::Logs::LogGroup").values():
