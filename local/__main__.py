@@ -17,6 +17,7 @@ from types import FrameType
 from local import profile
 from local.faults import InputError, parse_inject_env
 from local.runner import RunOptions, run
+from local.service_faults import KINDS, OPTION, parse_service_fault
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--restart-cache-at", type=int, metavar="N",
                             help="valkey channel: restart the Valkey server once workers "
                                  "exchange iteration N (its keys are lost; fault demo/test)")
+    run_parser.add_argument(OPTION, action="append", default=[],
+                            metavar="FUNCTION:ERROR[:N]",
+                            help="the next N (default 1) invocations of the worker, trigger or "
+                                 "finalize function fail with a Lambda service error and run "
+                                 f"nothing; ERROR: {', '.join(KINDS)} (repeatable; e.g. "
+                                 "worker:throttled:2)")
+    run_parser.add_argument("--memory-limit", choices=("on", "off"), default="on",
+                            help="kill an invocation whose processes use more than its memory "
+                                 "size, with Runtime.OutOfMemory, as Lambda does (default on; "
+                                 "off is for debugging, peaks are still measured)")
     profile.add_parser(commands)
     return parser
 
@@ -88,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         injected = tuple(parse_inject_env(text) for text in args.inject_env)
+        service_errors = tuple(parse_service_fault(text) for text in args.inject_service_error)
     except InputError as error:
         print(f"fasdl local: {error}", file=sys.stderr)
         return 2
@@ -100,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         segment_iterations=args.segment_iterations, threads=threads or None,
         emulate_lambda=args.emulate_lambda,
         tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
-        restart_cache_at=args.restart_cache_at)
+        restart_cache_at=args.restart_cache_at, memory_limit=args.memory_limit == "on",
+        inject_service_errors=service_errors)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return run(options, say=lambda text: print(text, flush=True))

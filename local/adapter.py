@@ -8,6 +8,13 @@ Map iterations run on one thread each, up to MaxConcurrency (inline and, by inhe
 Distributed Map; checked below), so W workers that wait on each other do run at once. Also
 patched: moto passes the ASL keys of the ``states:startExecution`` integration ("Input",
 "StateMachineArn") to botocore unchanged, which wants them lower camel case (Continue as new).
+
+Service errors (an injected ``Lambda.TooManyRequestsException``...): Step Functions names the
+failure after the Invoke API's exception, but moto's ``StateTaskLambda._from_error`` names any
+botocore ClientError ``Exception``; it names a function error after its ``errorType``. So
+:func:`service_error_response` answers as a function error whose errorType is the AWS name and
+whose errorMessage is AWS's cause text: the Task fails with exactly that Error, and its Cause
+is ``{"errorType": ..., "errorMessage": "<AWS's cause>"}`` where AWS gives the text alone.
 Any other moto version, or moved internals, is refused with :class:`MotoAdapterError` before
 anything runs.
 """
@@ -24,6 +31,8 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
 
+    from local.emulator import Invocation
+
 SUPPORTED_MOTO_VERSION = "5.2.5"
 MOTO_CONFIG: dict[str, Any] = {"stepfunctions": {"execute_state_machine": True},
                                "lambda": {"use_docker": False}}
@@ -34,6 +43,7 @@ _INLINE_MAP = ("moto.stepfunctions.parser.asl.component.state.exec.state_map.ite
 _DISTRIBUTED_MAP = _INLINE_MAP.replace("inline_iteration", "distributed_iteration")
 _SFN_SERVICE = ("moto.stepfunctions.parser.asl.component.state.exec.state_task.service."
                 "state_task_service_sfn")
+_LAMBDA_TASK = "moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda"
 
 # (function name or ARN, request payload) -> (response payload, "Unhandled" or None)
 LambdaRouter = Callable[[str, bytes], tuple[bytes, str | None]]
@@ -71,6 +81,13 @@ def _targets() -> tuple[type[Any], type[Any]]:
         raise _fail(f"LambdaSimpleBackend.invoke{tuple(params)} changed signature")
     if not callable(getattr(sfn_service, "_normalise_parameters", None)):
         raise _fail("StateTaskServiceSfn._normalise_parameters is gone")
+    try:  # service errors rely on this: a function error is named after its errorType
+        from_error = inspect.getsource(
+            importlib.import_module(_LAMBDA_TASK).StateTaskLambda._from_error)
+    except (ImportError, AttributeError, OSError) as error:
+        raise _fail(f"StateTaskLambda._from_error moved ({error})") from error
+    if 'cause_object["errorType"]' not in from_error:
+        raise _fail("StateTaskLambda._from_error no longer names a failure by its errorType")
     inline = inline_map.InlineIterationComponent
     launch = getattr(inline, "_launch_worker", None)
     if launch is None or "threading.Thread" not in inspect.getsource(launch):
@@ -192,11 +209,19 @@ class LocalStepFunctions:
                                        error="FasDL.Interrupted", cause="stopped locally")
 
 
-def emulator_router(invoke: Callable[[str, bytes], Any]) -> LambdaRouter:
+def service_error_response(name: str, cause: str) -> tuple[bytes, str]:
+    """The response that moto 5.2.5 reports as the service error ``name`` (module docstring)."""
+    return json.dumps({"errorType": name, "errorMessage": cause}).encode(), "Unhandled"
+
+
+def emulator_router(invoke: Callable[[str, bytes], Invocation]) -> LambdaRouter:
     """Adapt ``LambdaEmulator.invoke`` (returns an Invocation) to a :data:`LambdaRouter`."""
 
     def route(function: str, payload: bytes) -> tuple[bytes, str | None]:
         invocation = invoke(function, payload)
+        if invocation.service_error is not None:
+            return service_error_response(invocation.service_error.name,
+                                          invocation.service_error.cause)
         return invocation.payload, invocation.function_error
 
     return route

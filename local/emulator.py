@@ -9,7 +9,10 @@ as the Step Functions Lambda integration sees them:
 * the handler raised: a function error ``{"errorType": <exception class name>, ...}``;
 * the timeout expired: the process group is killed and the error is ``Sandbox.Timedout``
   ("Task timed out after N.00 seconds"), which the workflow catches as a worker timeout;
-* the process died without a result: ``Runtime.ExitError``, like Lambda.
+* the process group used more than the memory size M: it is killed and the error is
+  ``Runtime.OutOfMemory`` (local/memory_watchdog.py; every invocation records its peak);
+* the process died without a result: ``Runtime.ExitError``, like Lambda;
+* an injected service error (local/service_faults.py): the Invoke call fails, nothing runs.
 
 Warm starts are not emulated: every invocation is a cold start (torch import included).
 
@@ -31,18 +34,22 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from infra.lambda_errors import EXIT, OUT_OF_MEMORY, TIMEOUT
 from infra.lambda_runtime import PYTHON_RUNTIME
 from local.emulation import LambdaEmulation
-from local.invoke import DEADLINE_ENV
+from local.invoke import DEADLINE_ENV, PEAK_RSS_KEY
+from local.memory_watchdog import DEFAULT_TICK_S, MIB, MemoryWatchdog
+from local.service_faults import ServiceError, ServiceErrorKind, ServiceFault, kind_named
 from local.throttle import CpuThrottle, available_cores
 
-TIMEOUT_ERROR = "Sandbox.Timedout"
-EXIT_ERROR = "Runtime.ExitError"
+# Old names, still imported by tests/local/test_emulation.py: new code imports infra.lambda_errors.
+TIMEOUT_ERROR, EXIT_ERROR = TIMEOUT, EXIT
 # Inherited from this process so the child finds the venv and behaves; nothing AWS-specific.
 _PASSTHROUGH_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SYSTEMROOT")
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -67,30 +74,62 @@ class Invocation:
 
     function: str
     request_id: str
-    payload: bytes
+    payload: bytes  # empty for a service error: the function never answered
     function_error: str | None  # "Unhandled" when the payload is an error object
-    error_type: str | None
+    error_type: str | None  # the function error's errorType, or the service error's name
     started: float  # time.time() at start
     duration_s: float
     log_path: Path | None
     worker: int | None = None  # the event's "worker", for per-worker reports
+    memory_mb: int | None = None  # the function's memory size M
+    peak_rss_mb: float | None = None  # the process group's peak (MiB); None: nothing ran
+    service_error: ServiceError | None = None  # injected: the Invoke call failed, nothing ran
 
     @property
     def timed_out(self) -> bool:
-        return self.error_type == TIMEOUT_ERROR
+        return self.error_type == TIMEOUT
+
+    @property
+    def out_of_memory(self) -> bool:
+        return self.error_type == OUT_OF_MEMORY
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """A child process that has ended, and how."""
+
+    spec: FunctionSpec
+    request_id: str
+    started: float
+    duration_s: float
+    code: int
+    timed_out: bool
+    watchdog: MemoryWatchdog
+    result_file: Path
+    log_path: Path
 
 
 class LambdaEmulator:
-    """Runs invocations of the given functions; thread-safe; :meth:`shutdown` kills them all."""
+    """Runs invocations of the given functions; thread-safe; :meth:`shutdown` kills them all.
+
+    ``memory_limit`` (on by default, as on Lambda) kills an invocation whose processes use more
+    than its memory size (local/memory_watchdog.py); off, the peak is still measured.
+    ``service_faults`` make the next invocations of a function fail with a service error
+    without running anything (local/service_faults.py).
+    """
 
     def __init__(self, functions: Mapping[str, FunctionSpec], *, region: str = "us-east-1",
                  threads: int | None = None, log_dir: Path | None = None,
                  extra_env: Mapping[str, str] | None = None,
-                 emulation: LambdaEmulation | None = None) -> None:
+                 emulation: LambdaEmulation | None = None, memory_limit: bool = True,
+                 memory_tick_s: float = DEFAULT_TICK_S,
+                 service_faults: Iterable[ServiceFault] = ()) -> None:
         self.functions = dict(functions)
         self.region = region
         self.threads = threads
         self.emulation = emulation
+        self.memory_limit = memory_limit
+        self.memory_tick_s = memory_tick_s
         self.extra_env = dict(extra_env or {})
         self._scratch = Path(tempfile.mkdtemp(prefix="fasdl-lambda-"))
         self.log_dir = log_dir or self._scratch / "logs"
@@ -98,8 +137,11 @@ class LambdaEmulator:
         self._lock = threading.Lock()
         self._running: dict[str, subprocess.Popen[bytes]] = {}
         self._throttles: dict[str, CpuThrottle] = {}
+        self._faults: dict[str, deque[ServiceErrorKind]] = {}
         self._closed = False
         self.invocations: list[Invocation] = []
+        for fault in service_faults:
+            self.inject_service_error(fault.function, fault.kind, fault.count)
 
     # ---- lookup ---------------------------------------------------------------------------
     def spec_for(self, function: str) -> FunctionSpec:
@@ -110,6 +152,35 @@ class LambdaEmulator:
         except KeyError:
             known = ", ".join(sorted(self.functions)) or "none"
             raise KeyError(f"no emulated Lambda function {name!r} (known: {known})") from None
+
+    # ---- service errors -------------------------------------------------------------------
+    def inject_service_error(self, function: str, error: str | ServiceErrorKind,
+                             count: int = 1) -> None:
+        """The next ``count`` invocations of ``function`` fail with ``error`` (a
+        :data:`~local.service_faults.KINDS` name such as ``"throttled"``), after any queued."""
+        kind = kind_named(error) if isinstance(error, str) else error
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        name = self.spec_for(function).name
+        with self._lock:
+            self._faults.setdefault(name, deque()).extend([kind] * count)
+
+    def _take_fault(self, name: str) -> ServiceErrorKind | None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the Lambda emulator is shut down")
+            queue = self._faults.get(name)
+            return queue.popleft() if queue else None
+
+    def _refused(self, spec: FunctionSpec, request_id: str, kind: ServiceErrorKind,
+                 body: bytes, log_path: Path) -> Invocation:
+        error = ServiceError(kind, request_id)
+        log_path.write_text(f"[local emulator] injected service error {kind.name}: "
+                            f"{error.cause}\n[local emulator] the Invoke call failed: no "
+                            "process was started\n")
+        return self._record(Invocation(
+            spec.name, request_id, b"", None, kind.name, time.time(), 0.0, log_path,
+            worker=_worker_of(body), memory_mb=spec.memory_mb, service_error=error))
 
     # ---- invocation -----------------------------------------------------------------------
     def _environment(self, spec: FunctionSpec, deadline_ms: int) -> dict[str, str]:
@@ -148,29 +219,19 @@ class LambdaEmulator:
             payload = json.dumps(payload)
         body = payload.encode() if isinstance(payload, str) else payload
         request_id = str(uuid.uuid4())
+        log_path = self.log_dir / f"{spec.name}{_log_tag(body)}-{request_id[:8]}.log"
+        kind = self._take_fault(spec.name)
+        if kind is not None:  # refused like the Invoke API would: nothing starts
+            return self._refused(spec, request_id, kind, body, log_path)
         work = self._scratch / request_id
         work.mkdir()
         event_file, result_file = work / "event.json", work / "result.json"
         event_file.write_bytes(body or b"{}")
-        log_path = self.log_dir / f"{spec.name}{_log_tag(body)}-{request_id[:8]}.log"
         started = time.time()
-        deadline_ms = int((started + spec.timeout_s) * 1000)
         command = [sys.executable, "-m", "local.invoke", spec.handler, str(event_file),
                    str(result_file), request_id]
         with log_path.open("wb") as log:
-            with self._lock:
-                if self._closed:
-                    raise RuntimeError("the Lambda emulator is shut down")
-                # Own session: a timeout kills the handler's children too, and Ctrl-C in the
-                # terminal reaches only the runner, which then stops invocations itself.
-                process = subprocess.Popen(
-                    command, cwd=spec.code_dir, env=self._environment(spec, deadline_ms),
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True)
-                self._running[request_id] = process
-                throttle = self._throttle(spec, process)
-                if throttle is not None:
-                    self._throttles[request_id] = throttle.start()
+            process, throttle, watchdog = self._start(spec, request_id, command, log, started)
             timed_out = False
             try:
                 process.wait(timeout=spec.timeout_s)
@@ -178,6 +239,7 @@ class LambdaEmulator:
                 timed_out = True
                 _kill_group(process, throttle)
             finally:
+                watchdog.stop()
                 if throttle is not None:
                     throttle.stop()  # never leave a stopped group behind
                     log.write(f"[local emulator] CPU capped at {throttle.share:.2f} vCPU: held "
@@ -185,32 +247,67 @@ class LambdaEmulator:
                 with self._lock:
                     self._running.pop(request_id, None)
                     self._throttles.pop(request_id, None)
-        duration = time.time() - started
-        invocation = dataclasses.replace(
-            self._outcome(spec, request_id, process.returncode, timed_out, result_file,
-                          started, duration, log_path), worker=_worker_of(body))
+            ran = _Ran(spec, request_id, started, time.time() - started, process.returncode,
+                       timed_out, watchdog, result_file, log_path)
+            invocation = dataclasses.replace(self._outcome(ran, log), worker=_worker_of(body))
+        return self._record(invocation)
+
+    def _start(self, spec: FunctionSpec, request_id: str, command: list[str], log: IO[bytes],
+               started: float) -> tuple[subprocess.Popen[bytes], CpuThrottle | None,
+                                        MemoryWatchdog]:
+        deadline_ms = int((started + spec.timeout_s) * 1000)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the Lambda emulator is shut down")
+            # Own session: a timeout kills the handler's children too, and Ctrl-C in the
+            # terminal reaches only the runner, which then stops invocations itself.
+            process = subprocess.Popen(
+                command, cwd=spec.code_dir, env=self._environment(spec, deadline_ms),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+            self._running[request_id] = process
+            throttle = self._throttle(spec, process)
+            if throttle is not None:
+                self._throttles[request_id] = throttle.start()
+            watchdog = MemoryWatchdog(process.pid, spec.memory_mb if self.memory_limit else None,
+                                      tick_s=self.memory_tick_s).start()
+        return process, throttle, watchdog
+
+    def _record(self, invocation: Invocation) -> Invocation:
         with self._lock:
             self.invocations.append(invocation)
         return invocation
 
-    def _outcome(self, spec: FunctionSpec, request_id: str, code: int, timed_out: bool,
-                 result_file: Path, started: float, duration: float,
-                 log_path: Path) -> Invocation:
+    def _outcome(self, ran: _Ran, log: IO[bytes]) -> Invocation:
+        spec, request_id = ran.spec, ran.request_id
+        outcome: dict[str, Any] | None = None
+        if ran.result_file.is_file():
+            outcome = json.loads(ran.result_file.read_text())
+        # The child's own peak (VmHWM) covers the time after the watchdog's last sample.
+        reported = int(outcome.pop(PEAK_RSS_KEY, 0)) * 1024 if outcome else 0
+        peak = max(ran.watchdog.peak_bytes, reported)
+        over = self.memory_limit and peak > spec.memory_mb * MIB
+        log.write(_memory_lines(ran, peak, over, self.memory_tick_s).encode())
+
         def done(payload: dict[str, Any] | Any, error_type: str | None) -> Invocation:
             return Invocation(spec.name, request_id, json.dumps(payload).encode(),
-                              "Unhandled" if error_type else None, error_type, started,
-                              duration, log_path)
+                              "Unhandled" if error_type else None, error_type, ran.started,
+                              ran.duration_s, ran.log_path, memory_mb=spec.memory_mb,
+                              peak_rss_mb=round(peak / MIB, 1))
 
-        if timed_out:
-            return done({"errorType": TIMEOUT_ERROR,
+        if ran.timed_out:
+            return done({"errorType": TIMEOUT,
                          "errorMessage": f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
                                          f" {request_id} Task timed out after "
-                                         f"{spec.timeout_s:.2f} seconds"}, TIMEOUT_ERROR)
-        if not result_file.is_file():
-            return done({"errorType": EXIT_ERROR,
+                                         f"{spec.timeout_s:.2f} seconds"}, TIMEOUT)
+        if ran.watchdog.killed or over:  # Lambda kills the runtime at the limit
+            return done({"errorType": OUT_OF_MEMORY,
                          "errorMessage": f"RequestId: {request_id} Error: Runtime exited with "
-                                         f"error: exit status {code}"}, EXIT_ERROR)
-        outcome = json.loads(result_file.read_text())
+                                         "error: signal: killed"}, OUT_OF_MEMORY)
+        if outcome is None:
+            return done({"errorType": EXIT,
+                         "errorMessage": f"RequestId: {request_id} Error: Runtime exited with "
+                                         f"error: exit status {ran.code}"}, EXIT)
         if "result" in outcome:
             return done(outcome["result"], None)
         return done(outcome, str(outcome.get("errorType", "Unhandled")))
@@ -255,6 +352,26 @@ def _log_tag(body: bytes) -> str:
         return f"-s{segment.get('index', 0):05d}-a{segment.get('attempt', 0)}-w{worker:04d}"
     action = event.get("action")
     return f"-{action}" if isinstance(action, str) and action.isidentifier() else ""
+
+
+def _memory_lines(ran: _Ran, peak: int, over: bool, tick_s: float) -> str:
+    """Lambda's REPORT fields, and why the invocation was killed if it was."""
+    memory_mb, watchdog = ran.spec.memory_mb, ran.watchdog
+    lines = []
+    if watchdog.killed_at_bytes is not None:
+        lines.append(f"[local emulator] out of memory: the process group used "
+                     f"{watchdog.killed_at_bytes / MIB:.1f} MB > memory size {memory_mb} MB: "
+                     "killed it (Runtime.OutOfMemory)")
+    elif over and not ran.timed_out:
+        lines.append(f"[local emulator] out of memory: the peak {peak / MIB:.1f} MB exceeded "
+                     f"the memory size {memory_mb} MB between samples; Lambda would have "
+                     "killed it (Runtime.OutOfMemory)")
+    limit = "on" if watchdog.limit_mb is not None else "off"
+    lines.append(f"[local emulator] REPORT RequestId: {ran.request_id} Duration: "
+                 f"{ran.duration_s * 1000:.2f} ms Memory Size: {memory_mb} MB Max Memory Used: "
+                 f"{peak / MIB:.1f} MB (peak RSS of the process group, sampled every "
+                 f"{tick_s * 1000:.0f} ms; memory limit {limit})")
+    return "".join(line + "\n" for line in lines)
 
 
 def _worker_of(body: bytes) -> int | None:

@@ -8,6 +8,10 @@ stdout, so whatever the handler prints stays in the invocation's log. Only the s
 is imported here: the handler's own imports must come from its code dir. The one exception is
 Lambda emulation: with ``FASDL_LOCAL_SHAPING`` set, local.emulation (fasdl, planner) is imported
 to shape the handler's channels before the handler is loaded.
+
+RESULT_FILE also carries this process's peak resident set (``VmHWM``, key
+:data:`PEAK_RSS_KEY`): the parent samples memory every few ms and would miss a peak reached
+after its last sample; the parent removes the key before the payload goes anywhere.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 DEADLINE_ENV = "FASDL_LOCAL_DEADLINE_MS"  # epoch ms at which the parent kills this process
 SHAPING_ENV = "FASDL_LOCAL_SHAPING"  # set by the emulator: see local/emulation.py
+PEAK_RSS_KEY = "__localPeakRssKb"  # in RESULT_FILE: this process's VmHWM in kB
 
 
 class LambdaContext:
@@ -86,9 +91,23 @@ def run(handler: str, event_file: Path, result_file: Path, request_id: str) -> N
                 outcome = {"result": json.loads(json.dumps(result))}
             except (TypeError, ValueError) as error:
                 outcome = _error("Runtime.MarshalError", f"Unable to marshal response: {error}")
+    peak_kb = _peak_rss_kb()
+    if peak_kb is not None:
+        outcome[PEAK_RSS_KEY] = peak_kb
     partial = result_file.with_suffix(".partial")
     partial.write_text(json.dumps(outcome))
     partial.replace(result_file)  # atomic: the parent never reads half a result
+
+
+def _peak_rss_kb() -> int | None:
+    """VmHWM: the peak since exec (ru_maxrss would include the parent's size before exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,10 @@
 Fault injection for tests and demos: ``inject_env`` adds variables to one function's
 environment (e.g. the worker's ``FASDL_TEST_CRASH_AT_ITERATION``, segment_runner's test hook);
 ``restart_cache_at`` restarts the Valkey server once the workers exchange shards of iteration
-N (its keys are lost, like a cache node replaced mid-run).
+N (its keys are lost, like a cache node replaced mid-run); ``inject_service_errors`` makes the
+first N invocations of a function fail with a Lambda service error, nothing run
+(local/service_faults.py). Every invocation is held to its memory size unless
+``memory_limit`` is off; report.json records each one's peak RSS and the injected errors.
 
 Bad input (corrupt plan, W mismatch, missing dataset, plan for another stack) raises
 :class:`InputError` before any server or worker starts: exit code 2.
@@ -38,10 +41,12 @@ import numpy as np
 from fasdl.plan import Plan, PlanError
 from local.adapter import LocalStepFunctions, emulator_router
 from local.emulation import EmulationError, LambdaEmulation, load_emulation
-from local.emulator import LambdaEmulator
-from local.faults import InputError, exchange_left, restarting
+from local.emulator import FunctionSpec, LambdaEmulator
+from local.faults import ROLES, InputError, exchange_left, restarting
+from local.invocation_stats import annotate_report, format_limits
 from local.report import Progress, build_report, format_summary, write_report
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.service_faults import ServiceFault
 from local.template import (
     LocalTemplate,
     TemplateError,
@@ -77,6 +82,8 @@ class RunOptions:
     inject_env: tuple[tuple[str, str, str], ...] = ()  # (role, key, value)
     restart_cache_at: int | None = None  # valkey: restart it once iteration N's shards appear
     emulate_lambda: str | None = None  # Lambda CPU + bandwidth: "default", a profile name/path
+    memory_limit: bool = True  # kill an invocation past its memory size, as Lambda does
+    inject_service_errors: tuple[ServiceFault, ...] = ()  # function = role (worker...)
 
 
 # ---- plan -------------------------------------------------------------------------------------
@@ -261,18 +268,8 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         bindings = {k: v for k, v in {**BUCKETS, **local_env}.items() if v is not None}
         specs = template.function_specs(bindings, local_env)
         worker_function = template.function_named(WORKER_HANDLER)
-        if options.workers_timeout_s:
-            specs[worker_function] = replace(specs[worker_function],
-                                             timeout_s=options.workers_timeout_s)
-        for role, key, value in options.inject_env:
-            name = template.function_named(f"handlers.{role}")
-            specs[name] = replace(specs[name], environment={**specs[name].environment,
-                                                            key: value})
-            say(f"injected {key}={value} into the {role} function's environment")
-        emulator = LambdaEmulator(specs, region=plan.deployment.region, threads=options.threads,
-                                  log_dir=report_dir / "logs", emulation=emulation)
-        if emulation is not None:
-            say(emulation.describe(specs[worker_function].memory_mb, plan.deployment.workers))
+        roles = {template.function_named(f"handlers.{role}"): role for role in ROLES}
+        emulator = _emulator(specs, roles, plan, options, report_dir, emulation, say)
         stack.callback(emulator.cleanup)
         sfn = stack.enter_context(LocalStepFunctions(emulator_router(emulator.invoke),
                                                      region=plan.deployment.region))
@@ -293,10 +290,11 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         def report(status: str, executions: list[dict[str, Any]]) -> None:
             emulator.shutdown()  # abandoned peers of a failed segment must not write on
             progress.poll()
+            invocations = list(emulator.invocations)  # one snapshot: killed ones may still land
             built = build_report(
                 plan, run_id=run_id, channel=channel, status=status,
                 measured_s=time.monotonic() - started, results=progress.results,
-                invocations=list(emulator.invocations), worker_function=worker_function,
+                invocations=invocations, worker_function=worker_function,
                 execution=executions[-1] if executions else {},
                 summary=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
                                      f"runs/{run_id}/summary.json"),
@@ -304,6 +302,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
                                      f"runs/{run_id}/failure.json"))
             built["exchange_left"] = exchange_left(
                 client, run_id, cache)
+            annotate_report(built, invocations, roles, memory_limit=options.memory_limit)
             written = write_report(built, report_dir)
             if built["summary"] is not None:  # the trained weights, next to their report
                 model = report_dir / "model.npy"
@@ -311,6 +310,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
                                      built["summary"]["model_key"], str(model))
                 written.append(model)
             say(format_summary(built))
+            say(format_limits(built))
             say(f"report: {', '.join(str(p) for p in written)}")
 
         try:
@@ -333,6 +333,41 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         report(status, executions)
     say("stopped all local servers and invocations")
     return 0 if status == "SUCCEEDED" else 1
+
+
+def _emulator(specs: dict[str, FunctionSpec], roles: dict[str, str], plan: Plan,
+              options: RunOptions, report_dir: Path, emulation: LambdaEmulation | None,
+              say: Say) -> LambdaEmulator:
+    """The emulator of the run: the template's functions with the options' changes and faults."""
+    names = {role: name for name, role in roles.items()}
+    if options.workers_timeout_s:
+        specs[names["worker"]] = replace(specs[names["worker"]],
+                                         timeout_s=options.workers_timeout_s)
+    for role, key, value in options.inject_env:
+        name = names[role]
+        specs[name] = replace(specs[name], environment={**specs[name].environment, key: value})
+        say(f"injected {key}={value} into the {role} function's environment")
+    if not options.memory_limit:
+        say("memory limit off: invocations may use more than their memory size "
+            "(their peak RSS is still measured)")
+    emulator = LambdaEmulator(specs, region=plan.deployment.region, threads=options.threads,
+                              log_dir=report_dir / "logs", emulation=emulation,
+                              memory_limit=options.memory_limit,
+                              service_faults=_service_faults(options, roles, say))
+    if emulation is not None:
+        say(emulation.describe(specs[names["worker"]].memory_mb, plan.deployment.workers))
+    return emulator
+
+
+def _service_faults(options: RunOptions, roles: dict[str, str],
+                    say: Say) -> list[ServiceFault]:
+    """The options' faults (by role) for the emulator (by function name)."""
+    names = {role: name for name, role in roles.items()}
+    for fault in options.inject_service_errors:
+        say(f"injecting {fault.kind.name}: the next {fault.count} {fault.function} "
+            "invocation(s) fail without running")
+    return [ServiceFault(names[fault.function], fault.kind, fault.count)
+            for fault in options.inject_service_errors]
 
 
 def _json_object(client: Any, bucket: str, key: str) -> dict[str, Any] | None:

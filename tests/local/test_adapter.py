@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from infra import workflow
+from infra import lambda_errors, workflow
 from local import adapter
 from local.adapter import LocalStepFunctions, MotoAdapterError, emulator_router
-from local.emulator import TIMEOUT_ERROR, LambdaEmulator
+from local.emulator import LambdaEmulator
 from local.template import LocalTemplate, function_arn
 from tests.local.conftest import STUBS
 
@@ -113,7 +113,7 @@ def test_timeout_kills_the_worker_and_shortens(default_template: LocalTemplate,
         timed_out = [i for i in emulator.invocations if i.timed_out]
     assert execution["status"] == "SUCCEEDED", execution
     (killed,) = timed_out
-    assert killed.error_type == TIMEOUT_ERROR
+    assert killed.error_type == lambda_errors.TIMEOUT
     assert WORKER_TIMEOUT_S <= killed.duration_s < WORKER_TIMEOUT_S + 3
     assert json.loads(killed.payload)["errorMessage"].endswith(
         f"Task timed out after {WORKER_TIMEOUT_S:.2f} seconds")
@@ -191,6 +191,20 @@ def test_moved_internals_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
     with pytest.raises(MotoAdapterError, match="changed signature"):
+        adapter.check_moto()
+
+
+def test_service_errors_need_errortype_naming(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Injected service errors rely on moto naming a function error after its errorType."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+        state_task_lambda,
+    )
+
+    def from_error(self: object, env: object, ex: Exception) -> None:
+        return None
+
+    monkeypatch.setattr(state_task_lambda.StateTaskLambda, "_from_error", from_error)
+    with pytest.raises(MotoAdapterError, match="errorType"):
         adapter.check_moto()
 
 

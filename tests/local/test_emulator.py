@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from local.emulator import EXIT_ERROR, FunctionSpec, LambdaEmulator
+from infra import lambda_errors
+from local.emulator import FunctionSpec, LambdaEmulator
 from tests.local.conftest import STUBS
 
 
@@ -32,7 +34,7 @@ def test_only_the_functions_environment(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.parametrize(("handler", "error_type"), [
-    ("exits", EXIT_ERROR), ("unmarshallable", "Runtime.MarshalError"),
+    ("exits", lambda_errors.EXIT), ("unmarshallable", "Runtime.MarshalError"),
     ("missing", "Runtime.HandlerNotFound")])
 def test_runtime_errors(handler: str, error_type: str) -> None:
     with LambdaEmulator({"Fn": _spec(handler)}) as emulator:
@@ -49,3 +51,19 @@ def test_import_error_and_unknown_function(tmp_path: Path) -> None:
         assert invocation.error_type == "Runtime.ImportModuleError"
         with pytest.raises(KeyError, match="no emulated Lambda function 'Other'"):
             emulator.invoke("Other", b"{}")
+
+
+def test_every_invocation_records_its_memory_peak() -> None:
+    """Success, a handler error and a crash alike: M, the group's peak RSS, a REPORT line."""
+    with LambdaEmulator({name: dataclasses.replace(_spec(name), name=name)
+                         for name in ("environment", "exits", "missing")}) as emulator:
+        invocations = [emulator.invoke(name, {"names": []})
+                       for name in ("environment", "exits", "missing")]
+        logs = [i.log_path.read_text() for i in invocations if i.log_path is not None]
+    for invocation, log in zip(invocations, logs, strict=True):
+        assert invocation.memory_mb == 512 and invocation.service_error is None
+        assert invocation.peak_rss_mb is not None and 5 < invocation.peak_rss_mb < 512
+        assert (f"REPORT RequestId: {invocation.request_id} Duration: " in log
+                and f"Memory Size: 512 MB Max Memory Used: {invocation.peak_rss_mb:.1f} MB"
+                in log and "memory limit on" in log)
+        assert not invocation.out_of_memory
