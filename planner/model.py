@@ -286,7 +286,10 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     iteration = np.where(sync_bsp, bsp_iteration, hap_iteration)
 
     model_mb = wl.model_mb
-    load_mb = 2.0 * model_mb + wl.dataset_mb * np.maximum(ba, bn) / global_batch
+    # A fitted m < -M makes the alignment rule's B^n negative; _violations marks those
+    # configurations infeasible, so only keep their sizes valid here.
+    partition_mb = np.maximum(wl.dataset_mb * np.maximum(ba, bn) / global_batch, 0.0)
+    load_mb = 2.0 * model_mb + partition_mb
     load = platform.transfer_time("down", mem, load_mb) + platform.cold_start_s(mem)
     checkpoint_mb = model_mb + model_mb / k
     checkpoint = platform.transfer_time("up", mem, checkpoint_mb)

@@ -217,3 +217,23 @@ def test_arm64_is_priced_lower_than_x86() -> None:
     cost_x86 = evaluate(x86, 3, 1920, 1, 128, 192).cost_lambda_usd[0]
     cost_arm = evaluate(arm, 3, 1920, 1, 128, 192).cost_lambda_usd[0]
     assert cost_arm == pytest.approx(cost_x86 * 1.33334 / 1.66667, rel=1e-4)
+
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem=problems(), m=st.floats(-9000.0, -200.0), workers=st.integers(2, 16),
+       data=st.data())
+def test_a_fitted_negative_m_flags_configurations_instead_of_crashing(
+        problem: Problem, m: float, workers: int, data: st.DataObject) -> None:
+    """Local profiling of a tiny model can fit m < -M (time flat in M). The alignment rule
+    then gives B^n < B^a, down to negative batches and global batches; evaluate must mark
+    those configurations infeasible, not raise on a negative object size."""
+    problem = dataclasses.replace(problem, workload=dataclasses.replace(problem.workload, m=m))
+    memory = data.draw(MEMORIES)
+    k = data.draw(st.integers(1, workers - 1))
+    ba = data.draw(st.integers(1, 64))
+    # what the rule gives when M + m is small: around the B^n whose global batch crosses 0
+    edge = -(k * ba) // (workers - k)
+    bn = data.draw(st.one_of(st.integers(edge - 3, edge + 1), st.integers(-4096, ba - 1)))
+    result = evaluate(problem, workers, memory, k, ba, bn)
+    assert not result.feasible.any()
