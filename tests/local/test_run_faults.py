@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from infra import lambda_errors, workflow
 from infra.settings import REPO_ROOT
 from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import synthesize
@@ -158,3 +159,62 @@ def test_valkey_restart_mid_run_recovers(job: Job, reference: bytes, tmp_path: P
     assert result.report["channel"] == "valkey"
     assert result.report["exchange_left"] == 0
     assert result.model == reference
+
+
+# ---- failures as AWS reports them (infra/lambda_errors.py, the emulator's injections) ----
+@pytest.mark.slow
+def test_service_errors_are_retried_and_change_nothing(
+        job: Job, reference: bytes, tmp_path: Path) -> None:
+    """Throttled workers and a transient Lambda 5xx on the trigger: nothing ran, the state
+    machine's retriers invoke again, and the run ends with the undisturbed weights."""
+    result = run(job, tmp_path, "throttled", "--segment-iterations", str(SEGMENT),
+                 "--inject-service-error", "worker:throttled:3",
+                 "--inject-service-error", "trigger:service:1")
+    assert result.code == 0, result.output[-3000:]
+    injected = result.report["service_errors"]
+    assert injected["worker"] == {lambda_errors.THROTTLED: 3}
+    assert sum(injected["trigger"].values()) == 1
+    assert result.report["summary"]["retried_attempts"] == 0  # no segment was rerun
+    assert result.model == reference
+
+
+@pytest.mark.slow
+def test_vpc_function_not_ready_then_throttled_on_valkey(
+        job: Job, reference: bytes, tmp_path: Path) -> None:
+    """Valkey plans put the worker in a VPC: after idling, its first invoke answers
+    ResourceNotReady (retried 30-60 s later), then throttling; the run still ends with the
+    undisturbed weights, on the other channel."""
+    result = run(job, tmp_path, "not-ready", "--channel", "valkey", "--segment-iterations",
+                 str(SEGMENT), "--inject-service-error", "worker:not-ready:1",
+                 "--inject-service-error", "worker:throttled:2", synth=True)
+    assert result.code == 0, result.output[-3000:]
+    assert result.report["service_errors"]["worker"] == {lambda_errors.NOT_READY: 1,
+                                                         lambda_errors.THROTTLED: 2}
+    assert result.model == reference
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("channel", ["s3", "valkey"])
+def test_out_of_memory_fails_the_run_at_once_with_what_to_do(
+        job: Job, tmp_path: Path, channel: str) -> None:
+    """At 256 MB the worker (torch imported: ~290 MB) is killed by the emulator's memory
+    limit as Lambda kills it: Runtime.OutOfMemory. No same-size retry: the run fails, and the
+    recorded cause names the worker, the planned M and the next M to deploy with."""
+    small = json.loads(job.plan.read_text())
+    small["deployment"]["memory_mb"] = 256
+    plan = tmp_path / "plan-256.json"
+    plan.write_text(json.dumps(small))
+    result = run(Job(plan, job.cdk_out), tmp_path, f"oom-{channel}", "--channel", channel,
+                 synth=True)
+    assert result.code == 1, result.output[-3000:]
+    report = result.report
+    assert report["status"] == "FAILED" and report["execution_error"] == "FasDL.RunFailed"
+    died = errors(result)
+    assert died and set(died) == {lambda_errors.OUT_OF_MEMORY}, died
+    assert len(died) <= report["workers"]  # one attempt: never retried at the same size
+    failure = report["failure"]
+    assert failure is not None and failure["error"] == workflow.OUT_OF_MEMORY_ERROR
+    assert "M = 256 MB" in failure["cause"] and "memory_mb to 384" in failure["cause"]
+    assert max(r["peak_rss_mb"] for r in report["invocations"] if r["error"]) >= 256
+    assert report["exchange_left"] == 0
+    assert result.model is None
