@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from local.throttle import processes_with, stat_fields
+
 MIB = 1 << 20
 DEFAULT_TICK_S = 0.025
 
@@ -71,12 +73,7 @@ def _kib(value: str | None) -> int:
 
 
 def _stat_session(pid: int) -> list[str]:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return []
-    fields = text[text.rfind(")") + 2:].split()  # state ppid pgrp session ...
-    return fields[3:4]
+    return (stat_fields(pid) or [])[3:4]  # state ppid pgrp session ...
 
 
 def _children(pid: int) -> set[int]:
@@ -102,14 +99,7 @@ def descendants(pid: int) -> set[int]:
 
 def session_members(session: int) -> set[int]:
     """Every process of ``session``: a full ``/proc`` scan (several ms, so not every tick)."""
-    found: set[int] = set()
-    with contextlib.suppress(OSError), os.scandir("/proc") as entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            if _stat_session(int(entry.name)) == [str(session)]:
-                found.add(int(entry.name))
-    return found
+    return processes_with(3, session)
 
 
 _HAS_CHILDREN_FILES = Path(f"/proc/self/task/{os.getpid()}/children").exists()

@@ -31,13 +31,27 @@ def available_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (which may hold spaces and ')')."""
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (which may hold spaces and ')'):
+    state, ppid, pgrp, session, ..."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     return text[text.rfind(")") + 2:].split()
+
+
+def processes_with(field: int, value: int) -> set[int]:
+    """Every process whose :func:`stat_fields` ``field`` is ``value`` (2: its process group,
+    3: its session): a full /proc scan, several ms, since task/*/children is often missing."""
+    found: set[int] = set()
+    with contextlib.suppress(OSError), os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                fields = stat_fields(int(entry.name))
+                if fields is not None and len(fields) > field and fields[field] == str(value):
+                    found.add(int(entry.name))
+    return found
 
 
 def _cpu_of(fields: list[str]) -> float:
@@ -90,25 +104,17 @@ class CpuThrottle:
 
     # ---- measurement ------------------------------------------------------------------------
     def _scan(self) -> None:
-        """Find the group's processes: /proc/<pid>/task/*/children is often not compiled in."""
-        found = {self.pgid}
-        with contextlib.suppress(OSError), os.scandir("/proc") as entries:
-            for entry in entries:
-                if entry.name.isdigit() and int(entry.name) != self.pgid:
-                    fields = _stat_fields(int(entry.name))
-                    if fields is not None and len(fields) > 2 and fields[2] == str(self.pgid):
-                        found.add(int(entry.name))
-        self._members = found
+        self._members = {self.pgid} | processes_with(2, self.pgid)
 
     def cpu_seconds(self) -> float | None:
         """CPU time used by the group's processes and the children they reaped; None once the
         leader has exited."""
-        leader = _stat_fields(self.pgid)
+        leader = stat_fields(self.pgid)
         if leader is None or leader[0] in "ZX":
             return None
         total = _cpu_of(leader)
         for pid in self._members - {self.pgid}:
-            fields = _stat_fields(pid)
+            fields = stat_fields(pid)
             # A zombie still holds its time until reaped (then it is in the reaper's cutime);
             # the group check skips a pid reused by another process since the last scan.
             if fields is not None and len(fields) > 14 and fields[2] == str(self.pgid):
