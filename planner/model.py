@@ -256,6 +256,21 @@ def non_aggregator_times(problem: Problem, memory_mb: IntArray,
     return upload, download
 
 
+def _segment_load_and_checkpoint(problem: Problem, mem: IntArray, k: IntArray, ba: IntArray,
+                                 bn: IntArray, global_batch: IntArray
+                                 ) -> tuple[FloatArray, FloatArray]:
+    """Seconds a segment spends loading (checkpoint 2·S_m, the data partition, the cold start)
+    and writing its checkpoint (the merged model and an aggregator's optimizer shard)."""
+    wl, platform = problem.workload, problem.platform
+    # A fitted m < -M makes the alignment rule's B^n negative; _violations marks those
+    # configurations infeasible, so only keep their sizes valid here.
+    partition_mb = np.maximum(wl.dataset_mb * np.maximum(ba, bn) / global_batch, 0.0)
+    load_mb = 2.0 * wl.model_mb + partition_mb
+    load = platform.transfer_time("down", mem, load_mb) + platform.cold_start_s(mem)
+    checkpoint = platform.transfer_time("up", mem, wl.model_mb + wl.model_mb / k)
+    return load, checkpoint
+
+
 def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggregators: ArrayLike,
              batch_aggregator: ArrayLike, batch_non_aggregator: ArrayLike,
              bsp: ArrayLike = False) -> Evaluation:
@@ -265,15 +280,14 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
                                                         batch_aggregator,
                                                         batch_non_aggregator)))
     sync_bsp = np.broadcast_to(np.asarray(bsp, dtype=bool), w.shape)
-    wl, platform, prices = problem.workload, problem.platform, problem.prices
+    wl, prices = problem.workload, problem.prices
     bn = np.where(k >= w, ba, bn)
     global_batch = k * ba + (w - k) * bn
     iterations = wl.samples / global_batch
 
     upload, aggregate, download = communication_times(problem, w, mem, k)
     upload_n, download_n = non_aggregator_times(problem, mem, k)
-    train_a = wl.train_time(ba, mem)
-    train_n = wl.train_time(bn, mem)
+    train_a, train_n = wl.train_time(ba, mem), wl.train_time(bn, mem)
     # K = W has no non-aggregator: its terms must not bind
     others = k < w
     comm_a = upload + aggregate + download
@@ -285,14 +299,7 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         download, np.where(others, download_n, 0.0))
     iteration = np.where(sync_bsp, bsp_iteration, hap_iteration)
 
-    model_mb = wl.model_mb
-    # A fitted m < -M makes the alignment rule's B^n negative; _violations marks those
-    # configurations infeasible, so only keep their sizes valid here.
-    partition_mb = np.maximum(wl.dataset_mb * np.maximum(ba, bn) / global_batch, 0.0)
-    load_mb = 2.0 * model_mb + partition_mb
-    load = platform.transfer_time("down", mem, load_mb) + platform.cold_start_s(mem)
-    checkpoint_mb = model_mb + model_mb / k
-    checkpoint = platform.transfer_time("up", mem, checkpoint_mb)
+    load, checkpoint = _segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
     budget = problem.timeout_s - problem.timeout_margin_s - load - checkpoint
     with np.errstate(divide="ignore", invalid="ignore"):
         fit = np.floor(budget / iteration)
