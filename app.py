@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CDK entry point: `cdk synth|deploy [-c plan=plan.json] [-c torch_layer=DIR]
 [-c worker_packaging=zip|image] [-c alarm_email=you@example.com] [-c nag=true]
-[-c account=123456789012] [-c stack_name=NAME]`.
+[-c account=123456789012] [-c stack_name=NAME] [-c reserve_concurrency=true]
+[-c inline_map_max_workers=1..40]` (infra/settings.py says what each does).
 
 The plan is loaded and validated before any construct is created, so an invalid plan stops
 synth with the plan's own PlanError message (exit code 2). Without `-c plan=...` the documented
@@ -27,7 +28,7 @@ from infra.settings import PlanError, SettingsError, load_settings
 from infra.stack import DEFAULT_STACK_NAME, FasdlStack
 
 CONTEXT_KEYS = ("plan", "torch_layer", "worker_packaging", "alarm_email", "nag", "account",
-                "stack_name")
+                "stack_name", "reserve_concurrency", "inline_map_max_workers")
 
 
 def main() -> None:

@@ -14,6 +14,12 @@ Context keys (``cdk synth -c key=value`` or ``cdk.json``):
                       built from ``infra/container/Dockerfile`` at deploy time; needs Docker).
 ``alarm_email``       address subscribed (by email, after its owner confirms) to the
                       failed-execution alarm; default none: no topic, the alarm notifies nobody.
+``reserve_concurrency``  ``true`` reserves 2·W concurrent executions for the worker function
+                      (a retried segment may overlap the aborted one's workers); default
+                      ``false``: workers share the account's unreserved pool.
+``inline_map_max_workers``  largest W trained by an inline Map, 1 to 40 (default 40, the
+                      inline Map's concurrency limit); a larger W uses a Distributed Map.
+                      Lower it to run the Distributed Map path with few workers (tests).
 
 The plan is validated here, before any construct exists, so an invalid plan fails synth with
 the plan's own :class:`~fasdl.plan.PlanError` message.
@@ -49,6 +55,11 @@ CONTEXT_ALARM_EMAIL = "alarm_email"
 # mail is the real check.
 EMAIL_PATTERN = re.compile(r"[^@\s,;]+@[^@\s,;]+\.[^@\s.,;]+")
 
+CONTEXT_RESERVE_CONCURRENCY = "reserve_concurrency"
+CONTEXT_INLINE_MAP_MAX_WORKERS = "inline_map_max_workers"
+# An inline Map runs at most 40 iterations at once; all W workers must run together.
+INLINE_MAP_LIMIT = 40
+
 Packaging = Literal["zip", "image"]
 
 STUB_WARNING = (
@@ -71,6 +82,8 @@ class Settings:
     torch_layer_is_stub: bool
     worker_packaging: Packaging
     alarm_email: str | None = None
+    reserve_concurrency: bool = False
+    inline_map_max_workers: int = INLINE_MAP_LIMIT
 
 
 def _resolve(path: str | Path) -> Path:
@@ -102,7 +115,34 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> Settings:
         _check_layer_target(layer_dir, plan.deployment.arch)
     return Settings(plan=plan, plan_path=plan_path, torch_layer_dir=layer_dir,
                     torch_layer_is_stub=is_stub, worker_packaging=cast(Packaging, packaging),
-                    alarm_email=alarm_email)
+                    alarm_email=alarm_email,
+                    reserve_concurrency=_flag(context, CONTEXT_RESERVE_CONCURRENCY),
+                    inline_map_max_workers=_inline_map_max_workers(
+                        context.get(CONTEXT_INLINE_MAP_MAX_WORKERS)))
+
+
+def _flag(context: dict[str, object], key: str) -> bool:
+    """A boolean context value: true/false (any case), as ``-c key=true`` passes a string."""
+    value = context.get(key)
+    if value is None or value == "" or value is False or str(value).lower() == "false":
+        return False
+    if value is True or str(value).lower() == "true":
+        return True
+    raise SettingsError(f"context '{key}' must be true or false, got {value!r}")
+
+
+def _inline_map_max_workers(value: object) -> int:
+    if value is None or value == "":
+        return INLINE_MAP_LIMIT
+    try:
+        number = int(str(value))
+    except ValueError:
+        number = 0
+    if not 1 <= number <= INLINE_MAP_LIMIT:
+        raise SettingsError(
+            f"context '{CONTEXT_INLINE_MAP_MAX_WORKERS}' must be a whole number from 1 to "
+            f"{INLINE_MAP_LIMIT}, got {value!r}")
+    return number
 
 
 def _alarm_email(value: object) -> str | None:

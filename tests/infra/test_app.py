@@ -171,3 +171,27 @@ def test_cdk_cli_synth_offline(tmp_path: Path) -> None:
     kinds = {resource["Type"] for resource in template["Resources"].values()}
     assert "AWS::ElastiCache::ServerlessCache" in kinds
     assert "AWS::StepFunctions::StateMachine" in kinds
+
+
+@pytest.mark.parametrize("value", ["0", "41", "four", "2.5", True])
+def test_inline_map_max_workers_out_of_range_is_refused(value: object) -> None:
+    with pytest.raises(SettingsError, match=r"inline_map_max_workers.*1 to 40"):
+        load_settings({"inline_map_max_workers": value}, warn=False)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, 40), ("4", 4), (1, 1), ("40", 40)])
+def test_inline_map_max_workers_parsed(value: object, expected: int) -> None:
+    settings = load_settings({"inline_map_max_workers": value}, warn=False)
+    assert settings.inline_map_max_workers == expected
+
+
+@pytest.mark.parametrize(("value", "expected"),
+                         [(None, False), ("true", True), ("False", False), (True, True)])
+def test_reserve_concurrency_flag(value: object, expected: bool) -> None:
+    assert load_settings({"reserve_concurrency": value}, warn=False).reserve_concurrency \
+        is expected
+
+
+def test_reserve_concurrency_typo_is_refused() -> None:
+    with pytest.raises(SettingsError, match=r"reserve_concurrency.*true or false"):
+        load_settings({"reserve_concurrency": "yes please"}, warn=False)
