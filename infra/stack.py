@@ -61,7 +61,8 @@ class FasdlStack(Stack):
             self, "Workflow", workers=plan.deployment.workers,
             timeout_s=plan.deployment.timeout_s, trigger=self.compute.trigger,
             worker=self.compute.worker, finalize=self.compute.finalize,
-            memory_mb=plan.deployment.memory_mb)
+            memory_mb=plan.deployment.memory_mb,
+            inline_map_max_workers=settings.inline_map_max_workers)
         # Opt-in (-c profiling=true): profiler functions per memory and their state machine.
         memories = profiling_memories(
             {key: self.node.try_get_context(key) for key in (CONTEXT_PROFILING,

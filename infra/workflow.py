@@ -9,12 +9,13 @@ States::
                         | ok              | worker timed out     | worker crashed
                      Plan next segment  Shorten segment        Retry segment
                         \\------------> Count segment <-----------/
-    any other error (Catch) -> Record failure -> Run failed
+    out of memory, any other error -> Record failure -> Run failed
 
 A crashed worker (process died: ``Runtime.ExitError``; or a peer gave up waiting for its
 shards: ``ChannelTimeout``/``ChannelError``) reruns the same segment from its checkpoint
-(trigger action ``retry``, bounded); a Distributed Map reports both kinds only as
-``States.ExceedToleratedFailureThreshold``, which shortens (also bounded).
+(trigger action ``retry``, bounded). The inline Map learns the kind from its Catch; the
+Distributed Map's children never fail and the ``Segment outcome?`` Choice reads their
+statuses instead (:mod:`infra.segment_states`, which names every kind once for both).
 
 Execution input (every field optional; ``{}`` runs the deployed plan on its dataset)::
 
@@ -31,7 +32,6 @@ is what the trigger returns; every field each Lambda receives and returns is in
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from aws_cdk import Duration, RemovalPolicy, Stack
@@ -42,25 +42,22 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra import lambda_errors
+from infra.segment_states import (
+    CRASHED,
+    OUTCOME_PATH,
+    RUN_WORKER,
+    TIMED_OUT,
+    distributed_processor,
+    inline_processor,
+    outcome_choice,
+    outcome_selector,
+)
+from infra.settings import INLINE_MAP_LIMIT
 
-INLINE_MAP_MAX_WORKERS = 40  # inline Map runs at most 40 iterations at once
 HISTORY_BUDGET = 24_000  # of the 25,000-event hard limit; the rest covers start/finish/failure
 EVENTS_PER_WORKER_INLINE = 10  # 7 per iteration (entered, scheduled, started, ...) + retry slack
 EVENTS_PER_SEGMENT_FIXED = 30  # Map, trigger task, Count, Choice; Distributed MapRun events
-# SegmentTooLong: a worker that sees it cannot finish the segment in time fails fast on its own.
-TIMEOUT_ERRORS = [lambda_errors.TASK_TIMEOUT, lambda_errors.TIMEOUT, "SegmentTooLong"]
-SEGMENT_TIMEOUT_ERROR = "FasDL.SegmentTimeout"
-# A worker process died or a peer's shards never came: rerun the segment at the same length
-# from its checkpoint (the trigger bounds these retries too).
-CRASH_ERRORS = [lambda_errors.EXIT, "ChannelTimeout", "ChannelError"]
-WORKER_CRASHED_ERROR = "FasDL.WorkerCrashed"
-# Out of memory: the same segment at the same M would die again, so the run fails at once.
-OUT_OF_MEMORY_ERROR = "FasDL.WorkerOutOfMemory"
-# A Distributed Map reports any failed child only as this error; the trigger bounds the
-# shortened retries, so a real bug still ends on the failure path.
-DISTRIBUTED_FAILURE = "States.ExceedToleratedFailureThreshold"
 RUN_FAILED_ERROR = "FasDL.RunFailed"
-CLASSIFY_UNKNOWN = "Classify worker failure"
 
 
 @dataclass(frozen=True)
@@ -101,12 +98,8 @@ INITIALIZE = "Initialize"
 PLAN_RUN = "Plan run"
 MORE_SEGMENTS = "More segments?"
 TRAIN_SEGMENT = "Train segment"
-RUN_WORKER = "Run worker"
-WORKER_TIMED_OUT = "Worker timed out"
 PLAN_NEXT = "Plan next segment"
 SHORTEN = "Shorten segment"
-WORKER_CRASHED = "Worker crashed"
-WORKER_OUT_OF_MEMORY = "Worker out of memory"
 RETRY = "Retry segment"
 COUNT = "Count segment"
 CONTINUE = "Continue as new"
@@ -127,18 +120,14 @@ def add_lambda_retries(task: tasks.LambdaInvoke) -> None:
                        jitter_strategy=sfn.JitterType.FULL)
 
 
-def next_memory_mb(memory_mb: int) -> int:
-    """A quarter more, on Lambda's 128-MB grid the planner uses, at most 10,240 MB."""
-    return min(10_240, math.ceil(memory_mb * 1.25 / 128) * 128)
+def is_distributed(workers: int, inline_max: int = INLINE_MAP_LIMIT) -> bool:
+    return workers > inline_max
 
 
-def is_distributed(workers: int) -> bool:
-    return workers > INLINE_MAP_MAX_WORKERS
-
-
-def segments_per_execution(workers: int) -> int:
+def segments_per_execution(workers: int, inline_max: int = INLINE_MAP_LIMIT) -> int:
     """Segments one execution may run before it continues as new (history-limit guard)."""
-    per_worker = 0 if is_distributed(workers) else EVENTS_PER_WORKER_INLINE * workers
+    per_worker = (0 if is_distributed(workers, inline_max)
+                  else EVENTS_PER_WORKER_INLINE * workers)
     return max(1, HISTORY_BUDGET // (EVENTS_PER_SEGMENT_FIXED + per_worker))
 
 
@@ -152,16 +141,18 @@ class TrainingWorkflow(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, workers: int, timeout_s: int,
                  trigger: lambda_.IFunction, worker: lambda_.IFunction,
-                 finalize: lambda_.IFunction, memory_mb: int) -> None:
+                 finalize: lambda_.IFunction, memory_mb: int,
+                 inline_map_max_workers: int = INLINE_MAP_LIMIT) -> None:
         super().__init__(scope, construct_id)
         self._workers = workers
+        self._distributed = is_distributed(workers, inline_map_max_workers)
         self._memory_mb = memory_mb
         self._timeout_s = timeout_s
         self._trigger = trigger
         self._worker = worker
         self._finalize = finalize
         self.name = state_machine_name(Stack.of(self).stack_name)
-        self.segment_limit = segments_per_execution(workers)
+        self.segment_limit = segments_per_execution(workers, inline_map_max_workers)
         self.log_group = logs.LogGroup(self, LOG_GROUP_ID, retention=LOG_RETENTION,
                                        removal_policy=RemovalPolicy.DESTROY)
         self.state_machine = self._build_state_machine(self._build_definition())
@@ -191,72 +182,34 @@ class TrainingWorkflow(Construct):
         record.add_catch(failed, errors=["States.ALL"], result_path="$.record_error")
         return record.next(failed)
 
-    def _build_worker_processor(self) -> sfn.IChainable:
-        # The iteration outputs only its worker index: W results stay a few KB whatever the
-        # worker returns (a Map's collected output counts against the 256 KiB limit).
-        run = self._invoke(RUN_WORKER, self._worker, {
+    def _build_run_worker(self, *, distributed: bool) -> tasks.LambdaInvoke:
+        # The inline iteration outputs only its worker index, the Distributed child a small
+        # status: W results stay a few KB whatever the worker returns (256 KiB Map limit).
+        return self._invoke(RUN_WORKER, self._worker, {
             "action": "train",
             "run_id.$": "$.run_id", "plan_key.$": "$.plan_key",
             "segment.$": "$.segment", "worker.$": "$.worker",
-        }, result_path=sfn.JsonPath.DISCARD, output_path="$.worker",
+        }, result_path=sfn.JsonPath.DISCARD, output_path=None if distributed else "$.worker",
             task_timeout_s=self._timeout_s + TASK_TIMEOUT_SLACK_S)
-        # One name per kind of worker failure, whatever Lambda or the Task reported.
-        timed_out = sfn.Fail(self, WORKER_TIMED_OUT, state_name=WORKER_TIMED_OUT,
-                             error=SEGMENT_TIMEOUT_ERROR,
-                             cause="A worker hit its timeout; the segment is retried shorter")
-        run.add_catch(timed_out, errors=TIMEOUT_ERRORS)
-        crashed = sfn.Fail(self, WORKER_CRASHED, state_name=WORKER_CRASHED,
-                           error=WORKER_CRASHED_ERROR,
-                           cause="A worker died or its peers' shards never came; the segment "
-                                 "is retried from its checkpoint")
-        run.add_catch(crashed, errors=CRASH_ERRORS)
-        out_of_memory = self._build_out_of_memory()
-        run.add_catch(out_of_memory, errors=[lambda_errors.OUT_OF_MEMORY],
-                      result_path="$.failure")
-        # The optimized integration reports all three as Lambda.Unknown: tell them apart.
-        classify = sfn.Choice(self, CLASSIFY_UNKNOWN, state_name=CLASSIFY_UNKNOWN)
-        classify.when(sfn.Condition.string_matches("$.failure.Cause",
-                                                   lambda_errors.TIMEOUT_CAUSE), timed_out)
-        classify.when(sfn.Condition.string_matches("$.failure.Cause",
-                                                   lambda_errors.OUT_OF_MEMORY_CAUSE),
-                      out_of_memory)
-        classify.otherwise(crashed)
-        run.add_catch(classify, errors=[lambda_errors.UNKNOWN], result_path="$.failure")
-        return run
-
-    def _build_out_of_memory(self) -> sfn.Fail:
-        """Fail fast, naming the worker, its memory size and the next size to plan with."""
-        memory = self._memory_mb
-        suggested = next_memory_mb(memory)
-        return sfn.Fail(
-            self, WORKER_OUT_OF_MEMORY, state_name=WORKER_OUT_OF_MEMORY,
-            error=OUT_OF_MEMORY_ERROR,
-            cause_path=sfn.JsonPath.format(
-                f"Worker {{}} ran out of memory at the planned M = {memory} MB "
-                f"({lambda_errors.OUT_OF_MEMORY}; its peak is the Max Memory Used of its last "
-                f"REPORT log line). Retrying at the same size would fail again: set "
-                f"deployment.memory_mb to {suggested} in plan.json (or re-profile the workload, "
-                f"docs/profiling.md) and deploy again. Lambda said: {{}}",
-                sfn.JsonPath.string_at("$.worker"),
-                sfn.JsonPath.string_at("$.failure.Cause")))
 
     def _build_train_segment(self) -> sfn.Map | sfn.DistributedMap:
         selector = {
             "run_id.$": "$.run.run_id", "plan_key.$": "$.run.plan_key",
             "segment.$": "$.run.segment", "worker.$": "$$.Map.Item.Value",
         }
-        processor = self._build_worker_processor()
-        if is_distributed(self._workers):
+        if self._distributed:
             distributed = sfn.DistributedMap(
                 self, TRAIN_SEGMENT, state_name=TRAIN_SEGMENT, items_path="$.run.workers",
                 item_selector=selector, max_concurrency=self._workers,
                 map_execution_type=sfn.StateMachineType.STANDARD,  # workers outlive Express
-                result_path=sfn.JsonPath.DISCARD)
-            return distributed.item_processor(processor)
+                result_selector=outcome_selector(), result_path=OUTCOME_PATH)
+            return distributed.item_processor(
+                distributed_processor(self, self._build_run_worker(distributed=True)))
         inline = sfn.Map(self, TRAIN_SEGMENT, state_name=TRAIN_SEGMENT,
                          items_path="$.run.workers", item_selector=selector,
                          max_concurrency=self._workers, result_path=sfn.JsonPath.DISCARD)
-        return inline.item_processor(processor)
+        return inline.item_processor(inline_processor(
+            self, self._build_run_worker(distributed=False), self._memory_mb))
 
     def _build_continue(self) -> tasks.StepFunctionsStartExecution:
         # Imported by name: referencing the machine being defined would be a template cycle.
@@ -292,12 +245,14 @@ class TrainingWorkflow(Construct):
         continue_as_new = self._build_continue()
         continued = sfn.Succeed(self, CONTINUED, state_name=CONTINUED)
 
-        timeouts = [SEGMENT_TIMEOUT_ERROR, *TIMEOUT_ERRORS]
-        if is_distributed(self._workers):
-            timeouts.append(DISTRIBUTED_FAILURE)
-        train.add_catch(shorten, errors=timeouts, result_path="$.error")
-        train.add_catch(retry, errors=[WORKER_CRASHED_ERROR, *CRASH_ERRORS],
-                        result_path="$.error")
+        if self._distributed:
+            train.next(outcome_choice(self, memory_mb=self._memory_mb, ok=plan_next, actions={
+                "shorten": shorten, "retry": retry, "fail": record_failure}))
+        else:
+            for kind, action in ((TIMED_OUT, shorten), (CRASHED, retry)):
+                train.add_catch(action, errors=[kind.error, *kind.caught],
+                                result_path="$.error")
+            train.next(plan_next)
         catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
             plan_run, train, plan_next, shorten, retry, finalize, continue_as_new]
         for state in catching:
@@ -309,7 +264,6 @@ class TrainingWorkflow(Construct):
                                                            self.segment_limit),
                   continue_as_new.next(continued))
         more.otherwise(train)
-        train.next(plan_next)
         plan_next.next(count)
         shorten.next(count)
         retry.next(count)

@@ -97,6 +97,14 @@ def wide_synth(synths: dict[str, Synth]) -> Synth:
     return synths["wide_s3"]
 
 
+@pytest.fixture(scope="session")
+def small_distributed() -> Synth:
+    """W = 4 taking the Distributed Map path (``-c inline_map_max_workers=2``), as the local
+    end-to-end tests run it."""
+    return synthesize("small_distributed", PLAN_FILES["s3_x86_small"],
+                      inline_map_max_workers="2")
+
+
 def state_machine_definition(synth: Synth, construct: str = "Workflow") -> dict[str, Any]:
     """The ASL of the training machine (``construct="Profiling"``: the profiling machine), with
     every CloudFormation token replaced by a fake but well-formed ARN."""

@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
-from infra import lambda_errors, workflow
+from infra import lambda_errors, segment_states, workflow
 from infra.access import WILDCARD_RESOURCE_ACTIONS
 from infra.cache import cache_limits
 from infra.compute import ephemeral_storage_mb
 from infra.lambda_runtime import PYTHON_RUNTIME, RUNTIME_OS
 from infra.network import CACHE_PORT
+from infra.segment_states import OUT_OF_MEMORY
 from tests.infra.conftest import Synth, state_machine_definition
 
 
@@ -125,34 +126,14 @@ def test_state_machine_shape(synth: Synth) -> None:
     assert {"Variable": "$.count.segments", "NumericGreaterThanEquals": limit,
             "Next": workflow.CONTINUE} in choice["Choices"]
     assert choice["Default"] == workflow.TRAIN_SEGMENT
-    # Timeouts shorten the segment; everything else records the failure.
-    catches = states[workflow.TRAIN_SEGMENT]["Catch"]
-    assert catches[0]["Next"] == workflow.SHORTEN
-    assert {"States.Timeout", "Sandbox.Timedout"} <= set(catches[0]["ErrorEquals"])
-    worker_catch = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][
-        workflow.RUN_WORKER]["Catch"][0]["ErrorEquals"]
-    # A worker that fails fast because the segment cannot fit its time left is a timeout too.
-    from fasdl.segment_runner import SegmentTooLong  # the runtime's own error type
-
-    assert SegmentTooLong.__name__ in worker_catch
-    # A dead worker (Lambda's Runtime.ExitError) or a peer that gave up waiting for its shards
-    # reruns the same segment from its checkpoint; the trigger bounds the reruns.
-    from fasdl.channel import ChannelError, ChannelTimeout
-
-    crash_names = {"Runtime.ExitError", ChannelTimeout.__name__, ChannelError.__name__}
-    crash_catch = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][
-        workflow.RUN_WORKER]["Catch"][1]
-    assert set(crash_catch["ErrorEquals"]) == crash_names
-    assert crash_catch["Next"] == workflow.WORKER_CRASHED
-    assert catches[1]["Next"] == workflow.RETRY
-    assert set(catches[1]["ErrorEquals"]) == {workflow.WORKER_CRASHED_ERROR, *crash_names}
     retry = states[workflow.RETRY]
     assert retry["Parameters"] == {"action": "retry", "run.$": "$.run", "error.$": "$.error"}
     assert retry["Next"] == workflow.COUNT and retry["ResultPath"] == "$.run"
     assert retry["Catch"][-1]["Next"] == workflow.RECORD_FAILURE
+    catches = states[workflow.TRAIN_SEGMENT]["Catch"]
     assert catches[-1] == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
                            "Next": workflow.RECORD_FAILURE}
-    worker = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][workflow.RUN_WORKER]
+    worker = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"][segment_states.RUN_WORKER]
     assert [rule["ErrorEquals"] for rule in worker["Retry"]] == [
         list(retrier.errors) for retrier in workflow.RETRIERS]
     assert states[workflow.FAILED]["Type"] == "Fail"
@@ -309,9 +290,16 @@ def test_valkey_worker_has_no_s3_exchange_access(valkey_synth: Synth, s3_synth: 
 
 def test_map_results_stay_small(synth: Synth) -> None:
     train = state_machine_definition(synth)["States"][workflow.TRAIN_SEGMENT]
-    run = train["ItemProcessor"]["States"][workflow.RUN_WORKER]
-    assert run["ResultPath"] is None and run["OutputPath"] == "$.worker"
-    assert train["ResultPath"] is None
+    run = train["ItemProcessor"]["States"][segment_states.RUN_WORKER]
+    assert run["ResultPath"] is None
+    if _is_distributed(train):  # each child returns {worker, status, error}: tested apart
+        assert "OutputPath" not in run and train["ResultPath"] == segment_states.OUTCOME_PATH
+    else:
+        assert run["OutputPath"] == "$.worker" and train["ResultPath"] is None
+
+
+def _is_distributed(train: dict[str, Any]) -> bool:
+    return bool(train["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED")
 
 
 # ---- Lambda failures as AWS reports them (infra/lambda_errors.py) ------------------------
@@ -349,34 +337,46 @@ def test_every_lambda_task_retries_service_errors_with_capped_jitter(synth: Synt
 def test_out_of_memory_fails_fast_with_what_to_do(synth: Synth) -> None:
     states = state_machine_definition(synth)["States"]
     inner = states[workflow.TRAIN_SEGMENT]["ItemProcessor"]["States"]
-    catches = {tuple(c["ErrorEquals"]): c["Next"] for c in inner[workflow.RUN_WORKER]["Catch"]}
-    assert catches[(lambda_errors.OUT_OF_MEMORY,)] == workflow.WORKER_OUT_OF_MEMORY
-    failed = inner[workflow.WORKER_OUT_OF_MEMORY]
+    catches = {tuple(c["ErrorEquals"]): c["Next"]
+               for c in inner[segment_states.RUN_WORKER]["Catch"]}
+    assert catches[(lambda_errors.OUT_OF_MEMORY,)] == segment_states.WORKER_OUT_OF_MEMORY
     memory = synth.settings.plan.deployment.memory_mb
-    assert failed["Error"] == workflow.OUT_OF_MEMORY_ERROR
-    assert f"M = {memory} MB" in failed["CausePath"]
-    assert f"memory_mb to {workflow.next_memory_mb(memory)}" in failed["CausePath"]
+    if _is_distributed(states[workflow.TRAIN_SEGMENT]):
+        worker = inner[segment_states.WORKER_OUT_OF_MEMORY]
+        assert worker["Type"] == "Pass"
+        assert worker["Parameters"]["status"] == OUT_OF_MEMORY.status
+        failed = states[OUT_OF_MEMORY.segment_state_name]
+        assert failed["Next"] == workflow.RECORD_FAILURE
+        assert failed["Parameters"]["Error"] == segment_states.OUT_OF_MEMORY_ERROR
+        cause = failed["Parameters"]["Cause.$"]
+    else:
+        failed = inner[segment_states.WORKER_OUT_OF_MEMORY]
+        assert failed["Error"] == segment_states.OUT_OF_MEMORY_ERROR
+        cause = failed["CausePath"]
+    assert f"M = {memory} MB" in cause
+    assert f"memory_mb to {segment_states.next_memory_mb(memory)}" in cause
     # Not a crash: the Map's crash catch (same segment again) must not take it.
-    segment_catches = states[workflow.TRAIN_SEGMENT]["Catch"]
+    segment_catches = states[workflow.TRAIN_SEGMENT].get("Catch", [])
     retried = {n for c in segment_catches if c["Next"] != workflow.RECORD_FAILURE
                for n in c["ErrorEquals"]}
-    assert workflow.OUT_OF_MEMORY_ERROR not in retried
+    assert segment_states.OUT_OF_MEMORY_ERROR not in retried
     assert lambda_errors.OUT_OF_MEMORY not in retried
 
 
 def test_lambda_unknown_is_classified_by_its_cause(synth: Synth) -> None:
     inner = state_machine_definition(synth)["States"][workflow.TRAIN_SEGMENT][
         "ItemProcessor"]["States"]
-    catches = {tuple(c["ErrorEquals"]): c["Next"] for c in inner[workflow.RUN_WORKER]["Catch"]}
-    assert catches[(lambda_errors.UNKNOWN,)] == workflow.CLASSIFY_UNKNOWN
-    choice = inner[workflow.CLASSIFY_UNKNOWN]
+    catches = {tuple(c["ErrorEquals"]): c["Next"]
+               for c in inner[segment_states.RUN_WORKER]["Catch"]}
+    assert catches[(lambda_errors.UNKNOWN,)] == segment_states.CLASSIFY_UNKNOWN
+    choice = inner[segment_states.CLASSIFY_UNKNOWN]
     assert [(c["StringMatches"], c["Next"]) for c in choice["Choices"]] == [
-        (lambda_errors.TIMEOUT_CAUSE, workflow.WORKER_TIMED_OUT),
-        (lambda_errors.OUT_OF_MEMORY_CAUSE, workflow.WORKER_OUT_OF_MEMORY)]
-    assert choice["Default"] == workflow.WORKER_CRASHED
+        (lambda_errors.TIMEOUT_CAUSE, segment_states.WORKER_TIMED_OUT),
+        (lambda_errors.OUT_OF_MEMORY_CAUSE, segment_states.WORKER_OUT_OF_MEMORY)]
+    assert choice["Default"] == segment_states.WORKER_CRASHED
 
 
 @pytest.mark.parametrize(("memory", "suggested"), [(128, 256), (1024, 1280), (1769, 2304),
                                                    (3008, 3840), (10_240, 10_240)])
 def test_next_memory_is_a_quarter_more_on_the_grid(memory: int, suggested: int) -> None:
-    assert workflow.next_memory_mb(memory) == suggested
+    assert segment_states.next_memory_mb(memory) == suggested

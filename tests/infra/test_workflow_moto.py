@@ -21,7 +21,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_sfn,
 )
 
-from infra import workflow
+from infra import segment_states, workflow
 from infra.contract import RunState
 from tests.infra.conftest import Synth, state_machine_definition
 
@@ -149,11 +149,25 @@ def _execute(definition: dict[str, Any], run_input: dict[str, Any]
     raise AssertionError("executions did not finish")
 
 
-def test_segments_loop_and_a_timeout_shortens(s3_synth: Synth,
+@pytest.fixture(params=["inline", "distributed"])
+def machine(request: pytest.FixtureRequest, s3_synth: Synth,
+            small_distributed: Synth) -> dict[str, Any]:
+    """The W = 4 machine with an inline Map, and with a Distributed Map
+    (``-c inline_map_max_workers=2``): each failure must be handled alike."""
+    return state_machine_definition(s3_synth if request.param == "inline"
+                                    else small_distributed)
+
+
+def _is_distributed(definition: dict[str, Any]) -> bool:
+    train = definition["States"][workflow.TRAIN_SEGMENT]
+    return bool(train["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED")
+
+
+def test_segments_loop_and_a_timeout_shortens(machine: dict[str, Any],
                                               fake_lambdas: list[FakeLambdas]) -> None:
     fake = FakeLambdas(4, timeout_at=(1, 2))
     fake_lambdas.append(fake)
-    (execution,) = _execute(state_machine_definition(s3_synth), {})
+    (execution,) = _execute(machine, {})
     assert execution["status"] == "SUCCEEDED", execution
     assert json.loads(execution["output"])["model_key"] == "runs/run-1/model.npz"
     assert fake.actions() == ["Trigger.start", "Trigger.next", "Trigger.shorten",
@@ -167,32 +181,39 @@ def test_segments_loop_and_a_timeout_shortens(s3_synth: Synth,
     assert retried and all(s["iterations"] == 4 and s["index"] == 1 for s in retried)
 
 
-def test_a_dead_worker_reruns_the_segment(s3_synth: Synth,
+def test_a_dead_worker_reruns_the_segment(machine: dict[str, Any],
                                           fake_lambdas: list[FakeLambdas]) -> None:
     fake = FakeLambdas(4, exit_at=(1, 3))
     fake_lambdas.append(fake)
-    (execution,) = _execute(state_machine_definition(s3_synth), {})
+    (execution,) = _execute(machine, {})
     assert execution["status"] == "SUCCEEDED", execution
     assert fake.actions() == ["Trigger.start", "Trigger.next", "Trigger.retry",
                               "Trigger.next", "Trigger.next", "Finalize.succeeded"]
     (retry,) = [event for action, event in fake.calls if action == "Trigger.retry"]
-    assert retry["error"]["Error"] == workflow.WORKER_CRASHED_ERROR
+    assert retry["error"]["Error"] == segment_states.WORKER_CRASHED_ERROR
     rerun = [e["segment"] for a, e in fake.calls if a == "Worker.train"
              and e["segment"]["attempt"] == 1]
     assert len(rerun) == 4 and all(s["iterations"] == 8 and s["index"] == 1 for s in rerun)
 
 
-def test_worker_error_records_failure(s3_synth: Synth,
+def test_worker_error_records_failure(machine: dict[str, Any],
                                       fake_lambdas: list[FakeLambdas]) -> None:
     fake = FakeLambdas(4, crash_at=(0, 1))
     fake_lambdas.append(fake)
-    (execution,) = _execute(state_machine_definition(s3_synth), {"run_id": "bad"})
+    (execution,) = _execute(machine, {"run_id": "bad"})
     assert execution["status"] == "FAILED"
     assert execution["error"] == workflow.RUN_FAILED_ERROR
     assert fake.actions() == ["Trigger.start", "Finalize.failed"]
     (failed,) = [event for action, event in fake.calls if action == "Finalize.failed"]
     assert failed["state"]["run"]["run_id"] == "bad"
-    assert failed["state"]["error"]["Error"] == "RuntimeError"
+    error = failed["state"]["error"]
+    if _is_distributed(machine):  # the child's status names the worker and the kind
+        assert error["Error"] == segment_states.WORKER_FAILED_ERROR
+        assert error["Cause"].startswith("Worker(s) [1] failed")
+        assert {"worker": 1, "status": "failed", "error": "RuntimeError"} in \
+            failed["state"]["outcome"]["workers"]
+    else:  # the inline Map fails with the worker's own error
+        assert error["Error"] == "RuntimeError"
 
 
 @pytest.fixture

@@ -6,6 +6,9 @@ from its checkpoint, a restarted Valkey loses its shards and the segment is reru
 that keeps dying ends the run on the failure path with the error recorded.
 
 The job is planned and synthesized once (``--plan``/``--cdk-out``) to save a synth per run.
+The Distributed Map path (W > 40 on AWS) runs the same W = 4 job from a template synthesized
+with ``-c inline_map_max_workers=2``: moto's interpreter runs the Distributed Map's children
+as child executions, as Step Functions does.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from infra import lambda_errors, workflow
+from infra import lambda_errors, segment_states
 from infra.settings import REPO_ROOT
 from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import synthesize
@@ -213,8 +216,72 @@ def test_out_of_memory_fails_the_run_at_once_with_what_to_do(
     assert died and set(died) == {lambda_errors.OUT_OF_MEMORY}, died
     assert len(died) <= report["workers"]  # one attempt: never retried at the same size
     failure = report["failure"]
-    assert failure is not None and failure["error"] == workflow.OUT_OF_MEMORY_ERROR
+    assert failure is not None and failure["error"] == segment_states.OUT_OF_MEMORY_ERROR
     assert "M = 256 MB" in failure["cause"] and "memory_mb to 384" in failure["cause"]
     assert max(r["peak_rss_mb"] for r in report["invocations"] if r["error"]) >= 256
     assert report["exchange_left"] == 0
+    assert result.model is None
+
+
+# ---- the Distributed Map path (children never fail; the Segment outcome? Choice decides) ---
+DISTRIBUTED_CONTEXT = {"inline_map_max_workers": "2"}
+
+
+def distributed(plan: Path, work: Path) -> Job:
+    """The job's plan synthesized so that W = 4 takes the Distributed Map path."""
+    return Job(plan, synthesize(plan, work / "cdk.out", context=DISTRIBUTED_CONTEXT).parent)
+
+
+def _train_segment_mode(job: Job) -> str:
+    (template,) = job.cdk_out.glob("*.template.json")
+    resources = json.loads(template.read_text())["Resources"]
+    (machine,) = [r for r in resources.values() if r["Type"] == "AWS::StepFunctions::StateMachine"
+                  and "training" in json.dumps(r["Properties"].get("StateMachineName"))]
+    text = "".join(p for p in machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+                   if isinstance(p, str))
+    return "DISTRIBUTED" if '"Mode":"DISTRIBUTED"' in text else "INLINE"
+
+
+@pytest.mark.slow
+def test_distributed_map_killed_worker_is_retried_at_full_length(
+        job: Job, reference: bytes, tmp_path: Path) -> None:
+    """Under a Distributed Map a crash used to surface as ExceedToleratedFailureThreshold and
+    halve the segment; now the crashed child reports its status, the segment is rerun at full
+    length from its checkpoint and the weights are those of the undisturbed run."""
+    wide = distributed(job.plan, tmp_path)
+    assert _train_segment_mode(wide) == "DISTRIBUTED"
+    result = run(wide, tmp_path, "killed-distributed", "--segment-iterations", str(SEGMENT),
+                 *CRASH, *FAST_PEER_WAIT)
+    assert result.code == 0, result.output[-3000:]
+    assert "Runtime.ExitError" in errors(result)
+    assert [(s["attempt"], s["iterations"]) for s in result.report["segments"]] == [
+        (0, SEGMENT), (1, SEGMENT)]
+    assert result.report["summary"]["retried_attempts"] == 1
+    assert result.report["exchange_left"] == 0
+    assert result.model == reference
+
+
+@pytest.mark.slow
+def test_distributed_map_out_of_memory_fails_naming_the_workers(
+        job: Job, tmp_path: Path) -> None:
+    small = json.loads(job.plan.read_text())
+    small["deployment"]["memory_mb"] = 256
+    plan = tmp_path / "plan-256.json"
+    plan.write_text(json.dumps(small))
+    result = run(distributed(plan, tmp_path), tmp_path, "oom-distributed", *FAST_PEER_WAIT)
+    assert result.code == 1, result.output[-3000:]
+    report = result.report
+    assert report["status"] == "FAILED" and report["execution_error"] == "FasDL.RunFailed"
+    died = errors(result)
+    # children run to their end: a peer of a killed worker may give up waiting for it
+    assert lambda_errors.OUT_OF_MEMORY in died, died
+    assert set(died) <= {lambda_errors.OUT_OF_MEMORY, "ChannelTimeout"}, died
+    assert len(died) <= report["workers"]  # one attempt: never retried at the same size
+    failure = report["failure"]
+    assert failure is not None and failure["error"] == segment_states.OUT_OF_MEMORY_ERROR
+    oom_workers = sorted({r["worker"] for r in report["invocations"]
+                          if r["error"] == lambda_errors.OUT_OF_MEMORY})
+    assert f"Worker(s) {json.dumps(oom_workers, separators=(',', ':'))} ran out of memory" \
+        in failure["cause"]
+    assert "M = 256 MB" in failure["cause"] and "memory_mb to 384" in failure["cause"]
     assert result.model is None
