@@ -4,7 +4,9 @@ Every bucket enforces TLS, S3-managed encryption and blocks public access; all b
 bucket send server access logs to the log bucket. Removal policies are deliberate: datasets and
 results outlive the stack (RETAIN); the exchange bucket holds only shards that expire within a
 day, so it is DESTROY with CDK's auto-delete custom resource, which empties it during
-``cdk destroy`` (CloudFormation cannot delete a bucket that still holds objects).
+``cdk destroy`` (CloudFormation cannot delete a bucket that still holds objects). Datasets and
+results are also versioned: an overwritten or deleted object stays recoverable for
+``NONCURRENT_EXPIRY``. Why the exchange and log buckets are not: infra/checkov.py.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ ACCESS_LOG_EXPIRY = Duration.days(365)
 # per-request record of 503 SlowDown and turn-around times on the exchange), and since logs
 # arrive within hours, nothing older is needed.
 EXCHANGE_ACCESS_LOG_EXPIRY = Duration.days(7)
+# Versioned buckets: how long a replaced or deleted object stays recoverable. Runs write new
+# keys per run and segment, so little is ever replaced and this costs almost nothing.
+NONCURRENT_EXPIRY = Duration.days(30)
 
 DATASETS_LOG_PREFIX = "datasets/"
 RESULTS_LOG_PREFIX = "results/"
@@ -39,6 +44,13 @@ AUTO_DELETE_PROVIDER_ID = "Custom::S3AutoDeleteObjectsCustomResourceProvider"
 AUTO_DELETE_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
 
+def _versioned_lifecycle() -> s3.LifecycleRule:
+    """Failed multipart uploads, replaced versions and then their delete markers go away."""
+    return s3.LifecycleRule(abort_incomplete_multipart_upload_after=MULTIPART_ABORT,
+                            noncurrent_version_expiration=NONCURRENT_EXPIRY,
+                            expired_object_delete_marker=True)
+
+
 class Storage(Construct):
     """The four buckets of a FasDL stack."""
 
@@ -52,7 +64,7 @@ class Storage(Construct):
 
     def _bucket(self, construct_id: str, *, removal: RemovalPolicy,
                 lifecycle: list[s3.LifecycleRule], log_prefix: str | None,
-                auto_delete: bool = False) -> s3.Bucket:
+                auto_delete: bool = False, versioned: bool = False) -> s3.Bucket:
         return s3.Bucket(
             self, construct_id,
             encryption=s3.BucketEncryption.S3_MANAGED,
@@ -61,6 +73,7 @@ class Storage(Construct):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             removal_policy=removal,
             auto_delete_objects=auto_delete,
+            versioned=versioned,
             lifecycle_rules=lifecycle,
             server_access_logs_bucket=self.log_bucket if log_prefix else None,
             server_access_logs_prefix=log_prefix,
@@ -85,16 +98,14 @@ class Storage(Construct):
     def _build_datasets_bucket(self) -> s3.Bucket:
         # User data uploaded once and reused across runs: never deleted with the stack.
         return self._bucket(DATASETS_BUCKET_ID, removal=RemovalPolicy.RETAIN,
-                            lifecycle=[s3.LifecycleRule(
-                                abort_incomplete_multipart_upload_after=MULTIPART_ABORT)],
-                            log_prefix=DATASETS_LOG_PREFIX)
+                            lifecycle=[_versioned_lifecycle()],
+                            log_prefix=DATASETS_LOG_PREFIX, versioned=True)
 
     def _build_results_bucket(self) -> s3.Bucket:
         # Trained models and checkpoints are the product of paid compute: RETAIN.
         return self._bucket(RESULTS_BUCKET_ID, removal=RemovalPolicy.RETAIN,
-                            lifecycle=[s3.LifecycleRule(
-                                abort_incomplete_multipart_upload_after=MULTIPART_ABORT)],
-                            log_prefix=RESULTS_LOG_PREFIX)
+                            lifecycle=[_versioned_lifecycle()],
+                            log_prefix=RESULTS_LOG_PREFIX, versioned=True)
 
     def _build_exchange_bucket(self) -> s3.Bucket:
         # Shards are garbage after their iteration; the lifecycle is the backstop for the
