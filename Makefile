@@ -3,6 +3,12 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
+# checkov (tests/infra/test_checkov.py) pins boto3==1.35.49, networkx<2.7 and packaging<24,
+# which conflict with pyproject.toml's pins, so it gets a venv of its own. The stamp carries the
+# version: changing CHECKOV_VERSION reinstalls it.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
@@ -10,7 +16,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup system test lint run synth bench layer clean
 
-setup: system $(VENV)/.installed node_modules/.installed
+setup: system $(VENV)/.installed node_modules/.installed $(CHECKOV_STAMP)
 
 # Debian packages the suite needs (redis-server for the TLS + cluster tests, npm, binutils).
 system:
@@ -25,6 +31,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0 --index-url $(TORCH_INDEX_URL)
 	$(PIP) install -q -e '.[dev]'
+	@touch $@
+
+$(CHECKOV_STAMP):
+	@test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
+	@printf '*\n' > $(CHECKOV_VENV)/.gitignore  # keeps the venv out of git
+	$(CHECKOV_VENV)/bin/pip install -q --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install -q checkov==$(CHECKOV_VERSION)
+	@rm -f $(CHECKOV_VENV)/.installed-*
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json

@@ -7,6 +7,7 @@ from aws_cdk import CfnOutput, CfnParameter, CfnRule, CfnRuleAssertion, Environm
 from constructs import Construct
 
 from infra.cache import ExchangeCache
+from infra.checkov import add_skips
 from infra.compute import Compute
 from infra.monitoring import Monitoring
 from infra.nag import add_suppressions
@@ -78,6 +79,7 @@ class FasdlStack(Stack):
         if settings.torch_layer_is_stub:
             self._refuse_deployment()
         add_suppressions(self)
+        add_skips(self)
 
     def _refuse_deployment(self) -> None:
         """CloudFormation checks template rules before it creates or updates any resource
