@@ -81,9 +81,9 @@ ACKNOWLEDGED: tuple[Acknowledgement, ...] = (
         _unset("kms_key_arn")),
     Acknowledgement(
         "CKV_AWS_116", FUNCTION, COMPUTE_FUNCTIONS,
-        "Step Functions invokes every FasDL function synchronously (the task Resource is the "
-        "function ARN: RequestResponse) and handles failures with the Retry and Catch rules "
-        "of infra/workflow.py. A dead-letter queue only receives failed asynchronous "
+        "Every FasDL function is invoked synchronously (RequestResponse: the Step Functions "
+        "tasks name the function ARN), and the state machines handle failures with their "
+        "Retry and Catch rules. A dead-letter queue only receives failed asynchronous "
         "invocations, so it would never get a message.",
         _unset("dead_letter_config")),
     Acknowledgement(
@@ -108,10 +108,10 @@ ACKNOWLEDGED: tuple[Acknowledgement, ...] = (
         "executions for it would withhold them from the account for nothing."),
     Acknowledgement(
         "CKV_AWS_117", FUNCTION, COMPUTE_FUNCTIONS,
-        "Only the worker and profiler need a VPC, to reach the Valkey cache, and in Valkey "
-        "plans they are in it (infra/network.py). Trigger and finalize, and every function of "
-        "an S3 plan (which has no VPC), call only AWS APIs (S3, CloudWatch) over TLS with "
-        "their role: a VPC would add ENI setup without isolating anything they reach.",
+        "Only functions that reach the Valkey cache need a VPC, and in Valkey plans they are "
+        "in it (infra/network.py). The others, and every function of an S3 plan (which has no "
+        "VPC), call only AWS service APIs, over TLS and signed with their role: a VPC would "
+        "add ENI setup without isolating anything they reach.",
         _unset("vpc_config")),
     Acknowledgement(
         "CKV_AWS_117", FUNCTION, AUTO_DELETE_HANDLER,
@@ -119,7 +119,7 @@ ACKNOWLEDGED: tuple[Acknowledgement, ...] = (
         "there is no resource in a VPC for it to reach."),
     Acknowledgement(
         "CKV_AWS_111", "AWS::IAM::Policy",
-        r"Compute/(Worker|Profiler\d*)Role/DefaultPolicy/Resource",
+        r"Compute/[A-Za-z0-9]+Role/DefaultPolicy/Resource",  # VPC functions: the predicate
         "The only writes on '*' are the ENI actions Lambda needs to attach a VPC function "
         "(infra/access.VPC_ENI_ACTIONS), granted on '*' as AWS's managed "
         "AWSLambdaVPCAccessExecutionRole does: Lambda picks the interfaces at run time and "
@@ -142,9 +142,9 @@ ACKNOWLEDGED: tuple[Acknowledgement, ...] = (
         _unset("versioning_configuration")),
     Acknowledgement(
         "CKV_AWS_18", "AWS::S3::Bucket", f"Storage/{LOG_BUCKET_ID}/Resource",
-        "This bucket is the access-log destination of the other three. A bucket must not log "
-        "into itself (every delivery would log another record, without end), and a further "
-        "log bucket would only move this finding there.",
+        "This bucket is the access-log destination of the other three. AWS advises against a "
+        "bucket logging into itself (each delivery would be logged in turn, without end), and "
+        "a further log bucket would only move this finding there.",
         _unset("logging_configuration")),
 )
 

@@ -36,6 +36,10 @@ PIN = re.compile(r"^CHECKOV_VERSION\s*:=\s*(\S+)\s*$", re.MULTILINE)
 OFFLINE = {"CKV_SKIP_PACKAGE_UPDATE_CHECK": "true", "BC_SKIP_MAPPING": "TRUE"}
 API_KEY_VARIABLES = ("BC_API_KEY",)  # --bc-api-key's variable
 RAW = ".raw"
+# What would invoke a function asynchronously, where a dead-letter queue would matter: S3,
+# SNS or EventBridge need an invoke permission (resource policy), queues and streams a mapping.
+ASYNC_SOURCES = ("AWS::Lambda::Permission", "AWS::Lambda::EventSourceMapping",
+                 "AWS::Lambda::EventInvokeConfig")
 
 
 @dataclass(frozen=True, order=True)
@@ -149,6 +153,20 @@ def test_every_skip_has_a_reason(scan: Scan) -> None:
     for entry in ACKNOWLEDGED:
         assert re.fullmatch(r"CKV2?_AWS_\d+", entry.check), entry
         assert len(entry.reason) >= 80, entry.check  # sentences, not a placeholder
+
+
+def test_functions_are_only_invoked_synchronously(synths: dict[str, Synth]) -> None:
+    """The premise of the FasDL functions' dead-letter-queue acknowledgement: no event source,
+    no invoke permission for a service, no Event task (CloudFormation's asynchronous call of
+    CDK's auto-delete handler has an acknowledgement of its own)."""
+    for name, synth in synths.items():
+        for kind in ASYNC_SOURCES:
+            assert synth.resources(kind) == {}, f"{name}: {kind}"
+        for machine in synth.resources("AWS::StepFunctions::StateMachine").values():
+            definition = machine["Properties"]["DefinitionString"]
+            parts = definition["Fn::Join"][1] if isinstance(definition, dict) else [definition]
+            text = "".join(part for part in parts if isinstance(part, str))
+            assert '"InvocationType":"Event"' not in text, name
 
 
 def test_skips_merge_into_existing_metadata() -> None:
