@@ -121,7 +121,8 @@ def test_checkov_is_the_pinned_version(scan: Scan) -> None:
 
 
 def test_no_unacknowledged_findings(scan: Scan) -> None:
-    assert [str(finding) for finding in scan.failed] == []
+    assert not scan.failed, ("fix each, or acknowledge it in infra/checkov.py with its reason:\n"
+                             + "\n".join(map(str, scan.failed)))
 
 
 def test_checkov_ran_and_skips_were_read(scan: Scan) -> None:
@@ -134,7 +135,7 @@ def test_every_skip_excuses_a_failing_check(scan: Scan) -> None:
     needless = [f"{template}: {skip['id']} on {logical}"
                 for template, logical, skip in scan.skips
                 if (template, skip["id"], logical) not in scan.raw]
-    assert needless == []
+    assert not needless, "skips on checks that pass: narrow them\n" + "\n".join(needless)
 
 
 def test_every_acknowledgement_is_used(scan: Scan) -> None:
@@ -142,7 +143,7 @@ def test_every_acknowledgement_is_used(scan: Scan) -> None:
             if (template, skip["id"], logical) in scan.raw}
     stale = [f"{entry.check} {entry.kind} {entry.path}" for entry in ACKNOWLEDGED
              if (entry.check, entry.reason) not in used]
-    assert stale == [], "acknowledgements no template needs: remove them"
+    assert not stale, "acknowledgements no template needs: remove them\n" + "\n".join(stale)
 
 
 def test_every_skip_has_a_reason(scan: Scan) -> None:
