@@ -75,8 +75,8 @@ ACKNOWLEDGED: tuple[Acknowledgement, ...] = (
     Acknowledgement(
         "CKV_AWS_173", FUNCTION, COMPUTE_FUNCTIONS,
         "Lambda always encrypts environment variables at rest with the AWS managed key "
-        "aws/lambda. They hold bucket names, prefixes, the stack name, the plan and the "
-        "cache endpoint, no credentials (the functions authenticate with their role), so a "
+        "aws/lambda. They hold resource names, key prefixes, the plan and the cache "
+        "endpoint, no credentials (the functions authenticate with their role), so a "
         "customer managed key would protect nothing secret.",
         _unset("kms_key_arn")),
     Acknowledgement(
