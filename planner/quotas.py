@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from fasdl.account import DEFAULT_ACCOUNT_CONCURRENCY, EXECUTIONS_PER_WORKER
 from planner.model import VIOLATION_TEXT, ModelInputError, Problem, Violation
 from planner.search import Choice, SearchResult
 
-DEFAULT_MAX_CONCURRENCY = 1000  # AWS's default regional concurrency
+# One definition with the trigger's runtime check (the functions bundle has no planner).
+DEFAULT_MAX_CONCURRENCY = DEFAULT_ACCOUNT_CONCURRENCY  # AWS's default regional concurrency
 DEFAULT_MAX_MEMORY_MB = 10240   # Lambda's largest function memory
 LAMBDA_MIN_MEMORY_MB = 128
-EXECUTIONS_PER_WORKER = 2       # the worker and a retried segment's overlapping attempt
 MAX_CONCURRENCY_INPUT = 1_000_000  # only catches typos; W itself stops at 1000 (plan contract)
 
 Search = Callable[[Problem], SearchResult]

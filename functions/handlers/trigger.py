@@ -4,7 +4,9 @@
   ``FASDL_PLAN`` or ``input.plan``, against ``FASDL_DEPLOYMENT``), applies the ``epochs`` /
   ``dataset`` / ``run_id`` overrides, checks the dataset (HEAD of ``x.npy``/``y.npy``, .npy
   headers by ranged GET), writes ``runs/<run_id>/plan.json`` and ``partitions.json`` and
-  returns the RunState of segment 0; with ``input.resume`` returns that state as is.
+  returns the RunState of segment 0; with ``input.resume`` returns that state as is. Either
+  way it then checks the account's concurrency for 2·W and waits for an Active worker function
+  (fasdl/account.py): ConcurrencyQuotaTooLow, WorkerFunctionFailed or WorkerNotReady (retried).
 * ``next``: the following segment (attempt 0) or ``done: true``.
 * ``shorten``: the same segment, half the iterations, ``attempt + 1``; raises when no retry
   is left.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fasdl import segments
+from fasdl import account, segments
 from fasdl.environment import Settings
 from fasdl.metrics import get_logger
 
@@ -32,6 +34,9 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             event, settings.s3_client(), datasets_bucket=settings.datasets_bucket,
             results_bucket=settings.results_bucket, runs_prefix=settings.runs_prefix,
             deployed_json=settings.plan_json, fingerprint=settings.deployment)
+        # Before any worker starts: 2·W concurrency and an Active worker (fasdl/account.py).
+        ready = account.before_first_map(len(run["workers"]), context)
+        logger.info("worker function ready", extra={"ready": ready})
     elif action == "next":
         current = segments.parse_run(event.get("run"))
         plan = segments.load_run_plan(settings.s3_client(), settings.results_bucket, current)
