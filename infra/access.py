@@ -8,6 +8,7 @@ granted on the bucket (no wildcard) so a GET of a not-yet-written key answers 40
 from __future__ import annotations
 
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -42,9 +43,17 @@ WILDCARD_RESOURCE_ACTIONS: dict[str, str] = {
     "logs:PutResourcePolicy": "Step Functions ALL logging (SF1): vended log delivery",
     "logs:DescribeResourcePolicies": "Step Functions ALL logging (SF1): vended log delivery",
     "logs:DescribeLogGroups": "Step Functions ALL logging (SF1): vended log delivery",
+    "lambda:GetAccountSettings": "the trigger's concurrency check; an account-level read",
 }
 
 VPC_ENI_ACTIONS = [action for action in WILDCARD_RESOURCE_ACTIONS if action.startswith("ec2:")]
+# The trigger's run-start checks (fasdl/account.py). GetAccountSettings takes Resource "*" only;
+# the others take the function's ARN, and InvokeFunction is for the one call that wakes an
+# Inactive worker (lambda-api-permissions-ref.html).
+TRIGGER_ACCOUNT_ACTIONS = [action for action in WILDCARD_RESOURCE_ACTIONS
+                           if action.startswith("lambda:")]
+TRIGGER_WORKER_ACTIONS = ["lambda:GetFunctionConfiguration", "lambda:GetFunctionConcurrency",
+                          "lambda:InvokeFunction"]
 
 
 def build_role(scope: Construct, construct_id: str, description: str) -> iam.Role:
@@ -81,9 +90,15 @@ def grant_worker(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket,
         allow_objects(role, exchange, EXCHANGE_PREFIX, READ_WRITE_DELETE)
 
 
-def grant_trigger(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket) -> None:
+def grant_trigger(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket,
+                  worker: lambda_.IFunction) -> None:
+    """Besides S3: the run-start checks of fasdl/account.py, on the worker function only."""
     allow_objects(role, datasets, "", READ)
     allow_objects(role, results, RUNS_PREFIX, READ_WRITE)
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=TRIGGER_ACCOUNT_ACTIONS, resources=["*"]))
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=TRIGGER_WORKER_ACTIONS, resources=[worker.function_arn]))
 
 
 def grant_finalize(role: iam.Role, *, results: s3.IBucket, exchange: s3.IBucket) -> None:

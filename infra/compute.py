@@ -20,16 +20,33 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from fasdl.account import (
+    DEFAULT_ACCOUNT_CONCURRENCY,
+    EXECUTIONS_PER_WORKER,
+    MIN_UNRESERVED_CONCURRENCY,
+    QUOTA_CODE,
+    QUOTA_NAME,
+    WORKER_FUNCTION_ENV,
+)
 from fasdl.plan import Plan
 from infra import access
 from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, image_tag
-from infra.settings import DOCKERFILE, FUNCTIONS_DIR, REPO_ROOT, Settings
+from infra.settings import (
+    CONTEXT_RESERVE_CONCURRENCY,
+    DOCKERFILE,
+    FUNCTIONS_DIR,
+    REPO_ROOT,
+    Settings,
+    SettingsError,
+)
 from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX, Storage
 
 # Every function and the layer run on infra.lambda_runtime.PYTHON_RUNTIME (Amazon Linux 2023).
 RUNTIME = lambda_.Runtime(PYTHON_RUNTIME, lambda_.RuntimeFamily.PYTHON)
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 TRIGGER_MEMORY_MB = 256
+# Fits fasdl.account's wait for an Active worker (<= 90 s, 20 s kept) per start; a longer
+# wait is a Step Functions Retry of WorkerNotReady, which holds no Lambda meanwhile.
 TRIGGER_TIMEOUT = Duration.seconds(120)
 LONG_TIMEOUT = Duration.seconds(900)
 MIN_DATA_MB = 1_536  # data partition, checkpoint copies and the extraction archive
@@ -58,6 +75,41 @@ def ephemeral_storage_mb(plan: Plan) -> int:
     return min(MAX_EPHEMERAL_MB, TORCH_TMP_RESERVE_MB + max(MIN_DATA_MB, data_mb))
 
 
+def plan_concurrency_quota(plan: Plan) -> int:
+    """The account concurrency the plan was made for: the planner's --max-concurrency, in
+    ``provenance.max_concurrency`` (planner/quotas.py), or Lambda's default when absent."""
+    text = plan.provenance.get("max_concurrency")
+    if text is None:
+        return DEFAULT_ACCOUNT_CONCURRENCY
+    if not str(text).isdigit() or int(text) < 1:
+        raise SettingsError(f"plan field 'provenance.max_concurrency' must be a whole number "
+                            f">= 1 (the planner's --max-concurrency), got {text!r}")
+    return int(text)
+
+
+def reserved_worker_concurrency(settings: Settings) -> int | None:
+    """2·W reserved for the worker with ``-c reserve_concurrency=true``, else None. Lambda
+    keeps 100 of the account's concurrency unreserved (PutFunctionConcurrency), so a
+    reservation that would leave less of the plan's quota is refused here, not at deploy."""
+    if not settings.reserve_concurrency:
+        return None
+    workers = settings.plan.deployment.workers
+    reserved = EXECUTIONS_PER_WORKER * workers
+    quota = plan_concurrency_quota(settings.plan)
+    if quota - reserved < MIN_UNRESERVED_CONCURRENCY:
+        raise SettingsError(
+            f"context '{CONTEXT_RESERVE_CONCURRENCY}=true' reserves 2·W = 2·{workers} = "
+            f"{reserved} concurrent executions for the worker, but the plan's concurrency "
+            f"quota is {quota} (provenance.max_concurrency, {DEFAULT_ACCOUNT_CONCURRENCY} when "
+            f"absent) and Lambda keeps at least {MIN_UNRESERVED_CONCURRENCY} unreserved: "
+            f"{quota} - {reserved} = {quota - reserved} < {MIN_UNRESERVED_CONCURRENCY}. Raise "
+            f"the Lambda quota '{QUOTA_NAME}' (Service Quotas code {QUOTA_CODE}) to at least "
+            f"{reserved + MIN_UNRESERVED_CONCURRENCY} and plan with --max-concurrency "
+            f"{reserved + MIN_UNRESERVED_CONCURRENCY}, or deploy without "
+            f"{CONTEXT_RESERVE_CONCURRENCY}")
+    return reserved
+
+
 def plan_environment(plan: Plan) -> str:
     text = json.dumps(plan.to_dict(), separators=(",", ":"), sort_keys=True)
     if len(text.encode()) > PLAN_ENV_MAX_BYTES:
@@ -78,6 +130,7 @@ class _Spec:
     in_vpc: bool
     ephemeral_mb: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    reserved_concurrency: int | None = None  # ReservedConcurrentExecutions; None: unreserved
 
 
 class Compute(Construct):
@@ -105,12 +158,14 @@ class Compute(Construct):
         self.worker = self._build_worker(_Spec(
             construct_id=WORKER_ID, handler="handlers.worker.handler",
             description="FasDL K-REDUCE worker: one segment", memory_mb=memory,
-            timeout=timeout, in_vpc=in_vpc, ephemeral_mb=ephemeral))
+            timeout=timeout, in_vpc=in_vpc, ephemeral_mb=ephemeral,
+            reserved_concurrency=reserved_worker_concurrency(settings)))
         self.trigger = self._build_function(_Spec(
             construct_id=TRIGGER_ID, handler="handlers.trigger.handler",
             description="FasDL run and segment planner", memory_mb=TRIGGER_MEMORY_MB,
             timeout=TRIGGER_TIMEOUT, in_vpc=False,
-            extra_env={"FASDL_PLAN": plan_environment(plan)}))
+            extra_env={"FASDL_PLAN": plan_environment(plan),
+                       WORKER_FUNCTION_ENV: self.worker.function_name}))
         self.finalize = self._build_function(_Spec(
             construct_id=FINALIZE_ID, handler="handlers.finalize.handler",
             description="FasDL model, summary, failure record", memory_mb=memory,
@@ -124,7 +179,7 @@ class Compute(Construct):
             self.roles[WORKER_ID], datasets=storage.datasets, results=storage.results,
             exchange=storage.exchange if plan.deployment.channel == "s3" else None)
         access.grant_trigger(self.roles[TRIGGER_ID], datasets=storage.datasets,
-                             results=storage.results)
+                             results=storage.results, worker=self.worker)
         access.grant_finalize(self.roles[FINALIZE_ID], results=storage.results,
                               exchange=storage.exchange)
         access.grant_profiler(self.roles[PROFILER_ID], datasets=storage.datasets,
@@ -200,6 +255,7 @@ class Compute(Construct):
                                        if spec.ephemeral_mb else None),
             "role": role,
             "log_group": group,
+            "reserved_concurrent_executions": spec.reserved_concurrency,
             **self._vpc_props(spec),
         }
 

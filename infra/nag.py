@@ -23,8 +23,9 @@ ACKNOWLEDGED: list[tuple[str, str, list[str] | None]] = [
      [r"/^Resource::<[A-Za-z0-9]+Bucket[A-Za-z0-9]+\.Arn>\/([a-z]+\/)?\*$/"]),
     ("AwsSolutions-IAM5",
      "Only actions without resource-level permissions are granted on '*': Lambda VPC ENI "
-     "management, X-Ray tracing (SF2) and vended log delivery (SF1); the list and a test "
-     "guarding it are infra.access.WILDCARD_RESOURCE_ACTIONS.", ["Resource::*"]),
+     "management, X-Ray tracing (SF2), vended log delivery (SF1) and the trigger's "
+     "lambda:GetAccountSettings; the list and a test guarding it are "
+     "infra.access.WILDCARD_RESOURCE_ACTIONS.", ["Resource::*"]),
     ("AwsSolutions-IAM5",
      "Step Functions invokes the functions by ARN; CDK also grants the ':*' qualifier form "
      "so versions and aliases of the same functions stay invocable.",
