@@ -34,6 +34,10 @@ THROTTLED = "Lambda.TooManyRequestsException"  # concurrency or request-rate lim
 # available"), and ENINotReady while one is still being created (API_Invoke.html).
 NOT_READY = "Lambda.ResourceNotReadyException"
 ENI_NOT_READY = "Lambda.ENINotReadyException"
+# Invoking a function whose State is Pending ("The operation cannot be performed at this time.
+# The function is currently in the following state: Pending", troubleshooting-invocation.html).
+# Not retried: the trigger waits for an Active worker before the first Map (fasdl/account.py).
+CONFLICT = "Lambda.ResourceConflictException"
 TRANSIENT = ("Lambda.ServiceException", "Lambda.AWSLambdaException",
              "Lambda.SdkClientException", "Lambda.ClientExecutionTimeoutException")
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from local import profile
+from local import control_plane, profile
 from local.faults import InputError, parse_inject_env
 from local.runner import RunOptions, run
 from local.service_faults import KINDS, OPTION, parse_service_fault
@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "finalize function fail with a Lambda service error and run "
                                  f"nothing; ERROR: {', '.join(KINDS)} (repeatable; e.g. "
                                  "worker:throttled:2)")
+    control_plane.add_options(run_parser)
     run_parser.add_argument("--memory-limit", choices=("on", "off"), default="on",
                             help="kill an invocation whose processes use more than its memory "
                                  "size, with Runtime.OutOfMemory, as Lambda does (default on; "
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         injected = tuple(parse_inject_env(text) for text in args.inject_env)
         service_errors = tuple(parse_service_fault(text) for text in args.inject_service_error)
+        account = control_plane.parse_account(args.account_concurrency, args.worker_state)
     except InputError as error:
         print(f"fasdl local: {error}", file=sys.stderr)
         return 2
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         emulate_lambda=args.emulate_lambda,
         tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
         restart_cache_at=args.restart_cache_at, memory_limit=args.memory_limit == "on",
-        inject_service_errors=service_errors)
+        inject_service_errors=service_errors, account=account)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return run(options, say=lambda text: print(text, flush=True))

@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -115,7 +115,8 @@ class LambdaEmulator:
     ``memory_limit`` (on by default, as on Lambda) kills an invocation whose processes use more
     than its memory size (local/memory_watchdog.py); off, the peak is still measured.
     ``service_faults`` make the next invocations of a function fail with a service error
-    without running anything (local/service_faults.py).
+    without running anything (local/service_faults.py); ``gate`` refuses an invocation as
+    the function's state does (local/control_plane.py).
     """
 
     def __init__(self, functions: Mapping[str, FunctionSpec], *, region: str = "us-east-1",
@@ -123,7 +124,8 @@ class LambdaEmulator:
                  extra_env: Mapping[str, str] | None = None,
                  emulation: LambdaEmulation | None = None, memory_limit: bool = True,
                  memory_tick_s: float = DEFAULT_TICK_S,
-                 service_faults: Iterable[ServiceFault] = ()) -> None:
+                 service_faults: Iterable[ServiceFault] = (),
+                 gate: Callable[[str], ServiceErrorKind | None] | None = None) -> None:
         self.functions = dict(functions)
         self.region = region
         self.threads = threads
@@ -138,6 +140,7 @@ class LambdaEmulator:
         self._running: dict[str, subprocess.Popen[bytes]] = {}
         self._throttles: dict[str, CpuThrottle] = {}
         self._faults: dict[str, deque[ServiceErrorKind]] = {}
+        self._gate = gate  # function name -> how the Invoke API refuses it now (control_plane)
         self._closed = False
         self.invocations: list[Invocation] = []
         for fault in service_faults:
@@ -170,7 +173,9 @@ class LambdaEmulator:
             if self._closed:
                 raise RuntimeError("the Lambda emulator is shut down")
             queue = self._faults.get(name)
-            return queue.popleft() if queue else None
+            if queue:
+                return queue.popleft()
+        return self._gate(name) if self._gate is not None else None
 
     def _refused(self, spec: FunctionSpec, request_id: str, kind: ServiceErrorKind,
                  body: bytes, log_path: Path) -> Invocation:

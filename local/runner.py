@@ -14,7 +14,8 @@ environment (e.g. the worker's ``FASDL_TEST_CRASH_AT_ITERATION``, segment_runner
 ``restart_cache_at`` restarts the Valkey server once the workers exchange shards of iteration
 N (its keys are lost, like a cache node replaced mid-run); ``inject_service_errors`` makes the
 first N invocations of a function fail with a Lambda service error, nothing run
-(local/service_faults.py). Every invocation is held to its memory size unless
+(local/service_faults.py); ``account`` sets the account concurrency and worker state the trigger
+sees (local/control_plane.py). Every invocation is held to its memory size unless
 ``memory_limit`` is off; report.json records each one's peak RSS and the injected errors.
 
 Bad input (corrupt plan, W mismatch, missing dataset, plan for another stack) raises
@@ -32,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ import numpy as np
 
 from fasdl.plan import Plan, PlanError
 from local.adapter import LocalStepFunctions, emulator_router
+from local.control_plane import AccountOptions, ControlPlane, WorkerFunction
 from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.faults import ROLES, InputError, exchange_left, restarting
@@ -84,6 +86,7 @@ class RunOptions:
     emulate_lambda: str | None = None  # Lambda CPU + bandwidth: "default", a profile name/path
     memory_limit: bool = True  # kill an invocation past its memory size, as Lambda does
     inject_service_errors: tuple[ServiceFault, ...] = ()  # function = role (worker...)
+    account: AccountOptions = field(default_factory=AccountOptions)  # control_plane.py
 
 
 # ---- plan -------------------------------------------------------------------------------------
@@ -229,19 +232,21 @@ def run(options: RunOptions, say: Say = print) -> int:
             plan.save(plan_path)
             say(plan_text(plan))
             template = prepare_template(plan, plan_path, options, work, say)
+            worker = WorkerFunction.of(template, options.account, WORKER_HANDLER)
         except (InputError, PlanError, EmulationError) as error:
             print(f"fasdl local: {error}", file=sys.stderr)
             return 2
         except TemplateError as error:
             print(f"fasdl local: {error}", file=sys.stderr)
             return 1
-        return _execute(plan, files, template, options, work, say, emulation)
+        return _execute(plan, files, template, options, work, say, worker, emulation)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, options: RunOptions,
-             work: Path, say: Say, emulation: LambdaEmulation | None = None) -> int:
+             work: Path, say: Say, worker: WorkerFunction,
+             emulation: LambdaEmulation | None = None) -> int:
     run_id = options.run_id or time.strftime("local-%Y%m%d-%H%M%S", time.gmtime())
     report_dir = options.report_dir or Path("reports") / run_id
     channel = plan.deployment.channel
@@ -257,8 +262,9 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
             server = RedisTlsClusterServer() if options.tls_cache else ValkeyServer(cluster=True)
             cache = server
             stack.enter_context(server)
-        local_env, servers = local_server_env(s3, cache, work / "lambda-tmp")
-        say(f"started {servers}")
+        control = stack.enter_context(ControlPlane(worker, region=plan.deployment.region))
+        local_env, servers = local_server_env(s3, cache, work / "lambda-tmp", control.endpoint_url)
+        say(f"started {servers}, {control.describe()}")
         client = s3.client()
         prefix = plan.workload.dataset.rstrip("/")
         for name, path in files.items():
@@ -269,7 +275,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         specs = template.function_specs(bindings, local_env)
         worker_function = template.function_named(WORKER_HANDLER)
         roles = {template.function_named(f"handlers.{role}"): role for role in ROLES}
-        emulator = _emulator(specs, roles, plan, options, report_dir, emulation, say)
+        emulator = _emulator(specs, roles, plan, options, report_dir, emulation, say, control)
         stack.callback(emulator.cleanup)
         sfn = stack.enter_context(LocalStepFunctions(emulator_router(emulator.invoke),
                                                      region=plan.deployment.region))
@@ -337,8 +343,9 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
 
 def _emulator(specs: dict[str, FunctionSpec], roles: dict[str, str], plan: Plan,
               options: RunOptions, report_dir: Path, emulation: LambdaEmulation | None,
-              say: Say) -> LambdaEmulator:
-    """The emulator of the run: the template's functions with the options' changes and faults."""
+              say: Say, control: ControlPlane) -> LambdaEmulator:
+    """The emulator of the run: the template's functions with the options' changes and faults,
+    refusing and answering invocations as ``control`` says."""
     names = {role: name for name, role in roles.items()}
     if options.workers_timeout_s:
         specs[names["worker"]] = replace(specs[names["worker"]],
@@ -353,7 +360,9 @@ def _emulator(specs: dict[str, FunctionSpec], roles: dict[str, str], plan: Plan,
     emulator = LambdaEmulator(specs, region=plan.deployment.region, threads=options.threads,
                               log_dir=report_dir / "logs", emulation=emulation,
                               memory_limit=options.memory_limit,
-                              service_faults=_service_faults(options, roles, say))
+                              service_faults=_service_faults(options, roles, say),
+                              gate=control.worker.refusal)
+    control.route_invocations(emulator.invoke)
     if emulation is not None:
         say(emulation.describe(specs[names["worker"]].memory_mb, plan.deployment.workers))
     return emulator

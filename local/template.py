@@ -78,6 +78,7 @@ class FunctionResource:
     environment: dict[str, Any]  # values are strings or unresolved CloudFormation tokens
     code_dir: Path
     runtime: str
+    reserved_concurrency: int | None = None  # ReservedConcurrentExecutions
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,17 @@ def _definition(resource: dict[str, Any], region: str) -> dict[str, Any]:
     return definition
 
 
+def _environment(props: dict[str, Any], resources: dict[str, Any]) -> dict[str, Any]:
+    """The function's variables; a ``Ref`` to a function (its name, e.g. the trigger's
+    FASDL_WORKER_FUNCTION) becomes that function's logical id, its name in the emulator."""
+    variables = dict(props.get("Environment", {}).get("Variables", {}))
+    for name, value in variables.items():
+        ref = value.get("Ref") if isinstance(value, dict) else None
+        if ref in resources and resources[ref]["Type"] == "AWS::Lambda::Function":
+            variables[name] = ref
+    return variables
+
+
 def _code_dir(outdir: Path, code: dict[str, Any]) -> Path:
     # Zip assets are staged as <outdir>/asset.<hash>/ and referenced as <hash>.zip.
     key = str(code.get("S3Key", ""))
@@ -186,19 +198,23 @@ def load_template(path: Path, *, region: str,
         functions[logical_id] = FunctionResource(
             logical_id=logical_id, handler=props["Handler"],
             timeout_s=int(props.get("Timeout", 3)), memory_mb=int(props.get("MemorySize", 128)),
-            environment=dict(props.get("Environment", {}).get("Variables", {})),
+            environment=_environment(props, resources),
             code_dir=_code_dir(path.parent, props.get("Code", {})),
-            runtime=str(props.get("Runtime", "")))
+            runtime=str(props.get("Runtime", "")),
+            reserved_concurrency=props.get("ReservedConcurrentExecutions"))
     return LocalTemplate(path=path, region=region,
                          state_machine_name=str(machines[0]["Properties"]["StateMachineName"]),
                          definition=definition, functions=functions)
 
 
 def local_server_env(s3: SeaweedS3Server, cache: ValkeyServer | RedisTlsClusterServer | None,
-                     cache_dir: Path) -> tuple[dict[str, str | None], str]:
+                     cache_dir: Path, lambda_endpoint: str | None = None
+                     ) -> tuple[dict[str, str | None], str]:
     """The environment overrides that point every emulated function at the local servers
-    instead of AWS (None drops a variable), and a line saying which servers those are."""
+    instead of AWS (None drops a variable), and a line saying which servers those are.
+    ``lambda_endpoint``: the Lambda control plane (local/control_plane.py) for the trigger."""
     env: dict[str, str | None] = {
+        "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint,
         "AWS_ENDPOINT_URL_S3": s3.endpoint_url, "AWS_ACCESS_KEY_ID": s3.access_key,
         "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_EC2_METADATA_DISABLED": "true",
         "FASDL_S3_PATH_STYLE": "1", "FASDL_CACHE_DIR": str(cache_dir),
