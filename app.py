@@ -10,9 +10,12 @@ default plan (infra/default_plan.json: W=4 CNN on digits, S3 channel, x86_64) is
 stack's region is the plan's `deployment.region`; the account comes from the CLI credentials,
 so synth makes no AWS calls (cdk.context.json covers `-c account=123456789012`).
 
+Valkey plans synthesize two stacks: FasdlStack and FasdlCacheStack (the cache alone, to be
+destroyed between runs), so deploy with --all.
+
 A deployment, end to end:
     python layers/torch/build.py --arch <plan arch>     # the torch layer (make layer)
-    npx cdk deploy -c plan=plan.json
+    npx cdk deploy --all -c plan=plan.json
     aws s3 sync <dataset dir> s3://<DatasetsBucketName>/<workload.dataset>/   # see outputs
     aws stepfunctions start-execution --state-machine-arn <StateMachineArn> --input '{}'
 """
@@ -25,7 +28,7 @@ import aws_cdk as cdk
 
 from infra.nag import add_checks
 from infra.settings import PlanError, SettingsError, load_settings
-from infra.stack import DEFAULT_STACK_NAME, FasdlStack
+from infra.stack import DEFAULT_STACK_NAME, build_stacks
 
 CONTEXT_KEYS = ("plan", "torch_layer", "worker_packaging", "alarm_email", "nag", "account",
                 "stack_name", "reserve_concurrency", "inline_map_max_workers")
@@ -40,10 +43,13 @@ def main() -> None:
         print(f"fasdl: invalid synth input: {error}", file=sys.stderr)
         raise SystemExit(2) from error
     account = context.get("account")
-    stack = FasdlStack(app, str(context.get("stack_name") or DEFAULT_STACK_NAME),
-                       settings=settings, account=str(account) if account else None)
+    stacks = build_stacks(app, settings,
+                          stack_name=str(context.get("stack_name") or DEFAULT_STACK_NAME),
+                          account=str(account) if account else None)
     if str(context.get("nag") or "").lower() in ("1", "true", "yes"):
-        add_checks(stack)
+        for stack in stacks:
+            if stack is not None:
+                add_checks(stack)
     app.synth()
 
 

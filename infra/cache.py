@@ -1,8 +1,16 @@
-"""ElastiCache Serverless (Valkey 8) for the K-REDUCE exchange, sized from the plan.
+"""ElastiCache Serverless (Valkey 8) for the K-REDUCE exchange, sized from the plan, in its own
+stack.
 
 Usage limits bound the bill, not the speed: the storage cap holds a few iterations of shards,
 the ECPU/s cap allows every worker to move data at full Lambda network speed at once.
 ElastiCache bills 1 ECPU per KB transferred.
+
+``FasdlCacheStack`` holds the cache alone, so ``cdk destroy FasdlCacheStack`` stops its
+minimum charge between runs while the training stack stays. It imports the VPC subnets and the
+cache security group from the training stack (the dependency points this way only, so the
+cache stack can always be deleted); nothing imports from it: the functions know the cache by
+its name (:func:`cache_name`) and the trigger looks its endpoint up at run time
+(``fasdl.exchange_cache``).
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from aws_cdk import CfnOutput, Environment, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticache as elasticache
 from constructs import Construct
@@ -29,6 +38,19 @@ LIVE_ITERATIONS = 4
 WORKER_PEAK_MB_PER_S = 75.0
 FULL_VCPU_MEMORY_MB = 1_769
 NAME_MAX_LENGTH = 40
+CACHE_CONSTRUCT_ID = "Cache"
+
+
+def cache_name(stack_name: str) -> str:
+    """The serverless cache's name, derived from the training stack's (both stacks use it)."""
+    return f"{stack_name}-exchange".lower()[:NAME_MAX_LENGTH]
+
+
+def cache_stack_name(stack_name: str) -> str:
+    """``FasdlStack`` -> ``FasdlCacheStack``; any other name gets ``Cache`` appended."""
+    if stack_name.endswith("Stack"):
+        return f"{stack_name[:-len('Stack')]}CacheStack"
+    return f"{stack_name}Cache"
 
 
 @dataclass(frozen=True)
@@ -85,3 +107,22 @@ class ExchangeCache(Construct):
                     maximum=self.limits.ecpu_per_second),
             ),
         )
+
+
+class FasdlCacheStack(Stack):
+    """The exchange cache of one Valkey training stack; deploy it before a run, destroy it
+    after to stop its billing."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, plan: Plan,
+                 training_stack_name: str, subnets: list[ec2.ISubnet],
+                 security_group: ec2.ISecurityGroup, account: str | None = None) -> None:
+        super().__init__(scope, construct_id,
+                         env=Environment(account=account, region=plan.deployment.region),
+                         description=f"FasDL exchange cache of {training_stack_name} "
+                                     "(destroy between runs to stop its billing)")
+        self.cache = ExchangeCache(self, CACHE_CONSTRUCT_ID, plan=plan,
+                                   name=cache_name(training_stack_name), subnets=subnets,
+                                   security_group=security_group)
+        CfnOutput(self, "CacheName", value=self.cache.cache.serverless_cache_name)
+        CfnOutput(self, "CacheEndpoint",
+                  value=Fn.join(":", [self.cache.address, self.cache.port]))

@@ -29,9 +29,16 @@ Trigger (``handlers.trigger``), four actions, each returns a complete :class:`Ru
   ``segment.retries + 1``. Raise when the retries (``fasdl.segments.MAX_RETRIES``) or attempts
   are used up.
 
+Every trigger action also sets ``run.cache``: null for S3 plans; for Valkey plans the
+endpoint of the serverless cache named by env ``FASDL_CACHE_NAME``, looked up then
+(``fasdl.exchange_cache``: the cache lives in ``FasdlCacheStack`` and may have been replaced
+between runs). It raises ``CacheMissing`` (no such cache: the run fails, saying how to deploy
+it) or ``CacheNotReady`` (being created: retried).
+
 Worker (``handlers.worker``), once per worker per segment (a Map item)::
 
-    {"action": "train", "run_id": str, "plan_key": str, "segment": Segment, "worker": int}
+    {"action": "train", "run_id": str, "plan_key": str, "segment": Segment, "worker": int,
+     "cache": CacheEndpoint | null}
 
 resume from the checkpoint at ``segment.start_iteration``, train ``segment.iterations``
 iterations and write the segment's checkpoint. The return value is discarded (return a small
@@ -51,9 +58,10 @@ and ``Loss`` (unit None). The dashboard (infra/monitoring.py) reads exactly thes
 Environment of every function: ``FASDL_STACK FASDL_CHANNEL FASDL_DEPLOYMENT
 FASDL_DATASETS_BUCKET FASDL_RESULTS_BUCKET FASDL_EXCHANGE_BUCKET FASDL_EXCHANGE_PREFIX
 (exchange/) FASDL_RUNS_PREFIX (runs/) FASDL_PROFILES_PREFIX (profiles/)
-FASDL_METRICS_NAMESPACE``; Valkey plans add ``FASDL_CACHE_ENDPOINT FASDL_CACHE_PORT
-FASDL_CACHE_TLS=1``; ``FASDL_TORCH_LAYER_STUB=1`` when synthesized with the stand-in layer;
-the trigger alone gets ``FASDL_PLAN`` (the deployed plan as compact JSON).
+FASDL_METRICS_NAMESPACE``; Valkey plans add ``FASDL_CACHE_NAME FASDL_CACHE_TLS=1`` (the
+address comes in the run state); ``FASDL_TORCH_LAYER_STUB=1`` when synthesized with the
+stand-in layer; the trigger alone gets ``FASDL_PLAN`` (the deployed plan as compact JSON) and
+``FASDL_WORKER_FUNCTION`` (the worker's name, for the run-start checks of fasdl/account.py).
 
 Finalize (``handlers.finalize``), two actions:
 
@@ -67,6 +75,8 @@ Finalize (``handlers.finalize``), two actions:
 from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
+
+from fasdl.exchange_cache import CacheEndpoint  # {"address": str, "port": int}
 
 
 class Segment(TypedDict):
@@ -83,6 +93,7 @@ class RunState(TypedDict):
     segment: Segment
     workers: list[int]  # [0, 1, ..., W-1]: the Map's items
     done: bool  # True: no segment left, go to Finalize
+    cache: NotRequired[CacheEndpoint | None]  # set by every trigger action; null for S3
 
 
 class ExecutionInput(TypedDict, total=False):
@@ -99,6 +110,7 @@ class WorkerEvent(TypedDict):
     plan_key: str
     segment: Segment
     worker: int
+    cache: CacheEndpoint | None
 
 
 class FinalizeResult(TypedDict):

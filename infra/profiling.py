@@ -11,7 +11,8 @@ function, a role and a log group (no charge while idle).
 
 States::
 
-    Set defaults -> Merge input -> Profile each memory (Map over config.memories)
+    Set defaults -> Merge input -> Find exchange cache (trigger: the Valkey endpoint or null)
+    -> Profile each memory (Map over config.memories)
         each item: Route by memory? --<M>--> Profile at <M> MB
                                     \\--otherwise--> Memory not deployed (Fail)
     -> Collect samples -> Profile ready   (output: {"samples_key", "bucket", "lines", ...})
@@ -60,6 +61,7 @@ PROFILE_EACH = "Profile each memory"
 ROUTE = "Route by memory?"
 NOT_DEPLOYED = "Memory not deployed"
 COLLECT = "Collect samples"
+FIND_CACHE = "Find exchange cache"
 READY = "Profile ready"
 
 
@@ -103,6 +105,7 @@ class ProfilingWorkflow(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings,
                  compute: Compute, storage: Storage, memories: Sequence[int]) -> None:
         super().__init__(scope, construct_id)
+        self._trigger = compute.trigger
         plan_memory = settings.plan.deployment.memory_mb
         self.memories = tuple(memories)
         self.functions: dict[int, lambda_.IFunction] = {}
@@ -131,7 +134,7 @@ class ProfilingWorkflow(Construct):
             retry_on_service_exceptions=False, result_path=result_path,
             task_timeout=sfn.Timeout.duration(
                 LONG_TIMEOUT.plus(Duration.seconds(TASK_TIMEOUT_SLACK_S))))
-        add_lambda_retries(task)
+        add_lambda_retries(task, trigger=function is self._trigger)
         return task
 
     def _definition(self, collector: lambda_.IFunction) -> sfn.IChainable:
@@ -146,7 +149,7 @@ class ProfilingWorkflow(Construct):
             route.when(sfn.Condition.number_equals("$.memory_mb", memory),
                        self._invoke(profile_state(memory), function, {
                            "action": "profile", "memory_mb.$": "$.memory_mb",
-                           "config.$": "$.config"}, result_path="$"))
+                           "config.$": "$.config", "cache.$": "$.cache"}, result_path="$"))
         route.otherwise(sfn.Fail(
             self, NOT_DEPLOYED, state_name=NOT_DEPLOYED, error=MEMORY_NOT_DEPLOYED_ERROR,
             cause=f"No profiler function for this memory; deployed: "
@@ -155,14 +158,18 @@ class ProfilingWorkflow(Construct):
         each = sfn.Map(self, PROFILE_EACH, state_name=PROFILE_EACH,
                        items_path="$.config.memories", max_concurrency=len(self.memories),
                        item_selector={"memory_mb.$": "$$.Map.Item.Value",
-                                      "config.$": "$.config"},
+                                      "config.$": "$.config", "cache.$": "$.found.cache"},
                        result_path="$.profiled")
         each.item_processor(route)
         collect = self._invoke(COLLECT, collector, {
             "action": "collect", "profile_id.$": "$.config.profile_id",
             "memories.$": "$.config.memories"}, result_path="$.collected")
         ready = sfn.Succeed(self, READY, state_name=READY, output_path="$.collected")
-        return defaults.next(merge).next(each).next(collect).next(ready)
+        # Valkey stacks: the cache's endpoint (FasdlCacheStack), as the trigger finds it for
+        # a training run; null otherwise. The profilers' subnets cannot reach the API.
+        find_cache = self._invoke(FIND_CACHE, self._trigger, {"action": "cache"},
+                                  result_path="$.found")
+        return defaults.next(merge).next(find_cache).next(each).next(collect).next(ready)
 
 
 def _add_profiler(compute: Compute, storage: Storage, settings: Settings,

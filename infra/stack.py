@@ -1,12 +1,13 @@
-"""FasdlStack: composes storage, network + cache (Valkey plans only), compute, workflow and
-monitoring from one validated plan, and prints how to start a run."""
+"""FasdlStack: composes storage, network (Valkey plans only), compute, workflow and monitoring
+from one validated plan, and prints how to start a run. Valkey plans add FasdlCacheStack
+(infra/cache.py), the exchange cache alone: :func:`build_stacks` makes both."""
 
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, CfnParameter, CfnRule, CfnRuleAssertion, Environment, Fn, Stack
 from constructs import Construct
 
-from infra.cache import ExchangeCache
+from infra.cache import FasdlCacheStack, cache_name, cache_stack_name
 from infra.checkov import add_skips
 from infra.compute import Compute
 from infra.monitoring import Monitoring
@@ -43,21 +44,13 @@ class FasdlStack(Stack):
                          description=f"FasDL training stack ({plan.deployment_fingerprint()})")
         self.settings = settings
         self.storage = Storage(self, "Storage")
-        self.network: Network | None = None
-        self.cache: ExchangeCache | None = None
-        if plan.deployment.channel == VALKEY:
-            self.network = Network(self, "Network")
-            self.cache = ExchangeCache(
-                self, "Cache", plan=plan, name=f"{self.stack_name}-exchange",
-                subnets=self.network.vpc.isolated_subnets,
-                security_group=self.network.cache_security_group)
+        self.network = Network(self, "Network") if plan.deployment.channel == VALKEY else None
         self.compute = Compute(
             self, "Compute", settings=settings, storage=self.storage,
             stack_name=self.stack_name,
             vpc=self.network.vpc if self.network else None,
             security_group=self.network.worker_security_group if self.network else None,
-            cache_address=self.cache.address if self.cache else None,
-            cache_port=self.cache.port if self.cache else None)
+            cache_name=cache_name(self.stack_name) if self.network else None)
         self.workflow = TrainingWorkflow(
             self, "Workflow", workers=plan.deployment.workers,
             timeout_s=plan.deployment.timeout_s, trigger=self.compute.trigger,
@@ -101,9 +94,11 @@ class FasdlStack(Stack):
         CfnOutput(self, "ExchangeBucketName", value=self.storage.exchange.bucket_name)
         CfnOutput(self, "WorkerFunctionName", value=self.compute.worker.function_name)
         CfnOutput(self, "ProfilerFunctionName", value=self.compute.profiler.function_name)
-        if self.cache is not None:
-            CfnOutput(self, "CacheEndpoint",
-                      value=Fn.join(":", [self.cache.address, self.cache.port]))
+        if self.network is not None:
+            CfnOutput(self, "CacheName", value=cache_name(self.stack_name))
+            CfnOutput(self, "DeployCacheCommand", value=(
+                f"npx cdk deploy {cache_stack_name(self.stack_name)} -c plan=<plan.json>  "
+                "# before a run; cdk destroy it after one to stop its billing"))
         dataset = self.settings.plan.workload.dataset
         CfnOutput(self, "UploadDatasetCommand", value=Fn.join("", [
             "aws s3 sync <local-dataset-dir> s3://", self.storage.datasets.bucket_name,
@@ -119,3 +114,19 @@ class FasdlStack(Stack):
             CfnOutput(self, "FetchSamplesCommand", value=Fn.join("", [
                 "aws s3 cp s3://", self.storage.results.bucket_name,
                 "/profiles/my-profile/samples.jsonl samples.jsonl"]))
+
+
+def build_stacks(scope: Construct, settings: Settings, *, stack_name: str = DEFAULT_STACK_NAME,
+                 account: str | None = None) -> tuple[FasdlStack, FasdlCacheStack | None]:
+    """The training stack and, for Valkey plans, its cache stack (which imports the VPC's
+    subnets and the cache security group from it, never the other way)."""
+    stack = FasdlStack(scope, stack_name, settings=settings, account=account)
+    if stack.network is None:
+        return stack, None
+    cache = FasdlCacheStack(
+        scope, cache_stack_name(stack.stack_name), plan=settings.plan,
+        training_stack_name=stack.stack_name, subnets=stack.network.vpc.isolated_subnets,
+        security_group=stack.network.cache_security_group, account=account)
+    add_suppressions(cache)
+    add_skips(cache)
+    return stack, cache

@@ -7,6 +7,8 @@ Besides the contract's variables, local runs and tests may set:
 
 * ``FASDL_S3_PATH_STYLE=1``: path-style S3 addressing (SeaweedFS, MinIO); the endpoint itself
   comes from boto3's own ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``;
+* ``FASDL_CACHE_ENDPOINT``/``FASDL_CACHE_PORT``: a fixed cache address (tests); deployed
+  stacks set ``FASDL_CACHE_NAME`` and the address comes in the run state (fasdl.exchange_cache);
 * ``FASDL_CACHE_CLUSTER`` (default 1: ElastiCache Serverless speaks cluster mode; 0 for a
   standalone server) and ``FASDL_CACHE_CA_CERTS`` (a CA bundle for a self-signed local TLS);
 * ``FASDL_CACHE_TTL_S``: TTL of exchange keys in Valkey (default 3600);
@@ -16,6 +18,7 @@ Besides the contract's variables, local runs and tests may set:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,7 +62,8 @@ class Settings:
     exchange_prefix: str = "exchange/"
     runs_prefix: str = "runs/"
     metrics_namespace: str = "FasDL"
-    cache_endpoint: str = ""
+    cache_endpoint: str = ""  # from the run state (run.cache), or FASDL_CACHE_ENDPOINT
+    cache_name: str = ""  # FASDL_CACHE_NAME: the serverless cache the trigger looks up
     cache_port: int = 6379
     cache_tls: bool = False
     cache_cluster: bool = True
@@ -103,6 +107,7 @@ class Settings:
             runs_prefix=source.get("FASDL_RUNS_PREFIX", "runs/"),
             metrics_namespace=source.get("FASDL_METRICS_NAMESPACE", "") or "FasDL",
             cache_endpoint=source.get("FASDL_CACHE_ENDPOINT", ""),
+            cache_name=source.get("FASDL_CACHE_NAME", ""),
             cache_port=int(port_text),
             cache_tls=_flag(source, "FASDL_CACHE_TLS", False),
             cache_cluster=_flag(source, "FASDL_CACHE_CLUSTER", True),
@@ -119,10 +124,18 @@ class Settings:
         if channel == "s3" and not settings.exchange_bucket:
             raise SettingsError("environment variable FASDL_EXCHANGE_BUCKET is not set "
                                 "(required for the s3 channel)")
-        if channel == "valkey" and not settings.cache_endpoint:
-            raise SettingsError("environment variable FASDL_CACHE_ENDPOINT is not set "
-                                "(required for the valkey channel)")
+        if channel == "valkey" and not (settings.cache_endpoint or settings.cache_name):
+            raise SettingsError("environment variables FASDL_CACHE_NAME and "
+                                "FASDL_CACHE_ENDPOINT are not set (the valkey channel needs "
+                                "one)")
         return settings
+
+    def with_cache(self, endpoint: Mapping[str, Any] | None) -> Settings:
+        """These settings with the exchange cache the run state names (``run.cache``)."""
+        if endpoint is None:
+            return self
+        return dataclasses.replace(self, cache_endpoint=str(endpoint["address"]),
+                                   cache_port=int(endpoint["port"]))
 
     # ---- keys -----------------------------------------------------------------------------
     def run_prefix(self, run_id: str) -> str:
@@ -143,6 +156,9 @@ class Settings:
         if self.channel == "s3":
             return ChannelConfig(kind="s3", prefix=self.exchange_prefix,
                                  bucket=self.exchange_bucket, path_style=self.s3_path_style)
+        if not self.cache_endpoint:
+            raise SettingsError(f"no endpoint for the exchange cache {self.cache_name!r}: the "
+                                "run state's 'cache' field is missing (the trigger sets it)")
         return ChannelConfig(kind="valkey", prefix=self.exchange_prefix, ttl_s=self.cache_ttl_s,
                              host=self.cache_endpoint, port=self.cache_port, tls=self.cache_tls,
                              cluster=self.cache_cluster, ca_certs=self.cache_ca_certs)

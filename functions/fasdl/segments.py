@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fasdl import exchange_cache
 from fasdl.plan import Plan, PlanError
 
 MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
@@ -44,7 +45,8 @@ def segment(index: int, start_iteration: int, iterations: int, attempt: int) -> 
 def first_state(plan: Plan, run_id: str, plan_key: str) -> dict[str, Any]:
     iterations = min(plan.training.segment_iterations, plan.total_iterations)
     return {"run_id": run_id, "plan_key": plan_key, "segment": segment(0, 0, iterations, 0),
-            "workers": list(range(plan.deployment.workers)), "done": False}
+            "workers": list(range(plan.deployment.workers)), "done": False,
+            "cache": None}  # the trigger sets the Valkey endpoint (fasdl.exchange_cache)
 
 
 def _int_field(data: Mapping[str, Any], name: str, path: str, low: int = 0) -> int:
@@ -72,6 +74,10 @@ def parse_run(run: object) -> dict[str, Any]:
     workers = run.get("workers")
     if not isinstance(workers, list) or workers != list(range(len(workers))) or not workers:
         raise RunStateError("run state field 'run.workers': must be [0, 1, ..., W-1]")
+    try:
+        exchange_cache.parse(run.get("cache"), "run.cache")
+    except ValueError as error:
+        raise RunStateError(f"run state {error}") from error
     return run
 
 

@@ -7,6 +7,9 @@
 * ``failed`` ``{"state": $, "execution": arn}``: writes ``runs/<run_id>/failure.json`` first,
   then deletes the exchange keys (best effort: Valkey keys also expire by TTL).
 
+In Valkey plans finalize runs in the VPC (it reaches the cache and, through the gateway
+endpoint, S3); the cache's endpoint is the run state's ``cache``.
+
 Needs neither torch nor numpy: the model is copied verbatim after a sha256 check.
 """
 
@@ -14,15 +17,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fasdl import results, segments
+from fasdl import exchange_cache, results, segments
 from fasdl.environment import Settings
 from fasdl.metrics import get_logger
 
 logger = get_logger("fasdl-finalize")
 
 
-def _clean(settings: Settings, run_id: str) -> None:
+def _clean(settings: Settings, run_id: str, run: object) -> None:
+    """Delete the run's exchange keys; a Valkey plan's run state names the cache (run.cache),
+    which finalize reaches from inside the VPC."""
     try:
+        cache = run.get("cache") if isinstance(run, dict) else None
+        settings = settings.with_cache(exchange_cache.parse(cache, "run.cache"))
         deleted = results.clean_exchange(settings, run_id)
     except Exception:  # cleanup must not hide the outcome; the lifecycle rule / TTL remain
         logger.exception("exchange cleanup failed", extra={"run_id": run_id})
@@ -38,7 +45,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if action == "succeeded":
         run = segments.parse_run(event.get("run"))
         outcome = results.write_final(s3, settings, run, execution)
-        _clean(settings, outcome["run_id"])
+        _clean(settings, outcome["run_id"], run)
         logger.info("run finished", extra=outcome)
         return outcome
     if action == "failed":
@@ -46,7 +53,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         run_id, key = results.write_failure(s3, settings, state if isinstance(state, dict)
                                             else {}, execution)
         logger.error("run failed", extra={"run_id": run_id, "failure_key": key})
-        _clean(settings, run_id)
+        _clean(settings, run_id, state.get("run") if isinstance(state, dict) else None)
         return {"run_id": run_id, "failure_key": key}
     raise segments.RunStateError(f"event field 'action': must be succeeded or failed, "
                                  f"got {action!r}")

@@ -2,8 +2,9 @@
 
 * ``{"action": "profile", "profile_id", "memory_mb"?, "model"?, "dataset"?, "input_shape"?,
   "num_classes"?, "batches"?, "warmup"?, "repeats"?, "sizes_mb"?, "transfer_repeats"?,
-  "channels"?}`` (the fields may also come nested in ``"config"``, as the state machine sends
-  them): measure at this function's memory (``memory_mb``, when given, must equal it:
+  "channels"?, "cache"?}`` (the fields may also come nested in ``"config"``, as the state
+  machine sends them; ``cache``: the Valkey endpoint the trigger found, or null): measure
+  at this function's memory (``memory_mb``, when given, must equal it:
   it catches a Map item routed to the wrong function), write
   ``profiles/<profile_id>/memory-<M>.jsonl`` to the results bucket, return a small summary.
 * ``{"action": "collect", "profile_id", "memories": [...]}``: concatenate those files into
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fasdl import profiling  # imports torch only inside its functions
+from fasdl import exchange_cache, profiling  # profiling imports torch only inside functions
 from fasdl.channel.base import Channel
 from fasdl.channel.factory import build_channel
 from fasdl.environment import Settings
@@ -57,7 +58,12 @@ def _channels(settings: Settings, wanted: tuple[str, ...] | None) -> dict[str, C
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    settings = Settings.from_env()
+    # Valkey stacks: the cache's endpoint, found by the trigger (profiling state machine)
+    try:
+        cache = exchange_cache.parse(event.get("cache"), "cache")
+    except ValueError as error:
+        raise profiling.ProfileRequestError(f"profiler {error}") from error
+    settings = Settings.from_env().with_cache(cache)
     prefix = os.environ.get("FASDL_PROFILES_PREFIX") or profiling.PROFILES_PREFIX
     s3 = settings.s3_client()
     action = event.get("action")

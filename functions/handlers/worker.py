@@ -1,6 +1,7 @@
 """Worker Lambda: one worker's part of one segment (infra/contract.py WorkerEvent).
 
-Event ``{"action": "train", "run_id", "plan_key", "segment", "worker"}`` → trains the segment
+Event ``{"action": "train", "run_id", "plan_key", "segment", "worker", "cache"}`` (``cache``:
+the Valkey endpoint the trigger found, null for S3 plans) → trains the segment
 (fasdl.segment_runner), writes the result JSON to
 ``runs/<run_id>/segments/<index:05d>/attempt-<a>/worker-<w:04d>.json`` in the results bucket and
 returns the same small object (the state machine discards it). Raises SegmentTooLong when the
@@ -17,6 +18,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from fasdl import exchange_cache
 from fasdl.environment import Settings
 from fasdl.metrics import StepMetrics, get_logger
 from fasdl.torch_setup import load_torch
@@ -31,7 +33,11 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     torch_load.check()
     from fasdl import segment_runner  # imports torch, so only once torch is importable
 
-    settings = Settings.from_env()
+    try:
+        cache = exchange_cache.parse(event.get("cache"), "cache")
+    except ValueError as error:
+        raise segment_runner.WorkerEventError(f"event {error}") from error
+    settings = Settings.from_env().with_cache(cache)
     parsed = segment_runner.WorkerEvent.parse(event)
     logger.append_keys(run_id=parsed.run_id, worker=parsed.worker, segment=parsed.index,
                        attempt=parsed.attempt)

@@ -18,11 +18,12 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import Stack
 from aws_cdk.assertions import Template
 
 from infra.nag import add_checks
 from infra.settings import REPO_ROOT, STUB_TORCH_LAYER, Settings, load_settings
-from infra.stack import FasdlStack
+from infra.stack import FasdlStack, build_stacks
 
 PLANS = Path(__file__).parent / "plans"
 PLAN_FILES = {
@@ -33,12 +34,31 @@ PLAN_FILES = {
 
 
 @dataclass
+class StackTemplate:
+    """One synthesized stack: the construct, its assertions template and its JSON."""
+
+    stack: Stack
+    template: Template
+    json: dict[str, Any]
+
+    @classmethod
+    def of(cls, stack: Stack) -> StackTemplate:
+        template = Template.from_stack(stack)
+        return cls(stack, template, dict(template.to_json()))
+
+    def resources(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {key: value for key, value in self.json["Resources"].items()
+                if value["Type"] == kind}
+
+
+@dataclass
 class Synth:
     name: str
     settings: Settings
     stack: FasdlStack
     template: Template
     json: dict[str, Any]
+    cache: StackTemplate | None  # FasdlCacheStack, Valkey plans only
 
     def resources(self, kind: str) -> dict[str, dict[str, Any]]:
         return {key: value for key, value in self.json["Resources"].items()
@@ -56,10 +76,13 @@ def synthesize(name: str, plan: Path, app_context: dict[str, str] | None = None,
     settings = load_settings({"plan": str(plan), "torch_layer": str(STUB_TORCH_LAYER),
                               **context}, warn=False)
     app = cdk.App(context={**cdk_context(), **(app_context or {})})
-    stack = FasdlStack(app, settings=settings)
-    add_checks(stack, log_ignores=True)  # nag runs during the same synthesis
-    template = Template.from_stack(stack)
-    return Synth(name, settings, stack, template, dict(template.to_json()))
+    stack, cache_stack = build_stacks(app, settings)
+    for each in (stack, cache_stack):
+        if each is not None:
+            add_checks(each, log_ignores=True)  # nag runs during the same synthesis
+    main = StackTemplate.of(stack)
+    cache = StackTemplate.of(cache_stack) if cache_stack is not None else None
+    return Synth(name, settings, stack, main.template, main.json, cache)
 
 
 # The profiling state machine is opt-in: on (default memories) for the small S3 stack, on

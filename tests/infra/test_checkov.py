@@ -92,16 +92,23 @@ def _finding(check: dict[str, Any]) -> Finding:
                    check["check_name"])
 
 
+def _templates(synths: dict[str, Synth]) -> list[tuple[str, dict[str, Any]]]:
+    """Every synthesized stack: the training stacks and the Valkey plan's cache stack."""
+    found = [(name, synth.json) for name, synth in synths.items()]
+    return found + [(f"{name}_cache", synth.cache.json) for name, synth in synths.items()
+                    if synth.cache is not None]
+
+
 @pytest.fixture(scope="module")
 def scan(synths: dict[str, Synth], tmp_path_factory: pytest.TempPathFactory) -> Scan:
     folder = tmp_path_factory.mktemp("checkov")
     paths, skips = [], []
-    for name, synth in synths.items():
-        for suffix, template in (("", synth.json), (RAW, _strip_skips(synth.json))):
+    for name, stack_json in _templates(synths):
+        for suffix, template in (("", stack_json), (RAW, _strip_skips(stack_json))):
             path = folder / f"{name}{suffix}.template.json"
             path.write_text(json.dumps(template, indent=1))
             paths.append(path)
-        for logical, resource in synth.json["Resources"].items():
+        for logical, resource in stack_json["Resources"].items():
             for skip in resource.get("Metadata", {}).get(METADATA_KEY, {}).get("skip", []):
                 skips.append((name, logical, skip))
     report = _run_checkov(paths)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aws_cdk import Stack
 from aws_cdk.assertions import Annotations, Match
 
 from infra.nag import ACKNOWLEDGED
@@ -10,14 +11,21 @@ from tests.infra.conftest import Synth
 NAG_FINDING = Match.string_like_regexp(r"AwsSolutions-.*")
 
 
+def _stacks(synth: Synth) -> list[Stack]:
+    """The training stack and, for Valkey plans, its cache stack: nag checks both."""
+    return [synth.stack] + ([synth.cache.stack] if synth.cache is not None else [])
+
+
 def test_no_unacknowledged_errors(synth: Synth) -> None:
-    errors = Annotations.from_stack(synth.stack).find_error("*", NAG_FINDING)
-    assert [f"{e.id}: {e.entry.data}" for e in errors] == []
+    for stack in _stacks(synth):
+        errors = Annotations.from_stack(stack).find_error("*", NAG_FINDING)
+        assert [f"{e.id}: {e.entry.data}" for e in errors] == []
 
 
 def test_no_unacknowledged_warnings(synth: Synth) -> None:
-    warnings = Annotations.from_stack(synth.stack).find_warning("*", NAG_FINDING)
-    assert [f"{w.id}: {w.entry.data}" for w in warnings] == []
+    for stack in _stacks(synth):
+        warnings = Annotations.from_stack(stack).find_warning("*", NAG_FINDING)
+        assert [f"{w.id}: {w.entry.data}" for w in warnings] == []
 
 
 def test_acknowledgements_are_explained() -> None:

@@ -18,7 +18,7 @@ from moto.awslambda_simple.models import LambdaSimpleBackend
 
 from infra import profiling
 from infra.settings import SettingsError
-from infra.workflow import RETRIERS
+from infra.workflow import NOT_READY_RETRIER, RETRIERS
 from tests.infra.conftest import Synth, state_machine_definition
 from tests.infra.test_workflow_moto import MOTO_CONFIG, REGION
 
@@ -83,8 +83,15 @@ def test_state_machine_shape(valkey_synth: Synth) -> None:
     assert definition["StartAt"] == profiling.SET_DEFAULTS
     assert states[profiling.SET_DEFAULTS]["Parameters"]["memories"] == [1024, 3008]
     assert states[profiling.SET_DEFAULTS]["Parameters"]["profile_id.$"] == "$$.Execution.Name"
-    assert states[profiling.MERGE_INPUT]["Next"] == profiling.PROFILE_EACH
+    assert states[profiling.MERGE_INPUT]["Next"] == profiling.FIND_CACHE
+    # the profilers of a Valkey stack get the cache's endpoint as the workers do: the trigger
+    # looks it up (FasdlCacheStack may have been replaced), retried while it is being created
+    find = states[profiling.FIND_CACHE]
+    assert find["Parameters"] == {"action": "cache"} and find["ResultPath"] == "$.found"
+    assert find["Retry"][0]["ErrorEquals"] == list(NOT_READY_RETRIER.errors)
+    assert find["Next"] == profiling.PROFILE_EACH
     each = states[profiling.PROFILE_EACH]
+    assert each["ItemSelector"]["cache.$"] == "$.found.cache"
     assert each["ItemsPath"] == "$.config.memories" and each["ResultPath"] == "$.profiled"
     assert each["Next"] == profiling.COLLECT
     inner = each["ItemProcessor"]["States"]
@@ -97,6 +104,7 @@ def test_state_machine_shape(valkey_synth: Synth) -> None:
     for task in tasks:
         assert [rule["ErrorEquals"] for rule in task["Retry"]] == [
             list(retrier.errors) for retrier in RETRIERS]
+        assert task["Parameters"].get("cache.$", "$.cache") == "$.cache"
     assert states[profiling.COLLECT]["Parameters"]["action"] == "collect"
     assert states[profiling.READY] == {"Type": "Succeed", "OutputPath": "$.collected"}
 
@@ -142,6 +150,9 @@ def _run(definition: dict[str, Any], run_input: dict[str, Any],
     raise AssertionError("execution did not finish")
 
 
+CACHE = {"address": "fasdlstack-exchange-x.serverless.use1.cache.amazonaws.com", "port": 6379}
+
+
 def test_profiling_runs_in_moto(valkey_synth: Synth, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
 
@@ -152,6 +163,8 @@ def test_profiling_runs_in_moto(valkey_synth: Synth, monkeypatch: pytest.MonkeyP
         if event["action"] == "collect":
             result = {"samples_key": f"profiles/{event['profile_id']}/samples.jsonl",
                       "memories": event["memories"]}
+        elif event["action"] == "cache":  # the trigger: the Valkey cache's endpoint
+            result = {"cache": CACHE}
         else:
             result = {"memory_mb": event["memory_mb"], "model": event["config"]["model"]}
         return json.dumps(result).encode()
@@ -165,6 +178,9 @@ def test_profiling_runs_in_moto(valkey_synth: Synth, monkeypatch: pytest.MonkeyP
     profiled = sorted((c for c in calls if c["action"] == "profile"),
                       key=lambda c: c["memory_mb"])
     assert [c["memory_mb"] for c in profiled] == [1024, 3008]
+    # each profiler gets the endpoint the trigger found, as the workers of a run do
+    assert calls[0]["action"] == "cache"
+    assert all(c["cache"] == CACHE for c in profiled)
     config = profiled[0]["config"]
     assert config["model"] == "mlp" and config["batches"] == [8, 16]  # the input wins
     assert config["sizes_mb"] == profiling.DEFAULT_INPUT["sizes_mb"]  # defaults fill the rest

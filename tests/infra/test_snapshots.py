@@ -1,4 +1,4 @@
-"""Full-template snapshots of the three reference stacks.
+"""Full-template snapshots of the three reference stacks and the Valkey plan's cache stack.
 
 Asset hashes (Lambda/layer S3 keys, image tags) are masked so that editing handler code does
 not churn the snapshots. After an intended change, review the diff and run
@@ -33,3 +33,8 @@ def test_template_snapshot(name: str, synths: dict[str, Synth],
                            snapshot_json: SnapshotAssertion) -> None:
     template: dict[str, Any] = synths[name].json
     assert template == snapshot_json(matcher=MASK_ASSETS)
+
+
+def test_cache_stack_snapshot(valkey_synth: Synth, snapshot_json: SnapshotAssertion) -> None:
+    assert valkey_synth.cache is not None
+    assert valkey_synth.cache.json == snapshot_json(matcher=MASK_ASSETS)

@@ -67,7 +67,7 @@ class FakeLambdas:
                             plan_key="runs/run-1/plan.json",
                             segment={"index": 0, "start_iteration": 0, "iterations": 8,
                                      "attempt": 0},
-                            workers=list(range(self.workers)), done=False))
+                            workers=list(range(self.workers)), done=False, cache=None))
         run: dict[str, Any] = event["run"]
         segment: dict[str, int] = dict(run["segment"])
         if event["action"] == "retry":
@@ -85,7 +85,7 @@ class FakeLambdas:
         return {**run, "segment": segment, "done": segment["index"] >= SEGMENTS}
 
     def worker(self, event: dict[str, Any]) -> dict[str, Any]:
-        assert set(event) == {"action", "run_id", "plan_key", "segment", "worker"}
+        assert set(event) == {"action", "run_id", "plan_key", "segment", "worker", "cache"}
         where = (event["segment"]["index"], event["worker"])
         if where == self.timeout_at and event["segment"]["attempt"] == 0:
             raise WorkerTimeout

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from infra import lambda_errors, workflow
+from infra import lambda_errors, segment_states, workflow
 from local import adapter
 from local.adapter import LocalStepFunctions, MotoAdapterError, emulator_router
 from local.emulator import LambdaEmulator
@@ -21,7 +21,7 @@ from local.template import LocalTemplate, function_arn
 from tests.local.conftest import STUBS
 
 BINDINGS = {"FASDL_DATASETS_BUCKET": "datasets", "FASDL_RESULTS_BUCKET": "results",
-            "FASDL_EXCHANGE_BUCKET": "exchange"}
+            "FASDL_EXCHANGE_BUCKET": "exchange", "FASDL_WORKER_LOG_GROUP": "worker-logs"}
 WORKER_TIMEOUT_S = 4
 
 
@@ -119,7 +119,7 @@ def test_timeout_kills_the_worker_and_shortens(default_template: LocalTemplate,
         f"Task timed out after {WORKER_TIMEOUT_S:.2f} seconds")
     calls = _calls(scratch)
     (shorten,) = [c for c in calls if c["kind"] == "trigger.shorten"]
-    assert shorten["event"]["error"]["Error"] == workflow.SEGMENT_TIMEOUT_ERROR
+    assert shorten["event"]["error"]["Error"] == segment_states.SEGMENT_TIMEOUT_ERROR
     retried = [c["event"]["segment"] for c in calls
                if c["kind"] == "worker.train" and c["event"]["segment"]["attempt"] == 1]
     assert len(retried) == 4 and all(s["iterations"] == 4 for s in retried)

@@ -88,7 +88,8 @@ def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
     assert run == {"run_id": "exec-1", "plan_key": "runs/exec-1/plan.json",
                    "segment": {"index": 0, "start_iteration": 0, "iterations": 30,
                                "attempt": 0},
-                   "workers": [0, 1, 2, 3], "done": False}
+                   "workers": [0, 1, 2, 3], "done": False,
+                   "cache": None}  # an S3 plan: no exchange cache to look up
     frozen = Plan.from_dict(_read(s3, run["plan_key"]))
     assert frozen.training.epochs == 3 and frozen.provenance["execution"] == "exec-1"
     layout = _read(s3, "runs/exec-1/partitions.json")

@@ -49,7 +49,8 @@ def trigger(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return {"run_id": event["input"].get("run_id", "run-1"),
                 "plan_key": "runs/run-1/plan.json",
                 "segment": {"index": 0, "start_iteration": 0, "iterations": 8, "attempt": 0},
-                "workers": list(range(workers)), "done": False}
+                "workers": list(range(workers)), "done": False,
+                "cache": None}  # the real trigger's run state always names the cache
     run: dict[str, Any] = event["run"]
     segment = dict(run["segment"])
     if event["action"] == "shorten":
