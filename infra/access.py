@@ -7,6 +7,7 @@ granted on the bucket (no wildcard) so a GET of a not-yet-written key answers 40
 
 from __future__ import annotations
 
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -54,6 +55,11 @@ TRIGGER_ACCOUNT_ACTIONS = [action for action in WILDCARD_RESOURCE_ACTIONS
                            if action.startswith("lambda:")]
 TRIGGER_WORKER_ACTIONS = ["lambda:GetFunctionConfiguration", "lambda:GetFunctionConcurrency",
                           "lambda:InvokeFunction"]
+# ElastiCache: the trigger finds the exchange cache's endpoint by name (resource-level: the
+# serverlesscache ARN, Service Authorization Reference for ElastiCache).
+DESCRIBE_SERVERLESS_CACHES = "elasticache:DescribeServerlessCaches"
+# CloudWatch Logs: the trigger reads the workers' REPORT lines (resource-level: the log group)
+FILTER_LOG_EVENTS = "logs:FilterLogEvents"
 
 
 def build_role(scope: Construct, construct_id: str, description: str) -> iam.Role:
@@ -91,14 +97,26 @@ def grant_worker(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket,
 
 
 def grant_trigger(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket,
-                  worker: lambda_.IFunction) -> None:
-    """Besides S3: the run-start checks of fasdl/account.py, on the worker function only."""
+                  worker: lambda_.IFunction, worker_logs: logs.ILogGroup,
+                  cache_name: str | None = None) -> None:
+    """Besides S3: the run-start checks of fasdl/account.py, on the worker function only;
+    the workers' REPORT lines (fasdl/memory_report.py), in their log group only; and (Valkey
+    plans) the lookup of the exchange cache's endpoint, on that cache only."""
     allow_objects(role, datasets, "", READ)
     allow_objects(role, results, RUNS_PREFIX, READ_WRITE)
     role.add_to_principal_policy(iam.PolicyStatement(
         actions=TRIGGER_ACCOUNT_ACTIONS, resources=["*"]))
     role.add_to_principal_policy(iam.PolicyStatement(
         actions=TRIGGER_WORKER_ACTIONS, resources=[worker.function_arn]))
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=[FILTER_LOG_EVENTS], resources=[worker_logs.log_group_arn]))
+    if cache_name is not None:
+        stack = Stack.of(role)
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=[DESCRIBE_SERVERLESS_CACHES],
+            resources=[stack.format_arn(service="elasticache", resource="serverlesscache",
+                                        resource_name=cache_name,
+                                        arn_format=ArnFormat.COLON_RESOURCE_NAME)]))
 
 
 def grant_finalize(role: iam.Role, *, results: s3.IBucket, exchange: s3.IBucket) -> None:

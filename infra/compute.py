@@ -1,8 +1,10 @@
 """The four Lambda functions: worker, trigger, finalize, profiler.
 
 Worker and profiler run at the plan's memory M and architecture; both join the VPC when the
-plan uses the Valkey channel. Trigger and finalize never need the VPC (they touch S3 only;
-Valkey keys expire by TTL). Each function has its own role and log group.
+plan uses the Valkey channel, and so does finalize, which deletes the run's exchange keys from
+the cache. The trigger stays outside: it calls AWS APIs (Lambda, ElastiCache) that the
+isolated subnets cannot reach, and finds the cache's endpoint for the others
+(fasdl.exchange_cache). Each function has its own role and log group.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from fasdl.account import (
     QUOTA_NAME,
     WORKER_FUNCTION_ENV,
 )
+from fasdl.memory_report import WORKER_LOG_GROUP_ENV
 from fasdl.plan import Plan
 from infra import access
 from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, image_tag
@@ -139,15 +142,15 @@ class Compute(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings,
                  storage: Storage, stack_name: str, vpc: ec2.IVpc | None = None,
                  security_group: ec2.ISecurityGroup | None = None,
-                 cache_address: str | None = None, cache_port: str | None = None) -> None:
+                 cache_name: str | None = None) -> None:
         super().__init__(scope, construct_id)
         self._settings = settings
         self._vpc = vpc
         self._security_group = security_group
         self.roles: dict[str, iam.Role] = {}
+        self.log_groups: dict[str, logs.LogGroup] = {}
         plan = settings.plan
-        self._environment = self._common_environment(stack_name, storage, cache_address,
-                                                     cache_port)
+        self._environment = self._common_environment(stack_name, storage, cache_name)
         self._code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=ASSET_EXCLUDES)
         self.layer = self._build_layer()
         ephemeral = ephemeral_storage_mb(plan)
@@ -165,11 +168,13 @@ class Compute(Construct):
             description="FasDL run and segment planner", memory_mb=TRIGGER_MEMORY_MB,
             timeout=TRIGGER_TIMEOUT, in_vpc=False,
             extra_env={"FASDL_PLAN": plan_environment(plan),
-                       WORKER_FUNCTION_ENV: self.worker.function_name}))
+                       WORKER_FUNCTION_ENV: self.worker.function_name,
+                       # its REPORT lines tell an out-of-memory kill from a crash
+                       WORKER_LOG_GROUP_ENV: self.log_groups[WORKER_ID].log_group_name}))
         self.finalize = self._build_function(_Spec(
             construct_id=FINALIZE_ID, handler="handlers.finalize.handler",
             description="FasDL model, summary, failure record", memory_mb=memory,
-            timeout=LONG_TIMEOUT, in_vpc=False, ephemeral_mb=ephemeral))
+            timeout=LONG_TIMEOUT, in_vpc=in_vpc, ephemeral_mb=ephemeral))
         self.profiler = self._build_function(_Spec(
             construct_id=PROFILER_ID, handler="handlers.profiler.handler",
             description="FasDL platform profiler for the planner", memory_mb=memory,
@@ -179,14 +184,15 @@ class Compute(Construct):
             self.roles[WORKER_ID], datasets=storage.datasets, results=storage.results,
             exchange=storage.exchange if plan.deployment.channel == "s3" else None)
         access.grant_trigger(self.roles[TRIGGER_ID], datasets=storage.datasets,
-                             results=storage.results, worker=self.worker)
+                             results=storage.results, worker=self.worker, cache_name=cache_name,
+                             worker_logs=self.log_groups[WORKER_ID])
         access.grant_finalize(self.roles[FINALIZE_ID], results=storage.results,
                               exchange=storage.exchange)
         access.grant_profiler(self.roles[PROFILER_ID], datasets=storage.datasets,
                               results=storage.results, exchange=storage.exchange)
 
-    def _common_environment(self, stack_name: str, storage: Storage, cache_address: str | None,
-                            cache_port: str | None) -> dict[str, str]:
+    def _common_environment(self, stack_name: str, storage: Storage,
+                            cache_name: str | None) -> dict[str, str]:
         plan = self._settings.plan
         env = {
             "FASDL_STACK": stack_name,
@@ -200,9 +206,8 @@ class Compute(Construct):
             "FASDL_PROFILES_PREFIX": access.PROFILES_PREFIX,
             "FASDL_METRICS_NAMESPACE": METRICS_NAMESPACE,
         }
-        if cache_address is not None and cache_port is not None:
-            env["FASDL_CACHE_ENDPOINT"] = cache_address
-            env["FASDL_CACHE_PORT"] = cache_port
+        if cache_name is not None:  # the endpoint comes in the run state (run.cache)
+            env["FASDL_CACHE_NAME"] = cache_name
             env["FASDL_CACHE_TLS"] = "1"  # serverless caches accept TLS connections only
         if self._settings.torch_layer_is_stub:
             env[STUB_ENV] = "1"  # lets handlers fail with a clear message
@@ -232,6 +237,7 @@ class Compute(Construct):
         if spec.in_vpc:
             access.allow_vpc_enis(role)
         self.roles[spec.construct_id] = role
+        self.log_groups[spec.construct_id] = group
         return role, group
 
     def _vpc_props(self, spec: _Spec) -> dict[str, object]:

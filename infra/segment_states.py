@@ -19,7 +19,6 @@ state that names it, and what the segment does next (``shorten``, ``retry`` or `
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from fasdl.memory_report import next_memory_mb
 from infra import lambda_errors
 
 # SegmentTooLong: a worker that sees it cannot finish the segment in time fails fast on its own.
@@ -87,11 +87,6 @@ FAILED = FailureKind(
 # a timeout or out-of-memory is the cause to act on when both occur.
 PRECEDENCE = (OUT_OF_MEMORY, FAILED, TIMED_OUT, CRASHED)
 INLINE_KINDS = (TIMED_OUT, CRASHED)  # OUT_OF_MEMORY's Fail has its own cause; FAILED passes
-
-
-def next_memory_mb(memory_mb: int) -> int:
-    """A quarter more, on Lambda's 128-MB grid the planner uses, at most 10,240 MB."""
-    return min(10_240, math.ceil(memory_mb * 1.25 / 128) * 128)
 
 
 def out_of_memory_advice(memory_mb: int) -> str:

@@ -41,6 +41,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from fasdl.account import WorkerNotReady
+from fasdl.exchange_cache import CacheNotReady
 from infra import lambda_errors
 from infra.segment_states import (
     CRASHED,
@@ -88,6 +90,11 @@ RETRIERS = (
     Retrier(lambda_errors.TRANSIENT, interval_s=2, max_attempts=6, backoff=2.0,
             max_delay_s=30),
 )
+# The trigger's own "not yet" (fasdl/account.py WorkerNotReady: the worker function is still
+# Pending; fasdl/exchange_cache.py CacheNotReady: FasdlCacheStack's cache is being created):
+# every 30 s for up to 5 minutes, on the trigger's tasks only. Nothing ran, so a retry is safe.
+NOT_READY_RETRIER = Retrier((WorkerNotReady.__name__, CacheNotReady.__name__), interval_s=30,
+                            max_attempts=10, backoff=1.0, max_delay_s=30)
 TASK_TIMEOUT_SLACK_S = 60
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 STATE_MACHINE_ID = "StateMachine"
@@ -110,9 +117,10 @@ RECORD_FAILURE = "Record failure"
 FAILED = "Run failed"
 
 
-def add_lambda_retries(task: tasks.LambdaInvoke) -> None:
-    """The Retry rules of :data:`RETRIERS`, in order, with full jitter."""
-    for retrier in RETRIERS:
+def add_lambda_retries(task: tasks.LambdaInvoke, *, trigger: bool = False) -> None:
+    """The Retry rules of :data:`RETRIERS`, in order, with full jitter; ``trigger`` adds
+    :data:`NOT_READY_RETRIER` first."""
+    for retrier in ((NOT_READY_RETRIER, *RETRIERS) if trigger else RETRIERS):
         task.add_retry(errors=list(retrier.errors),
                        interval=Duration.seconds(retrier.interval_s),
                        max_attempts=retrier.max_attempts, backoff_rate=retrier.backoff,
@@ -169,7 +177,7 @@ class TrainingWorkflow(Construct):
             output_path=output_path,
             task_timeout=(sfn.Timeout.duration(Duration.seconds(task_timeout_s))
                           if task_timeout_s else None))
-        add_lambda_retries(task)
+        add_lambda_retries(task, trigger=function is self._trigger)
         return task
 
     def _build_record_failure(self) -> sfn.IChainable:
@@ -188,7 +196,7 @@ class TrainingWorkflow(Construct):
         return self._invoke(RUN_WORKER, self._worker, {
             "action": "train",
             "run_id.$": "$.run_id", "plan_key.$": "$.plan_key",
-            "segment.$": "$.segment", "worker.$": "$.worker",
+            "segment.$": "$.segment", "worker.$": "$.worker", "cache.$": "$.cache",
         }, result_path=sfn.JsonPath.DISCARD, output_path=None if distributed else "$.worker",
             task_timeout_s=self._timeout_s + TASK_TIMEOUT_SLACK_S)
 
@@ -196,6 +204,7 @@ class TrainingWorkflow(Construct):
         selector = {
             "run_id.$": "$.run.run_id", "plan_key.$": "$.run.plan_key",
             "segment.$": "$.run.segment", "worker.$": "$$.Map.Item.Value",
+            "cache.$": "$.run.cache",  # the Valkey endpoint the trigger found (null for S3)
         }
         if self._distributed:
             distributed = sfn.DistributedMap(

@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from infra.lambda_errors import EXIT, OUT_OF_MEMORY
 from local import control_plane, profile
+from local.cache_plane import STATES as CACHE_STACK_STATES
+from local.cache_plane import CacheStackState
 from local.faults import InputError, parse_inject_env
 from local.runner import RunOptions, run
 from local.service_faults import KINDS, OPTION, parse_service_fault
@@ -71,6 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
                                  f"nothing; ERROR: {', '.join(KINDS)} (repeatable; e.g. "
                                  "worker:throttled:2)")
     control_plane.add_options(run_parser)
+    run_parser.add_argument("--cache-stack", type=CacheStackState.parse,
+                            default=CacheStackState(), metavar="|".join(CACHE_STACK_STATES),
+                            help="valkey channel: the state of FasdlCacheStack as the trigger's "
+                                 "DescribeServerlessCaches sees it: deployed (default), absent "
+                                 "(destroyed: the run fails before any worker, saying how to "
+                                 "deploy it) or creating:N (the first N lookups wait)")
+    run_parser.add_argument("--oom-error", choices=(OUT_OF_MEMORY, EXIT),
+                            default=OUT_OF_MEMORY,
+                            help="how an invocation killed at its memory size is reported: "
+                                 f"{OUT_OF_MEMORY} (default) or {EXIT} 'signal: killed', as "
+                                 "Lambda has also reported it (the trigger then tells it from "
+                                 "a crash by the worker's REPORT lines)")
     run_parser.add_argument("--memory-limit", choices=("on", "off"), default="on",
                             help="kill an invocation whose processes use more than its memory "
                                  "size, with Runtime.OutOfMemory, as Lambda does (default on; "
@@ -115,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         emulate_lambda=args.emulate_lambda,
         tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
         restart_cache_at=args.restart_cache_at, memory_limit=args.memory_limit == "on",
-        inject_service_errors=service_errors, account=account)
+        inject_service_errors=service_errors, account=account, cache_stack=args.cache_stack,
+        oom_error=args.oom_error)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return run(options, say=lambda text: print(text, flush=True))

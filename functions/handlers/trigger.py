@@ -11,24 +11,33 @@
 * ``shorten``: the same segment, half the iterations, ``attempt + 1``; raises when no retry
   is left.
 * ``retry``: the same segment, same iterations, ``attempt + 1`` (a worker crashed); raises
-  RetriesExhausted after ``MAX_RETRIES``.
+  RetriesExhausted after ``MAX_RETRIES``, and WorkerOutOfMemory when a worker's REPORT line
+  shows it used its whole memory (fasdl.memory_report: a kill Lambda named a crash).
+
+Every action sets ``run.cache`` (fasdl.exchange_cache): the Valkey endpoint, or null.
+``cache`` (the profiling state machine) returns just ``{"cache": endpoint or null}``.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
-from fasdl import account, segments
+from fasdl import account, exchange_cache, memory_report, segments
 from fasdl.environment import Settings
 from fasdl.metrics import get_logger
 
 logger = get_logger("fasdl-trigger")
+ATTEMPT_SLACK_S = 120  # the Run worker task's slack (infra.workflow) and clock skew
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     settings = Settings.from_env()
     action = event.get("action")
     logger.info("trigger", extra={"action": action})
+    if action == "cache":  # the profiling state machine: where the Valkey cache is, or null
+        return {"cache": exchange_cache_of(settings)}
     if action == "start":
         run = segments.start_run(
             event, settings.s3_client(), datasets_bucket=settings.datasets_bucket,
@@ -44,9 +53,38 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     elif action == "shorten":
         run = segments.shorten_state(segments.parse_run(event.get("run")), event.get("error"))
     elif action == "retry":
-        run = segments.retry_state(segments.parse_run(event.get("run")), event.get("error"))
+        current = segments.parse_run(event.get("run"))
+        _check_memory_of_failed_attempt(settings)
+        run = segments.retry_state(current, event.get("error"))
     else:
         raise segments.RunStateError(f"event field 'action': must be start, next, shorten or "
                                      f"retry, got {action!r}")
+    run["cache"] = exchange_cache_of(settings)
     logger.info("run state", extra={"run": run})
     return run
+
+
+def exchange_cache_of(settings: Settings) -> exchange_cache.CacheEndpoint | None:
+    """Valkey plans: the cache's endpoint, looked up on every action (FasdlCacheStack may have
+    been replaced since the last one); S3 plans: None."""
+    if settings.channel != "valkey":
+        return None
+    if not settings.cache_name:  # a fixed address (tests): nothing to look up
+        return {"address": settings.cache_endpoint, "port": settings.cache_port}
+    import boto3
+
+    return exchange_cache.locate(boto3.client("elasticache"), settings.cache_name)
+
+
+def _check_memory_of_failed_attempt(settings: Settings) -> None:
+    """A crash may be an out-of-memory kill Lambda reported as Runtime.ExitError: read the
+    workers' REPORT lines (fasdl.memory_report) and fail now rather than die again."""
+    log_group = os.environ.get(memory_report.WORKER_LOG_GROUP_ENV)
+    if not log_group:  # in-process tests without a log group: nothing to read
+        return
+    import boto3
+
+    timeout_s = float(segments.parse_fingerprint(settings.deployment)["timeout_s"])
+    memory_report.check_failed_attempt(
+        boto3.client("logs"), log_group, now_ms=int(time.time() * 1000),
+        window_s=timeout_s + ATTEMPT_SLACK_S)

@@ -10,7 +10,7 @@ from aws_cdk.assertions import Match
 
 from infra import lambda_errors, segment_states, workflow
 from infra.access import WILDCARD_RESOURCE_ACTIONS
-from infra.cache import cache_limits
+from infra.cache import cache_limits, cache_name
 from infra.compute import ephemeral_storage_mb
 from infra.lambda_runtime import PYTHON_RUNTIME, RUNTIME_OS
 from infra.network import CACHE_PORT
@@ -87,18 +87,18 @@ def test_trigger_carries_the_plan(synth: Synth) -> None:
     trigger = _function(synth, "handlers.trigger.handler")
     embedded = json.loads(trigger["Environment"]["Variables"]["FASDL_PLAN"])
     assert embedded == synth.settings.plan.to_dict()
-    assert "VpcConfig" not in trigger
-    assert "VpcConfig" not in _function(synth, "handlers.finalize.handler")
+    assert "VpcConfig" not in trigger  # it calls AWS APIs the isolated subnets cannot reach
 
 
-def test_worker_in_vpc_only_for_valkey(synth: Synth) -> None:
-    worker = _function(synth, "handlers.worker.handler")
-    if synth.settings.plan.deployment.channel == "valkey":
-        assert "VpcConfig" in worker
-        assert "FASDL_CACHE_ENDPOINT" in worker["Environment"]["Variables"]
-    else:
-        assert "VpcConfig" not in worker
-        assert not synth.resources("AWS::EC2::VPC")
+def test_worker_and_finalize_in_vpc_only_for_valkey(synth: Synth) -> None:
+    for handler in ("handlers.worker.handler", "handlers.finalize.handler"):
+        function = _function(synth, handler)
+        if synth.settings.plan.deployment.channel == "valkey":
+            assert "VpcConfig" in function, handler
+            assert "FASDL_CACHE_NAME" in function["Environment"]["Variables"]
+        else:
+            assert "VpcConfig" not in function, handler
+            assert not synth.resources("AWS::EC2::VPC")
 
 
 # ---- workflow --------------------------------------------------------------------------
@@ -163,12 +163,35 @@ def test_state_machine_logging_and_tracing(synth: Synth) -> None:
 def test_cache_absent_for_s3(s3_synth: Synth, wide_synth: Synth) -> None:
     for synth in (s3_synth, wide_synth):
         synth.template.resource_count_is("AWS::ElastiCache::ServerlessCache", 0)
-        assert "CacheEndpoint" not in synth.json["Outputs"]
+        assert synth.cache is None and "CacheName" not in synth.json["Outputs"]
+
+
+def test_cache_lives_in_its_own_stack(valkey_synth: Synth) -> None:
+    """cdk destroy FasdlCacheStack stops the cache's billing: the training stack holds no
+    cache and imports nothing from the cache stack, so the latter can always be deleted."""
+    assert valkey_synth.cache is not None
+    valkey_synth.template.resource_count_is("AWS::ElastiCache::ServerlessCache", 0)
+    assert "Fn::ImportValue" not in json.dumps(valkey_synth.json)
+    assert valkey_synth.cache.stack.stack_name == "FasdlCacheStack"
+    name = cache_name(valkey_synth.stack.stack_name)
+    (cache,) = valkey_synth.cache.resources("AWS::ElastiCache::ServerlessCache").values()
+    assert cache["Properties"]["ServerlessCacheName"] == name
+    assert valkey_synth.json["Outputs"]["CacheName"]["Value"] == name
+    assert "CacheEndpoint" in valkey_synth.cache.json["Outputs"]
+    # every function that talks to the cache knows it by that name, never by an address
+    ours = [function["Properties"]["Environment"]["Variables"] for function
+            in valkey_synth.resources("AWS::Lambda::Function").values()
+            if "FASDL_CHANNEL" in function["Properties"].get("Environment", {}).get(
+                "Variables", {})]
+    assert len(ours) >= 4  # worker, trigger, finalize, profiler(s)
+    for env in ours:
+        assert env.get("FASDL_CACHE_NAME") == name and "FASDL_CACHE_ENDPOINT" not in env
 
 
 def test_cache_sized_from_plan(valkey_synth: Synth) -> None:
     limits = cache_limits(valkey_synth.settings.plan)
-    valkey_synth.template.has_resource_properties("AWS::ElastiCache::ServerlessCache", {
+    assert valkey_synth.cache is not None
+    valkey_synth.cache.template.has_resource_properties("AWS::ElastiCache::ServerlessCache", {
         "Engine": "valkey", "MajorEngineVersion": "8",
         "CacheUsageLimits": {
             "DataStorage": {"Maximum": limits.storage_gb, "Unit": "GB"},
@@ -176,14 +199,23 @@ def test_cache_sized_from_plan(valkey_synth: Synth) -> None:
     })
     assert 1 <= limits.storage_gb <= 5_000
     assert 1_000 <= limits.ecpu_per_second <= 15_000_000
-    assert "CacheEndpoint" in valkey_synth.json["Outputs"]
+
+
+def _exported(stack_json: dict[str, Any], imported: Any) -> str:
+    """The logical id a cache-stack Fn::ImportValue refers to in the training stack."""
+    name = imported["Fn::ImportValue"]
+    for output in stack_json["Outputs"].values():
+        if output.get("Export", {}).get("Name") == name:
+            return _ref_of(stack_json["Resources"], output["Value"])
+    raise AssertionError(f"no export named {name}")
 
 
 def test_cache_admits_only_the_worker_sg(valkey_synth: Synth) -> None:
     resources = valkey_synth.json["Resources"]
-    (cache,) = valkey_synth.resources("AWS::ElastiCache::ServerlessCache").values()
+    assert valkey_synth.cache is not None
+    (cache,) = valkey_synth.cache.resources("AWS::ElastiCache::ServerlessCache").values()
     (cache_sg_ref,) = cache["Properties"]["SecurityGroupIds"]
-    cache_sg = _ref_of(resources, cache_sg_ref)
+    cache_sg = _exported(valkey_synth.json, cache_sg_ref)
     worker = _function(valkey_synth, "handlers.worker.handler")
     (worker_sg_ref,) = worker["VpcConfig"]["SecurityGroupIds"]
     worker_sg = _ref_of(resources, worker_sg_ref)
@@ -196,6 +228,25 @@ def test_cache_admits_only_the_worker_sg(valkey_synth: Synth) -> None:
     assert _ref_of(resources, rule["SourceSecurityGroupId"]) == worker_sg
     assert rule["FromPort"] == rule["ToPort"] == CACHE_PORT
     assert "CidrIp" not in rule
+    # finalize deletes the run's keys: it sits in the VPC with the workers' security group
+    finalize = _function(valkey_synth, "handlers.finalize.handler")
+    assert finalize["VpcConfig"]["SecurityGroupIds"] == [worker_sg_ref]
+
+
+def test_trigger_looks_up_only_its_cache(valkey_synth: Synth, s3_synth: Synth) -> None:
+    def statements(synth: Synth) -> list[dict[str, Any]]:
+        role = _ref_of(synth.json["Resources"],
+                       _function(synth, "handlers.trigger.handler")["Role"])
+        return [statement for policy in synth.resources("AWS::IAM::Policy").values()
+                if {"Ref": role} in policy["Properties"]["Roles"]
+                for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
+
+    lookups = [s for s in statements(valkey_synth)
+               if s["Action"] == "elasticache:DescribeServerlessCaches"]
+    assert len(lookups) == 1
+    resource = json.dumps(lookups[0]["Resource"])
+    assert f":serverlesscache:{cache_name(valkey_synth.stack.stack_name)}" in resource
+    assert not [s for s in statements(s3_synth) if "elasticache" in json.dumps(s["Action"])]
 
 
 def test_network_is_isolated(valkey_synth: Synth) -> None:
@@ -313,6 +364,9 @@ def _lambda_tasks(definition: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+TRIGGER_ACTIONS = {"start", "next", "shorten", "retry"}
+
+
 def test_every_lambda_task_retries_service_errors_with_capped_jitter(synth: Synth) -> None:
     """Throttling, VPC networking not ready and Lambda's 5xx: nothing ran, so every Lambda
     task retries them, each with its own bounded, jittered schedule."""
@@ -327,9 +381,16 @@ def test_every_lambda_task_retries_service_errors_with_capped_jitter(synth: Synt
         assert 30 <= not_ready["IntervalSeconds"] <= not_ready["MaxDelaySeconds"] <= 60
         transient = rules[lambda_errors.TRANSIENT]
         assert "Lambda.ClientExecutionTimeoutException" in transient["ErrorEquals"]
-        # Function errors are the workflow's to handle, never blindly retried here.
+        # Function errors are the workflow's to handle, never blindly retried here; the
+        # trigger's own "not ready yet" (worker Pending, cache being created) is the exception.
         retried = {name for rule in task["Retry"] for name in rule["ErrorEquals"]}
-        assert retried == set(lambda_errors.SERVICE_ERRORS)
+        not_ready = set(workflow.NOT_READY_RETRIER.errors)
+        is_trigger = task["Parameters"].get("action") in TRIGGER_ACTIONS
+        assert retried == set(lambda_errors.SERVICE_ERRORS) | (not_ready if is_trigger
+                                                               else set())
+        if is_trigger:
+            assert task["Retry"][0]["IntervalSeconds"] == 30
+            assert workflow.NOT_READY_RETRIER.worst_case_wait_s() == 300
     # The documented bound: a throttled task gives up after at most ~6 minutes of waiting.
     assert workflow.RETRIERS[0].worst_case_wait_s() <= 400
 
@@ -374,9 +435,3 @@ def test_lambda_unknown_is_classified_by_its_cause(synth: Synth) -> None:
         (lambda_errors.TIMEOUT_CAUSE, segment_states.WORKER_TIMED_OUT),
         (lambda_errors.OUT_OF_MEMORY_CAUSE, segment_states.WORKER_OUT_OF_MEMORY)]
     assert choice["Default"] == segment_states.WORKER_CRASHED
-
-
-@pytest.mark.parametrize(("memory", "suggested"), [(128, 256), (1024, 1280), (1769, 2304),
-                                                   (3008, 3840), (10_240, 10_240)])
-def test_next_memory_is_a_quarter_more_on_the_grid(memory: int, suggested: int) -> None:
-    assert segment_states.next_memory_mb(memory) == suggested

@@ -14,18 +14,17 @@ as child executions, as Step Functions does.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from fasdl.memory_report import WorkerOutOfMemory
 from infra import lambda_errors, segment_states
-from infra.settings import REPO_ROOT
 from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import synthesize
+from tests.local.runs import Run, local_run, with_memory
 
 EPOCHS = 8  # 22 iterations per epoch
 SEGMENT = 88  # two segments
@@ -41,14 +40,6 @@ class Job:
     cdk_out: Path
 
 
-@dataclass(frozen=True)
-class Run:
-    code: int
-    output: str
-    report: dict[str, Any]
-    model: bytes | None
-
-
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
     work = tmp_path_factory.mktemp("job")
@@ -61,18 +52,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
 
 def run(job: Job, directory: Path, run_id: str, *args: str, synth: bool = False) -> Run:
     """One ``python -m local run`` of the job; ``synth``: synthesize (another channel)."""
-    report_dir = directory / run_id
-    reuse = [] if synth else ["--cdk-out", str(job.cdk_out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "local", "run", "--plan", str(job.plan), *reuse,
-         "--report-dir", str(report_dir), "--run-id", run_id,
-         "--timeout", str(RUN_TIMEOUT_S), *args],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 60, check=False)
-    output = done.stdout + done.stderr
-    assert (report_dir / "report.json").is_file(), output[-3000:]
-    model = report_dir / "model.npy"
-    return Run(done.returncode, output, json.loads((report_dir / "report.json").read_text()),
-               model.read_bytes() if model.is_file() else None)
+    return local_run(job.plan, None if synth else job.cdk_out, directory / run_id, run_id,
+                     *args, timeout_s=RUN_TIMEOUT_S)
 
 
 def errors(result: Run, worker: int | None = None) -> list[str]:
@@ -123,8 +104,13 @@ def test_killed_worker_segment_is_retried_from_its_checkpoint(
         job: Job, reference: bytes, tmp_path: Path) -> None:
     result = run(job, tmp_path, "killed", "--segment-iterations", str(SEGMENT),
                  *CRASH, *FAST_PEER_WAIT)
+    assert_rerun_at_full_length(result, reference)
+
+
+def assert_rerun_at_full_length(result: Run, reference: bytes) -> None:
+    """Worker 2 died (exit 137), its peers gave up waiting for its shards within seconds, the
+    segment was rerun once at full length and the weights are the undisturbed run's."""
     assert result.code == 0, result.output[-3000:]
-    # worker 2 died (exit 137); the peers gave up waiting for its shards within seconds
     assert "Runtime.ExitError" in errors(result)
     assert set(errors(result)) <= {"Runtime.ExitError", "ChannelTimeout"}
     assert [(s["attempt"], s["iterations"]) for s in result.report["segments"]] == [
@@ -203,10 +189,7 @@ def test_out_of_memory_fails_the_run_at_once_with_what_to_do(
     """At 256 MB the worker (torch imported: ~290 MB) is killed by the emulator's memory
     limit as Lambda kills it: Runtime.OutOfMemory. No same-size retry: the run fails, and the
     recorded cause names the worker, the planned M and the next M to deploy with."""
-    small = json.loads(job.plan.read_text())
-    small["deployment"]["memory_mb"] = 256
-    plan = tmp_path / "plan-256.json"
-    plan.write_text(json.dumps(small))
+    plan = with_memory(job.plan, 256, tmp_path)
     result = run(Job(plan, job.cdk_out), tmp_path, f"oom-{channel}", "--channel", channel,
                  synth=True)
     assert result.code == 1, result.output[-3000:]
@@ -220,6 +203,33 @@ def test_out_of_memory_fails_the_run_at_once_with_what_to_do(
     assert "M = 256 MB" in failure["cause"] and "memory_mb to 384" in failure["cause"]
     assert max(r["peak_rss_mb"] for r in report["invocations"] if r["error"]) >= 256
     assert report["exchange_left"] == 0
+    assert result.model is None
+
+
+@pytest.mark.slow
+def test_out_of_memory_reported_as_a_crash_is_told_by_the_report_lines(
+        job: Job, tmp_path: Path) -> None:
+    """Lambda has also reported a memory kill as Runtime.ExitError 'signal: killed' (a crash,
+    rerun at the same size): before the rerun the trigger reads the workers' REPORT lines
+    (CloudWatch Logs FilterLogEvents, answered locally from the emulator's measurements), sees
+    Max Memory Used at the memory size and fails at once with the measured peak."""
+    plan = with_memory(job.plan, 256, tmp_path)
+    result = run(Job(plan, job.cdk_out), tmp_path, "oom-as-exit", "--oom-error",
+                 lambda_errors.EXIT, *FAST_PEER_WAIT, synth=True)
+    assert result.code == 1, result.output[-3000:]
+    report = result.report
+    died = [i["error"] for i in report["invocations"] if i["error"] and i["worker"] is not None]
+    assert lambda_errors.EXIT in died and lambda_errors.OUT_OF_MEMORY not in died, died
+    assert len(died) <= report["workers"]  # no rerun at the same size
+    # the trigger's retry action is where it was told apart
+    assert WorkerOutOfMemory.__name__ in errors(result)
+    assert {s["attempt"] for s in report["segments"]} <= {0}
+    failure = report["failure"]
+    assert failure is not None and failure["error"] == WorkerOutOfMemory.__name__
+    peak = max(r["peak_rss_mb"] for r in report["invocations"] if r["error"])
+    assert f"Max Memory Used {math.ceil(peak)} MB of the planned M = Memory Size 256 MB" \
+        in failure["cause"]
+    assert "memory_mb to 384" in failure["cause"]
     assert result.model is None
 
 
@@ -252,22 +262,13 @@ def test_distributed_map_killed_worker_is_retried_at_full_length(
     assert _train_segment_mode(wide) == "DISTRIBUTED"
     result = run(wide, tmp_path, "killed-distributed", "--segment-iterations", str(SEGMENT),
                  *CRASH, *FAST_PEER_WAIT)
-    assert result.code == 0, result.output[-3000:]
-    assert "Runtime.ExitError" in errors(result)
-    assert [(s["attempt"], s["iterations"]) for s in result.report["segments"]] == [
-        (0, SEGMENT), (1, SEGMENT)]
-    assert result.report["summary"]["retried_attempts"] == 1
-    assert result.report["exchange_left"] == 0
-    assert result.model == reference
+    assert_rerun_at_full_length(result, reference)
 
 
 @pytest.mark.slow
 def test_distributed_map_out_of_memory_fails_naming_the_workers(
         job: Job, tmp_path: Path) -> None:
-    small = json.loads(job.plan.read_text())
-    small["deployment"]["memory_mb"] = 256
-    plan = tmp_path / "plan-256.json"
-    plan.write_text(json.dumps(small))
+    plan = with_memory(job.plan, 256, tmp_path)
     result = run(distributed(plan, tmp_path), tmp_path, "oom-distributed", *FAST_PEER_WAIT)
     assert result.code == 1, result.output[-3000:]
     report = result.report

@@ -13,8 +13,6 @@ The job (cnn-digits, W=4, 2 epochs in one segment) is planned and synthesized on
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +21,9 @@ import pytest
 
 from fasdl.account import POLL_S, ConcurrencyQuotaTooLow, WorkerFunctionFailed
 from infra import lambda_errors
-from infra.settings import REPO_ROOT
 from local.runner import WORKER_HANDLER, RunOptions, prepare_dataset, prepare_plan
 from local.template import load_template, synthesize
+from tests.local.runs import Run, local_run
 
 EPOCHS = 2  # 22 iterations per epoch: one segment
 RUN_TIMEOUT_S = 150
@@ -36,13 +34,6 @@ class Job:
     plan: Path
     cdk_out: Path
     worker: str  # the worker function's name (logical id) in the emulator
-
-
-@dataclass(frozen=True)
-class Run:
-    code: int
-    output: str
-    report: dict[str, Any]
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +50,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
 
 
 def run(job: Job, directory: Path, run_id: str, *args: str) -> Run:
-    report_dir = directory / run_id
-    done = subprocess.run(
-        [sys.executable, "-m", "local", "run", "--plan", str(job.plan), "--cdk-out",
-         str(job.cdk_out), "--report-dir", str(report_dir), "--run-id", run_id,
-         "--timeout", str(RUN_TIMEOUT_S), *args],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 60, check=False)
-    output = done.stdout + done.stderr
-    assert (report_dir / "report.json").is_file(), output[-3000:]
-    return Run(done.returncode, output, json.loads((report_dir / "report.json").read_text()))
+    return local_run(job.plan, job.cdk_out, directory / run_id, run_id, *args,
+                     timeout_s=RUN_TIMEOUT_S)
 
 
 def ready_lines(report_dir: Path) -> list[dict[str, Any]]:

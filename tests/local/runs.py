@@ -1,0 +1,46 @@
+"""One ``python -m local run`` as the end-to-end tests drive it: a subprocess with its own
+report folder, and what it left there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.settings import REPO_ROOT
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    output: str
+    report: dict[str, Any]
+    model: bytes | None  # the final weights (model.npy) of a successful run
+
+
+def local_run(plan: Path, cdk_out: Path | None, report_dir: Path, run_id: str, *args: str,
+              timeout_s: int) -> Run:
+    """Run the plan (``cdk_out``: reuse that synth; None: synthesize) and read its report."""
+    reuse = [] if cdk_out is None else ["--cdk-out", str(cdk_out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "local", "run", "--plan", str(plan), *reuse,
+         "--report-dir", str(report_dir), "--run-id", run_id, "--timeout", str(timeout_s),
+         *args],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s + 60, check=False)
+    output = done.stdout + done.stderr
+    assert (report_dir / "report.json").is_file(), output[-3000:]
+    model = report_dir / "model.npy"
+    return Run(done.returncode, output, json.loads((report_dir / "report.json").read_text()),
+               model.read_bytes() if model.is_file() else None)
+
+
+def with_memory(plan: Path, memory_mb: int, directory: Path) -> Path:
+    """A copy of ``plan`` deployed at another memory size."""
+    changed = json.loads(plan.read_text())
+    changed["deployment"]["memory_mb"] = memory_mb
+    path = directory / f"plan-{memory_mb}.json"
+    path.write_text(json.dumps(changed))
+    return path
