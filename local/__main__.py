@@ -59,39 +59,44 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--report-dir", type=Path,
                             help="report folder (default reports/<run id>)")
     run_parser.add_argument("--run-id", help="execution and run id (default local-<time>)")
-    run_parser.add_argument("--inject-env", action="append", default=[],
-                            metavar="ROLE:KEY=VALUE",
-                            help="add KEY=VALUE to the environment of the worker, trigger or "
-                                 "finalize function (repeatable; e.g. worker:"
-                                 "FASDL_TEST_CRASH_AT_ITERATION=30 kills a worker there)")
-    run_parser.add_argument("--restart-cache-at", type=int, metavar="N",
-                            help="valkey channel: restart the Valkey server once workers "
-                                 "exchange iteration N (its keys are lost; fault demo/test)")
-    run_parser.add_argument(OPTION, action="append", default=[],
-                            metavar="FUNCTION:ERROR[:N]",
-                            help="the next N (default 1) invocations of the worker, trigger or "
-                                 "finalize function fail with a Lambda service error and run "
-                                 f"nothing; ERROR: {', '.join(KINDS)} (repeatable; e.g. "
-                                 "worker:throttled:2)")
-    control_plane.add_options(run_parser)
-    run_parser.add_argument("--cache-stack", type=CacheStackState.parse,
-                            default=CacheStackState(), metavar="|".join(CACHE_STACK_STATES),
-                            help="valkey channel: the state of FasdlCacheStack as the trigger's "
-                                 "DescribeServerlessCaches sees it: deployed (default), absent "
-                                 "(destroyed: the run fails before any worker, saying how to "
-                                 "deploy it) or creating:N (the first N lookups wait)")
-    run_parser.add_argument("--oom-error", choices=(OUT_OF_MEMORY, EXIT),
-                            default=OUT_OF_MEMORY,
-                            help="how an invocation killed at its memory size is reported: "
-                                 f"{OUT_OF_MEMORY} (default) or {EXIT} 'signal: killed', as "
-                                 "Lambda has also reported it (the trigger then tells it from "
-                                 "a crash by the worker's REPORT lines)")
-    run_parser.add_argument("--memory-limit", choices=("on", "off"), default="on",
-                            help="kill an invocation whose processes use more than its memory "
-                                 "size, with Runtime.OutOfMemory, as Lambda does (default on; "
-                                 "off is for debugging, peaks are still measured)")
+    _add_fault_options(run_parser)
     profile.add_parser(commands)
     return parser
+
+
+def _add_fault_options(parser: argparse.ArgumentParser) -> None:
+    """Faults to inject and the AWS account, cache stack and memory kills the run meets."""
+    parser.add_argument("--inject-env", action="append", default=[],
+                        metavar="ROLE:KEY=VALUE",
+                        help="add KEY=VALUE to the environment of the worker, trigger or "
+                             "finalize function (repeatable; e.g. worker:"
+                             "FASDL_TEST_CRASH_AT_ITERATION=30 kills a worker there)")
+    parser.add_argument("--restart-cache-at", type=int, metavar="N",
+                        help="valkey channel: restart the Valkey server once workers "
+                             "exchange iteration N (its keys are lost; fault demo/test)")
+    parser.add_argument(OPTION, action="append", default=[],
+                        metavar="FUNCTION:ERROR[:N]",
+                        help="the next N (default 1) invocations of the worker, trigger or "
+                             "finalize function fail with a Lambda service error and run "
+                             f"nothing; ERROR: {', '.join(KINDS)} (repeatable; e.g. "
+                             "worker:throttled:2)")
+    control_plane.add_options(parser)
+    parser.add_argument("--cache-stack", type=CacheStackState.parse,
+                        default=CacheStackState(), metavar="|".join(CACHE_STACK_STATES),
+                        help="valkey channel: the state of FasdlCacheStack as the trigger's "
+                             "DescribeServerlessCaches sees it: deployed (default), absent "
+                             "(destroyed: the run fails before any worker, saying how to "
+                             "deploy it) or creating:N (the first N lookups wait)")
+    parser.add_argument("--oom-error", choices=(OUT_OF_MEMORY, EXIT),
+                        default=OUT_OF_MEMORY,
+                        help="how an invocation killed at its memory size is reported: "
+                             f"{OUT_OF_MEMORY} (default) or {EXIT} 'signal: killed', as "
+                             "Lambda has also reported it (the trigger then tells it from "
+                             "a crash by the worker's REPORT lines)")
+    parser.add_argument("--memory-limit", choices=("on", "off"), default="on",
+                        help="kill an invocation whose processes use more than its memory "
+                             "size, with Runtime.OutOfMemory, as Lambda does (default on; "
+                             "off is for debugging, peaks are still measured)")
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

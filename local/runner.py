@@ -45,9 +45,9 @@ from local.cache_plane import CacheStackState
 from local.control_plane import AccountOptions, WorkerFunction
 from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import FunctionSpec, LambdaEmulator
-from local.faults import ROLES, InputError, exchange_left, restarting
-from local.invocation_stats import annotate_report, format_limits
-from local.report import Progress, build_report, format_summary, write_report
+from local.faults import ROLES, InputError, restarting
+from local.report import Progress
+from local.run_report import FinishedRun, wait_and_report
 from local.run_servers import RunServers, start_servers
 from local.service_faults import ServiceFault
 from local.template import (
@@ -290,51 +290,11 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         on_poll = _every(2.0, progress.poll)
         if options.restart_cache_at is not None and cache is not None:
             on_poll = restarting(on_poll, cache, run_id, options.restart_cache_at, say)
-
-        def report(status: str, executions: list[dict[str, Any]]) -> None:
-            emulator.shutdown()  # abandoned peers of a failed segment must not write on
-            progress.poll()
-            invocations = list(emulator.invocations)  # one snapshot: killed ones may still land
-            built = build_report(
-                plan, run_id=run_id, channel=channel, status=status,
-                measured_s=time.monotonic() - started, results=progress.results,
-                invocations=invocations, worker_function=worker_function,
-                execution=executions[-1] if executions else {},
-                summary=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
-                                     f"runs/{run_id}/summary.json"),
-                failure=_json_object(client, BUCKETS["FASDL_RESULTS_BUCKET"],
-                                     f"runs/{run_id}/failure.json"))
-            built["exchange_left"] = exchange_left(
-                client, run_id, cache)
-            annotate_report(built, invocations, roles, memory_limit=options.memory_limit)
-            written = write_report(built, report_dir)
-            if built["summary"] is not None:  # the trained weights, next to their report
-                model = report_dir / "model.npy"
-                client.download_file(BUCKETS["FASDL_RESULTS_BUCKET"],
-                                     built["summary"]["model_key"], str(model))
-                written.append(model)
-            say(format_summary(built))
-            say(format_limits(built))
-            say(f"report: {', '.join(str(p) for p in written)}")
-
-        try:
-            executions = sfn.wait(machine, timeout_s=options.timeout_s, poll_s=0.5,
-                                  on_poll=on_poll)
-            status = str(executions[-1]["status"])
-        except TimeoutError:
-            say(f"the run did not finish within --timeout {options.timeout_s:.0f} s: stopping")
-            emulator.shutdown()
-            sfn.stop_all(machine)
-            executions, status = sfn.executions(machine), "TIMED_OUT"
-        except BaseException:  # Ctrl-C: kill the invocations first, then unwind
-            emulator.shutdown()
-            sfn.stop_all(machine)
-            try:  # what finished so far; the servers are still up
-                report("INTERRUPTED", sfn.executions(machine))
-            except Exception as error:  # the interrupt matters more than its report
-                say(f"no partial report: {error}")
-            raise
-        report(status, executions)
+        finished = FinishedRun(
+            plan, run_id, report_dir, client, BUCKETS["FASDL_RESULTS_BUCKET"], emulator,
+            progress, roles, worker_function, cache, options.memory_limit, started)
+        status = wait_and_report(finished, sfn, machine, timeout_s=options.timeout_s,
+                                 on_poll=on_poll, say=say)
     say("stopped all local servers and invocations")
     return 0 if status == "SUCCEEDED" else 1
 
@@ -378,15 +338,6 @@ def _service_faults(options: RunOptions, roles: dict[str, str],
             "invocation(s) fail without running")
     return [ServiceFault(names[fault.function], fault.kind, fault.count)
             for fault in options.inject_service_errors]
-
-
-def _json_object(client: Any, bucket: str, key: str) -> dict[str, Any] | None:
-    try:
-        body = client.get_object(Bucket=bucket, Key=key)["Body"]
-    except client.exceptions.NoSuchKey:
-        return None
-    data: dict[str, Any] = json.loads(body.read())
-    return data
 
 
 def _every(seconds: float, action: Callable[[], None]) -> Callable[[], None]:
