@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from fasdl.data import DatasetError, write_dataset
+from fasdl.datasets.output import staged_output
 
 RECORD_BYTES = 1 + 3 * 32 * 32
 TRAIN_FILES = tuple(f"data_batch_{index}.bin" for index in range(1, 6))
@@ -31,25 +32,38 @@ def parse_batch(name: str, raw: bytes) -> tuple[np.ndarray, np.ndarray]:
     return records[:, 1:].reshape(-1, 3, 32, 32).copy(), labels
 
 
-def import_cifar10_binary(archive: str | Path, out_dir: str | Path) -> dict[str, int]:
-    """Write ``{out_dir}/train`` and ``{out_dir}/test`` datasets; returns rows per split."""
+def _read_batches(archive: str | Path) -> dict[str, bytes]:
+    """Every batch file of the archive, by name; a clear DatasetError for anything else."""
     batches: dict[str, bytes] = {}
-    with tarfile.open(archive, "r:gz") as tar:
-        for member in tar.getmembers():
-            name = Path(member.name).name
-            if member.isfile() and name in TRAIN_FILES + TEST_FILES:
-                handle = tar.extractfile(member)
-                if handle is None:
-                    raise DatasetError(f"{archive}: cannot read {member.name}")
-                batches[name] = handle.read()
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                if member.isfile() and name in TRAIN_FILES + TEST_FILES:
+                    handle = tar.extractfile(member)
+                    if handle is None:
+                        raise DatasetError(f"{archive}: cannot read {member.name}")
+                    batches[name] = handle.read()
+    except (tarfile.TarError, EOFError, OSError) as error:
+        raise DatasetError(f"{archive}: not a readable cifar-10-binary.tar.gz ({error})") \
+            from error
     missing = [name for name in TRAIN_FILES + TEST_FILES if name not in batches]
     if missing:
         raise DatasetError(f"{archive}: missing {', '.join(missing)}")
+    return batches
+
+
+def import_cifar10_binary(archive: str | Path, out_dir: str | Path, *,
+                          force: bool = False) -> dict[str, int]:
+    """Write ``{out_dir}/train`` and ``{out_dir}/test`` datasets, both or neither
+    (fasdl.datasets.output); returns rows per split."""
+    batches = _read_batches(archive)
     rows: dict[str, int] = {}
-    for split, names in (("train", TRAIN_FILES), ("test", TEST_FILES)):
-        parts = [parse_batch(name, batches[name]) for name in names]
-        x = np.concatenate([part[0] for part in parts])
-        y = np.concatenate([part[1] for part in parts])
-        write_dataset(Path(out_dir) / split, x, y)
-        rows[split] = len(y)
+    with staged_output(out_dir, force=force) as staging:
+        for split, names in (("train", TRAIN_FILES), ("test", TEST_FILES)):
+            parts = [parse_batch(name, batches[name]) for name in names]
+            x = np.concatenate([part[0] for part in parts])
+            y = np.concatenate([part[1] for part in parts])
+            write_dataset(staging / split, x, y)
+            rows[split] = len(y)
     return rows

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from fasdl.data import write_dataset
+from fasdl.datasets.output import staged_output
 
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -24,8 +25,9 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_digits(out_dir: str | Path, *, test_fraction: float = 0.2,
-                 seed: int = 0) -> dict[str, int]:
-    """Write ``{out_dir}/train`` and ``{out_dir}/test``; returns rows per split."""
+                 seed: int = 0, force: bool = False) -> dict[str, int]:
+    """Write ``{out_dir}/train`` and ``{out_dir}/test``, both or neither
+    (fasdl.datasets.output); returns rows per split."""
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     x, y = digits_arrays()
@@ -38,6 +40,7 @@ def build_digits(out_dir: str | Path, *, test_fraction: float = 0.2,
     is_test[np.concatenate(test_rows)] = True
     train_order = rng.permutation(np.flatnonzero(~is_test))
     test_order = rng.permutation(np.flatnonzero(is_test))
-    write_dataset(Path(out_dir) / "train", x[train_order], y[train_order])
-    write_dataset(Path(out_dir) / "test", x[test_order], y[test_order])
+    with staged_output(out_dir, force=force) as staging:
+        write_dataset(staging / "train", x[train_order], y[train_order])
+        write_dataset(staging / "test", x[test_order], y[test_order])
     return {"train": len(train_order), "test": len(test_order)}
