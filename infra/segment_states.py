@@ -26,7 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from fasdl.memory_report import next_memory_mb
+from fasdl.memory_report import same_size_advice
 from infra import lambda_errors
 
 # SegmentTooLong: a worker that sees it cannot finish the segment in time fails fast on its own.
@@ -91,9 +91,8 @@ INLINE_KINDS = (TIMED_OUT, CRASHED)  # OUT_OF_MEMORY's Fail has its own cause; F
 
 def out_of_memory_advice(memory_mb: int) -> str:
     return (f"at the planned M = {memory_mb} MB ({lambda_errors.OUT_OF_MEMORY}; its peak is "
-            f"the Max Memory Used of its last REPORT log line). Retrying at the same "
-            f"size would fail again: set deployment.memory_mb to {next_memory_mb(memory_mb)} "
-            f"in plan.json (or re-profile the workload, docs/profiling.md) and deploy again.")
+            f"the Max Memory Used of its last REPORT log line). "
+            f"{same_size_advice(memory_mb)}")
 
 
 def _catch_unknown(scope: Construct, run: tasks.LambdaInvoke,

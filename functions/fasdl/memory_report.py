@@ -39,6 +39,14 @@ def next_memory_mb(memory_mb: int) -> int:
     return min(10_240, math.ceil(memory_mb * 1.25 / 128) * 128)
 
 
+def same_size_advice(memory_mb: int) -> str:
+    """What to do after an out-of-memory kill at ``memory_mb`` (also in the state machine's
+    own out-of-memory cause, infra/segment_states.py)."""
+    return (f"Retrying at the same size would fail again: set deployment.memory_mb to "
+            f"{next_memory_mb(memory_mb)} in plan.json (or re-profile the workload, "
+            f"docs/profiling.md) and deploy again.")
+
+
 class WorkerOutOfMemory(RuntimeError):
     """A worker of the failed attempt used all its memory: a same-size rerun would die too."""
 
@@ -82,14 +90,11 @@ def check_not_exhausted(peaks: Iterable[MemoryPeak]) -> None:
     if not exhausted:
         return
     top = exhausted[0]
-    suggested = next_memory_mb(top.memory_mb)
     raise WorkerOutOfMemory(
         f"{len(exhausted)} worker invocation(s) of the failed attempt used all their memory: "
         f"Max Memory Used {top.max_used_mb:g} MB of the planned M = Memory Size "
         f"{top.memory_mb} MB (request {top.request_id}, REPORT line in the worker's log "
-        f"group). Lambda reported the kill as a crash; rerunning at the same size would die "
-        f"again: set deployment.memory_mb to {suggested} in plan.json (or re-profile the "
-        f"workload, docs/profiling.md) and deploy again.")
+        f"group); Lambda reported the kill as a crash. {same_size_advice(top.memory_mb)}")
 
 
 def check_failed_attempt(client: Any, log_group: str, *, now_ms: int, window_s: float) -> None:

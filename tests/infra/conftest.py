@@ -140,6 +140,11 @@ def state_machine_definition(synth: Synth, construct: str = "Workflow") -> dict[
     return definition
 
 
+def is_distributed_map(train: dict[str, Any]) -> bool:
+    """Whether the ASL of the ``Train segment`` state is a Distributed Map."""
+    return bool(train["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED")
+
+
 def _fake_arn(token: dict[str, Any]) -> str:
     if token.get("Ref") == "AWS::Partition":
         return "aws"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
+from fasdl.memory_report import next_memory_mb
 from infra import lambda_errors, segment_states, workflow
 from infra.access import WILDCARD_RESOURCE_ACTIONS
 from infra.cache import cache_limits, cache_name
@@ -15,7 +16,7 @@ from infra.compute import ephemeral_storage_mb
 from infra.lambda_runtime import PYTHON_RUNTIME, RUNTIME_OS
 from infra.network import CACHE_PORT
 from infra.segment_states import OUT_OF_MEMORY
-from tests.infra.conftest import Synth, state_machine_definition
+from tests.infra.conftest import Synth, is_distributed_map, state_machine_definition
 
 
 def _function(synth: Synth, handler: str) -> dict[str, Any]:
@@ -343,14 +344,10 @@ def test_map_results_stay_small(synth: Synth) -> None:
     train = state_machine_definition(synth)["States"][workflow.TRAIN_SEGMENT]
     run = train["ItemProcessor"]["States"][segment_states.RUN_WORKER]
     assert run["ResultPath"] is None
-    if _is_distributed(train):  # each child returns {worker, status, error}: tested apart
+    if is_distributed_map(train):  # each child returns {worker, status, error}: tested apart
         assert "OutputPath" not in run and train["ResultPath"] == segment_states.OUTCOME_PATH
     else:
         assert run["OutputPath"] == "$.worker" and train["ResultPath"] is None
-
-
-def _is_distributed(train: dict[str, Any]) -> bool:
-    return bool(train["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED")
 
 
 # ---- Lambda failures as AWS reports them (infra/lambda_errors.py) ------------------------
@@ -402,7 +399,7 @@ def test_out_of_memory_fails_fast_with_what_to_do(synth: Synth) -> None:
                for c in inner[segment_states.RUN_WORKER]["Catch"]}
     assert catches[(lambda_errors.OUT_OF_MEMORY,)] == segment_states.WORKER_OUT_OF_MEMORY
     memory = synth.settings.plan.deployment.memory_mb
-    if _is_distributed(states[workflow.TRAIN_SEGMENT]):
+    if is_distributed_map(states[workflow.TRAIN_SEGMENT]):
         worker = inner[segment_states.WORKER_OUT_OF_MEMORY]
         assert worker["Type"] == "Pass"
         assert worker["Parameters"]["status"] == OUT_OF_MEMORY.status
@@ -415,7 +412,7 @@ def test_out_of_memory_fails_fast_with_what_to_do(synth: Synth) -> None:
         assert failed["Error"] == segment_states.OUT_OF_MEMORY_ERROR
         cause = failed["CausePath"]
     assert f"M = {memory} MB" in cause
-    assert f"memory_mb to {segment_states.next_memory_mb(memory)}" in cause
+    assert f"memory_mb to {next_memory_mb(memory)}" in cause
     # Not a crash: the Map's crash catch (same segment again) must not take it.
     segment_catches = states[workflow.TRAIN_SEGMENT].get("Catch", [])
     retried = {n for c in segment_catches if c["Next"] != workflow.RECORD_FAILURE

@@ -18,7 +18,7 @@ from fasdl.channel import ChannelError, ChannelTimeout
 from fasdl.segment_runner import SegmentTooLong
 from infra import lambda_errors, segment_states, workflow
 from infra.segment_states import CRASHED, FAILED, OUT_OF_MEMORY, PRECEDENCE, TIMED_OUT
-from tests.infra.conftest import Synth, state_machine_definition
+from tests.infra.conftest import Synth, is_distributed_map, state_machine_definition
 
 ACTION_STATES = {"shorten": workflow.SHORTEN, "retry": workflow.RETRY,
                  "fail": workflow.RECORD_FAILURE}
@@ -36,7 +36,7 @@ def _train(synth: Synth) -> dict[str, Any]:
 
 
 def _distributed(synth: Synth) -> bool:
-    return bool(_train(synth)["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED")
+    return is_distributed_map(_train(synth))
 
 
 def test_threshold_context_picks_the_map(synth: Synth, small_distributed: Synth) -> None:

@@ -23,7 +23,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 
 from infra import segment_states, workflow
 from infra.contract import RunState
-from tests.infra.conftest import Synth, state_machine_definition
+from tests.infra.conftest import Synth, is_distributed_map, state_machine_definition
 
 REGION = "us-east-1"
 SEGMENTS = 3
@@ -159,8 +159,7 @@ def machine(request: pytest.FixtureRequest, s3_synth: Synth,
 
 
 def _is_distributed(definition: dict[str, Any]) -> bool:
-    train = definition["States"][workflow.TRAIN_SEGMENT]
-    return bool(train["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED")
+    return is_distributed_map(definition["States"][workflow.TRAIN_SEGMENT])
 
 
 def test_segments_loop_and_a_timeout_shortens(machine: dict[str, Any],
