@@ -5,6 +5,8 @@ Objects in the results bucket, under ``runs/<run_id>/``:
 * ``model.npy``: the merged flat float32 parameter vector, copied verbatim from the last
   checkpoint after its sha256 was checked against the manifest; ``model.json`` says how to
   rebuild the network (registry name, classes, input shape, parameter count);
+* ``model.npz``: the complete state dict with batch-norm statistics (fasdl.export), copied
+  verbatim and checked likewise from the checkpoint's ``export`` object, when it has one;
 * ``summary.json``: per segment (the attempt that completed) mean loss over the workers,
   worker 0's held-out accuracy, time split summed over the workers; plus run totals;
 * ``failure.json``: the state machine's error and the last run state of a failed run.
@@ -111,6 +113,25 @@ def final_model(s3: Any, settings: Settings, run_id: str,
     return manifest, data
 
 
+def final_export(s3: Any, settings: Settings, run_id: str,
+                 manifest: Mapping[str, Any]) -> bytes | None:
+    """The verified ``export`` object of a final checkpoint's manifest; None for checkpoints
+    written before workers exported (finalize then publishes model.npy alone)."""
+    record = manifest.get("objects", {}).get("export")
+    if record is None:
+        return None
+    try:
+        data: bytes = s3.get_object(Bucket=settings.results_bucket,
+                                    Key=settings.runs_prefix + record["key"])["Body"].read()
+    except Exception as error:
+        raise ResultError(f"run {run_id!r}: final export {record.get('key')!r} listed in the "
+                          f"manifest cannot be read: {error}") from error
+    if len(data) != record["size"] or hashlib.sha256(data).hexdigest() != record["sha256"]:
+        raise ResultError(f"run {run_id!r}: final export {record['key']!r} does not match its "
+                          f"manifest checksum")
+    return data
+
+
 def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
                 execution: str) -> dict[str, Any]:
     """model.npy + model.json + summary.json for a finished run; returns FinalizeResult."""
@@ -127,14 +148,19 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
         "parameters": int(meta.get("parameters", "0")), "dtype": "float32",
         "iterations": final_iteration, "sha256": hashlib.sha256(model).hexdigest(),
         "model_key": model_key, "format": "flat parameter vector (.npy), module order"})
+    export = final_export(s3, settings, run_id, manifest)
+    export_key: str | None = None
+    if export is not None:  # the complete state dict: python -m fasdl.evaluate reads it
+        export_key = f"{prefix}model.npz"
+        s3.put_object(Bucket=settings.results_bucket, Key=export_key, Body=export)
     workers = len(run.get("workers", [])) or int(manifest["workers"])
     summary = {"run_id": run_id, "execution": execution, "plan_key": run.get("plan_key"),
-               "model_key": model_key, "workers": workers,
+               "model_key": model_key, "export_key": export_key, "workers": workers,
                **summarize(segment_results(s3, settings, run_id), workers)}
     summary_key = f"{prefix}summary.json"
     _put_json(s3, settings.results_bucket, summary_key, summary)
     return {"run_id": run_id, "model_key": model_key, "summary_key": summary_key,
-            "extra": {"final_loss": summary["final_loss"],
+            "extra": {"export_key": export_key, "final_loss": summary["final_loss"],
                       "final_accuracy": summary["final_accuracy"],
                       "iterations": summary["iterations"]}}
 

@@ -1,8 +1,10 @@
 """Finalize Lambda (infra/contract.py).
 
 * ``succeeded`` ``{"run": RunState, "execution": arn}``: copies the last checkpoint's merged
-  model to ``runs/<run_id>/model.npy`` (+ ``model.json``), writes ``runs/<run_id>/summary.json``
-  from the workers' segment results, deletes the run's exchange keys and returns
+  model to ``runs/<run_id>/model.npy`` (+ ``model.json``; + ``model.npz``, the complete
+  state dict, when the checkpoint holds worker 0's ``export``), writes
+  ``runs/<run_id>/summary.json`` from the workers' segment results, deletes the run's
+  exchange keys and returns
   ``{run_id, model_key, summary_key, extra}``.
 * ``failed`` ``{"state": $, "execution": arn}``: writes ``runs/<run_id>/failure.json`` first,
   then deletes the exchange keys (best effort: Valkey keys also expire by TTL).

@@ -1,0 +1,132 @@
+"""CLI: ``python -m fasdl.evaluate MODEL_FILE DATASET_DIR [--json]``.
+
+Rebuilds the network from a model export (``runs/<run_id>/model.npz``, fasdl.export) and
+prints its accuracy on ``DATASET_DIR/x.npy`` + ``y.npy`` (one split of the importer's output,
+e.g. ``data/cifar10/test``). Inputs are scaled exactly as the workers scale them
+(fasdl.data.to_tensors) and batched as worker 0 batches its held-out evaluation, so the
+accuracy of a run's final export equals the one its summary reports for the last segment.
+Exit 0 with the result (``--json``: one JSON line), or 2 with ``fasdl.evaluate: <why>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fasdl.data import ALLOWED_X_DTYPES, LABEL_DTYPE, DatasetError, to_tensors
+from fasdl.export import ExportError, ExportMeta, build_from_export, load_export
+
+EXIT_BAD_INPUT = 2
+EVAL_BATCH = 1024  # segment_runner's: the same batches give the same logits
+PROGRESS_EVERY_S = 2.0
+
+Progress = Callable[[int, int], None]
+
+
+def correct_predictions(model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
+                        progress: Progress | None = None) -> int:
+    """How many rows ``model`` (in eval mode) classifies right, batch by batch."""
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(y), EVAL_BATCH):
+            features, labels = to_tensors(x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH])
+            correct += int((model(features).argmax(1) == labels).sum())
+            if progress is not None:
+                progress(min(start + EVAL_BATCH, len(y)), len(y))
+    return correct
+
+
+def load_split(directory: Path, meta: ExportMeta) -> tuple[np.ndarray, np.ndarray]:
+    """x and y of one split, memory-mapped and checked against the model's input."""
+    paths = {name: directory / f"{name}.npy" for name in ("x", "y")}
+    for path in paths.values():
+        if not path.is_file():
+            hint = (f" (the importer's test split is {directory / 'test'})"
+                    if (directory / "test" / path.name).is_file() else "")
+            raise DatasetError(f"{path}: no such file{hint}")
+    x, y = (_mapped(paths["x"]), _mapped(paths["y"]))
+    if x.dtype not in ALLOWED_X_DTYPES:
+        raise DatasetError(f"{paths['x']}: dtype {x.dtype} not in uint8/float32")
+    if y.dtype != LABEL_DTYPE or y.ndim != 1:
+        raise DatasetError(f"{paths['y']}: expected 1-D int64 labels, got {y.dtype} {y.shape}")
+    if len(x) != len(y) or len(y) == 0:
+        raise DatasetError(f"{directory}: x has {len(x)} rows, y {len(y)}")
+    if tuple(x.shape[1:]) != meta.input_shape:
+        raise DatasetError(f"{paths['x']}: rows are {tuple(x.shape[1:])}, the model "
+                           f"({meta.model}) expects {meta.input_shape}")
+    low, high = int(y.min()), int(y.max())
+    if low < 0 or high >= meta.num_classes:
+        raise DatasetError(f"{paths['y']}: labels span [{low}, {high}], the model has "
+                           f"{meta.num_classes} classes")
+    return x, y
+
+
+def _mapped(path: Path) -> np.ndarray:
+    # copy-on-write: a big split stays on disk, and torch still gets writable arrays
+    try:
+        array: np.ndarray = np.load(path, mmap_mode="c", allow_pickle=False)
+    except (ValueError, OSError) as error:
+        raise DatasetError(f"{path}: not a readable .npy array ({error})") from error
+    return array
+
+
+def _progress_printer() -> Progress:
+    """Progress on stderr, at most every PROGRESS_EVERY_S (quiet for short evaluations)."""
+    began = last = time.monotonic()
+
+    def report(done: int, total: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= PROGRESS_EVERY_S and done < total:
+            last = now
+            print(f"fasdl.evaluate: {done}/{total} samples ({now - began:.0f} s)",
+                  file=sys.stderr, flush=True)
+
+    return report
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fasdl.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_file", type=Path, help="a model export (model.npz)")
+    parser.add_argument("dataset_dir", type=Path, help="a folder with x.npy and y.npy")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        meta, arrays = load_export(args.model_file.read_bytes())
+        x, y = load_split(args.dataset_dir, meta)
+        model = build_from_export((meta, arrays))
+    except (ExportError, DatasetError, OSError) as error:
+        print(f"fasdl.evaluate: {_one_line(error, args.model_file)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    correct = correct_predictions(model, x, y, _progress_printer())
+    result = {"accuracy": correct / len(y), "correct": correct, "samples": len(y),
+              "model": meta.model, "num_classes": meta.num_classes,
+              "model_file": str(args.model_file), "dataset": str(args.dataset_dir)}
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        print(f"accuracy {result['accuracy']:.4f} ({correct}/{len(y)} samples) of "
+              f"{meta.model} on {args.dataset_dir}")
+    return 0
+
+
+def _one_line(error: Exception, model_file: Path) -> str:
+    text = " ".join(str(error).split())
+    return f"{model_file}: {text}" if isinstance(error, ExportError) else text
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

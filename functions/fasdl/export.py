@@ -1,0 +1,181 @@
+"""The exported model: a complete state dict (parameters and buffers) in one ``.npz``.
+
+``model.npy`` holds only the flat trainable parameters, which is enough to continue K-REDUCE
+but not to run a batch-norm network: its running statistics are buffers. The export keeps
+every entry of ``model.state_dict()`` under its own name, plus one reserved entry,
+:data:`META_NAME`, a uint8 array of UTF-8 JSON that says how to rebuild the network from the
+registry (``fasdl.models``): model name, classes, input shape, parameter count, format.
+
+No pickle anywhere: it is written with ``np.savez(..., allow_pickle=False)`` and read with
+``np.load(..., allow_pickle=False)``; anything else (a truncated file, an object array, a
+plain .npy, missing or inconsistent metadata) raises :class:`ExportError` naming the problem.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fasdl.models import MODELS, InputShape, build_seeded_model
+
+META_NAME = "__fasdl_meta__"
+EXPORT_FORMAT = "fasdl-export"
+EXPORT_VERSION = 1
+# np.savez takes these as its own keyword arguments, so they cannot name an entry
+_SAVEZ_ARGUMENTS = frozenset({"file", "allow_pickle"})
+
+
+class ExportError(ValueError):
+    """The export is malformed or does not fit the network it names; the message says how."""
+
+
+@dataclass(frozen=True)
+class ExportMeta:
+    model: str
+    num_classes: int
+    input_shape: InputShape
+    parameters: int  # trainable parameters (the length of model.npy)
+    version: int = EXPORT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps({"format": EXPORT_FORMAT, "version": self.version,
+                           "model": self.model, "num_classes": self.num_classes,
+                           "input_shape": list(self.input_shape),
+                           "parameters": self.parameters}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ExportMeta:
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise ExportError(f"metadata {META_NAME!r} is not JSON: {error}") from error
+        if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
+            raise ExportError(f"metadata {META_NAME!r}: format must be {EXPORT_FORMAT!r}")
+        if data.get("version") != EXPORT_VERSION:
+            raise ExportError(f"metadata {META_NAME!r}: version {data.get('version')!r} is not "
+                              f"supported (this reader knows {EXPORT_VERSION})")
+        model = data.get("model")
+        if not isinstance(model, str) or model not in MODELS:
+            raise ExportError(f"metadata {META_NAME!r}: unknown model {model!r}; known: "
+                              f"{', '.join(sorted(MODELS))}")
+        shape = data.get("input_shape")
+        if not (isinstance(shape, list) and len(shape) == 3
+                and all(_positive_int(n) for n in shape)):
+            raise ExportError(f"metadata {META_NAME!r}: input_shape must be [C, H, W] positive "
+                              f"integers, got {shape!r}")
+        for name in ("num_classes", "parameters"):
+            if not _positive_int(data.get(name)):
+                raise ExportError(f"metadata {META_NAME!r}: {name} must be a positive integer, "
+                                  f"got {data.get(name)!r}")
+        return cls(model, int(data["num_classes"]), (shape[0], shape[1], shape[2]),
+                   int(data["parameters"]))
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """``model.state_dict()`` as numpy arrays (copies: the export must not alias the model)."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, value in model.state_dict().items():
+        if not isinstance(value, torch.Tensor):
+            raise ExportError(f"state dict entry {name!r} is a {type(value).__name__}, "
+                              "not a tensor")
+        if name == META_NAME or name in _SAVEZ_ARGUMENTS:
+            raise ExportError(f"state dict entry {name!r} collides with a reserved name")
+        arrays[name] = np.array(value.detach().cpu().numpy(), copy=True, order="C")
+    return arrays
+
+
+def export_bytes(model: torch.nn.Module, *, model_name: str, num_classes: int,
+                 input_shape: InputShape) -> bytes:
+    """The ``.npz`` bytes of ``model``'s complete state, with the metadata to rebuild it."""
+    if model_name not in MODELS:
+        raise ExportError(f"unknown model {model_name!r}; known: {', '.join(sorted(MODELS))}")
+    parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    meta = ExportMeta(model_name, int(num_classes),
+                      (int(input_shape[0]), int(input_shape[1]), int(input_shape[2])),
+                      int(parameters))
+    arrays = state_arrays(model)
+    arrays[META_NAME] = np.frombuffer(meta.to_json().encode(), dtype=np.uint8)
+    stream = io.BytesIO()
+    np.savez(stream, allow_pickle=False, **arrays)
+    return stream.getvalue()
+
+
+def load_export(data: bytes) -> tuple[ExportMeta, dict[str, np.ndarray]]:
+    """The metadata and the state dict arrays of an export; never unpickles."""
+    try:
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+        raise ExportError(f"not a model export (.npz): {error}") from error
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ExportError("not a model export: a single .npy array (model.npy holds only the "
+                          "flat parameters; the export is model.npz)")
+    arrays: dict[str, np.ndarray] = {}
+    with loaded:
+        for name in loaded.files:
+            try:
+                arrays[name] = loaded[name]
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+                raise ExportError(f"entry {name!r} cannot be read without pickle or is "
+                                  f"damaged: {error}") from error
+    raw = arrays.pop(META_NAME, None)
+    if raw is None:
+        raise ExportError(f"no metadata entry {META_NAME!r}: not a FasDL model export")
+    if raw.dtype != np.uint8 or raw.ndim != 1:
+        raise ExportError(f"metadata {META_NAME!r} must be a 1-D uint8 array, got {raw.dtype} "
+                          f"{raw.shape}")
+    try:
+        text = raw.tobytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ExportError(f"metadata {META_NAME!r} is not UTF-8: {error}") from error
+    return ExportMeta.from_json(text), arrays
+
+
+def check_state(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
+    """Raise ExportError unless ``arrays`` has exactly ``model``'s entries, shapes and dtypes.
+
+    Integer buffers (``num_batches_tracked``, int64) must stay integers: load_state_dict
+    would silently cast a float array into them, so dtypes are compared, not converted.
+    """
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(arrays))
+    unexpected = sorted(set(arrays) - set(expected))
+    if missing or unexpected:
+        raise ExportError(f"state dict does not fit the network: missing {missing[:5]}"
+                          f"{'...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
+                          f"{'...' if len(unexpected) > 5 else ''}")
+    for name, tensor in expected.items():
+        array = arrays[name]
+        wanted = torch.empty(0, dtype=tensor.dtype).numpy().dtype
+        if array.dtype != wanted or tuple(array.shape) != tuple(tensor.shape):
+            raise ExportError(f"entry {name!r} is {array.dtype} {tuple(array.shape)}, the "
+                              f"network needs {wanted} {tuple(tensor.shape)}")
+
+
+def build_from_export(data: bytes | tuple[ExportMeta, Mapping[str, np.ndarray]]
+                      ) -> torch.nn.Module:
+    """The network named by the export with its state loaded strictly, in eval mode."""
+    meta, arrays = load_export(data) if isinstance(data, bytes) else data
+    # seeded: the fresh weights are overwritten anyway, and the caller's RNG is left alone
+    model = build_seeded_model(meta.model, 0, meta.num_classes, meta.input_shape)
+    check_state(model, arrays)
+    parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if parameters != meta.parameters:
+        raise ExportError(f"metadata says {meta.parameters} parameters, {meta.model} with "
+                          f"{meta.num_classes} classes and input {meta.input_shape} has "
+                          f"{parameters}")
+    state: dict[str, Any] = {name: torch.from_numpy(np.array(array, copy=True))
+                             for name, array in arrays.items()}
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    return model
