@@ -83,7 +83,8 @@ def _positive_int(value: object) -> bool:
 
 
 def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    """``model.state_dict()`` as numpy arrays (copies: the export must not alias the model)."""
+    """``model.state_dict()`` as numpy views of the tensors: no copy of a large model in the
+    worker's memory; they are serialized at once, before the model changes again."""
     arrays: dict[str, np.ndarray] = {}
     for name, value in model.state_dict().items():
         if not isinstance(value, torch.Tensor):
@@ -91,7 +92,7 @@ def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
                               "not a tensor")
         if name == META_NAME or name in _SAVEZ_ARGUMENTS:
             raise ExportError(f"state dict entry {name!r} collides with a reserved name")
-        arrays[name] = np.array(value.detach().cpu().numpy(), copy=True, order="C")
+        arrays[name] = value.detach().cpu().numpy()
     return arrays
 
 
