@@ -26,12 +26,22 @@ import sys
 
 import aws_cdk as cdk
 
+from infra.compute import reserved_worker_concurrency
 from infra.nag import add_checks
-from infra.settings import PlanError, SettingsError, load_settings
+from infra.profiling import CONTEXT_MEMORIES, CONTEXT_PROFILING, profiling_memories
+from infra.settings import PlanError, Settings, SettingsError, load_settings
 from infra.stack import DEFAULT_STACK_NAME, build_stacks
 
 CONTEXT_KEYS = ("plan", "torch_layer", "worker_packaging", "alarm_email", "nag", "account",
                 "stack_name", "reserve_concurrency", "inline_map_max_workers")
+
+
+def preflight(app: cdk.App, settings: Settings) -> None:
+    """The checks the constructs would make later, once assets are staged, made now."""
+    reserved_worker_concurrency(settings)
+    profiling_memories({key: app.node.try_get_context(key)
+                        for key in (CONTEXT_PROFILING, CONTEXT_MEMORIES)},
+                       settings.plan.deployment.memory_mb)
 
 
 def main() -> None:
@@ -39,7 +49,9 @@ def main() -> None:
     context = {key: app.node.try_get_context(key) for key in CONTEXT_KEYS}
     try:
         settings = load_settings(context)
+        preflight(app, settings)
     except (PlanError, SettingsError) as error:
+        # One line and exit 2 before any construct exists, so no asset is staged.
         print(f"fasdl: invalid synth input: {error}", file=sys.stderr)
         raise SystemExit(2) from error
     account = context.get("account")

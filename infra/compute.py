@@ -9,7 +9,6 @@ isolated subnets cannot reach, and finds the cache's endpoint for the others
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,7 @@ from fasdl.account import (
     WORKER_FUNCTION_ENV,
 )
 from fasdl.memory_report import WORKER_LOG_GROUP_ENV
-from fasdl.plan import Plan
+from fasdl.plan import PLAN_MAX_COMPACT_BYTES, Plan
 from infra import access
 from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, image_tag
 from infra.settings import (
@@ -54,7 +53,9 @@ TRIGGER_TIMEOUT = Duration.seconds(120)
 LONG_TIMEOUT = Duration.seconds(900)
 MIN_DATA_MB = 1_536  # data partition, checkpoint copies and the extraction archive
 MAX_EPHEMERAL_MB = 10_240
-PLAN_ENV_MAX_BYTES = 3_500  # Lambda allows 4 KB of environment in total
+# Lambda allows 4 KB for all of a function's environment variables together (Lambda quotas,
+# "Function environment variables"); the plan contract keeps its compact JSON within this.
+PLAN_ENV_MAX_BYTES = PLAN_MAX_COMPACT_BYTES
 METRICS_NAMESPACE = "FasDL"
 STUB_ENV = "FASDL_TORCH_LAYER_STUB"
 
@@ -114,7 +115,8 @@ def reserved_worker_concurrency(settings: Settings) -> int | None:
 
 
 def plan_environment(plan: Plan) -> str:
-    text = json.dumps(plan.to_dict(), separators=(",", ":"), sort_keys=True)
+    # load_settings already refused a larger plan (naming the field) before any construct.
+    text = plan.to_compact_json()
     if len(text.encode()) > PLAN_ENV_MAX_BYTES:
         raise ValueError(f"plan JSON is {len(text)} bytes; at most {PLAN_ENV_MAX_BYTES} fit "
                          "in the trigger's environment (shorten 'provenance')")

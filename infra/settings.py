@@ -96,6 +96,7 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> Settings:
     plan_arg = context.get(CONTEXT_PLAN)
     plan_path = _resolve(str(plan_arg)) if plan_arg else DEFAULT_PLAN_PATH
     plan = Plan.load(plan_path)  # PlanError propagates unchanged, before any construct
+    plan.check_environment_size()  # the trigger's environment carries it
 
     packaging = str(context.get(CONTEXT_PACKAGING) or "zip")
     if packaging not in PACKAGINGS:

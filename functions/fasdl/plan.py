@@ -16,6 +16,22 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from fasdl.json_input import JsonInputError, load_json_bytes, read_json_file, unknown_field_message
+from fasdl.plan_fields import DATASET_KEY as DATASET_KEY
+from fasdl.plan_fields import IDENTIFIER as IDENTIFIER
+from fasdl.plan_fields import REGION as REGION
+from fasdl.plan_fields import PlanError as PlanError
+from fasdl.plan_fields import (
+    require_choice,
+    require_dataset_key,
+    require_float,
+    require_int,
+    require_number_map,
+    require_pattern,
+    require_region,
+    require_text_map,
+)
+
 PLAN_VERSION = 1
 
 CHANNELS: tuple[str, ...] = ("s3", "valkey")
@@ -32,57 +48,17 @@ Channel = Literal["s3", "valkey"]
 Arch = Literal["x86_64", "arm64"]
 Sync = Literal["hap", "bsp"]
 
-# Shared with the planner's profiles so a profile can never hold a name a plan rejects.
-IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-DATASET_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,255}$")
-REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-
+# Plan files are a few KB; these limits only stop hostile or broken input early.
+PLAN_MAX_BYTES = 64 * 1024
+PLAN_MAX_DEPTH = 8  # root -> section -> prediction.breakdown is 3
+# The trigger receives the plan as compact JSON in its environment, and Lambda allows 4 KB
+# for all of a function's environment variables together (Lambda quotas: "Function
+# environment variables"); the other variables take under 1 KB (names, bucket and function
+# names), so the plan gets 3 KiB.
+PLAN_MAX_COMPACT_BYTES = 3072
+PROVENANCE_MAX_CHARS = 512
 
 _Section = TypeVar("_Section", "Workload", "Deployment", "Training", "Prediction")
-
-
-class PlanError(ValueError):
-    """An invalid plan. ``field`` is the dotted path of the offending field."""
-
-    def __init__(self, field_path: str, message: str) -> None:
-        super().__init__(f"plan field '{field_path}': {message}")
-        self.field = field_path
-
-
-def _require_int(path: str, value: object, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise PlanError(path, f"must be an integer {bound}, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise PlanError(path, f"must be in {bound}, got {value}")
-    return value
-
-
-def _require_float(path: str, value: object, low: float, high: float, *, open_low: bool = False,
-                   open_high: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PlanError(path, f"must be a number, got {value!r}")
-    number = float(value)
-    below = number <= low if open_low else number < low
-    above = number >= high if open_high else number > high
-    if below or above or number != number:  # NaN fails every comparison
-        left = "(" if open_low else "["
-        right = ")" if open_high else "]"
-        raise PlanError(path, f"must be in {left}{low}, {high}{right}, got {value}")
-    return number
-
-
-def _require_choice(path: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise PlanError(path, f"must be one of {', '.join(choices)}, got {value!r}")
-    return str(value)
-
-
-def _require_pattern(path: str, value: object, pattern: re.Pattern[str], what: str) -> str:
-    if not isinstance(value, str) or not pattern.match(value):
-        raise PlanError(path, f"must be {what}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -97,15 +73,14 @@ class Workload:
     model_mb: float
 
     def validate(self) -> None:
-        _require_pattern("workload.name", self.name, IDENTIFIER,
-                         "an identifier of 1-64 letters, digits, '_', '.', '-'")
-        _require_pattern("workload.model", self.model, IDENTIFIER,
-                         "a model registry name of 1-64 letters, digits, '_', '.', '-'")
-        _require_pattern("workload.dataset", self.dataset, DATASET_KEY,
-                         "an S3 key prefix of 1-256 letters, digits, '_', '.', '-', '/'")
-        _require_int("workload.samples", self.samples, 1, 10**10)
-        _require_float("workload.dataset_mb", self.dataset_mb, 0.0, 1e7, open_low=True)
-        _require_float("workload.model_mb", self.model_mb, 0.0, 1e5, open_low=True)
+        require_pattern("workload.name", self.name, IDENTIFIER,
+                        "an identifier of 1-64 letters, digits, '_', '.', '-'")
+        require_pattern("workload.model", self.model, IDENTIFIER,
+                        "a model registry name of 1-64 letters, digits, '_', '.', '-'")
+        require_dataset_key("workload.dataset", self.dataset)
+        require_int("workload.samples", self.samples, 1, 10**10)
+        require_float("workload.dataset_mb", self.dataset_mb, 0.0, 1e7, open_low=True)
+        require_float("workload.model_mb", self.model_mb, 0.0, 1e5, open_low=True)
 
 
 @dataclass(frozen=True)
@@ -120,13 +95,12 @@ class Deployment:
     timeout_s: int = MAX_TIMEOUT_S
 
     def validate(self) -> None:
-        _require_choice("deployment.channel", self.channel, CHANNELS)
-        _require_choice("deployment.arch", self.arch, ARCHITECTURES)
-        _require_int("deployment.memory_mb", self.memory_mb, MIN_MEMORY_MB, MAX_MEMORY_MB)
-        _require_int("deployment.workers", self.workers, 1, MAX_WORKERS)
-        _require_pattern("deployment.region", self.region, REGION,
-                         "an AWS region name such as us-east-1")
-        _require_int("deployment.timeout_s", self.timeout_s, 60, MAX_TIMEOUT_S)
+        require_choice("deployment.channel", self.channel, CHANNELS)
+        require_choice("deployment.arch", self.arch, ARCHITECTURES)
+        require_int("deployment.memory_mb", self.memory_mb, MIN_MEMORY_MB, MAX_MEMORY_MB)
+        require_int("deployment.workers", self.workers, 1, MAX_WORKERS)
+        require_region("deployment.region", self.region)
+        require_int("deployment.timeout_s", self.timeout_s, 60, MAX_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -146,17 +120,17 @@ class Training:
     seed: int = 0
 
     def validate(self, workers: int) -> None:
-        _require_int("training.aggregators", self.aggregators, 1, workers)
-        _require_int("training.batch_aggregator", self.batch_aggregator, 1, 1_000_000)
-        _require_int("training.batch_non_aggregator", self.batch_non_aggregator, 1, 1_000_000)
-        _require_int("training.max_global_batch", self.max_global_batch, 1, 100_000_000)
-        _require_int("training.epochs", self.epochs, 1, MAX_EPOCHS)
-        _require_int("training.segment_iterations", self.segment_iterations, 1, 10**9)
-        _require_choice("training.sync", self.sync, SYNC_MODES)
-        _require_float("training.learning_rate", self.learning_rate, 0.0, 10.0, open_low=True)
-        _require_float("training.momentum", self.momentum, 0.0, 1.0, open_high=True)
-        _require_float("training.weight_decay", self.weight_decay, 0.0, 1.0)
-        _require_int("training.seed", self.seed, 0, 2**32 - 1)
+        require_int("training.aggregators", self.aggregators, 1, workers)
+        require_int("training.batch_aggregator", self.batch_aggregator, 1, 1_000_000)
+        require_int("training.batch_non_aggregator", self.batch_non_aggregator, 1, 1_000_000)
+        require_int("training.max_global_batch", self.max_global_batch, 1, 100_000_000)
+        require_int("training.epochs", self.epochs, 1, MAX_EPOCHS)
+        require_int("training.segment_iterations", self.segment_iterations, 1, 10**9)
+        require_choice("training.sync", self.sync, SYNC_MODES)
+        require_float("training.learning_rate", self.learning_rate, 0.0, 10.0, open_low=True)
+        require_float("training.momentum", self.momentum, 0.0, 1.0, open_high=True)
+        require_float("training.weight_decay", self.weight_decay, 0.0, 1.0)
+        require_int("training.seed", self.seed, 0, 2**32 - 1)
         if self.aggregators < workers and self.batch_non_aggregator < self.batch_aggregator:
             raise PlanError(
                 "training.batch_non_aggregator",
@@ -188,6 +162,12 @@ class Prediction:
     cost_usd: float
     breakdown: dict[str, float] = field(default_factory=dict)
 
+    def validate(self) -> None:
+        # Copied into the trigger's environment and reports: checked like any other field.
+        require_float("prediction.time_s", self.time_s, 0.0, 1e12)
+        require_float("prediction.cost_usd", self.cost_usd, 0.0, 1e12)
+        require_number_map("prediction.breakdown", self.breakdown)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -208,12 +188,34 @@ class Plan:
         self.workload.validate()
         self.deployment.validate()
         self.training.validate(self.deployment.workers)
+        if self.prediction is not None:
+            self.prediction.validate()
+        require_text_map("provenance", self.provenance, max_chars=PROVENANCE_MAX_CHARS)
         if self.global_batch > self.workload.samples:
             raise PlanError(
                 "workload.samples",
                 f"must be >= the global batch {self.global_batch} so an epoch has at least one "
                 f"iteration, got {self.workload.samples}",
             )
+
+    def check_environment_size(self) -> None:
+        """A plan to deploy must fit the trigger's environment (PLAN_MAX_COMPACT_BYTES); the
+        synth and the planner check it, not every Plan: the trigger adds run ids to the
+        provenance of the copy it stores. Blames the largest free-form entry, the only part
+        whose size no other check bounds."""
+        size = len(self.to_compact_json().encode())
+        if size <= PLAN_MAX_COMPACT_BYTES:
+            return
+        breakdown = self.prediction.breakdown if self.prediction is not None else {}
+        entries: list[tuple[str, dict[str, object]]] = [
+            (f"provenance.{key}", {key: value}) for key, value in self.provenance.items()]
+        entries += [(f"prediction.breakdown.{key}", {key: value})
+                    for key, value in breakdown.items()]
+        sized = [(len(json.dumps(entry).encode()), path) for path, entry in entries]
+        used, path = max(sized, default=(size, "<root>"))
+        raise PlanError(path, f"takes {used} bytes of the plan's {size} as compact JSON; at "
+                              f"most {PLAN_MAX_COMPACT_BYTES} fit in the trigger's environment "
+                              "(Lambda allows 4 KB for all variables): shorten it")
 
     # ---- derived quantities ----------------------------------------------------------------
     @property
@@ -251,7 +253,7 @@ class Plan:
                                t.batch_aggregator, t.batch_non_aggregator)
 
     def batch_of(self, worker: int) -> int:
-        _require_int("worker", worker, 0, self.deployment.workers - 1)
+        require_int("worker", worker, 0, self.deployment.workers - 1)
         t = self.training
         return t.batch_aggregator if worker < t.aggregators else t.batch_non_aggregator
 
@@ -267,6 +269,10 @@ class Plan:
             data.pop("prediction")
         return {"version": data.pop("version"), **data}
 
+    def to_compact_json(self) -> str:
+        """The form the trigger's environment carries (FASDL_PLAN)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
+
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
 
@@ -281,39 +287,39 @@ class Plan:
         if "version" not in data:
             raise PlanError("version", f"is missing; this reader expects version {PLAN_VERSION}")
         version = data["version"]
-        if version != PLAN_VERSION:
+        if isinstance(version, bool) or version != PLAN_VERSION:
             raise PlanError("version", f"must be {PLAN_VERSION}, got {version!r}")
         prediction_data = data.get("prediction")
         prediction = (None if prediction_data is None
                       else _build(Prediction, "prediction", prediction_data))
-        provenance = data.get("provenance", {})
-        if not isinstance(provenance, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in provenance.items()):
-            raise PlanError("provenance", "must be an object of string values")
+        provenance = require_text_map("provenance", data.get("provenance", {}),
+                                      max_chars=PROVENANCE_MAX_CHARS)
         return cls(
             workload=_build(Workload, "workload", _section(data, "workload")),
             deployment=_build(Deployment, "deployment", _section(data, "deployment")),
             training=_build(Training, "training", _section(data, "training")),
             prediction=prediction,
-            provenance=dict(provenance),
+            provenance=provenance,
             version=version,
         )
 
     @classmethod
-    def from_json(cls, text: str) -> Plan:
+    def from_json(cls, text: str | bytes) -> Plan:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise PlanError("<root>", f"is not valid JSON: {error}") from error
+            data = load_json_bytes(text, what="plan JSON", max_bytes=PLAN_MAX_BYTES,
+                                   max_depth=PLAN_MAX_DEPTH)
+        except JsonInputError as error:
+            raise PlanError("<root>", str(error)) from error
         return cls.from_dict(data)
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         try:
-            text = Path(path).read_text()
-        except OSError as error:
-            raise PlanError("<file>", f"cannot read plan file {path}: {error}") from error
-        return cls.from_json(text)
+            data = read_json_file(path, what="plan file", max_bytes=PLAN_MAX_BYTES,
+                                  max_depth=PLAN_MAX_DEPTH)
+        except JsonInputError as error:
+            raise PlanError("<file>", str(error)) from error
+        return cls.from_dict(data)
 
 
 def global_batch(workers: int, aggregators: int, batch_aggregator: int,
@@ -356,8 +362,8 @@ def _reject_unknown(path: str, data: dict[str, Any], known: set[str]) -> None:
     unknown = sorted(set(data) - known)
     if unknown:
         where = "" if path == "<root>" else f"{path}."
-        raise PlanError(f"{where}{unknown[0]}",
-                        f"is not a known field; known fields: {', '.join(sorted(known))}")
+        name = unknown[0] or '""'  # an empty key still gets a visible name
+        raise PlanError(f"{where}{name}", unknown_field_message(unknown[0], known))
 
 
 def _build(kind: type[_Section], path: str, data: object) -> _Section:
