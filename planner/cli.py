@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
+from fasdl.plan import PlanError
 from planner.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
 from planner.model import ModelInputError, Problem
 from planner.planfile import to_plan
@@ -42,10 +46,17 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
 FIELD_TO_ARGUMENT = {
     "epochs": "--epochs", "deadline_s": "--deadline", "max_global_batch": "--max-global-batch",
     "timeout_s": "--timeout", "timeout_margin_s": "--timeout-margin", "workload": "--workload",
-    "channel": "--channel", "arch": "--arch", "region": "--region", "<file>": "--platform",
+    "channel": "--channel", "arch": "--arch", "region": "--region",
     "min_workers": "--min-workers", "max_concurrency": "--max-concurrency",
     "max_memory_mb": "--max-memory",
 }
+# The exact search evaluates ~(B^g_max/16)^2 configurations per memory: 4096 takes ~11 s and
+# ~1.3 GB, 10,000 runs out of memory. Larger caps wait for a search that scales.
+MAX_GLOBAL_BATCH = 4096
+MAX_POINTS = 100  # frontier: each point is three searches
+
+
+_Loaded = TypeVar("_Loaded")
 
 
 class CliError(Exception):
@@ -128,23 +139,68 @@ def _add_fit_arguments(fit: argparse.ArgumentParser) -> None:
     fit.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
-def build_problem(args: argparse.Namespace) -> Problem:
+def _load(argument: str, loader: Callable[..., _Loaded], *values: str) -> _Loaded:
+    """A profile from ``loader``; any error is the argument's that named the profile (a bad
+    field inside a --workload file is --workload's, not a flag named after the field)."""
     try:
-        workload = load_workload(args.workload)
-        platform = (load_platform_file(args.platform) if args.platform
-                    else load_platform(args.channel, args.arch))
-        if args.platform and (platform.channel, platform.arch) != (args.channel, args.arch):
+        return loader(*values)
+    except ProfileError as error:
+        raise CliError(argument, str(error)) from error
+
+
+def build_problem(args: argparse.Namespace) -> Problem:
+    if not 1 <= args.max_global_batch <= MAX_GLOBAL_BATCH:
+        raise CliError("--max-global-batch", f"must be in [1, {MAX_GLOBAL_BATCH}] (the exact "
+                       f"search's grid grows with its square), got {args.max_global_batch}")
+    workload = _load("--workload", load_workload, args.workload)
+    if args.platform:
+        platform = _load("--platform", load_platform_file, args.platform)
+        if (platform.channel, platform.arch) != (args.channel, args.arch):
             raise CliError("--platform", f"profile is for {platform.channel}/{platform.arch} but "
                            f"--channel {args.channel} --arch {args.arch} were asked for")
-        prices = load_prices(args.region)
+    else:
+        platform = _load("--channel", load_platform, args.channel, args.arch)
+    prices = _load("--region", load_prices, args.region)
+    try:
         return Problem(workload=workload, platform=platform, prices=prices, epochs=args.epochs,
                        deadline_s=args.deadline, max_global_batch=args.max_global_batch,
                        timeout_s=args.timeout, timeout_margin_s=args.timeout_margin,
                        min_workers=args.min_workers)
-    except (ProfileError, ModelInputError) as error:
-        field = (getattr(error, "field", None) or "workload").split(".")[0]
-        raise CliError(FIELD_TO_ARGUMENT.get(field, f"--{field.replace('_', '-')}"),
-                       str(error)) from error
+    except ModelInputError as error:
+        raise CliError(FIELD_TO_ARGUMENT.get(error.field, "<command>"), str(error)) from error
+
+
+def check_writable(argument: str, path: str) -> None:
+    """Refuse an output path before a search that may take a while, not after it."""
+    target = Path(path)
+    try:
+        folder = target.parent
+        if target.is_dir():
+            raise CliError(argument, f"{path} is a folder; name a file")
+        if not folder.is_dir():
+            raise CliError(argument, f"folder {folder} of {path} does not exist")
+        writable = os.access(folder, os.W_OK | os.X_OK) and (
+            not target.exists() or os.access(target, os.W_OK))
+    except (OSError, ValueError) as error:  # e.g. a name too long or with a NUL byte
+        raise CliError(argument, f"cannot write {path!r}: {error}") from error
+    if not writable:
+        raise CliError(argument, f"cannot write {path}: permission denied")
+
+
+def write_atomically(argument: str, path: str, text: str) -> None:
+    """Write beside the target, then rename: a failed write never leaves half a file."""
+    target = Path(path)
+    temporary: Path | None = None
+    try:
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent,
+                                         prefix=f".{target.name}.", delete=False) as handle:
+            temporary = Path(handle.name)
+            handle.write(text)
+        os.replace(temporary, target)
+    except OSError as error:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+        raise CliError(argument, f"cannot write {path}: {error}") from error
 
 
 def build_quotas(args: argparse.Namespace) -> Quotas:
@@ -172,12 +228,18 @@ def _run_search(args: argparse.Namespace, problem: Problem, quotas: Quotas) -> S
 
 def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     problem, quotas = build_problem(args), build_quotas(args)
+    if args.out:
+        check_writable("--out", args.out)
     result = _run_search(args, problem, quotas)
     if result.choice is None:
         return _infeasible(args, result, emit)
-    plan = to_plan(problem, result.choice, search=result.method, quotas=quotas)
+    try:
+        plan = to_plan(problem, result.choice, search=result.method, quotas=quotas)
+        plan.check_environment_size()  # what the synth will ask of it
+    except PlanError as error:  # a choice the contract refuses: name where it came from
+        raise CliError("--workload", str(error)) from error
     if args.out:
-        plan.save(args.out)
+        write_atomically("--out", args.out, plan.to_json())
     if args.json:
         emit(json.dumps({"status": "ok", "search": _search_summary(result),
                          "plan": plan.to_dict(), "out": args.out}))
@@ -218,12 +280,16 @@ def command_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> in
 
 def command_frontier(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     problem, quotas = build_problem(args), build_quotas(args)
-    if args.points < 2:
-        raise CliError("--points", f"must be >= 2, got {args.points}")
+    if not 2 <= args.points <= MAX_POINTS:
+        raise CliError("--points", f"must be in [2, {MAX_POINTS}], got {args.points}")
+    check_writable("--png", args.png)
     bounded = quotas.apply(problem)
     if bounded is None:  # e.g. --min-workers above half of --max-concurrency
         return _infeasible(args, search_within(problem, quotas, exact), emit)
-    curves = render_frontier(bounded, args.png, points=args.points)
+    try:
+        curves = render_frontier(bounded, args.png, points=args.points)
+    except OSError as error:
+        raise CliError("--png", f"cannot write {args.png}: {error}") from error
     if args.json:
         emit(json.dumps({"status": "ok", "png": args.png, "curves": curves}))
     else:

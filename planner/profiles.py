@@ -14,9 +14,6 @@ path. Every invalid field raises :class:`ProfileError` naming the field.
 from __future__ import annotations
 
 import itertools
-import json
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from importlib import resources
@@ -28,7 +25,10 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.plan import ARCHITECTURES, CHANNELS, DATASET_KEY, IDENTIFIER, REGION, Workload
+from fasdl.json_input import JsonInputError, load_json_bytes, read_json_file, unknown_field_message
+from fasdl.plan import ARCHITECTURES, CHANNELS, IDENTIFIER, REGION, PlanError, Workload
+from planner.profile_fields import ProfileError as ProfileError
+from planner.profile_fields import bad, choice, number, series, set_field, sizes, text
 
 Direction = Literal["up", "down"]
 DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
@@ -46,45 +46,14 @@ LAMBDA_MAX_VCPUS = 6.0
 TORCH_LOAD_THREADS = 1.0
 
 
-class ProfileError(ValueError):
-    """An invalid or unknown profile. ``field`` names the offending field when there is one."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-def _bad(field_name: str, message: str) -> ProfileError:
-    return ProfileError(f"profile field '{field_name}': {message}", field_name)
-
-
-def _number(field_name: str, value: object, *, low: float = -math.inf,
-            above: bool = False) -> float:
-    """A finite real >= low (> low when ``above``); bools are rejected although they are ints."""
-    relation = ">" if above else ">="
-    bound = "" if low == -math.inf else f" {relation} {low}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(field_name, f"must be a finite number{bound}, got {value!r}")
-    if value < low or (above and value == low):
-        raise _bad(field_name, f"must be{bound}, got {value!r}")
-    return float(value)
-
-
-def _text(field_name: str, value: object, pattern: re.Pattern[str] | None = None,
-          what: str = "a string") -> str:
-    if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
-        raise _bad(field_name, f"must be {what}, got {value!r}")
-    return value
-
-
-def _choice(field_name: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise _bad(field_name, f"must be one of {', '.join(choices)}, got {value!r}")
-    return str(value)
-
-
-def _set(instance: object, name: str, value: object) -> None:
-    object.__setattr__(instance, name, value)  # normalising a frozen dataclass in __post_init__
+# (field, low, low excluded, high) of WorkloadProfile's numbers. b > -1 keeps a·(B+b) > 0 for
+# every batch B >= 1; m > -128 keeps the compute capacity M + m > 0 at every Lambda memory
+# (128 MB is the smallest); k >= 1e-6 MB (a byte per sample) keeps B_M = (M - c)/k in int64.
+# The upper bounds are far beyond any real workload and keep every product finite.
+_WORKLOAD_NUMBERS: tuple[tuple[str, float, bool, float], ...] = (
+    ("dataset_mb", 0.0, True, 1e7), ("model_mb", 0.0, True, 1e5), ("a", 0.0, True, 1e6),
+    ("b", -1.0, True, 1e6), ("m", -128.0, True, 1e6), ("k", 1e-6, False, 1e5),
+    ("c", 0.0, False, 1e6))
 
 
 @dataclass(frozen=True)
@@ -105,20 +74,15 @@ class WorkloadProfile:
     notes: str = ""
 
     def __post_init__(self) -> None:
-        _text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
-        _text("model", self.model, IDENTIFIER, "a model registry name (letters, digits, '_.-')")
-        _text("dataset", self.dataset, DATASET_KEY, "an S3 key prefix (letters, digits, '_.-/')")
-        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
-            raise _bad("samples", f"must be an integer >= 1, got {self.samples!r}")
-        _set(self, "dataset_mb", _number("dataset_mb", self.dataset_mb, low=0.0, above=True))
-        _set(self, "model_mb", _number("model_mb", self.model_mb, low=0.0, above=True))
-        _set(self, "a", _number("a", self.a, low=0.0, above=True))
-        # b > -1 keeps a·(B+b) positive for every batch B >= 1.
-        _set(self, "b", _number("b", self.b, low=-1.0, above=True))
-        _set(self, "m", _number("m", self.m))
-        _set(self, "k", _number("k", self.k, low=0.0, above=True))
-        _set(self, "c", _number("c", self.c, low=0.0))
-        _text("notes", self.notes)
+        for name, low, above, high in _WORKLOAD_NUMBERS:
+            set_field(self, name, number(name, getattr(self, name), low=low, above=above,
+                                         high=high))
+        text("notes", self.notes)
+        try:  # name, model, dataset, samples and the sizes: the plan's own rules
+            self.to_workload()
+        except PlanError as error:
+            raise bad(error.field.removeprefix("workload."),
+                      str(error).split("': ", 1)[-1]) from error
 
     def train_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
         """Seconds per training iteration, a·(B+b)/(M+m); inf where M+m <= 0 (no compute)."""
@@ -152,13 +116,6 @@ class WorkloadProfile:
         return _construct(cls, data)
 
 
-def _series(field_name: str, values: object, *, positive: bool) -> tuple[float, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
-        raise _bad(field_name, f"must be a non-empty list of numbers, got {values!r}")
-    return tuple(_number(f"{field_name}[{index}]", value, low=0.0, above=positive)
-                 for index, value in enumerate(values))
-
-
 @dataclass(frozen=True)
 class PlatformProfile:
     """Per-memory transfer coefficients of one channel: tp = p(M)·(1 − e^(−t(M)·S)) MB/s."""
@@ -176,24 +133,24 @@ class PlatformProfile:
     torch_load_cpu_s: float  # per cold start: torch unpack + import, CPU-s at one vCPU
 
     def __post_init__(self) -> None:
-        _text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
-        _choice("channel", self.channel, CHANNELS)
-        _choice("arch", self.arch, ARCHITECTURES)
-        _text("source", self.source)
-        memories = _series("memory_mb", self.memory_mb, positive=True)
+        text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
+        choice("channel", self.channel, CHANNELS)
+        choice("arch", self.arch, ARCHITECTURES)
+        text("source", self.source)
+        memories = series("memory_mb", self.memory_mb, positive=True)
         if any(high <= low for low, high in itertools.pairwise(memories)):
-            raise _bad("memory_mb", f"must be strictly ascending, got {list(memories)}")
-        _set(self, "memory_mb", memories)
+            raise bad("memory_mb", f"must be strictly ascending, got {list(memories)}")
+        set_field(self, "memory_mb", memories)
         for name in ("up_peak", "up_rate", "down_peak", "down_rate"):
-            values = _series(name, getattr(self, name), positive=True)
+            values = series(name, getattr(self, name), positive=True)
             if len(values) != len(memories):
-                raise _bad(name, f"must have one value per memory ({len(memories)}), "
+                raise bad(name, f"must have one value per memory ({len(memories)}), "
                                  f"got {len(values)}")
-            _set(self, name, values)
-        _set(self, "invocation_overhead_s",
-             _number("invocation_overhead_s", self.invocation_overhead_s, low=0.0))
-        _set(self, "torch_load_cpu_s",
-             _number("torch_load_cpu_s", self.torch_load_cpu_s, low=0.0))
+            set_field(self, name, values)
+        set_field(self, "invocation_overhead_s",
+             number("invocation_overhead_s", self.invocation_overhead_s, low=0.0))
+        set_field(self, "torch_load_cpu_s",
+             number("torch_load_cpu_s", self.torch_load_cpu_s, low=0.0))
 
     def cold_start_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
         """Overhead + torch load: every segment is charged a cold start (a warm one is cheaper)."""
@@ -222,7 +179,7 @@ class PlatformProfile:
                    size_mb: ArrayLike) -> NDArray[np.float64]:
         """MB/s for one object of ``size_mb`` at memory M; broadcasts over both arrays."""
         peak, rate = self.coefficients(direction, memory_mb)
-        size = _sizes(size_mb)
+        size = sizes(size_mb)
         return np.asarray(peak * -np.expm1(-rate * size), dtype=np.float64)
 
     def transfer_time(self, direction: Direction, memory_mb: ArrayLike,
@@ -230,7 +187,7 @@ class PlatformProfile:
         """Seconds for one object, S/tp(S). An empty object still costs the round trip
         1/(p·t), the model's limit as S → 0, so the result is never 0/0."""
         peak, rate = self.coefficients(direction, memory_mb)
-        size = _sizes(size_mb)
+        size = sizes(size_mb)
         with np.errstate(divide="ignore", invalid="ignore"):
             # Below ~1e-9 MB use the Taylor limit 1/t + S/2: expm1 would underflow to 0.
             exponent = rate * size
@@ -254,13 +211,6 @@ def lambda_vcpus(memory_mb: ArrayLike) -> NDArray[np.float64]:
     return np.asarray(np.minimum(vcpus, LAMBDA_MAX_VCPUS), dtype=np.float64)
 
 
-def _sizes(size_mb: ArrayLike) -> NDArray[np.float64]:
-    size = np.asarray(size_mb, dtype=np.float64)
-    if np.any(size < 0):
-        raise ProfileError(f"object size must be >= 0 MB, got {size_mb!r}", "size_mb")
-    return size
-
-
 @dataclass(frozen=True)
 class Prices:
     """USD list prices of one region (per request, per GB-second, per GB-hour, per ECPU)."""
@@ -279,21 +229,21 @@ class Prices:
     s3_list: float = 0.005 / 1000  # LIST is billed like PUT; polling for objects pays it
 
     def __post_init__(self) -> None:
-        _text("region", self.region, REGION, "an AWS region name such as us-east-1")
+        text("region", self.region, REGION, "an AWS region name such as us-east-1")
         if not isinstance(self.lambda_gb_s, Mapping) or not self.lambda_gb_s:
-            raise _bad("lambda_gb_s", f"must map architectures ({', '.join(ARCHITECTURES)}) "
+            raise bad("lambda_gb_s", f"must map architectures ({', '.join(ARCHITECTURES)}) "
                                       f"to USD per GB-second, got {self.lambda_gb_s!r}")
         per_arch = {}
         for arch, price in self.lambda_gb_s.items():
-            _choice(f"lambda_gb_s.{arch}", arch, ARCHITECTURES)
-            per_arch[arch] = _number(f"lambda_gb_s.{arch}", price, low=0.0)
-        _set(self, "lambda_gb_s", MappingProxyType(per_arch))
+            choice(f"lambda_gb_s.{arch}", arch, ARCHITECTURES)
+            per_arch[arch] = number(f"lambda_gb_s.{arch}", price, low=0.0)
+        set_field(self, "lambda_gb_s", MappingProxyType(per_arch))
         for name in ("lambda_request", "s3_put", "s3_get", "sfn_transition", "valkey_gb_hour",
                      "valkey_min_gb", "valkey_ecpu", "s3_list"):
-            _set(self, name, _number(name, getattr(self, name), low=0.0))
-        _set(self, "valkey_kb_per_ecpu",
-             _number("valkey_kb_per_ecpu", self.valkey_kb_per_ecpu, low=0.0, above=True))
-        _text("source", self.source)
+            set_field(self, name, number(name, getattr(self, name), low=0.0))
+        set_field(self, "valkey_kb_per_ecpu",
+             number("valkey_kb_per_ecpu", self.valkey_kb_per_ecpu, low=0.0, above=True))
+        text("source", self.source)
 
     def lambda_mb_s(self, arch: str) -> float:
         """USD per MB-second of function memory (GB = 1024 MB in Lambda billing)."""
@@ -321,12 +271,12 @@ def _construct(kind: type[_Profile], data: object) -> _Profile:
     known = [f.name for f in fields(kind)]
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise _bad(str(unknown[0]), f"is not a known field; known fields: {', '.join(known)}")
+        raise bad(str(unknown[0]), unknown_field_message(str(unknown[0]), known))
     required = [f.name for f in fields(kind)
                 if f.default is MISSING and f.default_factory is MISSING]
     missing = [name for name in required if name not in data]
     if missing:
-        raise _bad(missing[0], f"is missing; required fields: {', '.join(required)}")
+        raise bad(missing[0], f"is missing; required fields: {', '.join(required)}")
     return kind(**data)
 
 
@@ -337,11 +287,23 @@ def _names(folder: str) -> list[str]:
                   if entry.name.endswith(".json"))
 
 
+# Profiles are a few KB (a platform profile lists some memories); the limits stop hostile or
+# broken files before they cost memory or a traceback.
+PROFILE_MAX_BYTES = 1024 * 1024
+PROFILE_MAX_DEPTH = 4  # a platform profile's lists are at depth 2
+
+
 def _read_json(resource: Traversable | Path, what: str) -> object:
     try:
-        return json.loads(resource.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ProfileError(f"cannot read {what} from {resource}: {error}", "<file>") from error
+        if isinstance(resource, Path):
+            return read_json_file(resource, what=what, max_bytes=PROFILE_MAX_BYTES,
+                                  max_depth=PROFILE_MAX_DEPTH)
+        return load_json_bytes(resource.read_bytes(), what=f"{what} {resource}",
+                               max_bytes=PROFILE_MAX_BYTES, max_depth=PROFILE_MAX_DEPTH)
+    except OSError as error:
+        raise ProfileError(f"cannot read {what} {resource}: {error}", "<file>") from error
+    except JsonInputError as error:
+        raise ProfileError(str(error), "<file>") from error
 
 
 def known_workloads() -> list[str]:

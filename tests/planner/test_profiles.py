@@ -100,7 +100,7 @@ def test_load_from_paths(tmp_path: Path) -> None:
     (tmp_path / "p.json").write_text(json.dumps(platform))
     assert load_platform_file(tmp_path / "p.json").name == "my-account"
     (tmp_path / "broken.json").write_text("{")
-    with pytest.raises(ProfileError, match="cannot read"):
+    with pytest.raises(ProfileError, match=r"broken\.json is not valid JSON"):
         load_workload(str(tmp_path / "broken.json"))
 
 

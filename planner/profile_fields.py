@@ -1,0 +1,80 @@
+"""Field checks of the planner's profiles (planner.profiles): each raises :class:`ProfileError`
+naming the field, the value and the allowed range."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+
+class ProfileError(ValueError):
+    """An invalid or unknown profile. ``field`` names the offending field when there is one."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def bad(field_name: str, message: str) -> ProfileError:
+    return ProfileError(f"profile field '{field_name}': {message}", field_name)
+
+
+def number(field_name: str, value: object, *, low: float = -math.inf, above: bool = False,
+           high: float = math.inf) -> float:
+    """A finite real in [low, high] ((low, high] when ``above``); bools are rejected although
+    they are ints."""
+    relation = ">" if above else ">="
+    bound = "" if low == -math.inf else f" {relation} {low}"
+    bound += "" if high == math.inf else f"{' and' if bound else ''} <= {high}"
+    try:
+        finite = (not isinstance(value, bool) and isinstance(value, (int, float))
+                  and math.isfinite(value))
+    except OverflowError:  # an int beyond the double range
+        finite = False
+    if not finite or not isinstance(value, (int, float)):
+        raise bad(field_name, f"must be a finite number{bound}, got {short(value)}")
+    if value < low or (above and value == low) or value > high:
+        raise bad(field_name, f"must be{bound}, got {short(value)}")
+    return float(value)
+
+
+def text(field_name: str, value: object, pattern: re.Pattern[str] | None = None,
+         what: str = "a string") -> str:
+    if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
+        raise bad(field_name, f"must be {what}, got {short(value)}")
+    return value
+
+
+def choice(field_name: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise bad(field_name, f"must be one of {', '.join(choices)}, got {short(value)}")
+    return value
+
+
+def set_field(instance: object, name: str, value: object) -> None:
+    object.__setattr__(instance, name, value)  # normalising a frozen dataclass in __post_init__
+
+
+def series(field_name: str, values: object, *, positive: bool) -> tuple[float, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
+        raise bad(field_name, f"must be a non-empty list of numbers, got {short(values)}")
+    return tuple(number(f"{field_name}[{index}]", value, low=0.0, above=positive)
+                 for index, value in enumerate(values))
+
+
+def sizes(size_mb: ArrayLike) -> NDArray[np.float64]:
+    size = np.asarray(size_mb, dtype=np.float64)
+    if np.any(size < 0):
+        raise ProfileError(f"object size must be >= 0 MB, got {size_mb!r}", "size_mb")
+    return size
+
+
+def short(value: object) -> str:
+    """repr() of a value, cut short: an error names the value without echoing a megabyte."""
+    if isinstance(value, int) and value.bit_length() > 256:  # repr() refuses > 4300 digits
+        return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
+    shown = repr(value)
+    return shown if len(shown) <= 80 else f"{shown[:60]}... ({len(shown)} characters)"

@@ -1,0 +1,128 @@
+"""The planner CLI door (issue 15): bad workload files and flags end in exit 2 and one error
+naming an argument that exists, with --json printing exactly one JSON object."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.cli import build_parser, main
+
+SMALL = ["--deadline", "3000", "--max-global-batch", "64", "--epochs", "2"]
+
+
+def flags() -> set[str]:
+    """Every option of every planner command."""
+    parser = build_parser()
+    names: set[str] = set()
+    for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
+        for sub in action.choices.values():  # type: ignore[union-attr]
+            for option in sub._actions:
+                names.update(option.option_strings)
+    return names
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:
+    code = main([*argv, "--json"])
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if line.strip()]
+    assert len(lines) == 1, captured.out
+    return code, json.loads(lines[0]), captured.err
+
+
+def workload_file(tmp_path: Path, **changes: Any) -> str:
+    data = json.loads((Path(__file__).parents[2] / "planner" / "data" / "workloads"
+                       / "squeezenet-cifar10.json").read_text())
+    data.update(changes)
+    path = tmp_path / "workload.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize(("changes", "fragment"), [
+    ({"m": -20000}, "profile field 'm'"),
+    ({"k": 1e-300}, "profile field 'k'"),
+    ({"a": -1}, "profile field 'a'"),
+    ({"b": -5}, "profile field 'b'"),
+    ({"dataset": "datasets/../x"}, "profile field 'dataset'"),
+    ({"name": "squeeze\n"}, "profile field 'name'"),
+    ({"samples": 10**12}, "profile field 'samples'"),
+    ({"kk": 1}, "did you mean 'k'?"),
+])
+@pytest.mark.parametrize("command", ["plan", "compare"])
+def test_bad_workload_fields_blame_workload(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                            changes: dict[str, Any], fragment: str,
+                                            command: str) -> None:
+    code, document, stderr = run(capsys, command, "--workload",
+                                 workload_file(tmp_path, **changes), *SMALL)
+    assert code == 2 and document["status"] == "error"
+    assert document["argument"] == "--workload", document
+    assert fragment in document["message"] and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(("content", "fragment"), [
+    (b'{"name": "caf\xe9"}', "is not UTF-8"),
+    (b"[" * 10_000 + b"]" * 10_000, "nests 10000 levels"),
+    (b"{nope", "is not valid JSON"),
+    (b'{"samples": 1' + b"0" * 5000 + b"}", "number of 5001 characters"),
+])
+def test_unreadable_workload_files_blame_workload(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path, content: bytes,
+                                                  fragment: str) -> None:
+    path = tmp_path / "workload.json"
+    path.write_bytes(content)
+    code, document, _ = run(capsys, "plan", "--workload", str(path), *SMALL)
+    assert (code, document["argument"]) == (2, "--workload")
+    assert fragment in document["message"]
+
+
+def test_an_unwritable_out_is_refused_before_the_search(capsys: pytest.CaptureFixture[str],
+                                                       tmp_path: Path) -> None:
+    for out, fragment in [(tmp_path / "no" / "plan.json", "does not exist"),
+                          (tmp_path, "is a folder")]:
+        started = time.monotonic()
+        code, document, _ = run(capsys, "plan", "--workload", "squeezenet-cifar10",
+                                "--deadline", "3000", "--max-global-batch", "4096",
+                                "--epochs", "20", "--out", str(out))
+        assert time.monotonic() - started < 5  # no 10 s search first
+        assert (code, document["argument"]) == (2, "--out")
+        assert fragment in document["message"]
+
+
+def test_out_is_written_whole(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    code, document, _ = run(capsys, "plan", "--workload", "squeezenet-cifar10", *SMALL,
+                            "--out", str(out))
+    assert code == 0 and json.loads(out.read_text()) == document["plan"]
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary left
+
+
+@pytest.mark.parametrize(("argv", "argument"), [
+    (["--max-global-batch", "10000"], "--max-global-batch"),
+    (["--max-global-batch", "0"], "--max-global-batch"),
+    (["--epochs", "-3"], "--epochs"),
+    (["--deadline", "nan"], "--deadline"),
+    (["--deadline", "inf"], "--deadline"),
+    (["--min-workers", "5000"], "--min-workers"),
+    (["--max-memory", "1"], "--max-memory"),
+    (["--region", "xx-invalid-1"], "--region"),
+    (["--platform", "/nonexistent.json"], "--platform"),
+])
+def test_out_of_range_flags_name_themselves(capsys: pytest.CaptureFixture[str],
+                                            argv: list[str], argument: str) -> None:
+    base = dict(zip(SMALL[::2], SMALL[1::2], strict=True))
+    base.update(zip(argv[::2], argv[1::2], strict=True))
+    flat = [item for pair in base.items() for item in pair]
+    code, document, _ = run(capsys, "plan", "--workload", "squeezenet-cifar10", *flat)
+    assert (code, document["argument"]) == (2, argument), document
+    assert argument in flags()
+
+
+def test_frontier_points_are_bounded(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, document, _ = run(capsys, "frontier", "--workload", "squeezenet-cifar10", *SMALL,
+                            "--png", str(tmp_path / "f.png"), "--points", "1000000")
+    assert (code, document["argument"]) == (2, "--points")
