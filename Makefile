@@ -67,6 +67,7 @@ bench: setup
 	$(PY) -m bench.prediction
 	$(PY) -m bench.patterns
 	$(PY) -m bench.cold_start
+	$(PY) -m bench.fuzz_inputs
 
 # The torch layer for `cdk deploy` (torch.tar.zst + loader; 6-10 min at zstd -19).
 layer: setup
