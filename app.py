@@ -22,6 +22,7 @@ A deployment, end to end:
 
 from __future__ import annotations
 
+import re
 import sys
 
 import aws_cdk as cdk
@@ -34,6 +35,9 @@ from infra.stack import DEFAULT_STACK_NAME, build_stacks
 
 CONTEXT_KEYS = ("plan", "torch_layer", "worker_packaging", "alarm_email", "nag", "account",
                 "stack_name", "reserve_concurrency", "inline_map_max_workers")
+# CloudFormation's stack-name rule, less room for the cache stack's "Cache" suffix.
+STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,122}")
+ACCOUNT = re.compile(r"\d{12}")
 
 
 def preflight(app: cdk.App, settings: Settings) -> None:
@@ -42,6 +46,13 @@ def preflight(app: cdk.App, settings: Settings) -> None:
     profiling_memories({key: app.node.try_get_context(key)
                         for key in (CONTEXT_PROFILING, CONTEXT_MEMORIES)},
                        settings.plan.deployment.memory_mb)
+    name, account = app.node.try_get_context("stack_name"), app.node.try_get_context("account")
+    if name and not STACK_NAME.fullmatch(str(name)):
+        raise SettingsError(f"context 'stack_name' must be a letter then up to 122 letters, "
+                            f"digits or '-', got {name!r}")
+    if account and not ACCOUNT.fullmatch(str(account)):
+        raise SettingsError(f"context 'account' must be a 12-digit AWS account id, got "
+                            f"{account!r}")
 
 
 def main() -> None:

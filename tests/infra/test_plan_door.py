@@ -11,12 +11,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
 
+from app import preflight
 from fasdl.plan import PLAN_MAX_COMPACT_BYTES, Plan, PlanError
 from fasdl.plan_fields import AWS_REGIONS
 from infra.compute import plan_environment
-from infra.settings import DEFAULT_PLAN_PATH, REPO_ROOT, STUB_TORCH_LAYER, load_settings
+from infra.settings import (
+    DEFAULT_PLAN_PATH,
+    REPO_ROOT,
+    STUB_TORCH_LAYER,
+    SettingsError,
+    load_settings,
+)
 
 Mutation = Callable[[dict[str, Any]], None]
 
@@ -151,3 +159,17 @@ def test_app_prints_one_line_and_stages_nothing(tmp_path: Path, case: str) -> No
     assert len(lines) == 1 and lines[0].startswith("fasdl: invalid synth input: plan field")
     assert "Traceback" not in result.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize(("context", "key"), [
+    ({"stack_name": "bad name!"}, "stack_name"), ({"stack_name": "A" * 124}, "stack_name"),
+    ({"account": "abc"}, "account"), ({"account": "1234567890123"}, "account"),
+    ({"profile_memories": "abc"}, "profile_memories"),
+])
+def test_preflight_refuses_bad_context_before_any_construct(context: dict[str, str],
+                                                            key: str) -> None:
+    settings = load_settings({"torch_layer": str(STUB_TORCH_LAYER)}, warn=False)
+    app = cdk.App(context=context)
+    with pytest.raises(SettingsError, match=f"'{key}'"):
+        preflight(app, settings)
+    assert not app.node.children  # nothing built, nothing staged
