@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares, lsq_linear
 
+from fasdl.json_input import JsonInputError, load_json_bytes
 from planner.fit import SaturationFit, fit_series, platform_from_fits, rounded
 from planner.profiles import DIRECTIONS, PlatformProfile, WorkloadProfile
 
@@ -106,16 +107,17 @@ def read_samples(paths: Sequence[str | Path]) -> Samples:
     samples = Samples([], [])
     for path in paths:
         try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
+            raw = Path(path).read_bytes()
         except OSError as error:
             raise SampleError(f"cannot read {path}: {error}") from error
-        for number, line in enumerate(lines, 1):
+        for number, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise SampleError(f"{path}:{number}: not JSON: {error}") from error
+            try:  # the shared reader: UTF-8, nesting and number limits, one error type
+                record = load_json_bytes(line, what=f"{path}:{number}:", max_bytes=2**20,
+                                         max_depth=4)
+            except JsonInputError as error:
+                raise SampleError(str(error)) from error
             parsed = parse_record(record, f"{path}:{number}")
             if isinstance(parsed, TrainSample):
                 samples.train.append(parsed)

@@ -126,3 +126,13 @@ def test_frontier_points_are_bounded(capsys: pytest.CaptureFixture[str], tmp_pat
     code, document, _ = run(capsys, "frontier", "--workload", "squeezenet-cifar10", *SMALL,
                             "--png", str(tmp_path / "f.png"), "--points", "1000000")
     assert (code, document["argument"]) == (2, "--points")
+
+
+def test_fit_samples_that_are_not_utf8_blame_samples(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"kind": "train", "model": "caf\xe9"}\n')
+    code, document, _ = run(capsys, "fit", "--samples", str(path), "--out",
+                            str(tmp_path / "w.json"))
+    assert (code, document["argument"]) == (2, "--samples")
+    assert "s.jsonl:1: is not UTF-8" in document["message"]

@@ -133,7 +133,7 @@ def test_one_object_size_per_memory_is_refused(tmp_path: Path,
     ('{"kind": "transfer", "memory_mb": 1024, "channel": "s3", "direction": "sideways", '
      '"size_mb": 1, "seconds": 1}', "direction"),
     ('{"kind": "train", "memory_mb": -1}', "memory_mb"),
-    ("not json", "not JSON"),
+    ("not json", "not valid JSON"),
 ])
 def test_malformed_lines_name_file_line_and_field(tmp_path: Path, line: str,
                                                   field: str) -> None:
