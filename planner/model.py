@@ -12,17 +12,17 @@ entry per configuration (W, M, K, B^a, B^n, sync):
 - aggregator comm       T_comm^a = T_up + T_agg + T_down                      (3-7)
 - non-aggregator comm   T_comm^n = T_up + T_down                              (3-11)
 
-  Our runtime (fasdl.kreduce) keeps an aggregator's own shard and its own merged shard in
-  memory, so with ``own_shard_local`` (the default) an aggregator's T_up and T_down move
-  (K−1)·S_s, not S_m; non-aggregators still move S_m each way. The request and byte counts
-  below are the same either way. ``own_shard_local=False`` is the paper's equations as
-  printed (what the paper-reproduction tests use). Measured locally (bench/prediction.py)
-  the paper's form over-predicted an S3 iteration by 45-95 %; this one matches it.
+  Our runtime (fasdl.kreduce) keeps an aggregator's own shard and merged shard in memory, so
+  with ``own_shard_local`` (the default) an aggregator's T_up and T_down move (K−1)·S_s, not
+  S_m; non-aggregators still move S_m each way; request and byte counts are the same either
+  way. ``own_shard_local=False`` is the paper's equations as printed (the paper-reproduction
+  tests). Measured (bench/prediction.py) that form over-predicted an S3 iteration by 45-95 %.
 - training              T_train(B) = a·(B + b)/(M + m)                        (3-12)
 - alignment             B^n = B^a + T_agg·(M + m)/a, floored and clipped to the global-batch
                         budget and B_M (digest §3.7-5)                       (3-22)
 - iterations            I = D / B^g,  B^g = K·B^a + (W−K)·B^n                 (3-14, 3-17)
-- memory                B_M = floor((M − c)/k)                                (4-2)
+- memory                B_M = floor((M − c − X)/k) per role, X its exchange buffers
+                        (4-2; X = 0 with ``exchange_memory=False``; planner/memory.py)
 
 What the paper leaves out and a user pays for (documented additions):
 
@@ -30,7 +30,7 @@ What the paper leaves out and a user pays for (documented additions):
   timeout minus a margin; the run takes ceil(E·I / iterations-per-segment) segments and each
   one pays a load (checkpoint 2·S_m: merged model + optimizer state, plus the partition
   S_d·max(B^a,B^n)/B^g, plus the platform's cold start: invocation_overhead_s and the torch
-  load torch_load_cpu_s / min(M/1769, 1), unpack + import on one thread; docs/cold-start.md)
+  load torch_load_cpu_s / min(M/1769, 1), unpack + import on one thread; docs/cold-start.md),
   and a checkpoint write.
 - Lambda request fees, Step Functions state transitions, S3 requests of checkpoints and data
   loads, arm64 vs x86_64 GB-second prices.
@@ -51,20 +51,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from planner.memory import memory_exceeded, role_max_batch
 from planner.profiles import PlatformProfile, Prices, WorkloadProfile
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-# Objects a worker reads per segment load: x.npy and y.npy ranges, merged model, optimizer state.
-GETS_PER_LOAD = 4
+GETS_PER_LOAD = 4  # per segment load: x.npy and y.npy ranges, merged model, optimizer state
 # Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
 # the loop bookkeeping plus two per worker iteration (task scheduled and succeeded).
-SFN_FIXED_TRANSITIONS = 4
-SFN_TRANSITIONS_PER_SEGMENT = 4
-SFN_TRANSITIONS_PER_WORKER = 2
-MB_PER_GB = 1024.0
-KB_PER_MB = 1024.0
+SFN_FIXED_TRANSITIONS, SFN_TRANSITIONS_PER_SEGMENT, SFN_TRANSITIONS_PER_WORKER = 4, 4, 2
+MB_PER_GB = KB_PER_MB = 1024.0
 
 
 class ModelInputError(ValueError):
@@ -79,7 +76,7 @@ class Violation(IntEnum):
     """Why a configuration is infeasible, in the order the checks bind."""
 
     NONE = 0
-    MEMORY = 1            # a batch exceeds B_M = (M − c)/k, or M + m <= 0
+    MEMORY = 1            # a role's batch exceeds its B_M, or M + m <= 0
     GLOBAL_BATCH = 2      # B^g > B^g_max
     ALIGNMENT = 3         # B^n < B^a after clipping (K < W)
     DATASET = 4           # B^g > D: an epoch would have no iteration
@@ -92,7 +89,7 @@ class Violation(IntEnum):
 
 
 VIOLATION_TEXT: dict[Violation, str] = {
-    Violation.MEMORY: "memory: the batch does not fit the function memory (M_B = k·B + c)",
+    Violation.MEMORY: "memory: a batch does not fit the function memory (k·B + c + buffers)",
     Violation.GLOBAL_BATCH: "max-global-batch: K·B^a + (W−K)·B^n exceeds the cap",
     Violation.ALIGNMENT: "alignment: the non-aggregator batch B^n falls below B^a",
     Violation.DATASET: "dataset: the global batch exceeds the number of samples",
@@ -126,6 +123,7 @@ class Problem:
     min_workers: int = 1
     clip_bn: bool = True
     own_shard_local: bool = True  # the runtime's traffic; False: the paper's Eq. 3-2/3-4
+    exchange_memory: bool = True  # exchange buffers in M_B per role; False: paper's 4-1
 
     def __post_init__(self) -> None:
         _check_int("epochs", self.epochs, 1, 100_000)
@@ -212,7 +210,7 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
     """B^n from the alignment rule (thesis 3-22) and its caps (digest §3.7-5).
 
     B^n = floor(B^a + T_agg·(M + m)/a), then (with ``clip_bn``) clipped to the global-batch
-    budget floor((B^g_max − K·B^a)/(W − K)) and to B_M. For K = W, B^n = B^a.
+    budget floor((B^g_max − K·B^a)/(W − K)) and to the non-aggregator's B_M. K = W: B^n = B^a.
     """
     w, mem, k, ba = (np.asarray(x, dtype=np.int64) for x in
                      (workers, memory_mb, aggregators, batch_aggregator))
@@ -225,7 +223,8 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
         if problem.clip_bn:
             others = np.maximum(w - k, 1)
             budget = (problem.max_global_batch - k * ba) // others
-            bn = np.minimum(np.minimum(bn, budget), wl.max_batch(mem))
+            _, max_n = role_max_batch(wl, mem, w, k, problem.channel, problem.exchange_memory)
+            bn = np.minimum(np.minimum(bn, budget), max_n)
     return np.where(k >= w, ba, bn)
 
 
@@ -368,14 +367,14 @@ def _violations(problem: Problem, w: IntArray, mem: IntArray, k: IntArray, ba: I
                 bn: IntArray, global_batch: IntArray, segment_iterations: IntArray,
                 time: FloatArray) -> NDArray[np.int8]:
     wl = problem.workload
-    max_batch = wl.max_batch(mem)
     checks = [
         (Violation.DEADLINE, time > problem.deadline_s),
         (Violation.LAMBDA_TIMEOUT, segment_iterations < 1),
         (Violation.DATASET, global_batch > wl.samples),
         (Violation.ALIGNMENT, (k < w) & (bn < ba)),
         (Violation.GLOBAL_BATCH, global_batch > problem.max_global_batch),
-        (Violation.MEMORY, (np.maximum(ba, bn) > max_batch) | (mem + wl.m <= 0)),
+        (Violation.MEMORY, memory_exceeded(wl, mem, w, k, ba, bn, problem.channel,
+                                           problem.exchange_memory) | (mem + wl.m <= 0)),
     ]
     violation = np.zeros(w.shape, dtype=np.int8)
     for code, broken in checks:  # last assignment wins: MEMORY binds before DEADLINE
