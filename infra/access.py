@@ -97,13 +97,16 @@ def grant_worker(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket,
 
 
 def grant_trigger(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket,
-                  worker: lambda_.IFunction, worker_logs: logs.ILogGroup,
-                  cache_name: str | None = None) -> None:
+                  exchange: s3.IBucket | None, worker: lambda_.IFunction,
+                  worker_logs: logs.ILogGroup, cache_name: str | None = None) -> None:
     """Besides S3: the run-start checks of fasdl/account.py, on the worker function only;
     the workers' REPORT lines (fasdl/memory_report.py), in their log group only; and (Valkey
-    plans) the lookup of the exchange cache's endpoint, on that cache only."""
+    plans) the lookup of the exchange cache's endpoint, on that cache only. ``exchange`` (S3
+    plans): deleting a failed epoch's shards before its retry (fasdl.fencing)."""
     allow_objects(role, datasets, "", READ)
     allow_objects(role, results, RUNS_PREFIX, READ_WRITE)
+    if exchange is not None:
+        allow_objects(role, exchange, EXCHANGE_PREFIX, CLEAN)
     role.add_to_principal_policy(iam.PolicyStatement(
         actions=TRIGGER_ACCOUNT_ACTIONS, resources=["*"]))
     role.add_to_principal_policy(iam.PolicyStatement(

@@ -187,7 +187,9 @@ class Compute(Construct):
             exchange=storage.exchange if plan.deployment.channel == "s3" else None)
         access.grant_trigger(self.roles[TRIGGER_ID], datasets=storage.datasets,
                              results=storage.results, worker=self.worker, cache_name=cache_name,
-                             worker_logs=self.log_groups[WORKER_ID])
+                             worker_logs=self.log_groups[WORKER_ID],
+                             exchange=storage.exchange if plan.deployment.channel == "s3"
+                             else None)
         access.grant_finalize(self.roles[FINALIZE_ID], results=storage.results,
                               exchange=storage.exchange)
         access.grant_profiler(self.roles[PROFILER_ID], datasets=storage.datasets,

@@ -33,7 +33,10 @@ from infra import lambda_errors
 TIMEOUT_ERRORS = [lambda_errors.TASK_TIMEOUT, lambda_errors.TIMEOUT, "SegmentTooLong"]
 # A worker process died or a peer's shards never came: rerun the segment at the same length
 # from its checkpoint (the trigger bounds these retries too).
-CRASH_ERRORS = [lambda_errors.EXIT, "ChannelTimeout", "ChannelError"]
+# WorkerDuplicate: a retried Invoke had started the worker already; WorkerFenced: a worker
+# found its epoch superseded (fasdl.fencing). Either way a new epoch reruns the segment.
+CRASH_ERRORS = [lambda_errors.EXIT, "ChannelTimeout", "ChannelError", "WorkerDuplicate",
+                "WorkerFenced"]
 SEGMENT_TIMEOUT_ERROR = "FasDL.SegmentTimeout"
 WORKER_CRASHED_ERROR = "FasDL.WorkerCrashed"
 # Out of memory: the same segment at the same M would die again, so the run fails at once.

@@ -43,6 +43,7 @@ from typing import IO, Any
 from infra.lambda_errors import EXIT, OUT_OF_MEMORY, TIMEOUT
 from infra.lambda_runtime import PYTHON_RUNTIME
 from local.emulation import LambdaEmulation
+from local.event_tags import log_tag, worker_of
 from local.invoke import DEADLINE_ENV, PEAK_RSS_KEY
 from local.memory_watchdog import DEFAULT_TICK_S, MIB, MemoryWatchdog
 from local.service_faults import ServiceError, ServiceErrorKind, ServiceFault, kind_named
@@ -182,12 +183,13 @@ class LambdaEmulator:
     def _refused(self, spec: FunctionSpec, request_id: str, kind: ServiceErrorKind,
                  body: bytes, log_path: Path) -> Invocation:
         error = ServiceError(kind, request_id)
+        ran = ("the handler started and runs on" if kind.after_start_s is not None
+               else "no process was started")
         log_path.write_text(f"[local emulator] injected service error {kind.name}: "
-                            f"{error.cause}\n[local emulator] the Invoke call failed: no "
-                            "process was started\n")
+                            f"{error.cause}\n[local emulator] the Invoke call failed: {ran}\n")
         return self._record(Invocation(
             spec.name, request_id, b"", None, kind.name, time.time(), 0.0, log_path,
-            worker=_worker_of(body), memory_mb=spec.memory_mb, service_error=error))
+            worker=worker_of(body), memory_mb=spec.memory_mb, service_error=error))
 
     # ---- invocation -----------------------------------------------------------------------
     def _environment(self, spec: FunctionSpec, deadline_ms: int) -> dict[str, str]:
@@ -226,10 +228,26 @@ class LambdaEmulator:
             payload = json.dumps(payload)
         body = payload.encode() if isinstance(payload, str) else payload
         request_id = str(uuid.uuid4())
-        log_path = self.log_dir / f"{spec.name}{_log_tag(body)}-{request_id[:8]}.log"
+        log_path = self.log_dir / f"{spec.name}{log_tag(body)}-{request_id[:8]}.log"
         kind = self._take_fault(spec.name)
+        if kind is not None and kind.after_start_s is not None:
+            return self._failed_after_start(spec, request_id, kind, body, log_path)
         if kind is not None:  # refused like the Invoke API would: nothing starts
             return self._refused(spec, request_id, kind, body, log_path)
+        return self._run(spec, request_id, body, log_path)
+
+    def _failed_after_start(self, spec: FunctionSpec, request_id: str, kind: ServiceErrorKind,
+                            body: bytes, log_path: Path) -> Invocation:
+        """The handler runs on in the background (recorded when it ends); the caller gets
+        ``kind`` once it has run ``kind.after_start_s`` (local/service_faults.py)."""
+        threading.Thread(target=self._run, args=(spec, request_id, body, log_path),
+                         name=f"detached-{request_id[:8]}", daemon=True).start()
+        time.sleep(kind.after_start_s or 0.0)
+        return self._refused(spec, str(uuid.uuid4()), kind, body,
+                             log_path.with_name(f"{log_path.stem}-caller.log"))
+
+    def _run(self, spec: FunctionSpec, request_id: str, body: bytes,
+             log_path: Path) -> Invocation:
         work = self._scratch / request_id
         work.mkdir()
         event_file, result_file = work / "event.json", work / "result.json"
@@ -256,7 +274,7 @@ class LambdaEmulator:
                     self._throttles.pop(request_id, None)
             ran = _Ran(spec, request_id, started, time.time() - started, process.returncode,
                        timed_out, watchdog, result_file, log_path)
-            invocation = dataclasses.replace(self._outcome(ran, log), worker=_worker_of(body))
+            invocation = dataclasses.replace(self._outcome(ran, log), worker=worker_of(body))
         return self._record(invocation)
 
     def _start(self, spec: FunctionSpec, request_id: str, command: list[str], log: IO[bytes],
@@ -346,21 +364,6 @@ class LambdaEmulator:
         self.cleanup()
 
 
-def _log_tag(body: bytes) -> str:
-    """``-s00002-a0-w0003`` for a worker event, ``-<action>`` otherwise: readable log names."""
-    try:
-        event = json.loads(body or b"{}")
-    except ValueError:
-        return ""
-    if not isinstance(event, dict):
-        return ""
-    segment, worker = event.get("segment"), event.get("worker")
-    if isinstance(segment, dict) and isinstance(worker, int):
-        return f"-s{segment.get('index', 0):05d}-a{segment.get('attempt', 0)}-w{worker:04d}"
-    action = event.get("action")
-    return f"-{action}" if isinstance(action, str) and action.isidentifier() else ""
-
-
 def _memory_lines(ran: _Ran, peak: int, over: bool, tick_s: float) -> str:
     """Lambda's REPORT fields, and why the invocation was killed if it was."""
     memory_mb, watchdog = ran.spec.memory_mb, ran.watchdog
@@ -379,15 +382,6 @@ def _memory_lines(ran: _Ran, peak: int, over: bool, tick_s: float) -> str:
                  f"{peak / MIB:.1f} MB (peak RSS of the process group, sampled every "
                  f"{tick_s * 1000:.0f} ms; memory limit {limit})")
     return "".join(line + "\n" for line in lines)
-
-
-def _worker_of(body: bytes) -> int | None:
-    try:
-        event = json.loads(body or b"{}")
-    except ValueError:
-        return None
-    worker = event.get("worker") if isinstance(event, dict) else None
-    return worker if isinstance(worker, int) else None
 
 
 def _kill_group(process: subprocess.Popen[bytes], throttle: CpuThrottle | None = None) -> None:

@@ -1,9 +1,17 @@
-"""Service errors of the Lambda Invoke call, injected by the emulator: nothing runs.
+"""Service errors of the Lambda Invoke call, injected by the emulator.
 
 A service error is the Invoke API refusing the call (throttled, VPC network not ready, an
 internal error), so no handler starts; Step Functions names it ``Lambda.<ExceptionName>``
 (infra/lambda_errors.py). The emulator answers the first N invocations of a function with one
 (:class:`ServiceError` on the Invocation) and local/adapter.py renders it for moto.
+
+Two kinds fail the call *after* the handler started, which then runs on unobserved
+(``after_start_s``: how long it has run when its caller sees the error):
+
+* ``service-after-start``: an internal error (500) reaches the caller although the function
+  runs; the Task's retrier invokes it again, so the worker runs twice (a duplicate);
+* ``task-timeout``: Step Functions stops waiting (the Task's ``TimeoutSeconds``, error
+  ``States.Timeout``) and Lambda does not stop the function: a zombie of a failed attempt.
 
 ``python -m local run --inject-service-error FUNCTION:ERROR[:N]`` (repeatable) sets it up:
 FUNCTION is worker, trigger or finalize; ERROR one of :data:`KINDS`; N (default 1) how many
@@ -33,6 +41,7 @@ class ServiceErrorKind:
     name: str  # the Error name in Step Functions (infra/lambda_errors.py)
     status: int  # HTTP status of the Invoke API's error response
     message: str  # the API's message
+    after_start_s: float | None = None  # the handler starts and runs on (module doc)
 
     @property
     def code(self) -> str:
@@ -52,6 +61,11 @@ KINDS: dict[str, ServiceErrorKind] = {kind.option: kind for kind in (
                      "few moments and try the request again."),
     ServiceErrorKind("service", SERVICE_EXCEPTION, 500,
                      "The Lambda service encountered an internal error."),
+    ServiceErrorKind("service-after-start", SERVICE_EXCEPTION, 500,
+                     "The Lambda service encountered an internal error.", after_start_s=2.0),
+    ServiceErrorKind("task-timeout", lambda_errors.TASK_TIMEOUT, 0,
+                     "Task timed out (Step Functions stopped waiting; the function runs on)",
+                     after_start_s=8.0),
 )}
 
 
@@ -68,6 +82,8 @@ class ServiceError:
 
     @property
     def cause(self) -> str:
+        if not self.kind.status:  # Step Functions' own error, not the Invoke API's
+            return self.kind.message
         return (f"{self.kind.message} (Service: AWSLambda; Status Code: {self.kind.status}; "
                 f"Error Code: {self.kind.code}; Request ID: {self.request_id}; Proxy: null)")
 

@@ -101,6 +101,9 @@ class ShapedChannel(Channel):
         self.inner.put(key, _VISIBLE.pack(_MAGIC, visible_at) + data)
         shaper.sleep_until(done_at)
 
+    def put_if_absent(self, key: str, data: bytes | bytearray) -> bool:
+        return self.inner.put_if_absent(key, data)  # tiny control objects: not shaped
+
     def try_get(self, key: str) -> bytes | None:
         began = self.shaper.clock()
         stored = self.inner.try_get(key)

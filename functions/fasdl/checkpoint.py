@@ -4,8 +4,9 @@ A segment ends with every worker writing its objects and then a small part recor
 them with checksums; one committer (worker 0) waits for all W part records and writes the
 manifest. A checkpoint exists exactly when its manifest does, so a crash mid-write leaves
 the previous segment's manifest as the restart point. Checkpoints are keyed by the iteration
-they resume at (the next segment's ``start_iteration``); objects and part records are
-namespaced by attempt, so a committer never picks up a part left by a dead attempt. Loading
+they resume at (the next segment's ``start_iteration``) and namespaced by the epoch that wrote
+them (fasdl.keys), manifest included: a committer never picks up a part left by a dead
+attempt, and the manifest is created with a conditional write, so nothing replaces it. Loading
 checks every object's size and sha256 against the manifest and raises
 :class:`CheckpointError` on any mismatch.
 
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fasdl.channel.base import Channel, ChannelTimeout
+from fasdl.channel.base import Channel
 from fasdl.data import DataCursor
 from fasdl.keys import checkpoint_object_key, checkpoint_part_key, manifest_key
 from fasdl.kreduce import KReduceWorker
@@ -55,7 +56,7 @@ class ObjectRecord:
 class Manifest:
     run: str
     resume_iteration: int  # the first iteration trained after restoring this checkpoint
-    attempt: int
+    epoch: int  # of the segment that wrote it (fasdl.fencing)
     workers: int
     objects: dict[str, ObjectRecord]
     meta: dict[str, str] = field(default_factory=dict)
@@ -67,7 +68,7 @@ class Manifest:
     def to_json(self) -> str:
         return json.dumps({
             "format": CHECKPOINT_FORMAT, "run": self.run,
-            "resume_iteration": self.resume_iteration, "attempt": self.attempt,
+            "resume_iteration": self.resume_iteration, "epoch": self.epoch,
             "workers": self.workers,
             "objects": {name: {"key": r.key, "sha256": r.sha256, "size": r.size}
                         for name, r in sorted(self.objects.items())},
@@ -82,7 +83,7 @@ class Manifest:
                 raise CheckpointError(f"manifest format {data['format']!r}, "
                                       f"expected {CHECKPOINT_FORMAT}")
             manifest = cls(run=str(data["run"]), resume_iteration=int(data["resume_iteration"]),
-                           attempt=int(data["attempt"]), workers=int(data["workers"]),
+                           epoch=int(data["epoch"]), workers=int(data["workers"]),
                            objects=_records(data["objects"]),
                            meta={str(k): str(v) for k, v in data.get("meta", {}).items()})
         except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -105,49 +106,53 @@ def _record(key: str, data: bytes) -> ObjectRecord:
 
 
 # ---- generic: objects, part records, manifest ---------------------------------------------
-def put_objects(store: Channel, run: str, resume_iteration: int, attempt: int, worker: int,
+def put_objects(store: Channel, run: str, resume_iteration: int, epoch: int, worker: int,
                 objects: Mapping[str, bytes]) -> None:
     """Write a worker's objects, then its part record (the committer waits for it)."""
     records: dict[str, ObjectRecord] = {}
     for name, data in objects.items():
-        key = checkpoint_object_key(run, resume_iteration, attempt, name)
+        key = checkpoint_object_key(run, resume_iteration, epoch, name)
         store.put(key, data)
         records[name] = _record(key, data)
     part = {name: {"key": r.key, "sha256": r.sha256, "size": r.size}
             for name, r in records.items()}
-    store.put(checkpoint_part_key(run, resume_iteration, attempt, worker),
+    store.put(checkpoint_part_key(run, resume_iteration, epoch, worker),
               json.dumps({"worker": worker, "objects": part}, sort_keys=True).encode())
 
 
-def commit_manifest(store: Channel, run: str, resume_iteration: int, attempt: int, *,
+def commit_manifest(store: Channel, run: str, resume_iteration: int, epoch: int, *,
                     workers: int, timeout_s: float = 120.0,
                     meta: Mapping[str, str] | None = None) -> Manifest:
     """Wait for all W part records, then write the manifest — the last write of a segment."""
     deadline = time.monotonic() + timeout_s
     objects: dict[str, ObjectRecord] = {}
     for worker in range(workers):
-        try:
-            part = json.loads(store.get(
-                checkpoint_part_key(run, resume_iteration, attempt, worker), deadline))
-        except ChannelTimeout as error:
-            raise CheckpointError(f"worker {worker} did not finish its part of the checkpoint "
-                                  f"at iteration {resume_iteration}") from error
+        # a missing part raises ChannelTimeout naming its key: a peer died while writing,
+        # which the state machine reruns like any dead peer (infra/segment_states.py)
+        part = json.loads(store.get(
+            checkpoint_part_key(run, resume_iteration, epoch, worker), deadline))
         for name, record in _records(part["objects"]).items():
             if name in objects:
                 raise CheckpointError(f"object {name!r} written by two workers")
             objects[name] = record
-    manifest = Manifest(run, resume_iteration, attempt, workers, objects, dict(meta or {}))
-    store.put(manifest_key(run, resume_iteration), manifest.to_json().encode())
+    manifest = Manifest(run, resume_iteration, epoch, workers, objects, dict(meta or {}))
+    key = manifest_key(run, resume_iteration, epoch)
+    if not store.put_if_absent(key, manifest.to_json().encode()):
+        raise CheckpointError(f"checkpoint manifest {key!r} exists already: another committer "
+                              f"of epoch {epoch} got there first, and it is never replaced")
     return manifest
 
 
-def load_manifest(store: Channel, run: str, resume_iteration: int) -> Manifest:
-    """The checkpoint a segment starting at ``resume_iteration`` resumes from."""
-    data = store.try_get(manifest_key(run, resume_iteration))
+def load_manifest(store: Channel, run: str, resume_iteration: int, epoch: int) -> Manifest:
+    """The checkpoint epoch ``epoch`` wrote for a segment starting at ``resume_iteration``."""
+    data = store.try_get(manifest_key(run, resume_iteration, epoch))
     if data is None:
-        raise CheckpointError(
-            f"no checkpoint manifest for run {run!r} to resume at iteration {resume_iteration}")
-    return Manifest.from_json(data, run=run, resume_iteration=resume_iteration)
+        raise CheckpointError(f"no checkpoint manifest of epoch {epoch} for run {run!r} to "
+                              f"resume at iteration {resume_iteration}")
+    manifest = Manifest.from_json(data, run=run, resume_iteration=resume_iteration)
+    if manifest.epoch != epoch:
+        raise CheckpointError(f"manifest at epoch {epoch}'s key says epoch {manifest.epoch}")
+    return manifest
 
 
 def read_object(store: Channel, manifest: Manifest, name: str) -> bytes:
@@ -195,7 +200,7 @@ def _restore_buffers(model: torch.nn.Module, data: bytes) -> None:
 
 
 # ---- a K-REDUCE worker's part of a segment checkpoint ---------------------------------------
-def save_worker(store: Channel, run: str, attempt: int, worker: KReduceWorker,
+def save_worker(store: Channel, run: str, epoch: int, worker: KReduceWorker,
                 cursor: DataCursor, numpy_rng: np.random.Generator | None = None) -> int:
     """Write ``worker``'s share of the checkpoint after its last step.
 
@@ -221,7 +226,7 @@ def save_worker(store: Channel, run: str, attempt: int, worker: KReduceWorker,
     state = {"params_source": source, "cursor": cursor.to_dict(),
              "numpy_rng": None if numpy_rng is None else numpy_rng.bit_generator.state}
     objects[f"{prefix}/state.json"] = json.dumps(state, sort_keys=True).encode()
-    put_objects(store, run, resume_iteration, attempt, index, objects)
+    put_objects(store, run, resume_iteration, epoch, index, objects)
     return resume_iteration
 
 

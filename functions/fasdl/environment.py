@@ -13,7 +13,9 @@ Besides the contract's variables, local runs and tests may set:
   standalone server) and ``FASDL_CACHE_CA_CERTS`` (a CA bundle for a self-signed local TLS);
 * ``FASDL_CACHE_TTL_S``: TTL of exchange keys in Valkey (default 3600);
 * ``FASDL_CACHE_DIR``: where partitions are cached across warm invocations (``/tmp/fasdl-data``);
-* ``FASDL_TIME_MARGIN_S``: time a worker keeps in reserve before its deadline (default 5).
+* ``FASDL_TIME_MARGIN_S``: time a worker keeps in reserve before its deadline (default 5);
+* ``FASDL_FENCE_CHECK_S``: how often a training worker reads the run's fence (default 10 s;
+  fasdl.fencing), besides always at its start and before its checkpoint.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class Settings:
     peer_wait_start_s: float = 120.0
     peer_wait_min_s: float = 10.0
     peer_wait_factor: float = 5.0
+    fence_check_s: float = 10.0  # one small GET per worker per 10 s: a zombie stops within it
     plan_json: str | None = None  # FASDL_PLAN, the trigger only
 
     @classmethod
@@ -119,6 +122,7 @@ class Settings:
             peer_wait_start_s=_number(source, "FASDL_PEER_WAIT_START_S", 120.0),
             peer_wait_min_s=_number(source, "FASDL_PEER_WAIT_MIN_S", 10.0),
             peer_wait_factor=_number(source, "FASDL_PEER_WAIT_FACTOR", 5.0),
+            fence_check_s=_number(source, "FASDL_FENCE_CHECK_S", 10.0),
             plan_json=source.get("FASDL_PLAN") or None,
         )
         if channel == "s3" and not settings.exchange_bucket:

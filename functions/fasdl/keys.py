@@ -1,11 +1,18 @@
 """Deterministic object keys, shared by both channels and the checkpoint bucket.
 
-Exchange keys live under ``{run}/{attempt}/`` so a retried attempt never reads a stale
-object of a failed one; readers GET these exact keys (no LIST in the hot path). Checkpoint
-keys live under ``{run}/checkpoint/it/{resume_iteration}/``: the checkpoint a segment that
-starts at that iteration resumes from (the contract's ``segment.start_iteration``). Its
-objects are namespaced by the attempt that wrote them; the manifest is not, and names the
-objects by full key.
+Everything a segment's workers write is namespaced by its **epoch**: a run-wide number the
+trigger issues, strictly increasing, for every segment and every retry of one
+(fasdl.fencing). A later segment or retry therefore never reads an object a dead attempt
+left behind, and frames carry the epoch in their checked header too (fasdl.kreduce).
+
+* exchange: ``{run}/{epoch}/it/{iteration}/...``, read by exact key (no LIST in the hot
+  path), and ``{run}/{epoch}/claim/{worker}``: one invocation per worker and epoch;
+* checkpoint (results bucket): ``{run}/checkpoint/it/{resume_iteration}/epoch/{epoch}/``
+  holds the objects, part records and manifest of the checkpoint a segment starting at
+  ``resume_iteration`` resumes from. The manifest is created once (conditional write) and
+  the run state names the epoch whose checkpoint the next segment restores
+  (``segment.resume_epoch``), so a late writer can neither replace it nor be picked up;
+* ``{run}/fence.json`` (results bucket): the run's current epoch, written by the trigger.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ class KeyFormatError(ValueError):
 
 
 def _check_run(run: str) -> str:
-    if not _RUN_ID.match(run):
+    if not _RUN_ID.fullmatch(run):
         raise KeyFormatError(f"run id must be 1-128 letters, digits, '_', '.', '-', got {run!r}")
     return run
 
@@ -32,25 +39,38 @@ def _check_index(name: str, value: int, limit: int) -> int:
     return value
 
 
-def exchange_prefix(run: str, attempt: int) -> str:
-    """Everything one attempt of a run puts on the exchange channel."""
-    return f"{_check_run(run)}/{_check_index('attempt', attempt, 10**6)}/"
+EPOCH_LIMIT = 10**9
 
 
-def iteration_prefix(run: str, attempt: int, iteration: int) -> str:
-    return f"{exchange_prefix(run, attempt)}it/{_check_index('iteration', iteration, 10**8):08d}/"
+def exchange_prefix(run: str, epoch: int) -> str:
+    """Everything the workers of one epoch of a run put on the exchange channel."""
+    return f"{_check_run(run)}/{_check_index('epoch', epoch, EPOCH_LIMIT)}/"
 
 
-def shard_key(run: str, attempt: int, iteration: int, shard: int, worker: int) -> str:
+def claim_key(run: str, epoch: int, worker: int) -> str:
+    """Created by the one invocation of ``worker`` that may train in ``epoch``."""
+    return f"{exchange_prefix(run, epoch)}claim/{_check_index('worker', worker, 10000):04d}"
+
+
+def fence_key(run: str) -> str:
+    """The run's current epoch (results bucket, under the runs prefix)."""
+    return f"{_check_run(run)}/fence.json"
+
+
+def iteration_prefix(run: str, epoch: int, iteration: int) -> str:
+    return f"{exchange_prefix(run, epoch)}it/{_check_index('iteration', iteration, 10**8):08d}/"
+
+
+def shard_key(run: str, epoch: int, iteration: int, shard: int, worker: int) -> str:
     """Shard ``shard`` of worker ``worker``'s locally updated parameters at ``iteration``."""
-    return (f"{iteration_prefix(run, attempt, iteration)}"
+    return (f"{iteration_prefix(run, epoch, iteration)}"
             f"shard/{_check_index('shard', shard, 1000):03d}/"
             f"from/{_check_index('worker', worker, 10000):04d}")
 
 
-def merged_key(run: str, attempt: int, iteration: int, shard: int) -> str:
+def merged_key(run: str, epoch: int, iteration: int, shard: int) -> str:
     """Aggregator ``shard``'s batch-weighted average of shard ``shard`` at ``iteration``."""
-    return (f"{iteration_prefix(run, attempt, iteration)}"
+    return (f"{iteration_prefix(run, epoch, iteration)}"
             f"merged/{_check_index('shard', shard, 1000):03d}")
 
 
@@ -60,27 +80,25 @@ def checkpoint_prefix(run: str, resume_iteration: int) -> str:
     return f"{_check_run(run)}/checkpoint/it/{index:08d}/"
 
 
-def _attempt_prefix(run: str, resume_iteration: int, attempt: int) -> str:
-    # each attempt writes its own objects: a retry never mixes with a dead attempt's leftovers
-    index = _check_index("attempt", attempt, 10**6)
-    return f"{checkpoint_prefix(run, resume_iteration)}attempt/{index}/"
+def _epoch_prefix(run: str, resume_iteration: int, epoch: int) -> str:
+    index = _check_index("epoch", epoch, EPOCH_LIMIT)
+    return f"{checkpoint_prefix(run, resume_iteration)}epoch/{index}/"
 
 
-def checkpoint_object_key(run: str, resume_iteration: int, attempt: int, name: str) -> str:
+def checkpoint_object_key(run: str, resume_iteration: int, epoch: int, name: str) -> str:
     """One object of a checkpoint, e.g. ``model`` or ``worker/0003/momentum``."""
-    if not _OBJECT_NAME.match(name) or ".." in name:
+    if not _OBJECT_NAME.fullmatch(name) or ".." in name:
         raise KeyFormatError(
             f"checkpoint object name must be 1-128 of [A-Za-z0-9_.-/], got {name!r}")
-    return f"{_attempt_prefix(run, resume_iteration, attempt)}objects/{name}"
+    return f"{_epoch_prefix(run, resume_iteration, epoch)}objects/{name}"
 
 
-def checkpoint_part_key(run: str, resume_iteration: int, attempt: int, worker: int) -> str:
+def checkpoint_part_key(run: str, resume_iteration: int, epoch: int, worker: int) -> str:
     """A worker's list of the objects it wrote (with checksums), read by the committer."""
     index = _check_index("worker", worker, 10000)
-    return f"{_attempt_prefix(run, resume_iteration, attempt)}parts/{index:04d}.json"
+    return f"{_epoch_prefix(run, resume_iteration, epoch)}parts/{index:04d}.json"
 
 
-def manifest_key(run: str, resume_iteration: int) -> str:
-    """Written last: a checkpoint exists exactly when its manifest does. One per resume
-    iteration, whatever attempt wrote it, so a reader needs only the segment's start."""
-    return f"{checkpoint_prefix(run, resume_iteration)}manifest.json"
+def manifest_key(run: str, resume_iteration: int, epoch: int) -> str:
+    """Created last, once: the checkpoint exists exactly when its manifest does."""
+    return f"{_epoch_prefix(run, resume_iteration, epoch)}manifest.json"

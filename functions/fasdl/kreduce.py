@@ -156,7 +156,7 @@ class KReduceWorker:
     """One worker of a K-REDUCE run; the handler calls :meth:`step` once per iteration."""
 
     def __init__(self, plan: Plan, worker_id: int, channel: Channel, model: nn.Module,
-                 run_id: str, attempt: int, *, loss_fn: nn.Module | None = None,
+                 run_id: str, epoch: int, *, loss_fn: nn.Module | None = None,
                  wait_timeout_s: float = 300.0, max_in_flight: int = 8) -> None:
         self.workers = plan.deployment.workers
         self.aggregators = plan.training.aggregators
@@ -167,7 +167,7 @@ class KReduceWorker:
         self.channel = channel
         self.model = model
         self.run_id = run_id
-        self.attempt = attempt
+        self.epoch = epoch  # namespaces keys and frames (fasdl.fencing)
         self.loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
         self.wait_timeout_s = wait_timeout_s
         self.is_aggregator = worker_id < self.aggregators
@@ -179,7 +179,7 @@ class KReduceWorker:
         self.bounds = shard_bounds(self.flat.count, self.aggregators)
         batches = np.array([plan.batch_of(i) for i in range(self.workers)], dtype=np.float64)
         self.weights = batches / batches.sum()
-        self._frame_run = f"{run_id}/{attempt}"  # frames of another attempt are rejected
+        self._frame_run = f"{run_id}/{epoch}"  # frames of another epoch are rejected
         # only an aggregator sums: 8 bytes per element of its own shard, allocated once
         own = self.bounds[worker_id] if self.is_aggregator and self.workers > 1 else (0, 0)
         self._accumulator = np.empty(own[1] - own[0], dtype=np.float64)
@@ -241,7 +241,7 @@ class KReduceWorker:
                                       run=self._frame_run, iteration=iteration,
                                       worker=self.worker_id, shard=shard)
             self._frames[shard] = frame  # reused next iteration: every put below has returned
-            uploads.append((shard_key(self.run_id, self.attempt, iteration, shard,
+            uploads.append((shard_key(self.run_id, self.epoch, iteration, shard,
                                       self.worker_id), frame))
         if self._pool is None or len(uploads) < 2:
             for key, frame in uploads:
@@ -261,7 +261,7 @@ class KReduceWorker:
         total = self._accumulator[:count]
         total.fill(0.0)
         others = [worker for worker in range(self.workers) if worker != shard]
-        consumed = [shard_key(self.run_id, self.attempt, iteration, shard, worker)
+        consumed = [shard_key(self.run_id, self.epoch, iteration, shard, worker)
                     for worker in others]
         frames = self._fetch_in_order(consumed)
         for worker in range(self.workers):  # fixed order: bitwise reproducible sums
@@ -279,14 +279,14 @@ class KReduceWorker:
                 total[begin:stop] += chunk
         values[start:end] = total  # float64 → float32, once
         if iteration >= 2:  # every worker has loaded merged l−2 before uploading l
-            consumed.append(merged_key(self.run_id, self.attempt, iteration - 2, shard))
+            consumed.append(merged_key(self.run_id, self.epoch, iteration - 2, shard))
         # delete before publishing: once merged l is visible, nothing of l or l−2 is left
         self.channel.delete(consumed)
         merged = encode_shard_into(self._frames.get(_MERGED), values[start:end],
                                    run=self._frame_run, iteration=iteration, worker=shard,
                                    shard=shard)
         self._frames[_MERGED] = merged
-        self.channel.put(merged_key(self.run_id, self.attempt, iteration, shard), merged)
+        self.channel.put(merged_key(self.run_id, self.epoch, iteration, shard), merged)
 
     def _load_merged(self, iteration: int) -> None:
         values = self.flat.numpy()
@@ -298,7 +298,7 @@ class KReduceWorker:
             return
         # aggregators already hold their own merged shard
         shards = [shard for shard in range(self.aggregators) if shard != self.worker_id]
-        frames = self._fetch_in_order([merged_key(self.run_id, self.attempt, iteration, shard)
+        frames = self._fetch_in_order([merged_key(self.run_id, self.epoch, iteration, shard)
                                        for shard in shards])
         for shard, frame in zip(shards, frames, strict=True):
             start, end = self.bounds[shard]

@@ -89,14 +89,14 @@ class ResultError(RuntimeError):
     """The final checkpoint is missing or does not match its manifest."""
 
 
-def final_model(s3: Any, settings: Settings, run_id: str,
-                resume_iteration: int) -> tuple[dict[str, Any], bytes]:
+def final_model(s3: Any, settings: Settings, run_id: str, resume_iteration: int,
+                epoch: int) -> tuple[dict[str, Any], bytes]:
     """The manifest and the verified ``model`` object of the run's last checkpoint.
 
     Reads fasdl.checkpoint's manifest format with the stdlib only, so finalize needs neither
     torch nor numpy (tests check it agrees with fasdl.checkpoint's writer).
     """
-    key = f"{settings.runs_prefix}{manifest_key(run_id, resume_iteration)}"
+    key = f"{settings.runs_prefix}{manifest_key(run_id, resume_iteration, epoch)}"
     try:
         body = s3.get_object(Bucket=settings.results_bucket, Key=key)["Body"].read()
         manifest = json.loads(body)
@@ -137,7 +137,9 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
     """model.npy + model.json + summary.json for a finished run; returns FinalizeResult."""
     run_id = str(run["run_id"])
     final_iteration = int(run["segment"]["start_iteration"])
-    manifest, model = final_model(s3, settings, run_id, final_iteration)
+    # the done state's resume_epoch: the epoch of the segment that finished the run
+    manifest, model = final_model(s3, settings, run_id, final_iteration,
+                                  int(run["segment"]["resume_epoch"]))
     prefix = settings.run_prefix(run_id)
     model_key = f"{prefix}model.npy"
     s3.put_object(Bucket=settings.results_bucket, Key=model_key, Body=model)

@@ -1,11 +1,14 @@
 """One worker's part of one segment: restore, train ``segment.iterations`` steps, checkpoint.
 
-The sequence is the one tests/runtime/test_checkpoint.py drives in-process: seeded model →
-KReduceWorker → partition (ranged reads, cached on local disk across warm invocations) →
-restore from the manifest at ``start_iteration`` (unless 0) → one step per iteration →
-save_worker → worker 0 commits the manifest. A :class:`TimeGuard` stops the worker before an
-iteration it could not finish together with the checkpoint write (:class:`SegmentTooLong`), so
-a Lambda is never killed half-way through writing its checkpoint.
+The sequence is the one tests/runtime/test_checkpoint.py drives in-process: fence check and
+claim of the worker in the segment's epoch (fasdl.fencing) → seeded model → KReduceWorker →
+partition (ranged reads, cached on local disk across warm invocations) → restore from the
+manifest epoch ``resume_epoch`` wrote at ``start_iteration`` (unless 0) → one step per
+iteration → save_worker → worker 0 commits the manifest → worker 0's held-out accuracy if it
+fits the time left. A :class:`TimeGuard` stops the worker before an iteration it could not
+finish together with the checkpoint write (:class:`SegmentTooLong`), so a Lambda is never
+killed half-way through writing its checkpoint. A worker whose epoch was superseded stops
+with WorkerFenced at its next fence check and writes nothing more.
 
 Waits for peers are bounded (:func:`peer_wait_s`): a crashed peer makes the others fail
 with ChannelTimeout within seconds, not at the Lambda timeout, and the state machine retries.
@@ -25,6 +28,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +38,7 @@ import numpy as np
 import torch
 from botocore.exceptions import ClientError
 
+from fasdl.channel.base import Channel
 from fasdl.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
 from fasdl.data import (
     BatchStream,
@@ -47,11 +52,14 @@ from fasdl.data import (
     to_tensors,
 )
 from fasdl.environment import Settings
+from fasdl.fencing import Fence, claim_worker
 from fasdl.kreduce import KReduceWorker, StepStats
 from fasdl.metrics import StepMetrics
 from fasdl.models import build_seeded_model
 from fasdl.plan import Plan
 from fasdl.segments import check_deployment
+from fasdl.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
+from fasdl.worker_event import WorkerEvent, WorkerEventError
 
 CRASH_ITERATION_ENV = "FASDL_TEST_CRASH_AT_ITERATION"
 CRASH_WORKER_ENV = "FASDL_TEST_CRASH_WORKER"
@@ -61,77 +69,8 @@ CHECKPOINT_BASE_S = 2.0  # a few small PUTs plus the committer's wait
 CHECKPOINT_BYTES_PER_S = 20e6  # conservative S3 PUT throughput of one Lambda
 EVAL_BATCH = 1024
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
-
-
-class SegmentTooLong(RuntimeError):
-    """Too little time is left for the next iteration plus the checkpoint write."""
-
-
-class WorkerEventError(ValueError):
-    """The worker's event does not match the contract; the message names the field."""
-
-
-@dataclass(frozen=True)
-class WorkerEvent:
-    run_id: str
-    plan_key: str
-    index: int
-    start_iteration: int
-    iterations: int
-    attempt: int
-    worker: int
-
-    @classmethod
-    def parse(cls, event: Mapping[str, Any]) -> WorkerEvent:
-        if event.get("action", "train") != "train":
-            raise WorkerEventError(f"event field 'action': must be 'train', "
-                                   f"got {event.get('action')!r}")
-        segment = event.get("segment")
-        if not isinstance(segment, dict):
-            raise WorkerEventError("event field 'segment': must be an object")
-        values: dict[str, Any] = {}
-        for name, source, low in (("index", segment, 0), ("start_iteration", segment, 0),
-                                  ("iterations", segment, 1), ("attempt", segment, 0),
-                                  ("worker", event, 0)):
-            value = source.get(name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                where = "worker" if name == "worker" else f"segment.{name}"
-                raise WorkerEventError(f"event field '{where}': must be an integer >= {low}, "
-                                       f"got {value!r}")
-            values[name] = value
-        for name in ("run_id", "plan_key"):
-            if not isinstance(event.get(name), str) or not event[name]:
-                raise WorkerEventError(f"event field '{name}': must be a non-empty string")
-            values[name] = event[name]
-        return cls(**values)
-
-
-class TimeGuard:
-    """Predicts whether one more iteration and the checkpoint still fit before the deadline."""
-
-    def __init__(self, remaining_s: Callable[[], float], margin_s: float,
-                 checkpoint_s: float) -> None:
-        self.remaining_s = remaining_s
-        self.margin_s = margin_s
-        self.checkpoint_s = checkpoint_s
-        self.recent: list[float] = []
-
-    def observe(self, iteration_s: float) -> None:
-        self.recent = [*self.recent[-4:], iteration_s]
-
-    def reserve_s(self) -> float:
-        """Time kept back for the checkpoint and the margin (bounds every wait)."""
-        return self.checkpoint_s + self.margin_s
-
-    def check(self, iteration: int) -> None:
-        predicted = max(self.recent, default=0.0)
-        left = self.remaining_s()
-        needed = predicted + self.reserve_s()
-        if left < needed:
-            raise SegmentTooLong(
-                f"{left:.1f} s left before iteration {iteration}, but one iteration "
-                f"(~{predicted:.1f} s) + checkpoint (~{self.checkpoint_s:.1f} s) + margin "
-                f"({self.margin_s:.1f} s) need {needed:.1f} s; retry the segment shorter")
+__all__ = ["SegmentTooLong", "TimeGuard", "WorkerEvent", "WorkerEventError", "peer_wait_s",
+           "run_segment", "write_result"]
 
 
 @dataclass
@@ -206,23 +145,17 @@ def _crash_hook(worker: int, iteration: int, attempt: int) -> None:
         os._exit(137)
 
 
-def peer_wait_s(settings: Settings, recent: list[float], left_s: float) -> float:
-    """How long to wait for a peer's shard: long enough for staggered cold starts at the
-    first iteration, a few slowest iterations after that, never past ``left_s``."""
-    if recent:
-        bound = max(settings.peer_wait_min_s, settings.peer_wait_factor * max(recent))
-    else:
-        bound = settings.peer_wait_start_s
-    return max(1.0, min(bound, left_s))
+def _correct(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> int:
+    """How many of the rows ``model`` (in eval mode) classifies right."""
+    with torch.no_grad():
+        features, labels = to_tensors(x, y)
+        return int((model(features).argmax(1) == labels).sum())
 
 
 def _evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     model.eval()
-    correct = 0
-    with torch.no_grad():
-        for start in range(0, len(y), EVAL_BATCH):
-            features, labels = to_tensors(x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH])
-            correct += int((model(features).argmax(1) == labels).sum())
+    correct = sum(_correct(model, x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH])
+                  for start in range(0, len(y), EVAL_BATCH))
     return correct / max(1, len(y))
 
 
@@ -257,14 +190,21 @@ def write_result(s3: Any, settings: Settings, event: WorkerEvent,
     return key
 
 
-def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[], float],
-                metrics: StepMetrics | None = None, s3: Any | None = None) -> dict[str, Any]:
-    """Train one worker's part of one segment; returns the small JSON result."""
-    began = time.perf_counter()
-    s3 = s3 or settings.s3_client()
-    store = settings.results_store(s3)
-    plan = load_plan(s3, settings.results_bucket, event.plan_key)
-    check_deployment(plan, settings.deployment)
+@dataclass
+class _Job:
+    """What one invocation works with, built once by :func:`_prepare`."""
+
+    plan: Plan
+    read_range: RangeReader
+    prefix: str
+    cache_dir: Path
+    meta: dict[str, str]
+    model: torch.nn.Module
+    worker: KReduceWorker
+    stream: BatchStream | None = None
+
+
+def _check_event(plan: Plan, event: WorkerEvent) -> None:
     last = event.start_iteration + event.iterations
     if last > plan.total_iterations:
         raise WorkerEventError(f"event field 'segment.iterations': iterations "
@@ -273,6 +213,11 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
     if event.worker >= plan.deployment.workers:
         raise WorkerEventError(f"event field 'worker': must be < W={plan.deployment.workers}, "
                                f"got {event.worker}")
+
+
+def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
+             exchange: Channel) -> _Job:
+    """The dataset's layout, the seeded model and this worker's K-REDUCE state."""
     read_range = s3_range_reader(s3, settings.datasets_bucket)
     prefix = plan.workload.dataset.rstrip("/")
     cache_dir = Path(settings.cache_dir) / _dataset_version(s3, settings.datasets_bucket, prefix)
@@ -284,62 +229,128 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
     num_classes = max(2, int(_cached_labels(read_range, f"{prefix}/y.npy", cache_dir).max()) + 1)
     model = build_seeded_model(plan.workload.model, plan.training.seed, num_classes,
                                (channels, height, width))
+    worker = KReduceWorker(plan, event.worker, exchange, model, event.run_id, event.epoch)
+    meta = {"model": plan.workload.model, "num_classes": str(num_classes),
+            "input_shape": f"{channels},{height},{width}",
+            "parameters": str(worker.parameters.size)}
+    return _Job(plan, read_range, prefix, cache_dir, meta, model, worker)
+
+
+def _restore(job: _Job, store: Channel, event: WorkerEvent) -> None:
+    """This worker's partition and data cursor; its state from the checkpoint (unless 0)."""
+    start, end = plan_partition(job.plan, event.worker)
+    partition = load_partition(job.read_range, job.prefix, start, end, job.cache_dir)
+    if event.start_iteration == 0:
+        torch.manual_seed(job.plan.training.seed + event.worker)
+        cursor = DataCursor()
+    else:
+        manifest = load_manifest(store, event.run_id, event.start_iteration, event.resume_epoch)
+        cursor = restore_worker(store, manifest, job.worker)
+    job.stream = BatchStream.for_plan(job.plan, event.worker, partition, cursor)
+
+
+def _train(job: _Job, event: WorkerEvent, settings: Settings, guard: TimeGuard, fence: Fence,
+           result: SegmentResult, metrics: StepMetrics | None) -> None:
+    assert job.stream is not None
+    delay_s = float(os.environ.get(DELAY_ENV, "0"))
+    timeout_s = float(job.plan.deployment.timeout_s)
+    for iteration in range(event.start_iteration, event.start_iteration + event.iterations):
+        guard.check(iteration)
+        fence.check()  # a superseded epoch stops before it writes this iteration's shards
+        _crash_hook(event.worker, iteration, event.attempt)
+        iteration_began = time.perf_counter()
+        time.sleep(delay_s)
+        # waits end before the reserve: a missing peer fails us, not the Lambda timeout
+        job.worker.wait_timeout_s = peer_wait_s(
+            settings, guard.recent, min(timeout_s, guard.remaining_s() - guard.reserve_s()))
+        stats = job.worker.step(*to_tensors(*job.stream.next_batch()), iteration)
+        guard.observe(time.perf_counter() - iteration_began)  # batch + delay included
+        result.add(stats)
+        if metrics is not None:
+            metrics.record(stats)
+
+
+def _checkpoint(job: _Job, store: Channel, event: WorkerEvent, settings: Settings,
+                remaining_s: Callable[[], float], fence: Fence, result: SegmentResult) -> None:
+    """This worker's part of the checkpoint; worker 0 then commits the manifest."""
+    assert job.stream is not None
+    saved = time.perf_counter()
+    fence.check(force=True)
+    result.resume_iteration = save_worker(store, event.run_id, event.epoch, job.worker,
+                                          job.stream.cursor)
+    if event.worker == 0:
+        fence.check(force=True)
+        commit_manifest(store, event.run_id, event.start_iteration + event.iterations,
+                        event.epoch, workers=job.plan.deployment.workers,
+                        timeout_s=min(float(job.plan.deployment.timeout_s),
+                                      max(1.0, remaining_s() - settings.time_margin_s)),
+                        meta=job.meta)
+    result.times["checkpoint_s"] = time.perf_counter() - saved
+
+
+def _evaluate_in_time(job: _Job, time_left_s: Callable[[], float],
+                      result: SegmentResult) -> None:
+    """Worker 0 holds the merged model: its held-out accuracy, only if it fits the time left.
+
+    The first chunk is predicted from the training step (a forward pass costs less than a
+    step); the slowest chunk seen predicts the next. Out of time: accuracy stays None.
+    """
+    began = time.perf_counter()
+    trained = result.iterations_done * job.plan.batch_of(job.worker.worker_id)
+    per_sample_s = result.times.get("compute_s", 0.0) / max(1, trained)
+    if time_left_s() < per_sample_s * EVAL_BATCH:
+        return
+    test = _test_split(job.read_range, job.prefix, job.cache_dir)
+    if test is None:
+        return
+    x, y = test
+    job.model.eval()
+    correct, slowest = 0, per_sample_s * EVAL_BATCH
+    for start in range(0, len(y), EVAL_BATCH):
+        if time_left_s() < slowest:
+            result.times["eval_s"] = time.perf_counter() - began
+            return
+        chunk_began = time.perf_counter()
+        correct += _correct(job.model, x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH])
+        slowest = max(slowest, time.perf_counter() - chunk_began)
+    result.accuracy, result.test_samples = correct / max(1, len(y)), len(y)
+    result.times["eval_s"] = time.perf_counter() - began
+
+
+def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[], float],
+                metrics: StepMetrics | None = None, s3: Any | None = None, *,
+                invocation_id: str | None = None) -> dict[str, Any]:
+    """Train one worker's part of one segment; returns the small JSON result.
+
+    ``invocation_id`` (the Lambda request id) claims the worker in the segment's epoch, so a
+    second invocation of the same worker stops (fasdl.fencing)."""
+    began = time.perf_counter()
+    s3 = s3 or settings.s3_client()
+    store = settings.results_store(s3)
+    fence = Fence(store, event.run_id, event.epoch, check_every_s=settings.fence_check_s)
+    fence.check(force=True)  # a late start of a superseded epoch stops before anything else
+    plan = load_plan(s3, settings.results_bucket, event.plan_key)
+    check_deployment(plan, settings.deployment)
+    _check_event(plan, event)
     exchange = settings.exchange_channel()
-    worker = KReduceWorker(plan, event.worker, exchange, model, event.run_id, event.attempt)
-    result = SegmentResult(event.run_id, event.worker, {
-        "index": event.index, "start_iteration": event.start_iteration,
-        "iterations": event.iterations, "attempt": event.attempt})
+    result = SegmentResult(event.run_id, event.worker, event.segment())
     try:
-        start, end = plan_partition(plan, event.worker)
-        partition = load_partition(read_range, prefix, start, end, cache_dir)
-        if event.start_iteration == 0:
-            torch.manual_seed(plan.training.seed + event.worker)
-            cursor = DataCursor()
-        else:
-            manifest = load_manifest(store, event.run_id, event.start_iteration)
-            cursor = restore_worker(store, manifest, worker)
-        stream = BatchStream.for_plan(plan, event.worker, partition, cursor)
-        checkpoint_s = CHECKPOINT_BASE_S + 4 * worker.parameters.nbytes / CHECKPOINT_BYTES_PER_S
-        guard = TimeGuard(remaining_s, settings.time_margin_s, checkpoint_s)
-        result.times["load_s"] = time.perf_counter() - began
-        delay_s = float(os.environ.get(DELAY_ENV, "0"))
-        for iteration in range(event.start_iteration, last):
-            guard.check(iteration)
-            _crash_hook(event.worker, iteration, event.attempt)
-            iteration_began = time.perf_counter()
-            time.sleep(delay_s)
-            # waits end before the reserve: a missing peer fails us, not the Lambda timeout
-            worker.wait_timeout_s = peer_wait_s(
-                settings, guard.recent,
-                min(float(plan.deployment.timeout_s), remaining_s() - guard.reserve_s()))
-            stats = worker.step(*to_tensors(*stream.next_batch()), iteration)
-            guard.observe(time.perf_counter() - iteration_began)  # batch + delay included
-            result.add(stats)
-            if metrics is not None:
-                metrics.record(stats)
-        saved = time.perf_counter()
-        result.resume_iteration = save_worker(store, event.run_id, event.attempt, worker,
-                                              stream.cursor)
-        if event.worker == 0:
-            commit_manifest(store, event.run_id, last, event.attempt,
-                            workers=plan.deployment.workers,
-                            timeout_s=min(float(plan.deployment.timeout_s),
-                                          max(1.0, remaining_s() - settings.time_margin_s)),
-                            meta={"model": plan.workload.model,
-                                  "num_classes": str(num_classes),
-                                  "input_shape": f"{channels},{height},{width}",
-                                  "parameters": str(worker.parameters.size)})
-        result.times["checkpoint_s"] = time.perf_counter() - saved
-        # worker 0 holds the merged model: cheap held-out accuracy, if time allows
-        if event.worker == 0 and remaining_s() > 2 * settings.time_margin_s:
-            evaluated = time.perf_counter()
-            test = _test_split(read_range, prefix, cache_dir)
-            if test is not None:
-                result.accuracy = _evaluate(model, *test)
-                result.test_samples = len(test[1])
-            result.times["eval_s"] = time.perf_counter() - evaluated
+        claim_worker(exchange, event.run_id, event.epoch, event.worker,
+                     invocation_id or uuid.uuid4().hex)
+        job = _prepare(settings, event, plan, s3, exchange)
+        try:
+            _restore(job, store, event)
+            checkpoint_s = (CHECKPOINT_BASE_S
+                            + 4 * job.worker.parameters.nbytes / CHECKPOINT_BYTES_PER_S)
+            guard = TimeGuard(remaining_s, settings.time_margin_s, checkpoint_s)
+            result.times["load_s"] = time.perf_counter() - began
+            _train(job, event, settings, guard, fence, result, metrics)
+            _checkpoint(job, store, event, settings, remaining_s, fence, result)
+            if event.worker == 0:
+                _evaluate_in_time(job, lambda: remaining_s() - settings.time_margin_s, result)
+        finally:
+            job.worker.close()
     finally:
-        worker.close()
         exchange.close()
     result.times["total_s"] = time.perf_counter() - began
     return result.to_dict()

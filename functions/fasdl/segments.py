@@ -8,6 +8,11 @@ and bumps its attempt, which gives it fresh exchange keys; it gives up after
 :data:`MAX_ATTEMPTS` attempts or when one iteration no longer fits. ``retry`` (a worker
 crashed) reruns the same segment at the same length with ``attempt + 1`` and counts
 ``segment.retries``; it gives up after :data:`MAX_RETRIES` retries or :data:`MAX_ATTEMPTS`.
+
+Every new state carries a fresh ``segment.epoch`` the trigger issued (fasdl.fencing): the
+namespace of everything the segment's workers write. ``segment.resume_epoch`` names the epoch
+whose checkpoint the segment restores from (0 at iteration 0): ``next`` sets it to the epoch
+of the segment that just finished; ``shorten`` and ``retry`` keep it.
 """
 
 from __future__ import annotations
@@ -37,14 +42,16 @@ class RetriesExhausted(RuntimeError):
 
 
 # ---- the run state (infra/contract.py RunState) ---------------------------------------------
-def segment(index: int, start_iteration: int, iterations: int, attempt: int) -> dict[str, int]:
+def segment(index: int, start_iteration: int, iterations: int, attempt: int, *, epoch: int,
+            resume_epoch: int) -> dict[str, int]:
     return {"index": index, "start_iteration": start_iteration, "iterations": iterations,
-            "attempt": attempt}
+            "attempt": attempt, "epoch": epoch, "resume_epoch": resume_epoch}
 
 
-def first_state(plan: Plan, run_id: str, plan_key: str) -> dict[str, Any]:
+def first_state(plan: Plan, run_id: str, plan_key: str, *, epoch: int) -> dict[str, Any]:
     iterations = min(plan.training.segment_iterations, plan.total_iterations)
-    return {"run_id": run_id, "plan_key": plan_key, "segment": segment(0, 0, iterations, 0),
+    first = segment(0, 0, iterations, 0, epoch=epoch, resume_epoch=0)
+    return {"run_id": run_id, "plan_key": plan_key, "segment": first,
             "workers": list(range(plan.deployment.workers)), "done": False,
             "cache": None}  # the trigger sets the Valkey endpoint (fasdl.exchange_cache)
 
@@ -67,8 +74,9 @@ def parse_run(run: object) -> dict[str, Any]:
     seg = run.get("segment")
     if not isinstance(seg, dict):
         raise RunStateError("run state field 'run.segment': must be an object")
-    for name in ("index", "start_iteration", "iterations", "attempt"):
+    for name in ("index", "start_iteration", "iterations", "attempt", "resume_epoch"):
         _int_field(seg, name, "run.segment")
+    _int_field(seg, "epoch", "run.segment", low=1)
     if "retries" in seg:
         _int_field(seg, "retries", "run.segment")
     workers = run.get("workers")
@@ -81,18 +89,23 @@ def parse_run(run: object) -> dict[str, Any]:
     return run
 
 
-def next_state(run: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
-    """The segment after ``run.segment`` (attempt 0), or ``done`` after the last one."""
+def next_state(run: Mapping[str, Any], plan: Plan, *, epoch: int) -> dict[str, Any]:
+    """The segment after ``run.segment`` (attempt 0), or ``done`` after the last one; it
+    resumes from the checkpoint the finished segment's epoch wrote."""
     current = run["segment"]
     start = current["start_iteration"] + current["iterations"]
     remaining = plan.total_iterations - start
+    epochs = {"epoch": epoch, "resume_epoch": current["epoch"]}
     if remaining <= 0:
-        return {**run, "segment": segment(current["index"] + 1, start, 0, 0), "done": True}
+        return {**run, "segment": segment(current["index"] + 1, start, 0, 0, **epochs),
+                "done": True}
     length = min(max(1, current["iterations"]), plan.training.segment_iterations, remaining)
-    return {**run, "segment": segment(current["index"] + 1, start, length, 0), "done": False}
+    return {**run, "segment": segment(current["index"] + 1, start, length, 0, **epochs),
+            "done": False}
 
 
-def shorten_state(run: Mapping[str, Any], error: object = None) -> dict[str, Any]:
+def shorten_state(run: Mapping[str, Any], error: object = None, *,
+                  epoch: int) -> dict[str, Any]:
     """The same segment with half the iterations and ``attempt + 1``."""
     current = run["segment"]
     attempt = current["attempt"] + 1
@@ -107,10 +120,12 @@ def shorten_state(run: Mapping[str, Any], error: object = None) -> dict[str, Any
             f"segment {current['index']} (iteration {current['start_iteration']}) timed out "
             f"{attempt} times; giving up after {MAX_ATTEMPTS} attempts{why}")
     return {**run, "segment": segment(current["index"], current["start_iteration"], iterations,
-                                      attempt), "done": False}
+                                      attempt, epoch=epoch,
+                                      resume_epoch=current["resume_epoch"]), "done": False}
 
 
-def retry_state(run: Mapping[str, Any], error: object = None) -> dict[str, Any]:
+def retry_state(run: Mapping[str, Any], error: object = None, *,
+                epoch: int) -> dict[str, Any]:
     """The same segment, same length, ``attempt + 1`` and ``retries + 1`` (a worker crashed)."""
     current = run["segment"]
     attempt = current["attempt"] + 1
@@ -126,7 +141,7 @@ def retry_state(run: Mapping[str, Any], error: object = None) -> dict[str, Any]:
             f"segment {current['index']} (iteration {current['start_iteration']}) failed "
             f"{attempt} times; giving up after {MAX_ATTEMPTS} attempts{why}")
     again = segment(current["index"], current["start_iteration"], current["iterations"],
-                    attempt)
+                    attempt, epoch=epoch, resume_epoch=current["resume_epoch"])
     return {**run, "segment": {**again, "retries": retries}, "done": False}
 
 
@@ -294,14 +309,16 @@ def _s3_ranges(s3: Any, bucket: str) -> RangeReader:
 
 
 def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, results_bucket: str,
-              runs_prefix: str, deployed_json: str | None,
-              fingerprint: str) -> dict[str, Any]:
+              runs_prefix: str, deployed_json: str | None, fingerprint: str,
+              issue_epoch: Callable[[str], int]) -> dict[str, Any]:
     """Validate the run, freeze its plan in the results bucket, return segment 0."""
     execution_input = event.get("input") or {}
     if not isinstance(execution_input, dict):
         raise RunStateError(f"field 'input': must be an object, got {execution_input!r}")
-    if "resume" in execution_input:  # continue-as-new: the run state carries on as is
-        return parse_run(execution_input["resume"])
+    if "resume" in execution_input:  # continue-as-new: the run state carries on, and the
+        resumed = parse_run(execution_input["resume"])  # old execution's workers are fenced
+        return {**resumed, "segment": {**resumed["segment"],
+                                       "epoch": issue_epoch(resumed["run_id"])}}
     run_id = resolve_run_id(execution_input, event.get("execution"))
     plan = resolve_plan(execution_input, deployed_json, fingerprint)
     check_dataset(plan, _s3_ranges(s3, datasets_bucket), _s3_exists(s3, datasets_bucket))
@@ -323,7 +340,7 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
                   ContentType="application/json")
     s3.put_object(Bucket=results_bucket, Key=plan_key, Body=frozen.to_json().encode(),
                   ContentType="application/json")
-    return first_state(plan, run_id, plan_key)
+    return first_state(plan, run_id, plan_key, epoch=issue_epoch(run_id))
 
 
 def load_run_plan(s3: Any, results_bucket: str, run: Mapping[str, Any]) -> Plan:

@@ -4,7 +4,7 @@
   ``FASDL_PLAN`` or ``input.plan``, against ``FASDL_DEPLOYMENT``), applies the ``epochs`` /
   ``dataset`` / ``run_id`` overrides, checks the dataset (HEAD of ``x.npy``/``y.npy``, .npy
   headers by ranged GET), writes ``runs/<run_id>/plan.json`` and ``partitions.json`` and
-  returns the RunState of segment 0; with ``input.resume`` returns that state as is. Either
+  returns the RunState of segment 0; with ``input.resume`` returns that state, new epoch. Either
   way it then checks the account's concurrency for 2·W and waits for an Active worker function
   (fasdl/account.py): ConcurrencyQuotaTooLow, WorkerFunctionFailed or WorkerNotReady (retried).
 * ``next``: the following segment (attempt 0) or ``done: true``.
@@ -14,6 +14,9 @@
   RetriesExhausted after ``MAX_RETRIES``, and WorkerOutOfMemory when a worker's REPORT line
   shows it used its whole memory (fasdl.memory_report: a kill Lambda named a crash).
 
+Every run action issues a new ``segment.epoch`` (fasdl.fencing: recorded in
+``runs/<run_id>/fence.json`` first, which stops every older attempt's workers); ``shorten``
+and ``retry`` also delete the failed epoch's S3 exchange keys.
 Every action sets ``run.cache`` (fasdl.exchange_cache): the Valkey endpoint, or null.
 ``cache`` (the profiling state machine) returns just ``{"cache": endpoint or null}``.
 """
@@ -24,7 +27,7 @@ import os
 import time
 from typing import Any
 
-from fasdl import account, exchange_cache, memory_report, segments
+from fasdl import account, exchange_cache, fencing, keys, memory_report, segments
 from fasdl.environment import Settings
 from fasdl.metrics import get_logger
 
@@ -38,24 +41,36 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     logger.info("trigger", extra={"action": action})
     if action == "cache":  # the profiling state machine: where the Valkey cache is, or null
         return {"cache": exchange_cache_of(settings)}
+    s3 = settings.s3_client()
+    store = settings.results_store(s3)
+
+    def issue_epoch(run_id: str) -> int:  # fences every older attempt's workers
+        return fencing.issue_epoch(store, run_id)
+
     if action == "start":
         run = segments.start_run(
-            event, settings.s3_client(), datasets_bucket=settings.datasets_bucket,
+            event, s3, datasets_bucket=settings.datasets_bucket,
             results_bucket=settings.results_bucket, runs_prefix=settings.runs_prefix,
-            deployed_json=settings.plan_json, fingerprint=settings.deployment)
+            deployed_json=settings.plan_json, fingerprint=settings.deployment,
+            issue_epoch=issue_epoch)
         # Before any worker starts: 2·W concurrency and an Active worker (fasdl/account.py).
         ready = account.before_first_map(len(run["workers"]), context)
         logger.info("worker function ready", extra={"ready": ready})
     elif action == "next":
         current = segments.parse_run(event.get("run"))
-        plan = segments.load_run_plan(settings.s3_client(), settings.results_bucket, current)
-        run = segments.next_state(current, plan)
+        plan = segments.load_run_plan(s3, settings.results_bucket, current)
+        run = segments.next_state(current, plan, epoch=issue_epoch(current["run_id"]))
     elif action == "shorten":
-        run = segments.shorten_state(segments.parse_run(event.get("run")), event.get("error"))
+        current = segments.parse_run(event.get("run"))
+        run = segments.shorten_state(current, event.get("error"),
+                                     epoch=issue_epoch(current["run_id"]))
+        _clean_dead_epoch(settings, current)
     elif action == "retry":
         current = segments.parse_run(event.get("run"))
         _check_memory_of_failed_attempt(settings)
-        run = segments.retry_state(current, event.get("error"))
+        run = segments.retry_state(current, event.get("error"),
+                                   epoch=issue_epoch(current["run_id"]))
+        _clean_dead_epoch(settings, current)
     else:
         raise segments.RunStateError(f"event field 'action': must be start, next, shorten or "
                                      f"retry, got {action!r}")
@@ -74,6 +89,25 @@ def exchange_cache_of(settings: Settings) -> exchange_cache.CacheEndpoint | None
     import boto3
 
     return exchange_cache.locate(boto3.client("elasticache"), settings.cache_name)
+
+
+def _clean_dead_epoch(settings: Settings, dead: dict[str, Any]) -> None:
+    """Delete what the failed attempt left on the S3 exchange, once it is fenced (bounded:
+    one listing of its epoch's prefix). Valkey keys expire by TTL instead: the trigger is
+    outside the VPC. Nothing depends on it: a later epoch never reads these keys."""
+    if settings.channel != "s3":
+        return
+    prefix = keys.exchange_prefix(dead["run_id"], dead["segment"]["epoch"])
+    try:
+        channel = settings.exchange_channel()
+        try:
+            deleted = channel.delete_prefix(prefix)
+        finally:
+            channel.close()
+    except Exception:  # cleanup must not fail the retry; the bucket's lifecycle rule remains
+        logger.exception("dead epoch cleanup failed", extra={"prefix": prefix})
+    else:
+        logger.info("dead epoch cleaned", extra={"prefix": prefix, "deleted": deleted})
 
 
 def _check_memory_of_failed_attempt(settings: Settings) -> None:

@@ -40,7 +40,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     settings = Settings.from_env().with_cache(cache)
     parsed = segment_runner.WorkerEvent.parse(event)
     logger.append_keys(run_id=parsed.run_id, worker=parsed.worker, segment=parsed.index,
-                       attempt=parsed.attempt)
+                       attempt=parsed.attempt, epoch=parsed.epoch)
     metrics = StepMetrics(settings.metrics_namespace, settings.stack)
     if torch_load.fresh:
         logger.info("torch loaded", extra=torch_load.log_fields())
@@ -54,7 +54,9 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return float(context.get_remaining_time_in_millis()) / 1000.0
 
     try:
-        result = segment_runner.run_segment(settings, parsed, remaining_s, metrics, s3)
+        result = segment_runner.run_segment(
+            settings, parsed, remaining_s, metrics, s3,
+            invocation_id=getattr(context, "aws_request_id", None))
     except Exception:
         logger.exception("segment failed")
         raise

@@ -45,6 +45,27 @@ def test_put_get_delete_round_trip(channel: Channel) -> None:
     channel.delete([])
 
 
+def test_put_if_absent_creates_once_even_when_racing(backend: Backend, channel: Channel,
+                                                    prefix: str) -> None:
+    """The fencing primitive (fasdl.fencing): S3 If-None-Match, Valkey SET NX."""
+    assert channel.put_if_absent("claim/0001", b"first")
+    assert not channel.put_if_absent("claim/0001", b"second")
+    assert channel.try_get("claim/0001") == b"first"
+    assert channel.claim("claim/0001", b"first")  # a retried create of our own
+    assert not channel.claim("claim/0001", b"second")
+    rivals = [backend.channel(prefix) for _ in range(6)]
+    won: list[bool] = []
+    threads = [threading.Thread(target=lambda c=c, i=i: won.append(  # type: ignore[misc]
+        c.put_if_absent("claim/0002", str(i).encode()))) for i, c in enumerate(rivals)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for rival in rivals:
+        rival.close()
+    assert won.count(True) == 1
+
+
 def test_get_waits_for_a_key_put_later(backend: Backend, channel: Channel, prefix: str) -> None:
     writer = backend.channel(prefix)
     timer = threading.Timer(0.4, writer.put, args=("late", b"here at last"))

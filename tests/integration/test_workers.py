@@ -178,8 +178,9 @@ class Stack:
         finally:
             client.close()
 
-    def checkpoint_model(self, run_id: str, resume_iteration: int) -> bytes:
-        manifest = json.loads(self.read(f"runs/{manifest_key(run_id, resume_iteration)}"))
+    def checkpoint_model(self, run_id: str, resume_iteration: int, epoch: int) -> bytes:
+        key = manifest_key(run_id, resume_iteration, epoch)
+        manifest = json.loads(self.read(f"runs/{key}"))
         return self.read("runs/" + manifest["objects"]["model"]["key"])
 
     def train(self, run_id: str, **overrides: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -249,9 +250,13 @@ def test_killed_worker_segment_reruns_from_manifest_bitwise(
     assert all(code != 0 for code, _ in outcomes)  # nobody finishes without worker 2
     client = s3_stack.s3.client()  # no checkpoint for the failed segment
     with pytest.raises(client.exceptions.NoSuchKey):
-        client.get_object(Bucket=BUCKETS[1], Key=f"runs/{manifest_key(run_id, 58)}")
+        client.get_object(Bucket=BUCKETS[1],
+                          Key=f"runs/{manifest_key(run_id, 58, run['segment']['epoch'])}")
     client.close()
-    retry = {**run, "segment": {**run["segment"], "attempt": 1}}
+    retry = s3_stack.invoke("trigger", {"action": "retry", "run": run, "error": {
+        "Error": "FasDL.WorkerCrashed", "Cause": "exit status 137"}})
+    assert retry["segment"]["attempt"] == 1 and retry["segment"]["epoch"] > run["segment"][
+        "epoch"]
     assert all(code == 0 for code, _ in s3_stack.segment(retry))
     done = s3_stack.invoke("trigger", {"action": "next", "run": retry})
     assert done["done"]
@@ -281,7 +286,8 @@ def test_valkey_runs_match_the_s3_run_bitwise(
     result, summary = stack.train(_run_id(server), epochs=1)
     assert summary["iterations"] == 29
     reference_run = reference[0]["run_id"]
-    assert stack.read(result["model_key"]) == stack.checkpoint_model(reference_run, 29)
+    # the reference's first segment ran in its first epoch
+    assert stack.read(result["model_key"]) == stack.checkpoint_model(reference_run, 29, 1)
     assert summary["final_accuracy"] == reference[1]["segments"][0]["accuracy"]
     client = valkey.client()
     try:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from fasdl.channel.base import ChannelTimeout
 from fasdl.channel.memory import MemoryChannel
 from fasdl.checkpoint import (
     CheckpointError,
@@ -61,10 +62,10 @@ def dataset(tmp_path: Path) -> Path:
 class Cluster:
     """W fresh workers, as a new set of Lambda invocations would build them."""
 
-    def __init__(self, plan: Plan, data_root: Path, cache: Path, attempt: int,
+    def __init__(self, plan: Plan, data_root: Path, cache: Path, epoch: int,
                  model_seed: int) -> None:
         self.plan = plan
-        self.attempt = attempt
+        self.epoch = epoch
         self.exchange = MemoryChannel()  # a new attempt: nothing of the old one is visible
         torch.manual_seed(model_seed)
         model = build_model("cnn", 4, SHAPE)
@@ -74,7 +75,7 @@ class Cluster:
         for index in range(plan.deployment.workers):
             replica = build_model("cnn", 4, SHAPE)
             replica.load_state_dict(model.state_dict())
-            self.workers.append(KReduceWorker(plan, index, self.exchange, replica, RUN, attempt,
+            self.workers.append(KReduceWorker(plan, index, self.exchange, replica, RUN, epoch,
                                               wait_timeout_s=60.0))
             start, end = partition_bounds(sizes, index)
             partition = load_partition(LocalFiles(data_root), "train", start, end, cache)
@@ -86,16 +87,16 @@ class Cluster:
             for iteration in iterations:
                 worker.step(*to_tensors(*stream.next_batch()), iteration)
             if store is not None:
-                save_worker(store, RUN, self.attempt, worker, stream.cursor)
+                save_worker(store, RUN, self.epoch, worker, stream.cursor)
 
         run_parallel([lambda index=index: loop(index)  # type: ignore[misc]
                       for index in range(len(self.workers))])
         if store is not None:
-            commit_manifest(store, RUN, iterations[-1] + 1, self.attempt,
+            commit_manifest(store, RUN, iterations[-1] + 1, self.epoch,
                             workers=len(self.workers), timeout_s=10.0)
 
-    def restore(self, store: MemoryChannel, resume_iteration: int) -> None:
-        manifest = load_manifest(store, RUN, resume_iteration)
+    def restore(self, store: MemoryChannel, resume_iteration: int, epoch: int) -> None:
+        manifest = load_manifest(store, RUN, resume_iteration, epoch)
         for worker, stream in zip(self.workers, self.streams, strict=True):
             stream.cursor = restore_worker(store, manifest, worker)
 
@@ -106,15 +107,15 @@ def test_restart_from_manifest_reproduces_the_undisturbed_run_bitwise(
         dataset: Path, tmp_path: Path, aggregators: int, sync: str, first_segment: int) -> None:
     plan = make_plan(3, aggregators, 4, 6, sync, samples=64, model="cnn")
     total = 6  # 4 iterations per epoch: the restart lands mid-epoch and crosses an epoch
-    undisturbed = Cluster(plan, dataset, tmp_path / "cache", attempt=0, model_seed=1)
+    undisturbed = Cluster(plan, dataset, tmp_path / "cache", epoch=1, model_seed=1)
     undisturbed.run(range(total))
 
     store = MemoryChannel()
-    first = Cluster(plan, dataset, tmp_path / "cache", attempt=0, model_seed=1)
+    first = Cluster(plan, dataset, tmp_path / "cache", epoch=1, model_seed=1)
     first.run(range(first_segment), store)
     del first  # the invocations die; only the checkpoint bucket survives
-    resumed = Cluster(plan, dataset, tmp_path / "cache", attempt=1, model_seed=99)
-    resumed.restore(store, first_segment)
+    resumed = Cluster(plan, dataset, tmp_path / "cache", epoch=2, model_seed=99)
+    resumed.restore(store, first_segment, 1)
     resumed.run(range(first_segment, total))
 
     for expected, actual in zip(undisturbed.workers, resumed.workers, strict=True):
@@ -140,7 +141,7 @@ def test_batch_norm_statistics_and_rng_state_round_trip() -> None:
     store, trained = _one_worker_checkpoint(model())
     fresh = KReduceWorker(make_plan(1, 1, 4, 4, "bsp"), 0, MemoryChannel(), model(), RUN, 0)
     rng = np.random.default_rng(123)
-    cursor = restore_worker(store, load_manifest(store, RUN, 1), fresh, rng)
+    cursor = restore_worker(store, load_manifest(store, RUN, 1, 0), fresh, rng)
     assert cursor == DataCursor(0, 1)
     assert rng.integers(1 << 30) == np.random.default_rng(5).integers(1 << 30)
     assert np.array_equal(fresh.parameters, trained.parameters)
@@ -156,37 +157,44 @@ def test_corrupted_object_is_rejected() -> None:
     damaged[-1] ^= 0x01
     store.put(key, bytes(damaged))
     with pytest.raises(CheckpointError, match="checksum"):
-        restore_worker(store, load_manifest(store, RUN, 1), worker)
+        restore_worker(store, load_manifest(store, RUN, 1, 0), worker)
 
 
 def test_missing_or_malformed_manifest_is_rejected() -> None:
     store, _ = _one_worker_checkpoint(build_model("cnn", 4, SHAPE))
     with pytest.raises(CheckpointError, match="no checkpoint manifest"):
-        load_manifest(store, RUN, 2)
-    text = json.loads(store.try_get(manifest_key(RUN, 1)) or b"")
-    store.put(manifest_key(RUN, 1), json.dumps({**text, "resume_iteration": 4}).encode())
+        load_manifest(store, RUN, 2, 0)
+    text = json.loads(store.try_get(manifest_key(RUN, 1, 0)) or b"")
+    store.put(manifest_key(RUN, 1, 0), json.dumps({**text, "resume_iteration": 4}).encode())
     with pytest.raises(CheckpointError, match="iteration 4"):
-        load_manifest(store, RUN, 1)
-    store.put(manifest_key(RUN, 1), b"{not json")
+        load_manifest(store, RUN, 1, 0)
+    store.put(manifest_key(RUN, 1, 0), b"{not json")
     with pytest.raises(CheckpointError, match="malformed"):
-        load_manifest(store, RUN, 1)
+        load_manifest(store, RUN, 1, 0)
 
 
 def test_missing_object_and_unfinished_parts_are_errors() -> None:
     store, _ = _one_worker_checkpoint(build_model("cnn", 4, SHAPE))
-    manifest = load_manifest(store, RUN, 1)
+    manifest = load_manifest(store, RUN, 1, 0)
     store.delete([manifest.objects["model"].key])
     with pytest.raises(CheckpointError, match="missing"):
         read_object(store, manifest, "model")
     with pytest.raises(CheckpointError, match="no object"):
         read_object(store, manifest, "nope")
     put_objects(store, RUN, 5, 0, 0, {"model": b"x"})
-    put_objects(store, RUN, 5, 0, 1, {"other": b"y"})  # attempt 0 dies before committing
-    put_objects(store, RUN, 5, 1, 0, {"model": b"z"})  # attempt 1: worker 1 never finishes
-    with pytest.raises(CheckpointError, match="worker 1"):
+    put_objects(store, RUN, 5, 0, 1, {"other": b"y"})  # epoch 0 dies before committing
+    put_objects(store, RUN, 5, 1, 0, {"model": b"z"})  # epoch 1: worker 1 never finishes
+    with pytest.raises(ChannelTimeout, match="parts/0001"):  # rerun like a dead peer
         commit_manifest(store, RUN, 5, 1, workers=2, timeout_s=0.2)
-    assert store.try_get(manifest_key(RUN, 5)) is None  # no manifest without every part
+    assert store.try_get(manifest_key(RUN, 5, 1)) is None  # no manifest without every part
     put_objects(store, RUN, 5, 1, 1, {"other": b"w"})
     manifest = commit_manifest(store, RUN, 5, 1, workers=2, timeout_s=1.0)
-    assert read_object(store, load_manifest(store, RUN, 5), "other") == b"w"
-    assert manifest.last_iteration == 4 and manifest.attempt == 1
+    assert read_object(store, load_manifest(store, RUN, 5, 1), "other") == b"w"
+    assert manifest.last_iteration == 4 and manifest.epoch == 1
+    # a late committer of the same epoch (a duplicate) can never replace the manifest
+    put_objects(store, RUN, 5, 1, 0, {"model": b"late"})
+    with pytest.raises(CheckpointError, match="exists already"):
+        commit_manifest(store, RUN, 5, 1, workers=2, timeout_s=1.0)
+    assert read_object(store, load_manifest(store, RUN, 5, 1), "other") == b"w"
+    with pytest.raises(CheckpointError, match="no checkpoint manifest of epoch 0"):
+        load_manifest(store, RUN, 5, 0)  # epoch 0's parts never became a checkpoint

@@ -87,25 +87,31 @@ def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
     run = start({"epochs": 3, "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": "x"})
     assert run == {"run_id": "exec-1", "plan_key": "runs/exec-1/plan.json",
                    "segment": {"index": 0, "start_iteration": 0, "iterations": 30,
-                               "attempt": 0},
+                               "attempt": 0, "epoch": 1, "resume_epoch": 0},
                    "workers": [0, 1, 2, 3], "done": False,
                    "cache": None}  # an S3 plan: no exchange cache to look up
     frozen = Plan.from_dict(_read(s3, run["plan_key"]))
     assert frozen.training.epochs == 3 and frozen.provenance["execution"] == "exec-1"
     layout = _read(s3, "runs/exec-1/partitions.json")
     assert [part["end"] - part["start"] for part in layout] == PLAN.partition_sizes()
-    assert start({}, "exec-1")["run_id"] == "exec-1"  # a retried start is idempotent
+    again = start({}, "exec-1")  # a retried start is idempotent, under a new epoch
+    assert again["run_id"] == "exec-1" and again["segment"]["epoch"] == 2
     resumed = {**run, "segment": {**run["segment"], "index": 7}}
-    assert start({"resume": resumed}) == resumed  # continue-as-new
+    # continue-as-new: the same state, and a new epoch fences the old execution's workers
+    assert start({"resume": resumed}) == {**resumed, "segment": {**resumed["segment"],
+                                                                 "epoch": 3}}
+    assert _read(s3, "runs/exec-1/fence.json")["epoch"] == 3
 
 
 def test_next_and_shorten_through_the_handler(s3: Any) -> None:
     run = start({"run_id": "loop"})
     run = trigger.handler({"action": "shorten", "run": run,
                            "error": {"Error": "FasDL.SegmentTimeout", "Cause": ""}}, None)
-    assert run["segment"] == {"index": 0, "start_iteration": 0, "iterations": 5, "attempt": 1}
+    assert run["segment"] == {"index": 0, "start_iteration": 0, "iterations": 5, "attempt": 1,
+                              "epoch": 2, "resume_epoch": 0}
     run = trigger.handler({"action": "next", "run": run}, None)
-    assert run["segment"] == {"index": 1, "start_iteration": 5, "iterations": 5, "attempt": 0}
+    assert run["segment"] == {"index": 1, "start_iteration": 5, "iterations": 5, "attempt": 0,
+                              "epoch": 3, "resume_epoch": 2}
     run = trigger.handler({"action": "next", "run": run}, None)
     assert run["done"] and run["segment"]["start_iteration"] == 10
     one = {**run, "done": False, "segment": {**run["segment"], "iterations": 1}}
@@ -119,7 +125,7 @@ def test_retry_through_the_handler(s3: Any) -> None:
     run = start({"run_id": "crashy"})
     crash = {"Error": "FasDL.WorkerCrashed", "Cause": "exit status 137"}
     again = trigger.handler({"action": "retry", "run": run, "error": crash}, None)
-    assert again["segment"] == {**run["segment"], "attempt": 1, "retries": 1}
+    assert again["segment"] == {**run["segment"], "attempt": 1, "retries": 1, "epoch": 2}
     again = trigger.handler({"action": "retry", "run": again, "error": crash}, None)
     with pytest.raises(RetriesExhausted, match="retries"):
         trigger.handler({"action": "retry", "run": again, "error": crash}, None)
@@ -181,7 +187,8 @@ def test_finalize_failed_records_the_error_and_cleans_the_exchange(s3: Any) -> N
 def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
     run = start({"run_id": "fin"})
     done = {**run, "done": True, "segment": {"index": 1, "start_iteration": 10,
-                                             "iterations": 0, "attempt": 0}}
+                                             "iterations": 0, "attempt": 0,
+                                             "epoch": 2, "resume_epoch": 0}}
     store = S3Channel(RESULTS, "runs/", client=s3)
     weights = np.arange(12, dtype=np.float32)
     for worker in range(4):
@@ -214,8 +221,11 @@ def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
 
 def test_worker_event_is_checked_field_by_field() -> None:
     good = {"action": "train", "run_id": "r", "plan_key": "runs/r/plan.json", "worker": 1,
-            "segment": {"index": 0, "start_iteration": 0, "iterations": 3, "attempt": 0}}
+            "segment": {"index": 0, "start_iteration": 0, "iterations": 3, "attempt": 0,
+                        "epoch": 1, "resume_epoch": 0}}
     assert WorkerEvent.parse(good).iterations == 3
+    with pytest.raises(WorkerEventError, match=r"segment\.epoch"):
+        WorkerEvent.parse({**good, "segment": {**good["segment"], "epoch": 0}})
     with pytest.raises(WorkerEventError, match=r"segment\.iterations"):
         WorkerEvent.parse({**good, "segment": {**good["segment"], "iterations": 0}})
     with pytest.raises(WorkerEventError, match="'worker'"):
@@ -303,11 +313,12 @@ def test_first_worker_invocation_logs_and_meters_the_torch_load(
 
     monkeypatch.setattr(torch_setup, "_prepare", lambda: (None, "installed"))
     monkeypatch.setattr(segment_runner, "run_segment",
-                        lambda settings, event, remaining, metrics, client: {
+                        lambda settings, event, remaining, metrics, client, **_: {
                             "loss_last": 1.0, "accuracy": 0.5})
     monkeypatch.setattr(segment_runner, "write_result", lambda *args: "runs/r/w.json")
     event = {"action": "train", "run_id": "r", "plan_key": "runs/r/plan.json", "worker": 0,
-             "segment": {"index": 0, "start_iteration": 0, "iterations": 3, "attempt": 0}}
+             "segment": {"index": 0, "start_iteration": 0, "iterations": 3, "attempt": 0,
+                         "epoch": 1, "resume_epoch": 0}}
     logged, metered = [], []
     for _ in range(2):
         caplog.clear()
@@ -372,7 +383,8 @@ def test_finalize_rejects_a_damaged_or_missing_final_model(s3: Any) -> None:
 
     run = start({"run_id": "dmg"})
     done = {**run, "done": True, "segment": {"index": 1, "start_iteration": 10,
-                                             "iterations": 0, "attempt": 0}}
+                                             "iterations": 0, "attempt": 0,
+                                             "epoch": 2, "resume_epoch": 0}}
     with pytest.raises(ResultError, match="no complete checkpoint at iteration 10"):
         finalize.handler({"action": "succeeded", "run": done, "execution": "e"}, None)
     store = S3Channel(RESULTS, "runs/", client=s3)

@@ -23,7 +23,15 @@ from fasdl.data import (
     to_tensors,
 )
 from fasdl.datasets import build_digits
-from fasdl.keys import KeyFormatError, checkpoint_object_key, manifest_key, merged_key, shard_key
+from fasdl.keys import (
+    KeyFormatError,
+    checkpoint_object_key,
+    claim_key,
+    fence_key,
+    manifest_key,
+    merged_key,
+    shard_key,
+)
 from fasdl.kreduce import FlatParameters, FlatSGD, KReduceWorker, StepStats, shard_bounds
 from fasdl.models import build_model
 from fasdl.plan import Deployment, Plan, Training, Workload
@@ -314,12 +322,15 @@ def test_hap_kreduce_learns_the_shipped_digits_dataset(tmp_path: Path) -> None:
 def test_keys_follow_the_architecture_layout() -> None:
     assert shard_key("run-1", 0, 12, 3, 7) == "run-1/0/it/00000012/shard/003/from/0007"
     assert merged_key("run-1", 2, 12, 3) == "run-1/2/it/00000012/merged/003"
-    assert manifest_key("run-1", 40) == "run-1/checkpoint/it/00000040/manifest.json"
+    assert manifest_key("run-1", 40, 5) == "run-1/checkpoint/it/00000040/epoch/5/manifest.json"
     assert checkpoint_object_key("run-1", 40, 1, "worker/0001/momentum") == (
-        "run-1/checkpoint/it/00000040/attempt/1/objects/worker/0001/momentum")
+        "run-1/checkpoint/it/00000040/epoch/1/objects/worker/0001/momentum")
+    assert claim_key("run-1", 3, 7) == "run-1/3/claim/0007"
+    assert fence_key("run-1") == "run-1/fence.json"
     bad_calls: list[tuple[Callable[..., str], tuple[object, ...]]] = [
         (shard_key, ("run/1", 0, 0, 0, 0)), (merged_key, ("r", -1, 0, 0)),
-        (shard_key, ("r", 0, 0, 1000, 0)), (checkpoint_object_key, ("r", 0, 0, "../x"))]
+        (shard_key, ("r", 0, 0, 1000, 0)), (checkpoint_object_key, ("r", 0, 0, "../x")),
+        (fence_key, ("r\n",)), (checkpoint_object_key, ("r", 0, 0, "x\n"))]
     for function, arguments in bad_calls:
         with pytest.raises(KeyFormatError):
             function(*arguments)

@@ -24,7 +24,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import boto3
 import pytest
+from moto.server import ThreadedMotoServer
 
 from fasdl.segments import first_state, next_state, retry_state
 from infra.lambda_runtime import PYTHON_RUNTIME, lambda_target
@@ -127,15 +129,26 @@ print(json.dumps(trigger.handler(event, None)))
 def test_trigger_plans_a_retry_as_on_the_development_python(runtime_python: str,
                                                              layer_python: Path) -> None:
     plan = plan_with(total_epochs=3, segment_iterations=8)
-    run = next_state(first_state(plan, "r", "runs/r/plan.json"), plan)
+    run = next_state(first_state(plan, "r", "runs/r/plan.json", epoch=1), plan, epoch=2)
     error = {"Error": "Runtime.ExitError", "Cause": "exit status 137"}
-    env = {"FASDL_STACK": "Test", "FASDL_CHANNEL": "s3", "FASDL_DEPLOYMENT": "test",
-           "FASDL_DATASETS_BUCKET": "d", "FASDL_RESULTS_BUCKET": "r",
-           "FASDL_EXCHANGE_BUCKET": "e", "AWS_DEFAULT_REGION": "us-east-1",
-           "POWERTOOLS_METRICS_NAMESPACE": "Test"}
-    event = json.dumps({"action": "retry", "run": run, "error": error})
-    assert run_under_runtime(runtime_python, layer_python, TRIGGER, event, env=env) == \
-        retry_state(run, error)
+    server = ThreadedMotoServer(port=0, verbose=False)  # the fence lives in S3
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        env = {"FASDL_STACK": "Test", "FASDL_CHANNEL": "s3", "FASDL_DEPLOYMENT": "test",
+               "FASDL_DATASETS_BUCKET": "d", "FASDL_RESULTS_BUCKET": "rrr",
+               "FASDL_EXCHANGE_BUCKET": "eee", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x",
+               "AWS_SECRET_ACCESS_KEY": "y", "POWERTOOLS_METRICS_NAMESPACE": "Test"}
+        for bucket in ("rrr", "eee"):
+            boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                         aws_access_key_id="x", aws_secret_access_key="y").create_bucket(
+                Bucket=bucket)
+        event = json.dumps({"action": "retry", "run": run, "error": error})
+        planned = run_under_runtime(runtime_python, layer_python, TRIGGER, event, env=env)
+    finally:
+        server.stop()
+    assert planned == {**retry_state(run, error, epoch=1), "cache": None}
 
 
 FRAMES = r"""

@@ -41,11 +41,11 @@ def plan_with(total_epochs: int = 1, segment_iterations: int = 10, samples: int 
 
 
 def walk(plan: Plan) -> list[dict[str, int]]:
-    run = first_state(plan, "r", "runs/r/plan.json")
+    run = first_state(plan, "r", "runs/r/plan.json", epoch=1)
     seen = []
     while not run["done"]:
         seen.append(run["segment"])
-        run = next_state(run, plan)
+        run = next_state(run, plan, epoch=run["segment"]["epoch"] + 1)
     assert run["segment"]["start_iteration"] == plan.total_iterations
     assert run["segment"]["iterations"] == 0
     return seen
@@ -57,7 +57,10 @@ def test_segments_cover_the_run_exactly() -> None:
     assert [s["iterations"] for s in segments] == [4] * 7 + [2]
     assert [s["index"] for s in segments] == list(range(8))
     assert all(s["attempt"] == 0 for s in segments)
-    run = first_state(plan, "r", "k")
+    # each segment its own epoch, resuming from the checkpoint the one before it wrote
+    assert [s["epoch"] for s in segments] == list(range(1, 9))
+    assert [s["resume_epoch"] for s in segments] == list(range(0, 8))
+    run = first_state(plan, "r", "k", epoch=1)
     assert run["workers"] == [0, 1, 2, 3] and run["plan_key"] == "k"
 
 
@@ -73,58 +76,61 @@ def test_segments_are_contiguous_for_any_length(epochs: int, length: int) -> Non
 
 def test_shorten_halves_the_same_segment_and_later_segments_keep_the_length() -> None:
     plan = plan_with(total_epochs=3, segment_iterations=8)
-    run = next_state(first_state(plan, "r", "k"), plan)
-    short = shorten_state(run, {"Error": "FasDL.SegmentTimeout", "Cause": "slow"})
+    run = next_state(first_state(plan, "r", "k", epoch=1), plan, epoch=2)
+    short = shorten_state(run, {"Error": "FasDL.SegmentTimeout", "Cause": "slow"}, epoch=3)
     assert short["segment"] == {"index": 1, "start_iteration": 8, "iterations": 4,
-                                "attempt": 1}
-    following = next_state(short, plan)
+                                "attempt": 1, "epoch": 3, "resume_epoch": 1}
+    following = next_state(short, plan, epoch=4)
     assert following["segment"] == {"index": 2, "start_iteration": 12, "iterations": 4,
-                                    "attempt": 0}
+                                    "attempt": 0, "epoch": 4, "resume_epoch": 3}
 
 
 def test_shorten_gives_up_with_a_clear_error() -> None:
     plan = plan_with(total_epochs=100, segment_iterations=1000)
-    run = first_state(plan, "r", "k")
-    for _ in range(MAX_ATTEMPTS - 1):
-        run = shorten_state(run)
+    run = first_state(plan, "r", "k", epoch=1)
+    for epoch in range(2, MAX_ATTEMPTS + 1):
+        run = shorten_state(run, epoch=epoch)
     with pytest.raises(RetriesExhausted, match=f"giving up after {MAX_ATTEMPTS} attempts"):
-        shorten_state(run, {"Error": "States.Timeout", "Cause": "x"})
+        shorten_state(run, {"Error": "States.Timeout", "Cause": "x"}, epoch=99)
     single = {**run, "segment": {**run["segment"], "iterations": 1, "attempt": 0}}
     with pytest.raises(RetriesExhausted, match="single iteration"):
-        shorten_state(single)
+        shorten_state(single, epoch=99)
 
 
 def test_retry_reruns_the_same_segment_and_counts() -> None:
     plan = plan_with(total_epochs=3, segment_iterations=8)
-    run = next_state(first_state(plan, "r", "k"), plan)
-    again = retry_state(run, {"Error": "Runtime.ExitError", "Cause": "exit status 137"})
+    run = next_state(first_state(plan, "r", "k", epoch=1), plan, epoch=2)
+    again = retry_state(run, {"Error": "Runtime.ExitError", "Cause": "exit status 137"},
+                        epoch=3)
     assert again["segment"] == {"index": 1, "start_iteration": 8, "iterations": 8,
-                                "attempt": 1, "retries": 1}
+                                "attempt": 1, "retries": 1, "epoch": 3, "resume_epoch": 1}
     assert parse_run(again) == again and not again["done"]
-    following = next_state(again, plan)  # the next segment starts fresh
+    following = next_state(again, plan, epoch=4)  # the next segment starts fresh
     assert following["segment"] == {"index": 2, "start_iteration": 16, "iterations": 8,
-                                    "attempt": 0}
+                                    "attempt": 0, "epoch": 4, "resume_epoch": 3}
 
 
 def test_retry_gives_up_after_max_retries_or_attempts() -> None:
     plan = plan_with(total_epochs=3, segment_iterations=8)
-    run = first_state(plan, "r", "k")
-    for _ in range(MAX_RETRIES):
-        run = retry_state(run)
+    run = first_state(plan, "r", "k", epoch=1)
+    for epoch in range(2, MAX_RETRIES + 2):
+        run = retry_state(run, epoch=epoch)
     with pytest.raises(RetriesExhausted, match=rf"giving up after {MAX_RETRIES} retries "
                                                r"\(last error: ChannelTimeout: gone\)"):
-        retry_state(run, {"Error": "ChannelTimeout", "Cause": "gone"})
+        retry_state(run, {"Error": "ChannelTimeout", "Cause": "gone"}, epoch=99)
     late = {**run, "segment": {**run["segment"], "attempt": MAX_ATTEMPTS - 1, "retries": 0}}
     with pytest.raises(RetriesExhausted, match=f"giving up after {MAX_ATTEMPTS} attempts"):
-        retry_state(late)
+        retry_state(late, epoch=99)
     with pytest.raises(RunStateError, match=r"run\.segment\.retries"):
         parse_run({**run, "segment": {**run["segment"], "retries": -1}})
 
 
 def test_parse_run_names_the_bad_field() -> None:
     plan = plan_with()
-    good = first_state(plan, "r", "k")
+    good = first_state(plan, "r", "k", epoch=1)
     assert parse_run(good) == good
+    with pytest.raises(RunStateError, match=r"run.segment.epoch"):
+        parse_run({**good, "segment": {**good["segment"], "epoch": 0}})
     with pytest.raises(RunStateError, match=r"run.segment.iterations"):
         parse_run({**good, "segment": {**good["segment"], "iterations": -1}})
     with pytest.raises(RunStateError, match=r"run.workers"):

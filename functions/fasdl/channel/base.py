@@ -53,6 +53,10 @@ class Channel(ABC):
         """Store ``data`` under ``key`` (overwrites)."""
 
     @abstractmethod
+    def put_if_absent(self, key: str, data: bytes | bytearray) -> bool:
+        """Create ``key`` only if it does not exist; False if it did (nothing written)."""
+
+    @abstractmethod
     def try_get(self, key: str) -> bytes | None:
         """The value of ``key``, or None if it does not exist (yet)."""
 
@@ -66,6 +70,11 @@ class Channel(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+    def claim(self, key: str, token: bytes) -> bool:
+        """Create ``key`` holding ``token``; True if it now holds ours. A create whose reply
+        was lost and was retried finds its own token, which still counts as ours."""
+        return self.put_if_absent(key, token) or self.try_get(key) == token
 
     def get(self, key: str, deadline: float) -> bytes:
         """Wait for ``key`` until ``deadline`` (a ``time.monotonic()`` value)."""

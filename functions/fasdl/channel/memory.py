@@ -40,6 +40,14 @@ class MemoryChannel(Channel):
         with self._lock:
             self._store[self.prefix + key] = value
 
+    def put_if_absent(self, key: str, data: bytes | bytearray) -> bool:
+        value = bytes(data)
+        with self._lock:
+            if self.prefix + key in self._store:
+                return False
+            self._store[self.prefix + key] = value
+            return True
+
     def try_get(self, key: str) -> bytes | None:
         with self._lock:
             return self._store.get(self.prefix + key)

@@ -19,6 +19,7 @@ from fasdl.channel.base import Channel, ChannelError
 
 DELETE_BATCH = 1000  # the DeleteObjects limit
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_CONFLICT_RETRIES = 5
 
 
 def s3_client_config(*, path_style: bool = False, max_attempts: int = 8,
@@ -82,6 +83,27 @@ class S3Channel(Channel):
             self._client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("put", key, exc) from exc
+
+    def put_if_absent(self, key: str, data: bytes | bytearray) -> bool:
+        """A conditional write (``If-None-Match: *``): S3 answers 412 PreconditionFailed when
+        the key exists, and 409 ConditionalRequestConflict to one of two racing creates,
+        which is retried (AWS S3 User Guide, "conditional writes")."""
+        for _ in range(_CONFLICT_RETRIES):
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data,
+                                        IfNoneMatch="*")
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code in ("PreconditionFailed", "412"):
+                    return False
+                if code not in ("ConditionalRequestConflict", "409"):
+                    raise self._fail("put_if_absent", key, exc) from exc
+                continue
+            except BotoCoreError as exc:
+                raise self._fail("put_if_absent", key, exc) from exc
+            return True
+        raise ChannelError(f"s3 {self.endpoint}: put_if_absent {key!r}: still conflicting "
+                           f"after {_CONFLICT_RETRIES} attempts")
 
     def try_get(self, key: str) -> bytes | None:
         try:

@@ -126,6 +126,12 @@ class ValkeyChannel(Channel):
         full_key = self.prefix + key
         self._call("put", key, lambda: self._client.set(full_key, data, ex=self.ttl_s))
 
+    def put_if_absent(self, key: str, data: bytes | bytearray) -> bool:
+        full_key = self.prefix + key
+        created = self._call("put_if_absent", key,
+                             lambda: self._client.set(full_key, data, ex=self.ttl_s, nx=True))
+        return bool(created)
+
     def try_get(self, key: str) -> bytes | None:
         full_key = self.prefix + key
         value: bytes | None = self._call("get", key, lambda: self._client.get(full_key))
