@@ -2,7 +2,8 @@
 
 * ``plan``: a valid plan document, its fields replaced, deleted, renamed or its bytes broken,
   into the synth's entry (infra.settings.load_settings) and the trigger's (Plan.from_json).
-* ``workload``: a shipped workload profile mutated the same way, into ``python -m planner plan``.
+* ``workload``, ``platform``: a shipped workload or platform profile mutated the same way,
+  into ``python -m planner plan --workload/--platform``.
 * ``flags``: random values for the planner's flags.
 
 The property at every door: a clean error of that door's one type naming a field or flag
@@ -20,7 +21,6 @@ import argparse
 import contextlib
 import io
 import json
-import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +34,9 @@ from fasdl.plan_fields import AWS_REGIONS
 from infra.settings import DEFAULT_PLAN_PATH, STUB_TORCH_LAYER, load_settings
 from planner.cli import build_parser, main
 
-WORKLOAD_FILE = Path(__file__).resolve().parents[1] / "planner/data/workloads/cnn-digits.json"
+DATA = Path(__file__).resolve().parents[1] / "planner" / "data"
+WORKLOAD_FILE = DATA / "workloads" / "cnn-digits.json"
+PLATFORM_FILE = DATA / "platforms" / "aws-lambda-x86_64-s3.json"
 _T = TypeVar("_T")
 
 # Values a user or a broken tool might put anywhere: the findings first.
@@ -97,9 +99,10 @@ def _near(value: object) -> st.SearchStrategy[object]:
     if isinstance(value, bool):
         return st.booleans()
     if isinstance(value, int):
-        return st.integers(min(0, 2 * value - 2), max(0, 2 * value + 2))
-    if isinstance(value, float) and math.isfinite(2 * value):
-        return st.floats(min(0.0, 2 * value - 1.0), max(0.0, 2 * value + 1.0))
+        return st.sampled_from([value, value + 1, value - 1, 2 * value, -value]) | st.integers(
+            0, 10**6)
+    if isinstance(value, float):  # fixed bounds: value-derived ones made generation flaky
+        return st.sampled_from([value, value * 2, value / 2, -value]) | st.floats(0.0, 1e6)
     if isinstance(value, str):
         return st.sampled_from([value, value + "\n", value + "x", value[:-1], "xx-invalid-1",
                                 f"{value}/../x", *PLAUSIBLE_TEXT])
@@ -184,6 +187,14 @@ def check_workload(document: bytes, folder: Path) -> None:
                    "32", "--epochs", "2"], folder, blame="--workload")
 
 
+def check_platform(document: bytes, folder: Path) -> None:
+    path = folder / "platform.json"
+    path.write_bytes(document)
+    check_planner(["plan", "--workload", "cnn-digits", "--platform", str(path), "--deadline",
+                   "3000", "--max-global-batch", "32", "--epochs", "2"], folder,
+                  blame="--platform")
+
+
 def _flag_value(name: str, folder: Path) -> st.SearchStrategy[str]:
     numbers = st.one_of(st.integers(-(10**12), 10**12).map(str),
                         st.floats(allow_nan=True, allow_infinity=True).map(repr),
@@ -233,6 +244,8 @@ def door_cases(folder: Path) -> dict[str, tuple[st.SearchStrategy[Any], Callable
         "plan": (mutated_document(plan), lambda value: check_plan(value, folder)),
         "workload": (mutated_document(json.loads(WORKLOAD_FILE.read_text())),
                      lambda value: check_workload(value, folder)),
+        "platform": (mutated_document(json.loads(PLATFORM_FILE.read_text())),
+                     lambda value: check_platform(value, folder)),
         "flags": (planner_argv(folder), lambda value: check_planner(value, folder)),
     }
 

@@ -17,7 +17,7 @@ from bench.fuzz_inputs import door_cases
 # Strategies need their folder when the module loads; removed when the session ends.
 _TEMPORARY = tempfile.TemporaryDirectory(prefix="fasdl-fuzz-")
 DOORS = door_cases(Path(_TEMPORARY.name))
-BUDGET = {"plan": 120, "workload": 40, "flags": 40}
+BUDGET = {"plan": 120, "workload": 40, "platform": 30, "flags": 40}
 
 
 def _fuzz_test(door: str) -> Callable[[], None]:
