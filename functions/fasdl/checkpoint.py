@@ -17,7 +17,9 @@ Contents (arrays as .npy bytes, state as JSON — never pickle):
   HAP non-aggregator's parameters are merged(l−1) (staleness 1);
 * ``worker/{i}/params`` only for a HAP non-aggregator still on its own update (l = 0);
 * ``worker/{i}/momentum``, ``worker/{i}/buffers`` (batch-norm statistics, .npz),
-  ``worker/{i}/torch_rng`` and ``worker/{i}/state.json`` (data cursor, numpy RNG state).
+  ``worker/{i}/torch_rng`` and ``worker/{i}/state.json`` (data cursor, numpy RNG state);
+* ``export`` in the run's last checkpoint only: worker 0's complete state dict
+  (fasdl.export), which finalize publishes as ``model.npz``.
 """
 
 from __future__ import annotations
@@ -201,8 +203,10 @@ def _restore_buffers(model: torch.nn.Module, data: bytes) -> None:
 
 # ---- a K-REDUCE worker's part of a segment checkpoint ---------------------------------------
 def save_worker(store: Channel, run: str, epoch: int, worker: KReduceWorker,
-                cursor: DataCursor, numpy_rng: np.random.Generator | None = None) -> int:
-    """Write ``worker``'s share of the checkpoint after its last step.
+                cursor: DataCursor, numpy_rng: np.random.Generator | None = None, *,
+                extra_objects: Mapping[str, bytes] | None = None) -> int:
+    """Write ``worker``'s share of the checkpoint after its last step, plus
+    ``extra_objects`` (e.g. ``export``) under their own names.
 
     Returns the resume iteration the checkpoint is keyed by (last step + 1).
     """
@@ -226,6 +230,7 @@ def save_worker(store: Channel, run: str, epoch: int, worker: KReduceWorker,
     state = {"params_source": source, "cursor": cursor.to_dict(),
              "numpy_rng": None if numpy_rng is None else numpy_rng.bit_generator.state}
     objects[f"{prefix}/state.json"] = json.dumps(state, sort_keys=True).encode()
+    objects.update(extra_objects or {})
     put_objects(store, run, resume_iteration, epoch, index, objects)
     return resume_iteration
 

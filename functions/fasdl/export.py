@@ -112,6 +112,20 @@ def export_bytes(model: torch.nn.Module, *, model_name: str, num_classes: int,
     return stream.getvalue()
 
 
+def export_checkpoint_meta(model: torch.nn.Module, meta: Mapping[str, str]) -> bytes:
+    """:func:`export_bytes` from a checkpoint manifest's meta (model, num_classes, input_shape
+    as "C,H,W"), which the worker has built already."""
+    try:
+        shape = tuple(int(n) for n in meta["input_shape"].split(","))
+        if len(shape) != 3:
+            raise ValueError(f"input_shape {meta['input_shape']!r} is not C,H,W")
+        return export_bytes(model, model_name=meta["model"], num_classes=int(meta["num_classes"]),
+                            input_shape=(shape[0], shape[1], shape[2]))
+    except (KeyError, ValueError) as error:
+        raise ExportError(f"checkpoint meta {dict(meta)!r} cannot describe an export: "
+                          f"{error}") from error
+
+
 def load_export(data: bytes) -> tuple[ExportMeta, dict[str, np.ndarray]]:
     """The metadata and the state dict arrays of an export; never unpickles."""
     try:

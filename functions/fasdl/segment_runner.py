@@ -52,6 +52,7 @@ from fasdl.data import (
     to_tensors,
 )
 from fasdl.environment import Settings
+from fasdl.export import export_checkpoint_meta
 from fasdl.fencing import Fence, claim_worker
 from fasdl.kreduce import KReduceWorker, StepStats
 from fasdl.metrics import StepMetrics
@@ -275,9 +276,14 @@ def _checkpoint(job: _Job, store: Channel, event: WorkerEvent, settings: Setting
     """This worker's part of the checkpoint; worker 0 then commits the manifest."""
     assert job.stream is not None
     saved = time.perf_counter()
+    # the run's end: worker 0's merged parameters with its own batch-norm statistics, a
+    # model complete for inference (finalize publishes it as model.npz)
+    last = event.start_iteration + event.iterations == job.plan.total_iterations
+    extra = ({"export": export_checkpoint_meta(job.model, job.meta)}
+             if event.worker == 0 and last else None)
     fence.check(force=True)
     result.resume_iteration = save_worker(store, event.run_id, event.epoch, job.worker,
-                                          job.stream.cursor)
+                                          job.stream.cursor, extra_objects=extra)
     if event.worker == 0:
         fence.check(force=True)
         commit_manifest(store, event.run_id, event.start_iteration + event.iterations,

@@ -213,9 +213,29 @@ def reference(s3_stack: Stack) -> tuple[dict[str, Any], dict[str, Any], bytes]:
     return result, summary, s3_stack.read(result["model_key"])
 
 
+def _evaluate_export(stack: Stack, export_key: str, folder: Path) -> dict[str, Any]:
+    """``python -m fasdl.evaluate`` as a user runs it, on the export and the test split."""
+    client = stack.s3.client()
+    try:
+        for name in ("x", "y"):
+            client.download_file(BUCKETS[0], f"{DATASET}/test/{name}.npy",
+                                 str(folder / f"{name}.npy"))
+    finally:
+        client.close()
+    (folder / "model.npz").write_bytes(stack.read(export_key))
+    done = subprocess.run([sys.executable, "-m", "fasdl.evaluate", str(folder / "model.npz"),
+                           str(folder), "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": f"{FUNCTIONS}{os.pathsep}{ROOT}"},
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
 @pytest.mark.slow
 def test_s3_run_trains_digits_and_finalizes(
-        s3_stack: Stack, reference: tuple[dict[str, Any], dict[str, Any], bytes]) -> None:
+        s3_stack: Stack, reference: tuple[dict[str, Any], dict[str, Any], bytes],
+        tmp_path: Path) -> None:
     result, summary, model = reference
     run_id = result["run_id"]
     assert [s["iterations"] for s in summary["segments"]] == [29, 29]
@@ -234,6 +254,15 @@ def test_s3_run_trains_digits_and_finalizes(
     assert set(progress["time"]) >= {"load_s", "compute_s", "upload_s", "aggregate_s",
                                      "download_s", "idle_s", "checkpoint_s"}
     assert s3_stack.exchange_keys(run_id) == []  # finalize removed the shards
+    # the complete model, written into the last checkpoint only, reproduces worker 0's accuracy
+    client = s3_stack.s3.client()
+    listed = client.list_objects_v2(Bucket=BUCKETS[1], Prefix=f"runs/{run_id}/checkpoint/")
+    client.close()
+    exports = [item["Key"] for item in listed["Contents"] if item["Key"].endswith("/export")]
+    assert len(exports) == 1 and "/it/00000058/" in exports[0], exports
+    assert result["extra"]["export_key"] == summary["export_key"] == f"runs/{run_id}/model.npz"
+    evaluated = _evaluate_export(s3_stack, summary["export_key"], tmp_path)
+    assert evaluated["accuracy"] == summary["final_accuracy"] and evaluated["model"] == "mlp"
 
 
 @pytest.mark.slow
