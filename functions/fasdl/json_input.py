@@ -12,7 +12,9 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -66,6 +68,8 @@ def load_json_bytes(data: bytes | str, *, what: str, max_bytes: int, max_depth: 
 def read_json_file(path: str | Path, *, what: str, max_bytes: int, max_depth: int) -> object:
     """:func:`load_json_bytes` of a file, reading at most ``max_bytes + 1`` bytes of it."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, /dev/zero never end
+            raise JsonInputError(f"{what} {path}", f"cannot read {what} {path}: not a file")
         with open(path, "rb") as handle:
             raw = handle.read(max_bytes + 1)
     except OSError as error:

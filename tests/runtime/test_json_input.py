@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,9 @@ def test_files_are_read_with_a_cap(tmp_path: Path) -> None:
         read_json_file(tmp_path / "missing.json", what="file", max_bytes=100, max_depth=2)
     with pytest.raises(JsonInputError, match="cannot read file"):
         read_json_file(tmp_path, what="file", max_bytes=100, max_depth=2)
+    os.mkfifo(tmp_path / "fifo")  # refused, not waited on
+    with pytest.raises(JsonInputError, match="not a file"):
+        read_json_file(tmp_path / "fifo", what="file", max_bytes=100, max_depth=2)
 
 
 def test_unknown_field_message_suggests_a_near_miss() -> None:
