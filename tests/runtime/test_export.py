@@ -27,6 +27,7 @@ from fasdl.export import (
     ExportError,
     build_from_export,
     export_bytes,
+    export_checkpoint_meta,
     load_export,
 )
 from fasdl.models import build_seeded_model
@@ -160,6 +161,14 @@ def test_state_that_does_not_fit_the_named_network_is_refused(exported: bytes) -
     with pytest.raises(ExportError, match="unknown model"):
         export_bytes(torch.nn.Linear(2, 2), model_name="linear", num_classes=2,
                      input_shape=(1, 1, 2))
+
+
+def test_checkpoint_meta_describes_the_export(trained: torch.nn.Module) -> None:
+    meta = {"model": MODEL, "num_classes": "10", "input_shape": "1,8,8", "parameters": "0"}
+    built, _ = load_export(export_checkpoint_meta(trained, meta))
+    assert (built.model, built.num_classes, built.input_shape) == (MODEL, 10, SHAPE)
+    with pytest.raises(ExportError, match="cannot describe an export"):
+        export_checkpoint_meta(trained, {**meta, "input_shape": "8,8"})
 
 
 def test_cli_reports_the_accuracy_worker_zero_computes(
