@@ -15,7 +15,11 @@ Besides the contract's variables, local runs and tests may set:
 * ``FASDL_CACHE_DIR``: where partitions are cached across warm invocations (``/tmp/fasdl-data``);
 * ``FASDL_TIME_MARGIN_S``: time a worker keeps in reserve before its deadline (default 5);
 * ``FASDL_FENCE_CHECK_S``: how often a training worker reads the run's fence (default 10 s;
-  fasdl.fencing), besides always at its start and before its checkpoint.
+  fasdl.fencing), besides always at its start and before its checkpoint;
+* ``FASDL_EXCHANGE_INFLIGHT_MB``: the bytes of shard frames a worker holds at once (uploads
+  being sent or kept for reuse, downloads not yet folded). Unset or 0: derived from the plan,
+  C = min(max(2·S_m, 64 MB), M/20, 256 MB) (fasdl.inflight.default_inflight_mb), which is what
+  the planner's memory model assumes; a larger value can exceed the plan's memory.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class Settings:
     peer_wait_factor: float = 5.0
     fence_check_s: float = 10.0  # one small GET per worker per 10 s: a zombie stops within it
     plan_json: str | None = None  # FASDL_PLAN, the trigger only
+    exchange_inflight_mb: float = 0.0  # 0: derived from the plan (exchange_inflight_bytes)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -124,7 +129,11 @@ class Settings:
             peer_wait_factor=_number(source, "FASDL_PEER_WAIT_FACTOR", 5.0),
             fence_check_s=_number(source, "FASDL_FENCE_CHECK_S", 10.0),
             plan_json=source.get("FASDL_PLAN") or None,
+            exchange_inflight_mb=_number(source, "FASDL_EXCHANGE_INFLIGHT_MB", 0.0),
         )
+        if not 0.0 <= settings.exchange_inflight_mb < float("inf"):
+            raise SettingsError("environment variable FASDL_EXCHANGE_INFLIGHT_MB: must be a "
+                                f"size in MB >= 0, got {settings.exchange_inflight_mb}")
         if channel == "s3" and not settings.exchange_bucket:
             raise SettingsError("environment variable FASDL_EXCHANGE_BUCKET is not set "
                                 "(required for the s3 channel)")
@@ -140,6 +149,13 @@ class Settings:
             return self
         return dataclasses.replace(self, cache_endpoint=str(endpoint["address"]),
                                    cache_port=int(endpoint["port"]))
+
+    def exchange_inflight_bytes(self, memory_mb: float, model_mb: float) -> int:
+        """The worker's cap on frame bytes: the setting, or the plan's derived default."""
+        from fasdl.inflight import MIB, default_inflight_mb  # numpy: workers only
+
+        megabytes = self.exchange_inflight_mb or float(default_inflight_mb(memory_mb, model_mb))
+        return max(1, int(megabytes * MIB))
 
     # ---- keys -----------------------------------------------------------------------------
     def run_prefix(self, run_id: str) -> str:

@@ -17,6 +17,9 @@ large-batch momentum buffer and Σw_i·g_i (w_i = B_i/B^g) is the gradient of th
 mean loss. The per-worker buffers differ, but only their weighted mean ever reaches the
 model, so the buffers need no averaging (weight decay is linear in θ and keeps this true).
 
+Frames a worker holds at once (uploads, downloads not yet folded, the merged shard) stay
+within its cap (fasdl.inflight), the bound the planner's memory model assumes.
+
 Cleanup keeps the store at O(2 iterations), at most 2·W·K keys: aggregator t deletes the
 shards it consumed and its merged shard of l−2 *before* publishing merged t of l. Merged l−2
 is dead by then because each worker uploads l only after loading merged l−2 (HAP) or l−1
@@ -27,9 +30,8 @@ of a segment stay for the lifecycle rule / TTL (or the finalizer's delete_prefix
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,14 +39,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from fasdl import inflight
 from fasdl.channel.base import Channel
+from fasdl.inflight import Uploads, frame_size
 from fasdl.keys import merged_key, shard_key
 from fasdl.plan import Plan
 from fasdl.wire import decode_shard, encode_shard_into
 
 ParamsSource = Literal["merged", "previous", "own"]
 _CHUNK = 1 << 20  # elements scaled at a time: bounds the float64 scratch to 8 MiB
-_MERGED = -1  # key of the merged shard's buffer in KReduceWorker._frames
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,8 @@ class KReduceWorker:
 
     def __init__(self, plan: Plan, worker_id: int, channel: Channel, model: nn.Module,
                  run_id: str, epoch: int, *, loss_fn: nn.Module | None = None,
-                 wait_timeout_s: float = 300.0, max_in_flight: int = 8) -> None:
+                 wait_timeout_s: float = 300.0, max_in_flight: int = 8,
+                 inflight_bytes: int | None = None) -> None:
         self.workers = plan.deployment.workers
         self.aggregators = plan.training.aggregators
         if not 0 <= worker_id < self.workers:
@@ -187,13 +191,18 @@ class KReduceWorker:
         # S3 GET/PUT latency dominates small shards: keep several requests in flight
         self._pool = ThreadPoolExecutor(max_in_flight, "kreduce") if max_in_flight > 1 else None
         self._max_in_flight = max_in_flight
+        # frames held at once (fasdl.inflight): the planner's memory model assumes this cap
+        if inflight_bytes is None:
+            inflight_bytes = int(inflight.default_inflight_mb(
+                plan.deployment.memory_mb, plan.workload.model_mb) * inflight.MIB)
+        self.budget = inflight.FrameBudget(inflight_bytes)
+        self._read_copies = inflight.READ_COPIES.get(plan.deployment.channel, 1.0)
         # merged parameters of one iteration handed in by a checkpoint restore (HAP reads
         # merged l−1 at l, which at a segment start lives in the checkpoint, not the store)
         self._restored_merged: tuple[int, np.ndarray] | None = None
         self._last_iteration: int | None = None
         self._idle_s = 0.0
         self._bytes_down = 0
-        self._frames: dict[int, bytearray] = {}  # upload buffers by shard (and _MERGED)
 
     # ---- the iteration -----------------------------------------------------------------
     def step(self, batch_x: torch.Tensor, batch_y: torch.Tensor, iteration: int) -> StepStats:
@@ -233,23 +242,17 @@ class KReduceWorker:
 
     def _upload(self, iteration: int) -> int:
         values = self.flat.numpy()
-        uploads: list[tuple[str, bytearray]] = []
+        uploads = Uploads(self.budget, self._pool, self.channel.put)
         for shard, (start, end) in enumerate(self.bounds):
             if shard == self.worker_id:  # an aggregator keeps its own shard locally
                 continue
-            frame = encode_shard_into(self._frames.get(shard), values[start:end],
-                                      run=self._frame_run, iteration=iteration,
-                                      worker=self.worker_id, shard=shard)
-            self._frames[shard] = frame  # reused next iteration: every put below has returned
-            uploads.append((shard_key(self.run_id, self.epoch, iteration, shard,
-                                      self.worker_id), frame))
-        if self._pool is None or len(uploads) < 2:
-            for key, frame in uploads:
-                self.channel.put(key, frame)
-        else:
-            for done in [self._pool.submit(self.channel.put, *item) for item in uploads]:
-                done.result()
-        return sum(len(frame) for _, frame in uploads)
+            # buffers are reused across iterations while the budget keeps them
+            frame = encode_shard_into(uploads.buffer(frame_size(end - start)),
+                                      values[start:end], run=self._frame_run,
+                                      iteration=iteration, worker=self.worker_id, shard=shard)
+            uploads.send(shard_key(self.run_id, self.epoch, iteration, shard, self.worker_id),
+                         frame)
+        return uploads.finish()
 
     def _aggregate(self, iteration: int) -> None:
         if self.workers == 1:
@@ -263,7 +266,7 @@ class KReduceWorker:
         others = [worker for worker in range(self.workers) if worker != shard]
         consumed = [shard_key(self.run_id, self.epoch, iteration, shard, worker)
                     for worker in others]
-        frames = self._fetch_in_order(consumed)
+        frames = self._fetch_in_order(consumed, [count] * len(consumed))
         for worker in range(self.workers):  # fixed order: bitwise reproducible sums
             if worker == shard:
                 part = values[start:end]
@@ -277,16 +280,19 @@ class KReduceWorker:
                 chunk = self._scratch[:stop - begin]
                 np.multiply(part[begin:stop], weight, out=chunk)  # in float64
                 total[begin:stop] += chunk
+            del part  # a view of the frame: gone before the next fetch, as the budget counts
+        frames.close()
         values[start:end] = total  # float64 → float32, once
         if iteration >= 2:  # every worker has loaded merged l−2 before uploading l
             consumed.append(merged_key(self.run_id, self.epoch, iteration - 2, shard))
         # delete before publishing: once merged l is visible, nothing of l or l−2 is left
         self.channel.delete(consumed)
-        merged = encode_shard_into(self._frames.get(_MERGED), values[start:end],
+        publish = Uploads(self.budget, None, self.channel.put)
+        merged = encode_shard_into(publish.buffer(frame_size(count)), values[start:end],
                                    run=self._frame_run, iteration=iteration, worker=shard,
                                    shard=shard)
-        self._frames[_MERGED] = merged
-        self.channel.put(merged_key(self.run_id, self.epoch, iteration, shard), merged)
+        publish.send(merged_key(self.run_id, self.epoch, iteration, shard), merged)
+        publish.finish()
 
     def _load_merged(self, iteration: int) -> None:
         values = self.flat.numpy()
@@ -298,42 +304,35 @@ class KReduceWorker:
             return
         # aggregators already hold their own merged shard
         shards = [shard for shard in range(self.aggregators) if shard != self.worker_id]
-        frames = self._fetch_in_order([merged_key(self.run_id, self.epoch, iteration, shard)
-                                       for shard in shards])
-        for shard, frame in zip(shards, frames, strict=True):
+        frames = self._fetch_in_order(
+            [merged_key(self.run_id, self.epoch, iteration, shard) for shard in shards],
+            [self.bounds[shard][1] - self.bounds[shard][0] for shard in shards])
+        for shard in shards:  # no name keeps a frame alive into the next fetch
             start, end = self.bounds[shard]
-            values[start:end] = decode_shard(frame, run=self._frame_run, iteration=iteration,
-                                             shard=shard, worker=shard,
+            values[start:end] = decode_shard(next(frames), run=self._frame_run,
+                                             iteration=iteration, shard=shard, worker=shard,
                                              expected_count=end - start, dtype=np.float32)
+        frames.close()
 
-    def _fetch_in_order(self, keys: list[str]) -> Iterator[bytes]:
-        """The values of ``keys`` in order, up to ``max_in_flight`` GETs running at once.
+    def _fetch_in_order(self, keys: list[str], counts: list[int]) -> Generator[bytes]:
+        """The values of ``keys`` (frames of ``counts`` float32 values) in order, up to
+        ``max_in_flight`` GETs at once and within the frame budget.
 
         Time the caller spends blocked on a key that was not there yet counts as idle.
         """
         deadline = time.monotonic() + self.wait_timeout_s
-        if self._pool is None:
-            for key in keys:
-                data, waited = self._fetch(key, deadline)
-                self._idle_s += waited
+        sizes = [int(frame_size(count) * self._read_copies) for count in counts]
+        frames = inflight.fetch_in_order(self.budget, self._pool,
+                                         lambda key: self._fetch(key, deadline), keys, sizes,
+                                         self._max_in_flight)
+        try:
+            for data, idle in frames:
+                self._idle_s += idle
                 self._bytes_down += len(data)
                 yield data
-            return
-        pool = self._pool
-        remaining = iter(keys)
-        pending: deque[Future[tuple[bytes, float]]] = deque(
-            pool.submit(self._fetch, key, deadline)
-            for _, key in zip(range(self._max_in_flight), remaining, strict=False))
-        while pending:
-            blocked = time.perf_counter()
-            data, waited = pending.popleft().result()
-            if waited:
-                self._idle_s += time.perf_counter() - blocked
-            for key in remaining:  # keep the window full
-                pending.append(pool.submit(self._fetch, key, deadline))
-                break
-            self._bytes_down += len(data)
-            yield data
+                del data  # before the next fetch: the budget has let this frame go
+        finally:
+            frames.close()
 
     def _fetch(self, key: str, deadline: float) -> tuple[bytes, float]:
         """The value of ``key`` and how long it had to be waited for."""
