@@ -68,6 +68,8 @@ bench: setup
 	$(PY) -m bench.patterns
 	$(PY) -m bench.cold_start
 	$(PY) -m bench.fuzz_inputs
+	$(PY) -m bench.memory_roles --workload squeezenet-cifar10
+	$(PY) -m bench.memory_roles --workload resnet50-cifar10 --workload mobilenet-cifar10 --batch 2 --slope
 
 # The torch layer for `cdk deploy` (torch.tar.zst + loader; 6-10 min at zstd -19).
 layer: setup

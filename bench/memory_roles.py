@@ -10,8 +10,10 @@ function to) next to the planner's modelled memory of its role, k·B + c + X_rol
 it (under hap it moves the same bytes one step later).
 
 ``--batch`` replaces the plan's batches (the exchange term does not depend on them), for
-networks whose planned batch is too slow for a CPU; ``--slope`` also fits the measured
-per-sample memory from two batches, for comparison with the workload's k.
+networks whose planned batch is too slow for a CPU: the registry's resnet50 and mobilenet keep
+CIFAR-sized feature maps, and their planned batches (512, 256) need ~16 GB and ~3.5 GB.
+``--slope`` also fits the measured per-sample memory from two batches, for comparison with the
+workload's k.
 
     python -m bench.memory_roles [--workload squeezenet-cifar10 ...] [--batch 4] [--slope]
 

@@ -182,9 +182,13 @@ def fetch_in_order(budget: FrameBudget, pool: ThreadPoolExecutor | None,
     frame stays counted until the caller asks for the next one: drop every reference to it
     (views included) before that, or it outlives its accounting.
     """
-    if pool is None:  # one GET at a time: the frame is the only one held
-        for key in keys:
-            yield fetch(key)
+    if pool is None:  # one GET at a time, after spare buffers made room for it
+        for key, size in zip(keys, sizes, strict=True):
+            budget.admit(size, force=True)
+            try:
+                yield fetch(key)
+            finally:
+                budget.release(size)
         return
     pending: deque[tuple[Future[tuple[bytes, float]], int]] = deque()
     queued = 0

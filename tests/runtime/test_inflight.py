@@ -108,6 +108,19 @@ def test_fetch_in_order_holds_at_most_the_cap() -> None:
     assert budget.held == 0
 
 
+def test_without_a_pool_spares_make_room_for_each_download() -> None:
+    budget = FrameBudget(150)
+    spare = budget.buffer(100)
+    assert spare is not None
+    budget.keep(spare)
+    seen = []
+    for data, _ in fetch_in_order(budget, None, lambda key: (b"x" * 100, 0.0), ["a", "b"],
+                                  [100, 100], 1):
+        seen.append(budget.held)
+        del data
+    assert seen == [100, 100] and budget.held == 0
+
+
 def test_an_abandoned_fetch_gives_its_bytes_back() -> None:
     budget = FrameBudget(1000)
     with ThreadPoolExecutor(4) as pool:
