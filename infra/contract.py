@@ -15,8 +15,9 @@ Trigger (``handlers.trigger``), four actions, each returns a complete :class:`Ru
   Without ``input.resume``: apply the overrides to the deployed plan (env ``FASDL_PLAN``) or to
   ``input.plan`` (its deployment must equal env ``FASDL_DEPLOYMENT``), validate, write it to
   ``runs/<run_id>/plan.json`` in the results bucket and return segment 0. With
-  ``input.resume``: return that run state as is (continue-as-new). Ignore unknown keys such
-  as ``AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID``.
+  ``input.resume``: return that run state under a new epoch (continue-as-new). Ignore unknown
+  keys such as ``AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID``. Every action below returns a
+  new ``segment.epoch`` too, recorded in ``runs/<run_id>/fence.json`` before it returns.
 * ``next``    ``{"action": "next", "run": RunState}`` after every worker finished the segment:
   the following segment with ``attempt`` 0, or ``done: true`` after the last one.
 * ``shorten`` ``{"action": "shorten", "run": RunState, "error": {"Error", "Cause"}}`` after a
@@ -24,8 +25,9 @@ Trigger (``handlers.trigger``), four actions, each returns a complete :class:`Ru
   ``iterations`` and ``attempt + 1``. Raise (any error) when no retry is left: the run then
   takes the failure path.
 * ``retry``   ``{"action": "retry", "run": RunState, "error": {"Error", "Cause"}}`` after a
-  worker crashed (``Runtime.ExitError``) or a peer gave up waiting (``ChannelTimeout``,
-  ``ChannelError``): the same segment, same ``iterations``, ``attempt + 1`` and
+  worker crashed (``Runtime.ExitError``), a peer gave up waiting (``ChannelTimeout``,
+  ``ChannelError``) or a worker was fenced or started twice (``WorkerFenced``,
+  ``WorkerDuplicate``): the same segment, same ``iterations``, ``attempt + 1`` and
   ``segment.retries + 1``. Raise when the retries (``fasdl.segments.MAX_RETRIES``) or attempts
   are used up.
 
@@ -83,7 +85,10 @@ class Segment(TypedDict):
     index: int  # 0-based segment number within the run
     start_iteration: int  # first global iteration; the checkpoint to resume from
     iterations: int  # iterations in this segment (>= 1 unless the run is done)
-    attempt: int  # 0, then +1 per shortened or plain retry; namespaces exchange keys
+    attempt: int  # 0, then +1 per shortened or plain retry of the segment
+    epoch: int  # run-wide, strictly increasing, new for every state the trigger returns:
+    # namespaces exchange keys and checkpoints, fences older attempts (fasdl.fencing)
+    resume_epoch: int  # the epoch whose checkpoint at start_iteration this restores (0: none)
     retries: NotRequired[int]  # same-length reruns after a crash (trigger "retry")
 
 

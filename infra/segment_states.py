@@ -26,6 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from fasdl.fencing import WorkerDuplicate, WorkerFenced
 from fasdl.memory_report import same_size_advice
 from infra import lambda_errors
 
@@ -35,8 +36,8 @@ TIMEOUT_ERRORS = [lambda_errors.TASK_TIMEOUT, lambda_errors.TIMEOUT, "SegmentToo
 # from its checkpoint (the trigger bounds these retries too).
 # WorkerDuplicate: a retried Invoke had started the worker already; WorkerFenced: a worker
 # found its epoch superseded (fasdl.fencing). Either way a new epoch reruns the segment.
-CRASH_ERRORS = [lambda_errors.EXIT, "ChannelTimeout", "ChannelError", "WorkerDuplicate",
-                "WorkerFenced"]
+CRASH_ERRORS = [lambda_errors.EXIT, "ChannelTimeout", "ChannelError", WorkerDuplicate.__name__,
+                WorkerFenced.__name__]
 SEGMENT_TIMEOUT_ERROR = "FasDL.SegmentTimeout"
 WORKER_CRASHED_ERROR = "FasDL.WorkerCrashed"
 # Out of memory: the same segment at the same M would die again, so the run fails at once.

@@ -77,7 +77,7 @@ class Retrier:
                    for k in range(self.max_attempts))
 
 
-# The Invoke call failed and nothing ran, so retrying is always safe. Full jitter spreads the
+# The Invoke call failed, so nothing ran (but see the 5xx below). Full jitter spreads the
 # W workers' retries; waits are capped so a retried worker rejoins its waiting peers soon.
 RETRIERS = (
     # Throttled (account or function concurrency): many patient attempts, at most ~6 min.
@@ -86,7 +86,9 @@ RETRIERS = (
     # A VPC function's network interface is being (re)created: retry every 30-60 s.
     Retrier((lambda_errors.NOT_READY, lambda_errors.ENI_NOT_READY), interval_s=30,
             max_attempts=6, backoff=1.5, max_delay_s=60),
-    # Lambda's transient 5xx (bp-lambda-serviceexception: 2 s, 6 attempts, backoff 2).
+    # Lambda's transient 5xx (bp-lambda-serviceexception: 2 s, 6 attempts, backoff 2). The
+    # function may have started anyway: a retried worker is then a duplicate, which its claim
+    # stops (fasdl.fencing, WorkerDuplicate).
     Retrier(lambda_errors.TRANSIENT, interval_s=2, max_attempts=6, backoff=2.0,
             max_delay_s=30),
 )

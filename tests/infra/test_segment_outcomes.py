@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from fasdl.channel import ChannelError, ChannelTimeout
+from fasdl.fencing import WorkerDuplicate, WorkerFenced
 from fasdl.segment_runner import SegmentTooLong
 from infra import lambda_errors, segment_states, workflow
 from infra.segment_states import CRASHED, FAILED, OUT_OF_MEMORY, PRECEDENCE, TIMED_OUT
@@ -56,9 +57,10 @@ def test_worker_catches_name_each_kind(any_synth: Synth) -> None:
         # a worker that fails fast because the segment cannot fit its time left times out too
         ({"States.Timeout", lambda_errors.TIMEOUT, SegmentTooLong.__name__},
          TIMED_OUT.state_name),
-        # a dead worker, or a peer that gave up waiting for its shards: rerun the segment
-        ({lambda_errors.EXIT, ChannelTimeout.__name__, ChannelError.__name__},
-         CRASHED.state_name),
+        # a dead worker, a peer that gave up waiting for its shards, a duplicate or fenced
+        # worker (fasdl.fencing): rerun the segment under a new epoch
+        ({lambda_errors.EXIT, ChannelTimeout.__name__, ChannelError.__name__,
+          WorkerDuplicate.__name__, WorkerFenced.__name__}, CRASHED.state_name),
         ({lambda_errors.OUT_OF_MEMORY}, OUT_OF_MEMORY.state_name),
         ({lambda_errors.UNKNOWN}, segment_states.CLASSIFY_UNKNOWN)]
     if _distributed(any_synth):  # anything else is a status too, never a failed child

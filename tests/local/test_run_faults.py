@@ -286,3 +286,25 @@ def test_distributed_map_out_of_memory_fails_naming_the_workers(
         in failure["cause"]
     assert "M = 256 MB" in failure["cause"] and "memory_mb to 384" in failure["cause"]
     assert result.model is None
+
+
+FENCE_CHECK = ["--inject-env", "worker:FASDL_FENCE_CHECK_S=1"]
+
+
+@pytest.mark.slow
+def test_a_worker_invoked_twice_trains_once_and_its_zombies_are_fenced(
+        job: Job, reference: bytes, tmp_path: Path) -> None:
+    """An Invoke fails with Lambda.ServiceException 10 s after the worker started; the Task's
+    retrier starts the same worker again in the same epoch. The second copy finds the first's
+    claim and stops at once with WorkerDuplicate, writing nothing; the Map fails, the segment
+    is rerun under a new epoch, and the first attempt's workers, zombies still training,
+    stop at their next fence check with WorkerFenced. The weights are the undisturbed run's."""
+    result = run(job, tmp_path, "twice", "--segment-iterations", str(SEGMENT),
+                 "--inject-service-error", "worker:service-after-start:1", *FENCE_CHECK,
+                 "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.1", *FAST_PEER_WAIT)
+    assert result.code == 0, result.output[-3000:]
+    assert {"WorkerDuplicate", "WorkerFenced"} <= set(errors(result)), errors(result)
+    assert set(errors(result)) <= {lambda_errors.TRANSIENT[0], "WorkerDuplicate",
+                                   "WorkerFenced", "ChannelTimeout"}
+    assert result.report["segments"][0]["attempt"] == 1
+    assert result.model == reference
