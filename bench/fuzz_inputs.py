@@ -180,11 +180,16 @@ def check_planner(argv: list[str], folder: Path, *, blame: str | None = None) ->
         Plan.load(out).check_environment_size()
 
 
-def check_workload(document: bytes, folder: Path) -> None:
+# Every search of a workload, compare (all of them, ~1 s) least often.
+SEARCHES = [["plan"]] * 4 + [["plan", "--search", "two-stage"]] * 3 + [["compare"]]
+
+
+def check_workload(case: tuple[bytes, list[str]], folder: Path) -> None:
+    document, command = case
     path = folder / "workload.json"
     path.write_bytes(document)
-    check_planner(["plan", "--workload", str(path), "--deadline", "3000", "--max-global-batch",
-                   "32", "--epochs", "2"], folder, blame="--workload")
+    check_planner([*command, "--workload", str(path), "--deadline", "3000",
+                   "--max-global-batch", "32", "--epochs", "2"], folder, blame="--workload")
 
 
 def check_platform(document: bytes, folder: Path) -> None:
@@ -242,7 +247,8 @@ def door_cases(folder: Path) -> dict[str, tuple[st.SearchStrategy[Any], Callable
     plan["prediction"] = {"time_s": 120.0, "cost_usd": 0.01, "breakdown": {"upload_s": 1.0}}
     return {
         "plan": (mutated_document(plan), lambda value: check_plan(value, folder)),
-        "workload": (mutated_document(json.loads(WORKLOAD_FILE.read_text())),
+        "workload": (st.tuples(mutated_document(json.loads(WORKLOAD_FILE.read_text())),
+                               st.sampled_from(SEARCHES)),
                      lambda value: check_workload(value, folder)),
         "platform": (mutated_document(json.loads(PLATFORM_FILE.read_text())),
                      lambda value: check_platform(value, folder)),

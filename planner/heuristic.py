@@ -128,6 +128,8 @@ def _lambda_dnn_worker_bound(problem: Problem, memory: int, batch_full: int) -> 
     lam = peer_bw * (rate * wl.dataset_mb + work * storage_bw)
     kappa = problem.deadline_s * rate * storage_bw * peer_bw
     mu = 2.0 * wl.model_mb * work * storage_bw * rate
+    if not (kappa > 0 and math.isfinite(kappa)):  # no compute (M + m <= 0) or no bandwidth
+        return math.inf
     first = lam / kappa + mu / (batch_full * kappa)
     if batch_full * math.ceil(first) <= problem.max_global_batch:
         return first

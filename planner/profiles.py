@@ -47,12 +47,13 @@ TORCH_LOAD_THREADS = 1.0
 
 
 # (field, low, low excluded, high) of WorkloadProfile's numbers. b > -1 keeps a·(B+b) > 0 for
-# every batch B >= 1; m > -128 keeps the compute capacity M + m > 0 at every Lambda memory
-# (128 MB is the smallest); k >= 1e-6 MB (a byte per sample) keeps B_M = (M - c)/k in int64.
+# every batch B >= 1; m may be below -M (a fit of a tiny model whose time is flat in M: the
+# searches mark M + m <= 0 infeasible); k >= 1e-9 MB, the fit's own bound, keeps
+# B_M = (M - c)/k <= 1e13 in int64.
 # The upper bounds are far beyond any real workload and keep every product finite.
 _WORKLOAD_NUMBERS: tuple[tuple[str, float, bool, float], ...] = (
     ("dataset_mb", 0.0, True, 1e7), ("model_mb", 0.0, True, 1e5), ("a", 0.0, True, 1e6),
-    ("b", -1.0, True, 1e6), ("m", -128.0, True, 1e6), ("k", 1e-6, False, 1e5),
+    ("b", -1.0, True, 1e6), ("m", -1e6, False, 1e6), ("k", 1e-9, False, 1e5),
     ("c", 0.0, False, 1e6))
 
 

@@ -44,7 +44,7 @@ def workload_file(tmp_path: Path, **changes: Any) -> str:
 
 
 @pytest.mark.parametrize(("changes", "fragment"), [
-    ({"m": -20000}, "profile field 'm'"),
+    ({"m": 1e300}, "profile field 'm'"),
     ({"k": 1e-300}, "profile field 'k'"),
     ({"a": -1}, "profile field 'a'"),
     ({"b": -5}, "profile field 'b'"),
@@ -62,6 +62,17 @@ def test_bad_workload_fields_blame_workload(capsys: pytest.CaptureFixture[str], 
     assert code == 2 and document["status"] == "error"
     assert document["argument"] == "--workload", document
     assert fragment in document["message"] and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("argv", [["plan"], ["plan", "--search", "two-stage"], ["compare"]])
+def test_a_workload_no_memory_can_run_is_infeasible(capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path, argv: list[str]) -> None:
+    """m = -20000: M + m <= 0 at every memory (a fitted m may be below -M, so it is allowed);
+    every search says infeasible in one JSON object instead of dividing by a zero rate."""
+    code, document, stderr = run(capsys, argv[0], *argv[1:], "--workload",
+                                 workload_file(tmp_path, m=-20000), *SMALL)
+    assert (code, document["status"]) == (3, "infeasible"), document
+    assert "Traceback" not in stderr
 
 
 @pytest.mark.parametrize(("content", "fragment"), [
