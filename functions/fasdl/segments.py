@@ -17,7 +17,6 @@ of the segment that just finished; ``shorten`` and ``retry`` keep it.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import re
@@ -25,12 +24,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fasdl import exchange_cache
+from fasdl.dataset_check import check_dataset, s3_ranges, s3_sizes
+from fasdl.json_input import unknown_field_message
+from fasdl.keys import manifest_key
 from fasdl.plan import Plan, PlanError
 
 MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
 MAX_RETRIES = 2  # per segment: same-length reruns after a crash (a repeatable bug stops soon)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _DEPLOYMENT_FIELDS = ("channel", "arch", "memory_mb", "workers", "region", "timeout_s")
+INPUT_FIELDS = ("run_id", "epochs", "dataset", "plan", "resume")  # infra/contract.py
+# Step Functions adds it to the input of an execution another one started (continue-as-new)
+STARTED_BY_FIELD = "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID"
 
 
 class RunStateError(ValueError):
@@ -205,67 +210,10 @@ def resolve_plan(execution_input: Mapping[str, Any], deployed_json: str | None,
 
 def resolve_run_id(execution_input: Mapping[str, Any], execution: object) -> str:
     run_id = execution_input.get("run_id", execution)
-    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
         raise RunStateError(f"input field 'run_id': must be 1-128 letters, digits, '_', '.', "
                             f"'-' starting with a letter or digit, got {run_id!r}")
     return run_id
-
-
-# ---- dataset checks (stdlib .npy header parsing) ---------------------------------------------
-RangeReader = Callable[[str, int, int], bytes]
-
-
-def npy_shape(read_range: RangeReader, key: str) -> tuple[tuple[int, ...], str]:
-    """Shape and dtype string of a .npy object, read from its header (no numpy needed)."""
-    preamble = read_range(key, 0, 12)
-    if len(preamble) < 10 or not preamble.startswith(b"\x93NUMPY"):
-        raise RunStateError(f"dataset object {key!r}: not a .npy file")
-    size = 2 if preamble[6] == 1 else 4
-    length = int.from_bytes(preamble[8:8 + size], "little")
-    if length > 65536:
-        raise RunStateError(f"dataset object {key!r}: .npy header of {length} bytes")
-    header = read_range(key, 8 + size, 8 + size + length)
-    try:  # the header is a Python dict literal; literal_eval evaluates literals only
-        fields = ast.literal_eval(header.decode("latin1"))
-        shape = tuple(int(n) for n in fields["shape"])
-        descr = str(fields["descr"])
-    except (ValueError, SyntaxError, KeyError, TypeError) as error:
-        raise RunStateError(f"dataset object {key!r}: malformed .npy header ({error})") from None
-    if fields.get("fortran_order") or not shape:
-        raise RunStateError(f"dataset object {key!r}: must be a C-ordered array of rows")
-    return shape, descr
-
-
-def check_dataset(plan: Plan, read_range: RangeReader,
-                  exists: Callable[[str], bool]) -> Plan:
-    """Check ``{dataset}/x.npy`` and ``y.npy`` exist and hold at least ``samples`` rows.
-
-    Fewer rows than ``workload.samples`` is an error: the plan never changes silently.
-    """
-    prefix = plan.workload.dataset.rstrip("/")
-    keys = {name: f"{prefix}/{name}.npy" for name in ("x", "y")}
-    missing = [key for key in keys.values() if not exists(key)]
-    if missing:
-        raise PlanError("workload.dataset",
-                        f"dataset {prefix!r} not found in the datasets bucket: "
-                        f"missing {', '.join(missing)}")
-    x_shape, x_dtype = npy_shape(read_range, keys["x"])
-    y_shape, y_dtype = npy_shape(read_range, keys["y"])
-    if x_dtype not in ("|u1", "<f4") or y_dtype != "<i8" or len(y_shape) != 1:
-        raise PlanError("workload.dataset",
-                        f"dataset {prefix!r}: x must be uint8/float32 and y 1-D int64, got "
-                        f"x {x_dtype} {x_shape}, y {y_dtype} {y_shape}")
-    if len(x_shape) != 4:
-        raise PlanError("workload.dataset", f"dataset {prefix!r}: x must be N x C x H x W, "
-                                            f"got shape {x_shape}")
-    if x_shape[0] != y_shape[0]:
-        raise PlanError("workload.dataset", f"dataset {prefix!r}: x has {x_shape[0]} rows, "
-                                            f"y has {y_shape[0]}")
-    if plan.workload.samples > x_shape[0]:
-        raise PlanError("workload.samples",
-                        f"the plan trains on {plan.workload.samples} samples but dataset "
-                        f"{prefix!r} holds {x_shape[0]} rows")
-    return plan
 
 
 def partition_layout(plan: Plan) -> list[dict[str, int]]:
@@ -286,26 +234,42 @@ def _missing(error: Exception) -> bool:
     return code in ("NoSuchKey", "404", "NotFound")
 
 
-def _s3_exists(s3: Any, bucket: str) -> Callable[[str], bool]:
-    def exists(key: str) -> bool:
-        try:
-            s3.head_object(Bucket=bucket, Key=key)
-        except Exception as error:
-            if _missing(error):
-                return False
-            raise
-        return True
+def check_input_fields(execution_input: Mapping[str, Any]) -> None:
+    """Unknown fields are errors (``{"epoch": 5}`` must not silently run the deployed epochs);
+    ``resume`` stands alone."""
+    for name in execution_input:
+        if name not in INPUT_FIELDS and name != STARTED_BY_FIELD:
+            raise RunStateError(f"input field '{name}': "
+                                f"{unknown_field_message(name, INPUT_FIELDS)}")
+    others = sorted(set(execution_input) - {"resume", STARTED_BY_FIELD})
+    if "resume" in execution_input and others:
+        raise RunStateError(f"input field 'resume': continues a run as it is; it cannot be "
+                            f"combined with {', '.join(others)}")
 
-    return exists
 
-
-def _s3_ranges(s3: Any, bucket: str) -> RangeReader:
-    def read_range(key: str, start: int, end: int) -> bytes:
-        body: bytes = s3.get_object(Bucket=bucket, Key=key,
-                                    Range=f"bytes={start}-{end - 1}")["Body"].read()
-        return body
-
-    return read_range
+def check_resume(run: Mapping[str, Any], s3: Any, *, results_bucket: str,
+                 runs_prefix: str) -> None:
+    """A console ``resume`` must be the state of an existing run, consistent with its plan,
+    its checkpoints and its fence; anything else could mix keys or train past the plan."""
+    run_id = resolve_run_id({"run_id": run["run_id"]}, None)
+    if run["plan_key"] != f"{runs_prefix}{run_id}/plan.json":
+        raise RunStateError(f"input field 'resume.plan_key': must be run {run_id!r}'s own plan "
+                            f"{runs_prefix}{run_id}/plan.json, got {run['plan_key']!r}")
+    plan = load_run_plan(s3, results_bucket, run)
+    seg = run["segment"]
+    if seg["start_iteration"] + seg["iterations"] > plan.total_iterations:
+        raise RunStateError(f"input field 'resume.segment': iterations [{seg['start_iteration']}"
+                            f", {seg['start_iteration'] + seg['iterations']}) run past the "
+                            f"plan's {plan.total_iterations}")
+    if len(run["workers"]) != plan.deployment.workers:
+        raise RunStateError(f"input field 'resume.workers': the plan has W="
+                            f"{plan.deployment.workers}, the state {len(run['workers'])}")
+    if seg["start_iteration"] > 0:
+        key = f"{runs_prefix}{manifest_key(run_id, seg['start_iteration'], seg['resume_epoch'])}"
+        if s3_sizes(s3, results_bucket)(key) is None:
+            raise RunStateError(f"input field 'resume.segment': run {run_id!r} has no checkpoint "
+                                f"of epoch {seg['resume_epoch']} at iteration "
+                                f"{seg['start_iteration']} (s3://{results_bucket}/{key})")
 
 
 def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, results_bucket: str,
@@ -315,13 +279,15 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     execution_input = event.get("input") or {}
     if not isinstance(execution_input, dict):
         raise RunStateError(f"field 'input': must be an object, got {execution_input!r}")
+    check_input_fields(execution_input)
     if "resume" in execution_input:  # continue-as-new: the run state carries on, and the
         resumed = parse_run(execution_input["resume"])  # old execution's workers are fenced
+        check_resume(resumed, s3, results_bucket=results_bucket, runs_prefix=runs_prefix)
         return {**resumed, "segment": {**resumed["segment"],
                                        "epoch": issue_epoch(resumed["run_id"])}}
     run_id = resolve_run_id(execution_input, event.get("execution"))
     plan = resolve_plan(execution_input, deployed_json, fingerprint)
-    check_dataset(plan, _s3_ranges(s3, datasets_bucket), _s3_exists(s3, datasets_bucket))
+    check_dataset(plan, s3_ranges(s3, datasets_bucket), s3_sizes(s3, datasets_bucket))
     plan_key = f"{runs_prefix}{run_id}/plan.json"
     execution = str(event.get("execution", ""))
     frozen = dataclasses.replace(plan, provenance={**plan.provenance, "run_id": run_id,

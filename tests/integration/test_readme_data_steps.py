@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-from fasdl import segments
+from fasdl import dataset_check
 from fasdl.datasets.__main__ import main as import_dataset
 from fasdl.plan import Plan
 from infra.settings import DEFAULT_PLAN_PATH, REPO_ROOT
@@ -43,8 +43,8 @@ def test_readme_data_steps_pass_the_triggers_check(seaweed_server: SeaweedS3Serv
                 key = prefix.replace("cifar10", "digits") + path.relative_to(local).as_posix()
                 client.upload_file(str(path), BUCKET, key)
     plan = Plan.load(DEFAULT_PLAN_PATH)  # cnn-digits on datasets/digits, 1438 samples
-    checked = segments.check_dataset(plan, segments._s3_ranges(client, BUCKET),
-                                     segments._s3_exists(client, BUCKET))
+    checked = dataset_check.check_dataset(plan, dataset_check.s3_ranges(client, BUCKET),
+                                          dataset_check.s3_sizes(client, BUCKET))
     assert checked.workload.samples == plan.workload.samples
     keys = {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET)["Contents"]}
     assert keys == {"datasets/digits/x.npy", "datasets/digits/y.npy",

@@ -12,17 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fasdl.dataset_check import DatasetError, check_dataset, npy_shape
 from fasdl.plan import Plan, PlanError
 from fasdl.segments import (
     MAX_ATTEMPTS,
     MAX_RETRIES,
     RetriesExhausted,
     RunStateError,
-    check_dataset,
     check_deployment,
     first_state,
     next_state,
-    npy_shape,
     parse_fingerprint,
     parse_run,
     partition_layout,
@@ -193,14 +192,18 @@ def _reader(objects: dict[str, bytes]):  # type: ignore[no-untyped-def]
     return lambda key, start, end: objects[key][start:end]
 
 
+def _sizes(objects: dict[str, bytes]):  # type: ignore[no-untyped-def]
+    return lambda key: len(objects[key]) if key in objects else None
+
+
 def test_npy_header_is_read_without_numpy() -> None:
     data = _npy(np.zeros((5, 1, 2, 3), np.uint8))
     assert npy_shape(_reader({"k": data}), "k") == ((5, 1, 2, 3), "|u1")
-    with pytest.raises(RunStateError, match=r"not a .npy file"):
+    with pytest.raises(DatasetError, match=r"not a .npy file"):
         npy_shape(_reader({"k": b"PK\x03\x04" + bytes(20)}), "k")
     evil = bytearray(data)
     evil[10:20] = b"__import__"  # a header that is not a literal is refused, never executed
-    with pytest.raises(RunStateError, match="malformed"):
+    with pytest.raises(DatasetError, match="malformed"):
         npy_shape(_reader({"k": bytes(evil)}), "k")
 
 
@@ -209,19 +212,29 @@ def test_dataset_checks_name_the_field() -> None:
     prefix = plan.workload.dataset
     objects = {f"{prefix}/x.npy": _npy(np.zeros((120, 1, 4, 4), np.uint8)),
                f"{prefix}/y.npy": _npy(np.zeros(120, np.int64))}
-    check_dataset(plan, _reader(objects), objects.__contains__)
+    check_dataset(plan, _reader(objects), _sizes(objects))
     with pytest.raises(PlanError, match=r"workload.dataset.*missing .*y.npy"):
-        check_dataset(plan, _reader(objects), lambda key: key.endswith("x.npy"))
+        check_dataset(plan, _reader(objects), lambda key: 1 if key.endswith("x.npy") else None)
+    truncated = {**objects, f"{prefix}/x.npy": objects[f"{prefix}/x.npy"][:-1]}
+    with pytest.raises(PlanError, match=r"x.npy' holds \d+ bytes.*truncated"):
+        check_dataset(plan, _reader(truncated), _sizes(truncated))
+    with_test = {**objects, f"{prefix}/test/x.npy": _npy(np.zeros((9, 1, 4, 5), np.uint8)),
+                 f"{prefix}/test/y.npy": _npy(np.zeros(9, np.int64))}
+    with pytest.raises(PlanError, match=r"test'.*rows of shape \(1, 4, 5\)"):
+        check_dataset(plan, _reader(with_test), _sizes(with_test))
+    half_test = {**objects, f"{prefix}/test/x.npy": _npy(np.zeros((9, 1, 4, 4), np.uint8))}
+    with pytest.raises(PlanError, match=r"missing .*test/y.npy"):
+        check_dataset(plan, _reader(half_test), _sizes(half_test))
     small = {**objects, f"{prefix}/x.npy": _npy(np.zeros((50, 1, 4, 4), np.uint8)),
              f"{prefix}/y.npy": _npy(np.zeros(50, np.int64))}
     with pytest.raises(PlanError, match=r"workload.samples"):
-        check_dataset(plan, _reader(small), small.__contains__)
+        check_dataset(plan, _reader(small), _sizes(small))
     mismatched = {**objects, f"{prefix}/y.npy": _npy(np.zeros(119, np.int64))}
     with pytest.raises(PlanError, match="120 rows, y has 119"):
-        check_dataset(plan, _reader(mismatched), mismatched.__contains__)
+        check_dataset(plan, _reader(mismatched), _sizes(mismatched))
     labels = {**objects, f"{prefix}/y.npy": _npy(np.zeros(120, np.int32))}
     with pytest.raises(PlanError, match="1-D int64"):
-        check_dataset(plan, _reader(labels), labels.__contains__)
+        check_dataset(plan, _reader(labels), _sizes(labels))
 
 
 def test_partition_layout_tiles_the_samples() -> None:
