@@ -99,7 +99,7 @@ class ProfileRequest:
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> ProfileRequest:
         profile_id = event.get("profile_id")
-        if not isinstance(profile_id, str) or not _ID.match(profile_id):
+        if not isinstance(profile_id, str) or not _ID.fullmatch(profile_id):
             raise _bad("profile_id", f"must be 1-80 letters, digits, '_.-', got {profile_id!r}")
         values: dict[str, Any] = {"profile_id": profile_id}
         if "model" in event:
@@ -289,7 +289,7 @@ def run_profile(request: ProfileRequest, memory_mb: float, channels: Mapping[str
 def collect(profile_id: object, memories: object, s3: Any, bucket: str,
             prefix: str = PROFILES_PREFIX) -> dict[str, Any]:
     """Concatenate the per-memory files into ``samples.jsonl``; a missing memory is an error."""
-    if not isinstance(profile_id, str) or not _ID.match(profile_id):
+    if not isinstance(profile_id, str) or not _ID.fullmatch(profile_id):
         raise _bad("profile_id", f"must be 1-80 letters, digits, '_.-', got {profile_id!r}")
     if not isinstance(memories, list) or not memories or any(
             isinstance(m, bool) or not isinstance(m, int | float) or m <= 0 for m in memories):

@@ -178,7 +178,7 @@ def failed_run_id(state: Mapping[str, Any], execution: str) -> str:
                        resume.get("run_id") if isinstance(resume, dict) else None]
     candidates.append(execution.rsplit(":", 1)[-1])
     for candidate in candidates:
-        if isinstance(candidate, str) and _SAFE_RUN_ID.match(candidate):
+        if isinstance(candidate, str) and _SAFE_RUN_ID.fullmatch(candidate):
             return candidate
     return "unknown-run"
 
