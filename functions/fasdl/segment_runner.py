@@ -230,7 +230,9 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
     num_classes = max(2, int(_cached_labels(read_range, f"{prefix}/y.npy", cache_dir).max()) + 1)
     model = build_seeded_model(plan.workload.model, plan.training.seed, num_classes,
                                (channels, height, width))
-    worker = KReduceWorker(plan, event.worker, exchange, model, event.run_id, event.epoch)
+    worker = KReduceWorker(plan, event.worker, exchange, model, event.run_id, event.epoch,
+                           inflight_bytes=settings.exchange_inflight_bytes(
+                               plan.deployment.memory_mb, plan.workload.model_mb))
     meta = {"model": plan.workload.model, "num_classes": str(num_classes),
             "input_shape": f"{channels},{height},{width}",
             "parameters": str(worker.parameters.size)}

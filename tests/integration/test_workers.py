@@ -332,12 +332,15 @@ def test_corrupt_shard_is_rejected(s3_stack: Stack) -> None:
     run = s3_stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
                                       "execution": run_id})
     start, end = shard_bounds(parameter_count("mlp", 10, (1, 8, 8)), 2)[0]
+    epoch = run["segment"]["epoch"]
     client = s3_stack.s3.client()
     for worker in (1, 2, 3):  # what worker 0 aggregates at iteration 0, each one damaged
-        frame = bytearray(encode_shard(np.ones(end - start, np.float32), run=f"{run_id}/0",
-                                       iteration=0, worker=worker, shard=0))
+        frame = bytearray(encode_shard(np.ones(end - start, np.float32),
+                                       run=f"{run_id}/{epoch}", iteration=0, worker=worker,
+                                       shard=0))
         frame[-1] ^= 0xFF
-        client.put_object(Bucket=BUCKETS[2], Key="exchange/" + shard_key(run_id, 0, 0, 0, worker),
+        client.put_object(Bucket=BUCKETS[2],
+                          Key="exchange/" + shard_key(run_id, epoch, 0, 0, worker),
                           Body=bytes(frame))
     client.close()
     event = {"action": "train", "run_id": run_id, "plan_key": run["plan_key"],
