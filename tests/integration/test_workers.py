@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fasdl import keys
 from fasdl.datasets import build_digits
 from fasdl.keys import manifest_key, shard_key
 from fasdl.kreduce import shard_bounds
@@ -361,4 +362,6 @@ def test_worker_without_time_for_an_iteration_fails_fast(s3_stack: Stack) -> Non
     with pytest.raises(SegmentTooLong, match="retry the segment shorter"):
         s3_stack.invoke("worker", event, remaining_ms=3_000)
     assert time.monotonic() - began < 3.0  # before the deadline, not killed by it
-    assert s3_stack.exchange_keys(run_id) == []  # it stopped before uploading anything
+    # it stopped before uploading any shard: only its claim on the epoch is there
+    assert s3_stack.exchange_keys(run_id) == [
+        f"exchange/{keys.claim_key(run_id, run['segment']['epoch'], 1)}"]
