@@ -5,7 +5,9 @@ a segment too long for the worker timeout is shortened, a killed worker's segmen
 from its checkpoint, a restarted Valkey loses its shards and the segment is rerun; a worker
 that keeps dying ends the run on the failure path with the error recorded.
 
-The job is planned and synthesized once (``--plan``/``--cdk-out``) to save a synth per run.
+The job is planned and synthesized once (``--plan``/``--cdk-out``) to save a synth per run;
+a run on the other channel or at another memory size reuses one synth per deployment, and the
+two Valkey faults (a restart, a VPC worker not ready then throttled) share one run.
 The Distributed Map path (W > 40 on AWS) runs the same W = 4 job from a template synthesized
 with ``-c inline_map_max_workers=2``: moto's interpreter runs the Distributed Map's children
 as child executions, as Step Functions does.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +53,33 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
     return Job(work / "plan.json", synthesize(work / "plan.json", work / "cdk.out").parent)
 
 
-def run(job: Job, directory: Path, run_id: str, *args: str, synth: bool = False) -> Run:
-    """One ``python -m local run`` of the job; ``synth``: synthesize (another channel)."""
-    return local_run(job.plan, None if synth else job.cdk_out, directory / run_id, run_id,
-                     *args, timeout_s=RUN_TIMEOUT_S)
+def run(job: Job, directory: Path, run_id: str, *args: str) -> Run:
+    """One ``python -m local run`` of the job, reusing its synth."""
+    return local_run(job.plan, job.cdk_out, directory / run_id, run_id, *args,
+                     timeout_s=RUN_TIMEOUT_S)
+
+
+Synthesized = Callable[[Path, str], Job]
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The job's plan on a channel (and at the plan's memory), synthesized once per module:
+    the runs that share a deployment (the two s3 memory kills at 256 MB) share one synth."""
+    done: dict[str, Job] = {}
+
+    def synth(plan: Path, channel: str) -> Job:
+        data = json.loads(plan.read_text())
+        data["deployment"]["channel"] = channel
+        text = json.dumps(data, sort_keys=True)
+        if text not in done:
+            work = tmp_path_factory.mktemp(f"synth-{channel}")
+            (work / "plan.json").write_text(text)
+            template = synthesize(work / "plan.json", work / "cdk.out")
+            done[text] = Job(work / "plan.json", template.parent)
+        return done[text]
+
+    return synth
 
 
 def errors(result: Run, worker: int | None = None) -> list[str]:
@@ -136,17 +162,43 @@ def test_worker_that_keeps_dying_fails_the_run_cleanly(job: Job, tmp_path: Path)
     assert result.model is None
 
 
+@pytest.fixture(scope="module")
+def valkey_faults(job: Job, synthesized: Synthesized,
+                  tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One Valkey run meets two independent faults (one run instead of two): the VPC worker's
+    first invoke answers ResourceNotReady (retried 30-60 s later), then throttling; and Valkey
+    restarts once iteration 100 (segment 2) is exchanged."""
+    return run(synthesized(job.plan, "valkey"), tmp_path_factory.mktemp("valkey-faults"),
+               "valkey-faults", "--channel", "valkey", "--segment-iterations", str(SEGMENT),
+               "--inject-service-error", "worker:not-ready:1",
+               "--inject-service-error", "worker:throttled:2",
+               "--restart-cache-at", "100", *FAST_PEER_WAIT,
+               "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.05")
+
+
 @pytest.mark.slow
-def test_valkey_restart_mid_run_recovers(job: Job, reference: bytes, tmp_path: Path) -> None:
+def test_valkey_restart_mid_run_recovers(valkey_faults: Run, reference: bytes) -> None:
     """Valkey restarts once iteration 100 (segment 2) is exchanged: its shards are gone, the
     peers time out waiting, the segment is rerun and the weights are still the same."""
-    result = run(job, tmp_path, "restarted", "--channel", "valkey", "--segment-iterations",
-                 str(SEGMENT), "--restart-cache-at", "100", *FAST_PEER_WAIT,
-                 "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.05", synth=True)
+    result = valkey_faults
     assert result.code == 0, result.output[-3000:]
     assert "restarted valkey" in result.output
     assert result.report["channel"] == "valkey"
     assert result.report["exchange_left"] == 0
+    assert result.model == reference
+
+
+@pytest.mark.slow
+def test_vpc_function_not_ready_then_throttled_on_valkey(
+        valkey_faults: Run, reference: bytes) -> None:
+    """Valkey plans put the worker in a VPC: after idling, its first invoke answers
+    ResourceNotReady (retried 30-60 s later), then throttling; the run still ends with the
+    undisturbed weights, on the other channel."""
+    result = valkey_faults
+    assert result.code == 0, result.output[-3000:]
+    assert result.report["channel"] == "valkey"
+    assert result.report["service_errors"]["worker"] == {lambda_errors.NOT_READY: 1,
+                                                         lambda_errors.THROTTLED: 2}
     assert result.model == reference
 
 
@@ -168,30 +220,14 @@ def test_service_errors_are_retried_and_change_nothing(
 
 
 @pytest.mark.slow
-def test_vpc_function_not_ready_then_throttled_on_valkey(
-        job: Job, reference: bytes, tmp_path: Path) -> None:
-    """Valkey plans put the worker in a VPC: after idling, its first invoke answers
-    ResourceNotReady (retried 30-60 s later), then throttling; the run still ends with the
-    undisturbed weights, on the other channel."""
-    result = run(job, tmp_path, "not-ready", "--channel", "valkey", "--segment-iterations",
-                 str(SEGMENT), "--inject-service-error", "worker:not-ready:1",
-                 "--inject-service-error", "worker:throttled:2", synth=True)
-    assert result.code == 0, result.output[-3000:]
-    assert result.report["service_errors"]["worker"] == {lambda_errors.NOT_READY: 1,
-                                                         lambda_errors.THROTTLED: 2}
-    assert result.model == reference
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("channel", ["s3", "valkey"])
 def test_out_of_memory_fails_the_run_at_once_with_what_to_do(
-        job: Job, tmp_path: Path, channel: str) -> None:
+        job: Job, synthesized: Synthesized, tmp_path: Path, channel: str) -> None:
     """At 256 MB the worker (torch imported: ~290 MB) is killed by the emulator's memory
     limit as Lambda kills it: Runtime.OutOfMemory. No same-size retry: the run fails, and the
     recorded cause names the worker, the planned M and the next M to deploy with."""
     plan = with_memory(job.plan, 256, tmp_path)
-    result = run(Job(plan, job.cdk_out), tmp_path, f"oom-{channel}", "--channel", channel,
-                 synth=True)
+    result = run(synthesized(plan, channel), tmp_path, f"oom-{channel}", "--channel", channel)
     assert result.code == 1, result.output[-3000:]
     report = result.report
     assert report["status"] == "FAILED" and report["execution_error"] == "FasDL.RunFailed"
@@ -208,14 +244,14 @@ def test_out_of_memory_fails_the_run_at_once_with_what_to_do(
 
 @pytest.mark.slow
 def test_out_of_memory_reported_as_a_crash_is_told_by_the_report_lines(
-        job: Job, tmp_path: Path) -> None:
+        job: Job, synthesized: Synthesized, tmp_path: Path) -> None:
     """Lambda has also reported a memory kill as Runtime.ExitError 'signal: killed' (a crash,
     rerun at the same size): before the rerun the trigger reads the workers' REPORT lines
     (CloudWatch Logs FilterLogEvents, answered locally from the emulator's measurements), sees
     Max Memory Used at the memory size and fails at once with the measured peak."""
     plan = with_memory(job.plan, 256, tmp_path)
-    result = run(Job(plan, job.cdk_out), tmp_path, "oom-as-exit", "--oom-error",
-                 lambda_errors.EXIT, *FAST_PEER_WAIT, synth=True)
+    result = run(synthesized(plan, "s3"), tmp_path, "oom-as-exit", "--oom-error",
+                 lambda_errors.EXIT, *FAST_PEER_WAIT)
     assert result.code == 1, result.output[-3000:]
     report = result.report
     died = [i["error"] for i in report["invocations"] if i["error"] and i["worker"] is not None]
