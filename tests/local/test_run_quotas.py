@@ -7,7 +7,8 @@ says which quota to raise; with exactly 8 it trains. A worker function reported 
 Inactive until invoked, is waited for before the first Map, so no worker invocation is ever
 refused; a Failed one ends the run cleanly with Lambda's reason.
 
-The job (cnn-digits, W=4, 2 epochs in one segment) is planned and synthesized once.
+The job (cnn-digits, W=4, 2 epochs in one segment) is planned and synthesized once; the
+exact-quota run and the Pending worker are one run.
 """
 
 from __future__ import annotations
@@ -81,9 +82,19 @@ def test_too_little_concurrency_stops_before_any_worker(job: Job, tmp_path: Path
     assert "L-B99A9384" in result.output  # the printed summary says it too
 
 
+@pytest.fixture(scope="module")
+def pending_at_2w(job: Job, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+    """Exactly 2·W = 8 concurrent executions and a worker Pending for 2 polls (5 s apart):
+    one run for both (they meet different checks of the trigger's start); its report dir."""
+    directory = tmp_path_factory.mktemp("pending-at-2w")
+    result = run(job, directory, "pending", "--account-concurrency", "8",
+                 "--worker-state", "pending:2")
+    return result, directory / "pending"
+
+
 @pytest.mark.slow
-def test_exactly_2w_concurrency_trains(job: Job, tmp_path: Path) -> None:
-    result = run(job, tmp_path, "eight", "--account-concurrency", "8")
+def test_exactly_2w_concurrency_trains(job: Job, pending_at_2w: tuple[Run, Path]) -> None:
+    result, _ = pending_at_2w
     assert result.code == 0, result.output[-3000:]
     assert result.report["status"] == "SUCCEEDED"
     assert len(worker_invocations(job, result)) == 4
@@ -91,13 +102,13 @@ def test_exactly_2w_concurrency_trains(job: Job, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_pending_worker_is_waited_for(job: Job, tmp_path: Path) -> None:
+def test_a_pending_worker_is_waited_for(pending_at_2w: tuple[Run, Path]) -> None:
     """Pending for 2 polls (5 s apart): the trigger waits; a worker invoked while Pending
     would be refused with ResourceConflictException, which the workflow does not retry."""
-    result = run(job, tmp_path, "pending", "--worker-state", "pending:2")
+    result, report_dir = pending_at_2w
     assert result.code == 0, result.output[-3000:]
     assert result.report["service_errors"] == {}  # no worker was invoked before Active
-    (ready,) = ready_lines(tmp_path / "pending")
+    (ready,) = ready_lines(report_dir)
     assert ready["polls"] == 3 and ready["waited_s"] >= 2 * POLL_S and ready["woke"] == ""
 
 
