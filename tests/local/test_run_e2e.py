@@ -17,7 +17,7 @@ import pytest
 
 from infra.settings import REPO_ROOT
 
-EPOCHS = 4
+EPOCHS = 3  # one segment per epoch: 3 show the loop, the checkpoints and the loss falling
 RUN_TIMEOUT_S = 170
 
 
