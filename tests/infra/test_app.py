@@ -24,7 +24,7 @@ from infra.settings import (
     load_settings,
 )
 from infra.stack import STAND_IN_REFUSAL
-from tests.infra.conftest import PLANS, synthesize
+from tests.infra.conftest import PLANS, Synth, synthesize
 
 OFFLINE_ENV = {
     "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
@@ -118,10 +118,11 @@ def test_layer_that_does_not_fit_the_tmp_reserve_is_an_error(tmp_path: Path) -> 
         load_settings({"torch_layer": str(layer)})
 
 
-def test_stand_in_layer_template_cannot_be_deployed(tmp_path: Path) -> None:
+def test_stand_in_layer_template_cannot_be_deployed(s3_synth: Synth, tmp_path: Path) -> None:
     """CloudFormation evaluates template rules before touching any resource: a stand-in
-    template carries a rule that always fails, with the reason; a built layer's has none."""
-    stub = synthesize("stub", DEFAULT_PLAN_PATH).json
+    template carries a rule that always fails, with the reason; a built layer's has none.
+    The stand-in template is the session's default-plan synth (one synth fewer)."""
+    stub = s3_synth.json
     (rule,) = stub["Rules"]["RefuseStandInTorchLayer"]["Assertions"]
     assert rule["AssertDescription"] == STAND_IN_REFUSAL
     assert rule["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "TorchLayer"}, "stand-in"]}]}
