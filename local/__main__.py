@@ -18,6 +18,7 @@ from infra.lambda_errors import EXIT, OUT_OF_MEMORY
 from local import control_plane, profile
 from local.cache_plane import STATES as CACHE_STACK_STATES
 from local.cache_plane import CacheStackState
+from local.chaos_faults import StorageFaults
 from local.faults import InputError, parse_inject_env
 from local.runner import RunOptions, run
 from local.service_faults import KINDS, OPTION, parse_service_fault
@@ -74,6 +75,15 @@ def _add_fault_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-cache-at", type=int, metavar="N",
                         help="valkey channel: restart the Valkey server once workers "
                              "exchange iteration N (its keys are lost; fault demo/test)")
+    parser.add_argument("--restart-s3-at", type=int, metavar="N",
+                        help="restart the SeaweedFS server once the exchange holds "
+                             "iteration N (its objects survive; clients ride out the outage)")
+    parser.add_argument("--plant-stale-frame", type=int, metavar="N",
+                        help="write a frame framed under an older epoch at the live epoch's "
+                             "merged key of iteration N (or just ahead of the workers)")
+    parser.add_argument("--truncate-frame", type=int, metavar="N",
+                        help="write a torn (half) frame at the live epoch's merged key of "
+                             "iteration N (or just ahead of the workers)")
     parser.add_argument(OPTION, action="append", default=[],
                         metavar="FUNCTION:ERROR[:N]",
                         help="the next N (default 1) invocations of the worker, trigger or "
@@ -111,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in (("--epochs", args.epochs), ("--workers", args.workers),
                         ("--timeout", args.timeout), ("--workers-timeout", args.workers_timeout),
                         ("--segment-iterations", args.segment_iterations),
-                        ("--restart-cache-at", args.restart_cache_at)):
+                        ("--restart-cache-at", args.restart_cache_at),
+                        ("--restart-s3-at", args.restart_s3_at),
+                        ("--plant-stale-frame", args.plant_stale_frame),
+                        ("--truncate-frame", args.truncate_frame)):
         if value is not None and value <= 0:
             print(f"fasdl local: {name} must be > 0, got {value}", file=sys.stderr)
             return 2
@@ -136,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
         restart_cache_at=args.restart_cache_at, memory_limit=args.memory_limit == "on",
         inject_service_errors=service_errors, account=account, cache_stack=args.cache_stack,
-        oom_error=args.oom_error)
+        oom_error=args.oom_error, storage_faults=StorageFaults(
+            args.restart_s3_at, args.plant_stale_frame, args.truncate_frame))
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return run(options, say=lambda text: print(text, flush=True))

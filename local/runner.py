@@ -42,6 +42,7 @@ from fasdl.plan import Plan, PlanError
 from infra.lambda_errors import OUT_OF_MEMORY
 from local.adapter import LocalStepFunctions, emulator_router
 from local.cache_plane import CacheStackState
+from local.chaos_faults import StorageFaults, with_storage_faults
 from local.control_plane import AccountOptions, WorkerFunction
 from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import FunctionSpec, LambdaEmulator
@@ -90,6 +91,7 @@ class RunOptions:
     inject_service_errors: tuple[ServiceFault, ...] = ()  # function = role (worker...)
     account: AccountOptions = field(default_factory=AccountOptions)  # control_plane.py
     cache_stack: CacheStackState = field(default_factory=CacheStackState)  # cache_plane.py
+    storage_faults: StorageFaults = field(default_factory=StorageFaults)  # chaos_faults.py
 
 
 # ---- plan -------------------------------------------------------------------------------------
@@ -290,6 +292,8 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         on_poll = _every(2.0, progress.poll)
         if options.restart_cache_at is not None and cache is not None:
             on_poll = restarting(on_poll, cache, run_id, options.restart_cache_at, say)
+        on_poll = with_storage_faults(on_poll, options.storage_faults, run_id=run_id, s3=s3,
+                                      s3_client=client, cache=cache, say=say)
         finished = FinishedRun(
             plan, run_id, report_dir, client, BUCKETS["FASDL_RESULTS_BUCKET"], emulator,
             progress, roles, worker_function, cache, options.memory_limit, started)

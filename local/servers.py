@@ -344,8 +344,10 @@ class SeaweedS3Server(ManagedServer):
         ]
 
     def _environment(self) -> dict[str, str]:
-        # weed puts its gRPC unix sockets in the temp dir: keep them inside ours.
-        return {**os.environ, "TMPDIR": str(self.directory)}
+        # weed puts its gRPC unix sockets in the temp dir: keep them inside ours. AWS keys
+        # (moto's, on a restart mid-run) would make it create an identity and refuse ours.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        return {**env, "TMPDIR": str(self.directory)}
 
     def _is_ready(self) -> bool:
         try:
