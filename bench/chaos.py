@@ -109,7 +109,7 @@ def _add_fault(trial: Trial, kind: str, rng: random.Random, iterations: int,
         trial.env["FASDL_FENCE_CHECK_S"] = "1"
         trial.env.setdefault(*PEER_WAIT)
         if kind == "zombie":
-            trial.slow_down(0.2)
+            trial.slow_down(0.5)  # still training when the retry's epoch starts
         trial.faults[kind] = ("an Invoke fails 10 s after the worker started" +
                               (", which trains on slowly" if kind == "zombie" else ""))
         return
