@@ -35,9 +35,10 @@ TIMEOUT_ERRORS = [lambda_errors.TASK_TIMEOUT, lambda_errors.TIMEOUT, "SegmentToo
 # A worker process died or a peer's shards never came: rerun the segment at the same length
 # from its checkpoint (the trigger bounds these retries too).
 # WorkerDuplicate: a retried Invoke had started the worker already; WorkerFenced: a worker
-# found its epoch superseded (fasdl.fencing). Either way a new epoch reruns the segment.
+# found its epoch superseded (fasdl.fencing); FrameError: a torn or foreign frame in the store
+# (fasdl.wire). Each time a new epoch reruns the segment on fresh keys (bounded).
 CRASH_ERRORS = [lambda_errors.EXIT, "ChannelTimeout", "ChannelError", WorkerDuplicate.__name__,
-                WorkerFenced.__name__]
+                WorkerFenced.__name__, "FrameError"]
 SEGMENT_TIMEOUT_ERROR = "FasDL.SegmentTimeout"
 WORKER_CRASHED_ERROR = "FasDL.WorkerCrashed"
 # Out of memory: the same segment at the same M would die again, so the run fails at once.

@@ -17,6 +17,7 @@ import pytest
 from fasdl.channel import ChannelError, ChannelTimeout
 from fasdl.fencing import WorkerDuplicate, WorkerFenced
 from fasdl.segment_runner import SegmentTooLong
+from fasdl.wire import FrameError
 from infra import lambda_errors, segment_states, workflow
 from infra.segment_states import CRASHED, FAILED, OUT_OF_MEMORY, PRECEDENCE, TIMED_OUT
 from tests.infra.conftest import Synth, is_distributed_map, state_machine_definition
@@ -60,7 +61,8 @@ def test_worker_catches_name_each_kind(any_synth: Synth) -> None:
         # a dead worker, a peer that gave up waiting for its shards, a duplicate or fenced
         # worker (fasdl.fencing): rerun the segment under a new epoch
         ({lambda_errors.EXIT, ChannelTimeout.__name__, ChannelError.__name__,
-          WorkerDuplicate.__name__, WorkerFenced.__name__}, CRASHED.state_name),
+          WorkerDuplicate.__name__, WorkerFenced.__name__, FrameError.__name__},
+         CRASHED.state_name),
         ({lambda_errors.OUT_OF_MEMORY}, OUT_OF_MEMORY.state_name),
         ({lambda_errors.UNKNOWN}, segment_states.CLASSIFY_UNKNOWN)]
     if _distributed(any_synth):  # anything else is a status too, never a failed child
