@@ -56,7 +56,10 @@ test: lint
 run: setup
 	$(PY) -m local run $(if $(PLAN),--plan $(PLAN),)
 
+# cdk.out is removed first: a synth that fails on a bad plan must not leave an older template
+# behind that a later `cdk deploy` would pick up.
 synth: setup
+	rm -rf cdk.out
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH npx cdk synth --no-notices -q $(if $(PLAN),-c plan=$(PLAN),)
 
 bench: setup

@@ -1,10 +1,12 @@
-"""Fuzzes two input doors with random mutations of valid inputs (issue 15).
+"""Fuzzes the input doors with random mutations of valid inputs (issue 15).
 
 * ``plan``: a valid plan document, its fields replaced, deleted, renamed or its bytes broken,
   into the synth's entry (infra.settings.load_settings) and the trigger's (Plan.from_json).
 * ``workload``, ``platform``: a shipped workload or platform profile mutated the same way,
   into ``python -m planner plan --workload/--platform``.
 * ``flags``: random values for the planner's flags.
+* ``console``, ``archive``: the trigger's start input and damaged dataset archives
+  (bench/fuzz_runtime_doors.py).
 
 The property at every door: a clean error of that door's one type naming a field or flag
 (PlanError; exit 2 with one JSON object naming an existing flag), or accepted and valid
@@ -29,6 +31,7 @@ from typing import Any, TypeVar
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from bench.fuzz_runtime_doors import runtime_door_cases
 from fasdl.plan import PLAN_MAX_COMPACT_BYTES, Plan, PlanError
 from fasdl.plan_fields import AWS_REGIONS
 from infra.settings import DEFAULT_PLAN_PATH, STUB_TORCH_LAYER, load_settings
@@ -285,7 +288,8 @@ def main_bench() -> None:
     args = parser.parse_args()
     doors = []
     with tempfile.TemporaryDirectory() as folder:
-        for door, (strategy, check) in door_cases(Path(folder)).items():
+        cases = {**door_cases(Path(folder)), **runtime_door_cases()}
+        for door, (strategy, check) in cases.items():
             result = fuzz(strategy, check, args.cases, args.seed)
             doors.append({"door": door, **result})
             print(f"{door}: {result['cases']} cases, {result['failures']} failures", flush=True)
