@@ -1,0 +1,29 @@
+"""A console ``resume`` (issue 15): only the state of an existing run, consistent with its
+plan, its checkpoints and its fence, is continued; anything else is refused naming the field."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fasdl.segments import RunStateError
+from tests.runtime.test_handlers import s3, start, trigger  # noqa: F401 - s3 is a fixture
+
+
+@pytest.mark.usefixtures("s3")  # the in-memory buckets of tests/runtime/test_handlers.py
+def test_a_console_resume_must_match_an_existing_run() -> None:
+    run = start({"run_id": "real"})
+    later = trigger.handler({"action": "next", "run": run}, None)  # no checkpoint was written
+    forged = [
+        ({**run, "run_id": "../x"}, "run_id"),
+        ({**run, "plan_key": "runs/other/plan.json"}, "resume.plan_key"),
+        ({**run, "run_id": "ghost", "plan_key": "runs/ghost/plan.json"}, "cannot read"),
+        ({**run, "segment": {**run["segment"], "iterations": 10**9}}, "run past the plan"),
+        ({**run, "workers": list(range(1000))}, "resume.workers"),
+        (later, "no checkpoint of epoch 1 at iteration 10"),
+    ]
+    for state, message in forged:
+        with pytest.raises(RunStateError, match=re.escape(message)):
+            start({"resume": state})
+    assert start({"resume": run})["segment"]["epoch"] > later["segment"]["epoch"]
