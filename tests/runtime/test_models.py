@@ -37,6 +37,15 @@ def test_paper_families_match_the_papers_model_size(name: str) -> None:
     assert size == pytest.approx(PAPER_MODEL_MB[name], rel=PAPER_SIZE_TOLERANCE)
 
 
+# torchvision's counts for resnet50, mobilenet_v2 and squeezenet1_1 with 1000 classes
+TORCHVISION_COUNTS = {"resnet50": 25_557_032, "mobilenet": 3_504_872, "squeezenet": 1_235_496}
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_COUNTS))
+def test_paper_families_have_torchvisions_exact_parameter_count(name: str) -> None:
+    assert parameter_count(name, PAPER_NUM_CLASSES) == TORCHVISION_COUNTS[name]
+
+
 @pytest.mark.parametrize("name", ["resnet50", "squeezenet"])
 @pytest.mark.parametrize("shape", [(1, 8, 8), (3, 32, 32)])
 def test_size_matched_mlps_carry_the_paper_models_size(name: str,
@@ -48,7 +57,8 @@ def test_size_matched_mlps_carry_the_paper_models_size(name: str,
 
 
 def test_cifar10_heads_are_smaller_by_exactly_the_classifier() -> None:
-    assert parameter_count("resnet50", 10) == 23_520_842  # ≈ 23.5 M, the well-known count
+    # torchvision's resnet50 (25,557,032) with a 10-way head; the CIFAR-stem variant has 23,520,842
+    assert parameter_count("resnet50", 10) == 25_557_032 - 990 * 2049
     assert parameter_count("resnet18", 10) == 11_173_962
     # only the last layer depends on the number of classes
     assert parameter_count("resnet50", 1000) - parameter_count("resnet50", 10) == 990 * 2049
