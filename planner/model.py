@@ -32,8 +32,8 @@ What the paper leaves out and a user pays for (documented additions):
   S_d·max(B^a,B^n)/B^g, plus the platform's cold start: invocation_overhead_s and the torch
   load torch_load_cpu_s / min(M/1769, 1), unpack + import on one thread; docs/cold-start.md),
   and a checkpoint write.
-- Lambda request fees, Step Functions state transitions, S3 requests of checkpoints and data
-  loads, arm64 vs x86_64 GB-second prices.
+- Lambda request fees, Step Functions state transitions, S3 requests of checkpoints, data
+  loads and fencing (planner/segment_requests.py), arm64 vs x86_64 GB-second prices.
 - S3 exchange requests with the epoch factor E:  E·I·(PUT·K·W + GET·2K(W−1))   (3-24..3-26)
 - ElastiCache Serverless (Valkey): ECPUs for S_m·(3W−2) MB per iteration (3-27) at 1 ECPU
   per KB, plus data stored (two iterations of shards, at least the metered minimum) in
@@ -53,11 +53,11 @@ from numpy.typing import ArrayLike, NDArray
 
 from planner.memory import memory_exceeded, role_max_batch
 from planner.profiles import PlatformProfile, Prices, WorkloadProfile
+from planner.segment_requests import segment_request_cost
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-GETS_PER_LOAD = 4  # per segment load: x.npy and y.npy ranges, merged model, optimizer state
 # Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
 # the loop bookkeeping plus two per worker iteration (task scheduled and succeeded).
 SFN_FIXED_TRANSITIONS, SFN_TRANSITIONS_PER_SEGMENT, SFN_TRANSITIONS_PER_WORKER = 4, 4, 2
@@ -314,8 +314,7 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
                    + segments * (SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w))
     cost_requests = invocations * prices.lambda_request + transitions * prices.sfn_transition
     cost_exchange = _exchange_cost(problem, w, k, total_iterations, time)
-    cost_checkpoint = segments * (prices.s3_get * GETS_PER_LOAD * w
-                                  + prices.s3_put * (w + k + 1))
+    cost_checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time)
     cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
 
     violation = _violations(problem, w, mem, k, ba, bn, global_batch, segment_iterations, time)

@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fasdl.fencing import DEFAULT_FENCE_CHECK_S
+
 if TYPE_CHECKING:
     from fasdl.channel.base import Channel
     from fasdl.channel.factory import ChannelConfig
@@ -82,7 +84,7 @@ class Settings:
     peer_wait_start_s: float = 120.0
     peer_wait_min_s: float = 10.0
     peer_wait_factor: float = 5.0
-    fence_check_s: float = 10.0  # one small GET per worker per 10 s: a zombie stops within it
+    fence_check_s: float = DEFAULT_FENCE_CHECK_S
     plan_json: str | None = None  # FASDL_PLAN, the trigger only
     exchange_inflight_mb: float = 0.0  # 0: derived from the plan (exchange_inflight_bytes)
 
@@ -127,7 +129,7 @@ class Settings:
             peer_wait_start_s=_number(source, "FASDL_PEER_WAIT_START_S", 120.0),
             peer_wait_min_s=_number(source, "FASDL_PEER_WAIT_MIN_S", 10.0),
             peer_wait_factor=_number(source, "FASDL_PEER_WAIT_FACTOR", 5.0),
-            fence_check_s=_number(source, "FASDL_FENCE_CHECK_S", 10.0),
+            fence_check_s=_number(source, "FASDL_FENCE_CHECK_S", DEFAULT_FENCE_CHECK_S),
             plan_json=source.get("FASDL_PLAN") or None,
             exchange_inflight_mb=_number(source, "FASDL_EXCHANGE_INFLIGHT_MB", 0.0),
         )

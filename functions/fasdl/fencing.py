@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from fasdl.channel.base import Channel
 
 FENCE_FORMAT = 1
+DEFAULT_FENCE_CHECK_S = 10.0  # one small GET per worker per 10 s: a zombie stops within it
 
 
 class WorkerFenced(RuntimeError):
