@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fasdl.plan import Plan, PlanError
+from fasdl.s3_errors import is_missing
 
 RangeReader = Callable[[str, int, int], bytes]
 SizeOf = Callable[[str], int | None]  # an object's size in bytes, None when it is missing
 _ITEM_BYTES = {"|u1": 1, "<f4": 4, "<i8": 8}
-_MISSING = ("NoSuchKey", "404", "NotFound")
 
 
 class DatasetError(ValueError):
@@ -113,18 +113,12 @@ def check_dataset(plan: Plan, read_range: RangeReader, size_of: SizeOf) -> Plan:
     return plan
 
 
-def _missing(error: Exception) -> bool:
-    response = getattr(error, "response", None)
-    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-    return code in _MISSING
-
-
 def s3_sizes(s3: Any, bucket: str) -> SizeOf:
     def size_of(key: str) -> int | None:
         try:
             size: int = s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
         except Exception as error:
-            if _missing(error):
+            if is_missing(error):
                 return None
             raise
         return size

@@ -58,6 +58,7 @@ from fasdl.kreduce import KReduceWorker, StepStats
 from fasdl.metrics import StepMetrics
 from fasdl.models import build_seeded_model
 from fasdl.plan import Plan
+from fasdl.s3_errors import is_missing
 from fasdl.segments import check_deployment
 from fasdl.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
 from fasdl.worker_event import WorkerEvent, WorkerEventError
@@ -69,7 +70,6 @@ DELAY_ENV = "FASDL_TEST_ITERATION_DELAY_S"
 CHECKPOINT_BASE_S = 2.0  # a few small PUTs plus the committer's wait
 CHECKPOINT_BYTES_PER_S = 20e6  # conservative S3 PUT throughput of one Lambda
 EVAL_BATCH = 1024
-_MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
 __all__ = ["SegmentTooLong", "TimeGuard", "WorkerEvent", "WorkerEventError", "peer_wait_s",
            "run_segment", "write_result"]
 
@@ -165,7 +165,7 @@ def _test_split(read_range: RangeReader, prefix: str,
     try:
         rows = read_layout(read_range, f"{prefix}/test/x.npy").rows
     except ClientError as error:  # no test split: nothing to evaluate
-        if error.response.get("Error", {}).get("Code") in _MISSING:
+        if is_missing(error):
             return None
         raise
     split = load_partition(read_range, f"{prefix}/test", 0, rows, cache_dir)

@@ -28,6 +28,7 @@ from fasdl.dataset_check import check_dataset, s3_ranges, s3_sizes
 from fasdl.json_input import unknown_field_message
 from fasdl.keys import manifest_key
 from fasdl.plan import Plan, PlanError
+from fasdl.s3_errors import is_missing
 
 MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
 MAX_RETRIES = 2  # per segment: same-length reruns after a crash (a repeatable bug stops soon)
@@ -228,12 +229,6 @@ def partition_layout(plan: Plan) -> list[dict[str, int]]:
 
 
 # ---- the trigger's actions over S3 (client passed in: boto3 is imported by the caller) -------
-def _missing(error: Exception) -> bool:
-    response = getattr(error, "response", None)
-    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-    return code in ("NoSuchKey", "404", "NotFound")
-
-
 def check_input_fields(execution_input: Mapping[str, Any]) -> None:
     """Unknown fields are errors (``{"epoch": 5}`` must not silently run the deployed epochs);
     ``resume`` stands alone."""
@@ -295,7 +290,7 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     try:
         existing = s3.get_object(Bucket=results_bucket, Key=plan_key)["Body"].read()
     except Exception as error:
-        if not _missing(error):
+        if not is_missing(error):
             raise
     else:  # a run's keys must never mix with an older run's: same id only for a retry
         if Plan.from_json(existing.decode()).provenance.get("execution") != execution:

@@ -16,9 +16,9 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fasdl.channel.base import Channel, ChannelError
+from fasdl.s3_errors import is_missing
 
 DELETE_BATCH = 1000  # the DeleteObjects limit
-_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _CONFLICT_RETRIES = 5
 
 
@@ -110,7 +110,7 @@ class S3Channel(Channel):
             response = self._client.get_object(Bucket=self.bucket, Key=self.prefix + key)
             body: bytes = response["Body"].read()
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING_CODES:
+            if is_missing(exc):
                 return None
             raise self._fail("get", key, exc) from exc
         except BotoCoreError as exc:
