@@ -154,10 +154,9 @@ class Settings:
 
     def exchange_inflight_bytes(self, memory_mb: float, model_mb: float) -> int:
         """The worker's cap on frame bytes: the setting, or the plan's derived default."""
-        from fasdl.inflight import MIB, default_inflight_mb  # numpy: workers only
+        from fasdl.inflight import cap_bytes  # numpy: workers only
 
-        megabytes = self.exchange_inflight_mb or float(default_inflight_mb(memory_mb, model_mb))
-        return max(1, int(megabytes * MIB))
+        return cap_bytes(memory_mb, model_mb, self.exchange_inflight_mb)
 
     # ---- keys -----------------------------------------------------------------------------
     def run_prefix(self, run_id: str) -> str:

@@ -6,7 +6,7 @@ folded, and an aggregator's merged shard. :class:`FrameBudget` keeps their sum a
 C, except that one frame is always admitted when nothing else is held (so a shard larger than
 C still moves, one at a time). Hence frames held <= max(C, one frame).
 
-The default cap (:func:`default_inflight_mb`, MB = 2^20 bytes)::
+The default cap (:func:`default_inflight_mb`, MB = 2^20 bytes; in bytes :func:`cap_bytes`)::
 
     C = min(max(2·S_m, 64 MB), M/20, 256 MB)
 
@@ -53,6 +53,13 @@ def default_inflight_mb(memory_mb: ArrayLike, model_mb: ArrayLike) -> FloatArray
     memory = np.asarray(memory_mb, dtype=np.float64)
     share = np.minimum(memory * MEMORY_SHARE, CEILING_MB)
     return np.asarray(np.minimum(np.maximum(2.0 * model, FLOOR_MB), share), dtype=np.float64)
+
+
+def cap_bytes(memory_mb: float, model_mb: float, setting_mb: float = 0.0) -> int:
+    """A worker's cap C in bytes: ``setting_mb`` (``FASDL_EXCHANGE_INFLIGHT_MB``) when > 0,
+    else the default :func:`default_inflight_mb` the plan's memory model assumes."""
+    megabytes = setting_mb or float(default_inflight_mb(memory_mb, model_mb))
+    return max(1, int(megabytes * MIB))
 
 
 def exchange_memory_mb(model_mb: ArrayLike, memory_mb: ArrayLike, workers: ArrayLike,

@@ -193,8 +193,7 @@ class KReduceWorker:
         self._max_in_flight = max_in_flight
         # frames held at once (fasdl.inflight): the planner's memory model assumes this cap
         if inflight_bytes is None:
-            inflight_bytes = int(inflight.default_inflight_mb(
-                plan.deployment.memory_mb, plan.workload.model_mb) * inflight.MIB)
+            inflight_bytes = inflight.cap_bytes(plan.deployment.memory_mb, plan.workload.model_mb)
         self.budget = inflight.FrameBudget(inflight_bytes)
         self._read_copies = inflight.READ_COPIES.get(plan.deployment.channel, 1.0)
         # merged parameters of one iteration handed in by a checkpoint restore (HAP reads
