@@ -21,6 +21,7 @@ from local.cache_plane import CacheStackState
 from local.chaos_faults import StorageFaults
 from local.faults import InputError, parse_inject_env
 from local.runner import RunOptions, run
+from local.sandbox import DEFAULT_IDLE_S
 from local.service_faults import KINDS, OPTION, parse_service_fault
 
 
@@ -45,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--threads", type=int,
                             help="CPU threads per invocation (default 1, with --emulate-lambda "
                                  "ceil(M/1769); 0: no cap)")
+    run_parser.add_argument("--warm-idle", type=float, default=DEFAULT_IDLE_S, metavar="S",
+                            help="reuse an idle sandbox of the same function for this many "
+                                 f"seconds, like Lambda's warm starts (default {DEFAULT_IDLE_S:.0f}"
+                                 "; 0: every invocation starts cold)")
     run_parser.add_argument("--emulate-lambda", nargs="?", const="default", metavar="PLATFORM",
                             help="give each invocation Lambda's CPU (M/1769 vCPU) and channel "
                                  "bandwidth from a platform profile: a shipped name, a JSON "
@@ -128,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value <= 0:
             print(f"fasdl local: {name} must be > 0, got {value}", file=sys.stderr)
             return 2
+    if args.warm_idle < 0:
+        print(f"fasdl local: --warm-idle must be >= 0 s, got {args.warm_idle}", file=sys.stderr)
+        return 2
     if args.threads is not None and args.threads < 0:
         print(f"fasdl local: --threads must be >= 0, got {args.threads}", file=sys.stderr)
         return 2
@@ -149,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
         restart_cache_at=args.restart_cache_at, memory_limit=args.memory_limit == "on",
         inject_service_errors=service_errors, account=account, cache_stack=args.cache_stack,
-        oom_error=args.oom_error, storage_faults=StorageFaults(
+        oom_error=args.oom_error, warm_idle_s=args.warm_idle, storage_faults=StorageFaults(
             args.restart_s3_at, args.plant_stale_frame, args.truncate_frame))
     signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -1,9 +1,13 @@
-"""A Lambda emulator: ONE PROCESS PER INVOCATION, the function's environment, its timeout enforced.
+"""A Lambda emulator: sandbox processes, the function's environment, its timeout enforced.
 
-Each invocation starts ``python -m local.invoke`` (this venv's interpreter) in the function's
-code dir, with exactly the function's environment plus the variables the Lambda runtime sets
-(``AWS_LAMBDA_FUNCTION_NAME``, ``..._MEMORY_SIZE``, ``AWS_REGION``, ``_HANDLER``...). Semantics,
-as the Step Functions Lambda integration sees them:
+Each invocation runs in a sandbox, ``python -m local.invoke --serve`` (this venv's
+interpreter) in the function's code dir, with exactly the function's environment plus the
+variables the Lambda runtime sets (``AWS_LAMBDA_FUNCTION_NAME``, ``..._MEMORY_SIZE``,
+``AWS_REGION``, ``_HANDLER``...). As on Lambda, an idle sandbox of the same function and
+configuration is reused (a warm start: imports, module state and files kept) and one idle
+for ``warm_idle_s`` is shut down; a timed-out, crashed or killed one never is
+(local/sandbox.py). Each :class:`Invocation` says whether it started cold. Semantics, as the
+Step Functions Lambda integration sees them:
 
 * success: the handler's return value, JSON;
 * the handler raised: a function error ``{"errorType": <exception class name>, ...}``;
@@ -14,8 +18,6 @@ as the Step Functions Lambda integration sees them:
 * the process died without a result: ``Runtime.ExitError``, like Lambda;
 * an injected service error (local/service_faults.py): the Invoke call fails, nothing runs.
 
-Warm starts are not emulated: every invocation is a cold start (torch import included).
-
 With a :class:`~local.emulation.LambdaEmulation`, an invocation of memory M also gets Lambda's
 resources: ceil(M/1769) threads, M/1769 CPUs (held from here, local/throttle.py) and channels
 shaped to the platform profile (in the child, local/shaping.py). See docs/emulation.md.
@@ -23,11 +25,9 @@ shaped to the platform profile (in the child, local/shaping.py). See docs/emulat
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,7 +45,8 @@ from infra.lambda_runtime import PYTHON_RUNTIME
 from local.emulation import LambdaEmulation
 from local.event_tags import log_tag, worker_of
 from local.invoke import DEADLINE_ENV, PEAK_RSS_KEY
-from local.memory_watchdog import DEFAULT_TICK_S, MIB, MemoryWatchdog
+from local.memory_watchdog import DEFAULT_TICK_S, MIB, MemoryWatchdog, report_lines
+from local.sandbox import DEFAULT_IDLE_S, Sandbox, SandboxPool, kill_group, sandbox_key
 from local.service_faults import ServiceError, ServiceErrorKind, ServiceFault, kind_named
 from local.throttle import CpuThrottle, available_cores
 
@@ -84,6 +85,7 @@ class Invocation:
     worker: int | None = None  # the event's "worker", for per-worker reports
     memory_mb: int | None = None  # the function's memory size M
     peak_rss_mb: float | None = None  # the process group's peak (MiB); None: nothing ran
+    cold_start: bool | None = None  # a new sandbox ran its Init; None: nothing ran
     service_error: ServiceError | None = None  # injected: the Invoke call failed, nothing ran
 
     @property
@@ -127,7 +129,8 @@ class LambdaEmulator:
                  memory_tick_s: float = DEFAULT_TICK_S,
                  service_faults: Iterable[ServiceFault] = (),
                  gate: Callable[[str], ServiceErrorKind | None] | None = None,
-                 oom_error: str = OUT_OF_MEMORY) -> None:
+                 oom_error: str = OUT_OF_MEMORY,
+                 warm_idle_s: float | None = DEFAULT_IDLE_S) -> None:
         self.functions = dict(functions)
         self.oom_error = oom_error  # Lambda has reported OOM kills as either name
         self.region = region
@@ -145,6 +148,7 @@ class LambdaEmulator:
         self._faults: dict[str, deque[ServiceErrorKind]] = {}
         self._gate = gate  # function name -> how the Invoke API refuses it now (control_plane)
         self._closed = False
+        self._pool = SandboxPool(warm_idle_s)  # None or 0: every invocation starts cold
         self.invocations: list[Invocation] = []
         for fault in service_faults:
             self.inject_service_error(fault.function, fault.kind, fault.count)
@@ -253,50 +257,80 @@ class LambdaEmulator:
         event_file, result_file = work / "event.json", work / "result.json"
         event_file.write_bytes(body or b"{}")
         started = time.time()
-        command = [sys.executable, "-m", "local.invoke", spec.handler, str(event_file),
-                   str(result_file), request_id]
-        with log_path.open("wb") as log:
-            process, throttle, watchdog = self._start(spec, request_id, command, log, started)
-            timed_out = False
+        deadline_ms = int((started + spec.timeout_s) * 1000)
+        request = {"event": str(event_file), "result": str(result_file),
+                   "request_id": request_id, "log": str(log_path), "deadline_ms": deadline_ms}
+        with log_path.open("ab") as log:  # append: the sandbox writes to it too
+            sandbox, cold = self._sandbox(spec, log, deadline_ms)
+            throttle, watchdog = self._hold(spec, request_id, sandbox)
+            answered: bool | None = False
             try:
-                process.wait(timeout=spec.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(process, throttle)
+                answered = sandbox.serve(request, spec.timeout_s - (time.time() - started))
+                if not answered:  # timed out, or died: nothing of it is reused
+                    sandbox.kill(throttle.stop if throttle is not None else None)
             finally:
-                watchdog.stop()
-                if throttle is not None:
-                    throttle.stop()  # never leave a stopped group behind
-                    log.write(f"[local emulator] CPU capped at {throttle.share:.2f} vCPU: held "
-                              f"{throttle.stopped_s:.2f} s in {throttle.stops} stops\n".encode())
-                with self._lock:
-                    self._running.pop(request_id, None)
-                    self._throttles.pop(request_id, None)
-            ran = _Ran(spec, request_id, started, time.time() - started, process.returncode,
-                       timed_out, watchdog, result_file, log_path)
-            invocation = dataclasses.replace(self._outcome(ran, log), worker=worker_of(body))
+                self._release(request_id, watchdog, throttle, log)
+            ran = _Ran(spec, request_id, started, time.time() - started,
+                       sandbox.process.poll() or 0, answered is None, watchdog, result_file,
+                       log_path)
+            if cold:
+                log.write(b"[local emulator] cold start: a new sandbox ran its Init\n")
+            invocation = dataclasses.replace(self._outcome(ran, log), worker=worker_of(body),
+                                             cold_start=cold)
+        self._keep_or_discard(sandbox, invocation)
         return self._record(invocation)
 
-    def _start(self, spec: FunctionSpec, request_id: str, command: list[str], log: IO[bytes],
-               started: float) -> tuple[subprocess.Popen[bytes], CpuThrottle | None,
-                                        MemoryWatchdog]:
-        deadline_ms = int((started + spec.timeout_s) * 1000)
+    def _sandbox(self, spec: FunctionSpec, log: IO[bytes], deadline_ms: int
+                 ) -> tuple[Sandbox, bool]:
+        """An idle sandbox of this function and configuration, or a new one: (it, cold)."""
+        env = self._environment(spec, deadline_ms)
+        key = sandbox_key(spec.name, spec.handler, str(spec.code_dir), spec.memory_mb,
+                          {name: value for name, value in env.items() if name != DEADLINE_ENV})
+        warm = self._pool.take(key)
         with self._lock:
             if self._closed:
+                if warm is not None:
+                    warm.kill()
                 raise RuntimeError("the Lambda emulator is shut down")
-            # Own session: a timeout kills the handler's children too, and Ctrl-C in the
-            # terminal reaches only the runner, which then stops invocations itself.
-            process = subprocess.Popen(
-                command, cwd=spec.code_dir, env=self._environment(spec, deadline_ms),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
-            self._running[request_id] = process
-            throttle = self._throttle(spec, process)
+            if warm is not None:
+                return warm, False
+            command = [sys.executable, "-m", "local.invoke", "--serve", spec.handler]
+            return Sandbox.start(key, command, cwd=str(spec.code_dir), env=env, log=log), True
+
+    def _hold(self, spec: FunctionSpec, request_id: str, sandbox: Sandbox
+              ) -> tuple[CpuThrottle | None, MemoryWatchdog]:
+        """The invocation's CPU cap and memory watchdog, registered for :meth:`shutdown`."""
+        with self._lock:
+            self._running[request_id] = sandbox.process
+            throttle = self._throttle(spec, sandbox.process)
             if throttle is not None:
                 self._throttles[request_id] = throttle.start()
-            watchdog = MemoryWatchdog(process.pid, spec.memory_mb if self.memory_limit else None,
+            watchdog = MemoryWatchdog(sandbox.process.pid,
+                                      spec.memory_mb if self.memory_limit else None,
                                       tick_s=self.memory_tick_s).start()
-        return process, throttle, watchdog
+        return throttle, watchdog
+
+    def _release(self, request_id: str, watchdog: MemoryWatchdog, throttle: CpuThrottle | None,
+                 log: IO[bytes]) -> None:
+        watchdog.stop()
+        if throttle is not None:
+            throttle.stop()  # never leave a stopped group behind
+            log.write(f"[local emulator] CPU capped at {throttle.share:.2f} vCPU: held "
+                      f"{throttle.stopped_s:.2f} s in {throttle.stops} stops\n".encode())
+        with self._lock:
+            self._running.pop(request_id, None)
+            self._throttles.pop(request_id, None)
+
+    def _keep_or_discard(self, sandbox: Sandbox, invocation: Invocation) -> None:
+        """Lambda resets an environment after a crash, timeout, OOM or Init error."""
+        error = invocation.error_type or ""
+        reset = error.startswith("Runtime.") or error in (TIMEOUT, EXIT, self.oom_error)
+        with self._lock:
+            closed = self._closed
+        if reset or closed or not sandbox.alive():
+            sandbox.kill()
+        else:
+            self._pool.give_back(sandbox)
 
     def _record(self, invocation: Invocation) -> Invocation:
         with self._lock:
@@ -312,7 +346,8 @@ class LambdaEmulator:
         reported = int(outcome.pop(PEAK_RSS_KEY, 0)) * 1024 if outcome else 0
         peak = max(ran.watchdog.peak_bytes, reported)
         over = self.memory_limit and peak > spec.memory_mb * MIB
-        log.write(_memory_lines(ran, peak, over, self.memory_tick_s).encode())
+        log.write(report_lines(ran.request_id, ran.duration_s, spec.memory_mb, ran.watchdog,
+                               peak, over and not ran.timed_out).encode())
 
         def done(payload: dict[str, Any] | Any, error_type: str | None) -> Invocation:
             return Invocation(spec.name, request_id, json.dumps(payload).encode(),
@@ -349,7 +384,8 @@ class LambdaEmulator:
             processes = [(process, self._throttles.get(request_id))
                          for request_id, process in self._running.items()]
         for process, throttle in processes:
-            _kill_group(process, throttle)
+            kill_group(process, throttle.stop if throttle is not None else None)
+        self._pool.close()
 
     def cleanup(self) -> None:
         import shutil
@@ -362,32 +398,3 @@ class LambdaEmulator:
 
     def __exit__(self, *exc_info: object) -> None:
         self.cleanup()
-
-
-def _memory_lines(ran: _Ran, peak: int, over: bool, tick_s: float) -> str:
-    """Lambda's REPORT fields, and why the invocation was killed if it was."""
-    memory_mb, watchdog = ran.spec.memory_mb, ran.watchdog
-    lines = []
-    if watchdog.killed_at_bytes is not None:
-        lines.append(f"[local emulator] out of memory: the process group used "
-                     f"{watchdog.killed_at_bytes / MIB:.1f} MB > memory size {memory_mb} MB: "
-                     "killed it (Runtime.OutOfMemory)")
-    elif over and not ran.timed_out:
-        lines.append(f"[local emulator] out of memory: the peak {peak / MIB:.1f} MB exceeded "
-                     f"the memory size {memory_mb} MB between samples; Lambda would have "
-                     "killed it (Runtime.OutOfMemory)")
-    limit = "on" if watchdog.limit_mb is not None else "off"
-    lines.append(f"[local emulator] REPORT RequestId: {ran.request_id} Duration: "
-                 f"{ran.duration_s * 1000:.2f} ms Memory Size: {memory_mb} MB Max Memory Used: "
-                 f"{peak / MIB:.1f} MB (peak RSS of the process group, sampled every "
-                 f"{tick_s * 1000:.0f} ms; memory limit {limit})")
-    return "".join(line + "\n" for line in lines)
-
-
-def _kill_group(process: subprocess.Popen[bytes], throttle: CpuThrottle | None = None) -> None:
-    if throttle is not None:
-        throttle.stop()  # SIGCONT first: the throttle must not hold the group again meanwhile
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):  # exited meanwhile
-            os.killpg(process.pid, signal.SIGKILL)
-    process.wait()

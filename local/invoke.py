@@ -1,6 +1,13 @@
-"""The child process of one emulated Lambda invocation (see local/emulator.py).
+"""The child process of emulated Lambda invocations (see local/emulator.py, local/sandbox.py).
 
-``python -m local.invoke HANDLER EVENT_FILE RESULT_FILE REQUEST_ID`` imports ``HANDLER``
+``python -m local.invoke --serve HANDLER`` is a warm sandbox: it imports ``HANDLER`` once (the
+Init phase), then serves one invocation per JSON line on stdin (``event``, ``result``,
+``request_id``, ``deadline_ms``, ``log``: its output goes to that file) and answers ``done`` on
+the pipe named by ``FASDL_LOCAL_CONTROL_FD`` once the result is written; module state
+survives between invocations.
+
+``python -m local.invoke HANDLER EVENT_FILE RESULT_FILE REQUEST_ID`` serves one and exits. Each
+imports ``HANDLER``
 (``module.function``, resolved from the function's code dir on ``PYTHONPATH``), calls it with
 the event and a Lambda-like context, and writes ``{"result": ...}`` or ``{"errorType": ...,
 "errorMessage": ..., "stackTrace": [...]}`` to RESULT_FILE. The result goes to a file, not
@@ -69,15 +76,55 @@ def _load(handler: str) -> Callable[..., Any] | dict[str, Any]:
     return function  # type: ignore[no-any-return]
 
 
-def run(handler: str, event_file: Path, result_file: Path, request_id: str) -> None:
+CONTROL_FD_ENV = "FASDL_LOCAL_CONTROL_FD"  # a warm sandbox's answer pipe to the emulator
+DONE = b"done\n"
+
+
+def _init(handler: str) -> Callable[..., Any] | dict[str, Any]:
+    """The Init phase: shaping, then the handler's module."""
     shaping = os.environ.get(SHAPING_ENV)
     if shaping:  # before the handler's import, which may build its channel at module level
         from local.emulation import install_shaping
 
         install_shaping(shaping)
-    function = _load(handler)
+    return _load(handler)
+
+
+def run(handler: str, event_file: Path, result_file: Path, request_id: str) -> None:
+    _answer(_init(handler), event_file, result_file, request_id)
+
+
+def serve(handler: str) -> int:
+    """A warm sandbox: one Init, then invocations until stdin closes."""
+    control = os.fdopen(int(os.environ.pop(CONTROL_FD_ENV)), "wb", buffering=0)
+    function = _init(handler)
+    for line in sys.stdin:
+        request = json.loads(line)
+        _output_to(Path(request["log"]))
+        os.environ[DEADLINE_ENV] = str(request["deadline_ms"])
+        _answer(function, Path(request["event"]), Path(request["result"]),
+                str(request["request_id"]))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        control.write(DONE)
+    return 0
+
+
+def _output_to(log: Path) -> None:
+    """Point stdout and stderr (the file descriptors, so every writer follows) at ``log``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _answer(function: Callable[..., Any] | dict[str, Any], event_file: Path,
+            result_file: Path, request_id: str) -> None:
+    """Call the handler (or report its Init error); write RESULT_FILE atomically."""
     if isinstance(function, dict):
-        outcome = function
+        outcome = dict(function)  # a copy: a warm sandbox reports it again
     else:
         event = json.loads(event_file.read_text())
         try:
@@ -111,9 +158,11 @@ def _peak_rss_kb() -> int | None:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--serve":
+        return serve(argv[1])
     if len(argv) != 4:
-        print("usage: python -m local.invoke HANDLER EVENT_FILE RESULT_FILE REQUEST_ID",
-              file=sys.stderr)
+        print("usage: python -m local.invoke HANDLER EVENT_FILE RESULT_FILE REQUEST_ID\n"
+              "       python -m local.invoke --serve HANDLER", file=sys.stderr)
         return 2
     handler, event_file, result_file, request_id = argv
     run(handler, Path(event_file), Path(result_file), request_id)

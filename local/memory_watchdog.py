@@ -201,3 +201,24 @@ class MemoryWatchdog:
             if now - last_scan >= self.scan_s:
                 self._members |= session_members(self.pid)
                 last_scan = now
+
+
+def report_lines(request_id: str, duration_s: float, memory_mb: int, watchdog: MemoryWatchdog,
+                 peak: int, over: bool) -> str:
+    """Lambda's REPORT fields, and why the invocation was killed if it was (``over``: its
+    peak exceeded M between samples)."""
+    lines = []
+    if watchdog.killed_at_bytes is not None:
+        lines.append(f"[local emulator] out of memory: the process group used "
+                     f"{watchdog.killed_at_bytes / MIB:.1f} MB > memory size {memory_mb} MB: "
+                     "killed it (Runtime.OutOfMemory)")
+    elif over:
+        lines.append(f"[local emulator] out of memory: the peak {peak / MIB:.1f} MB exceeded "
+                     f"the memory size {memory_mb} MB between samples; Lambda would have "
+                     "killed it (Runtime.OutOfMemory)")
+    limit = "on" if watchdog.limit_mb is not None else "off"
+    lines.append(f"[local emulator] REPORT RequestId: {request_id} Duration: "
+                 f"{duration_s * 1000:.2f} ms Memory Size: {memory_mb} MB Max Memory Used: "
+                 f"{peak / MIB:.1f} MB (peak RSS of the process group, sampled every "
+                 f"{watchdog.tick_s * 1000:.0f} ms; memory limit {limit})")
+    return "".join(line + "\n" for line in lines)

@@ -115,7 +115,7 @@ def time_split(results: dict[tuple[int, int], dict[int, dict[str, Any]]],
                invocations: Sequence[Invocation], worker_function: str
                ) -> dict[int, dict[str, float]]:
     """Seconds per worker and part; ``startup`` = invocation wall time the handler did not
-    measure (process start, imports: a cold start every time here)."""
+    measure (process start and imports on a cold start; little on a warm one)."""
     split: dict[int, dict[str, float]] = {}
     handler_total: dict[int, float] = {}
     for workers in results.values():
@@ -163,7 +163,10 @@ def build_report(plan: Plan, *, run_id: str, channel: str, status: str, measured
         "time_split_per_worker_s": {str(w): {k: round(v, 3) for k, v in parts.items()}
                                     for w, parts in split.items()},
         "invocations": [{"function": i.function, "worker": i.worker, "error": i.error_type,
-                         "duration_s": round(i.duration_s, 3)} for i in invocations],
+                         "duration_s": round(i.duration_s, 3), "cold_start": i.cold_start}
+                        for i in invocations],
+        "starts": {"cold": sum(i.cold_start is True for i in invocations),
+                   "warm": sum(i.cold_start is False for i in invocations)},
         "summary": summary, "failure": failure, "execution_error": execution.get("error"),
         "execution_cause": execution.get("cause"),
         "plan": plan.to_dict(),
@@ -176,7 +179,10 @@ def format_summary(report: dict[str, Any]) -> str:
     predicted = report["predicted_s"]
     lines.append(f"  time: measured {report['measured_s']:.1f} s, predicted "
                  f"{'n/a' if predicted is None else f'{predicted:.1f} s'} (on AWS Lambda; "
-                 "locally every invocation is a cold start sharing this machine's CPUs)")
+                 "locally the invocations share this machine's CPUs)")
+    starts = report.get("starts") or {}
+    lines.append(f"  starts: {starts.get('cold', 0)} cold, {starts.get('warm', 0)} warm "
+                 "(a warm start reuses an idle sandbox of the function, as Lambda does)")
     if report["final_accuracy"] is not None:
         lines.append(f"  final test accuracy {report['final_accuracy']:.3f}, "
                      f"final loss {_fmt(report['final_loss'])}")
@@ -185,7 +191,7 @@ def format_summary(report: dict[str, Any]) -> str:
     parts = ", ".join(f"{name} {value:.1f} s ({100 * value / whole:.0f}%)"
                       for name, value in totals.items())
     lines.append(f"  worker time (sum over workers): {parts}")
-    lines.append("    (startup: process start + imports; every invocation is a cold start here)")
+    lines.append("    (startup: process start + imports of cold starts, and invoke overhead)")
     if report.get("execution_error"):
         lines.append(f"  error: {report['execution_error']}: {report['execution_cause']}")
     failure = report.get("failure")

@@ -50,6 +50,7 @@ from local.faults import ROLES, InputError, restarting
 from local.report import Progress
 from local.run_report import FinishedRun, wait_and_report
 from local.run_servers import RunServers, start_servers
+from local.sandbox import DEFAULT_IDLE_S
 from local.service_faults import ServiceFault
 from local.template import (
     LocalTemplate,
@@ -88,6 +89,7 @@ class RunOptions:
     emulate_lambda: str | None = None  # Lambda CPU + bandwidth: "default", a profile name/path
     memory_limit: bool = True  # kill an invocation past its memory size, as Lambda does
     oom_error: str = OUT_OF_MEMORY  # how such a kill is reported (or Runtime.ExitError)
+    warm_idle_s: float = DEFAULT_IDLE_S  # an idle sandbox is reused this long; 0: all cold
     inject_service_errors: tuple[ServiceFault, ...] = ()  # function = role (worker...)
     account: AccountOptions = field(default_factory=AccountOptions)  # control_plane.py
     cache_stack: CacheStackState = field(default_factory=CacheStackState)  # cache_plane.py
@@ -325,7 +327,8 @@ def _emulator(specs: dict[str, FunctionSpec], roles: dict[str, str], plan: Plan,
                               log_dir=report_dir / "logs", emulation=emulation,
                               memory_limit=options.memory_limit,
                               service_faults=_service_faults(options, roles, say),
-                              gate=control.worker.refusal, oom_error=options.oom_error)
+                              gate=control.worker.refusal, oom_error=options.oom_error,
+                              warm_idle_s=options.warm_idle_s)
     control.route_invocations(emulator.invoke)
     servers.logs.read_from(lambda: list(emulator.invocations))
     if emulation is not None:

@@ -66,6 +66,10 @@ def test_run_trains_every_epoch(tmp_path: Path, channel: str) -> None:
     assert report["final_accuracy"] is not None and report["final_accuracy"] > 0.2
     assert report["time_split_s"]["compute"] > 0 and report["time_split_s"]["exchange"] > 0
     assert report["summary"] is not None  # finalize wrote runs/<run_id>/summary.json
+    # after the first segment every worker reuses an idle sandbox, as on Lambda
+    workers = [i for i in report["invocations"] if i["worker"] is not None]
+    assert sum(not i["cold_start"] for i in workers) >= 4 * (EPOCHS - 1), workers
+    assert report["starts"]["warm"] >= 4 * (EPOCHS - 1) and "starts: " in done.stdout
     for name in ("training.png", "time_split.png"):
         assert (tmp_path / "report" / name).stat().st_size > 1000
     ports = _ports(done.stdout)

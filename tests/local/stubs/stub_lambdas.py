@@ -117,3 +117,20 @@ def exits(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 def unmarshallable(event: dict[str, Any], context: Any) -> Any:
     return {1, 2}
+
+
+_CALLS = 0  # module state: a warm sandbox keeps it
+
+
+def warm(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Counts its calls in module state; prints one line; raises, sleeps or exits on request."""
+    global _CALLS
+    _CALLS += 1
+    print(f"call {_CALLS} of pid {os.getpid()}", flush=True)
+    if event.get("exit"):
+        os._exit(3)
+    time.sleep(float(event.get("sleep", 0)))
+    if event.get("raise"):
+        raise ValueError("asked to fail")
+    return {"pid": os.getpid(), "calls": _CALLS,
+            "remaining_ms": context.get_remaining_time_in_millis()}
