@@ -42,10 +42,17 @@ class TimeGuard:
                 f"({self.margin_s:.1f} s) need {needed:.1f} s; retry the segment shorter")
 
 
+# Peers may still be starting (a cold start next to a warm one) until every worker has waited
+# on the others once: the first iteration's uploads, and under hap the merged shards loaded
+# one iteration later, in the second.
+START_ITERATIONS = 2
+
+
 def peer_wait_s(settings: Settings, recent: list[float], left_s: float) -> float:
-    """How long to wait for a peer's shard: long enough for staggered cold starts at the
-    first iteration, a few slowest iterations after that, never past ``left_s``."""
-    if recent:
+    """How long to wait for a peer's shard: long enough for staggered cold starts in the
+    first :data:`START_ITERATIONS` iterations, a few slowest iterations after that, never
+    past ``left_s``."""
+    if len(recent) >= START_ITERATIONS:
         bound = max(settings.peer_wait_min_s, settings.peer_wait_factor * max(recent))
     else:
         bound = settings.peer_wait_start_s
