@@ -9,27 +9,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from fasdl.plan import PlanError
-from planner.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
-from planner.model import ModelInputError, Problem
-from planner.planfile import to_plan
-from planner.profiles import (
-    ProfileError,
-    load_platform,
-    load_platform_file,
-    load_prices,
-    load_workload,
+from planner.cli_inputs import (
+    BATCH_STEP,
+    MAX_GLOBAL_BATCH,
+    CliError,
+    build_problem,
+    build_quotas,
+    check_writable,
+    fit_profile_error,
+    write_atomically,
 )
+from planner.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
+from planner.model import Problem
+from planner.planfile import to_plan
+from planner.profiles import ProfileError
 from planner.quotas import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_MEMORY_MB,
@@ -42,27 +43,7 @@ from planner.search import PATTERNS, SEARCHES, SearchResult, exact, exhaustive
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
 
-# Problem fields and the CLI arguments that set them, so errors name what the user typed.
-FIELD_TO_ARGUMENT = {
-    "epochs": "--epochs", "deadline_s": "--deadline", "max_global_batch": "--max-global-batch",
-    "timeout_s": "--timeout", "timeout_margin_s": "--timeout-margin", "workload": "--workload",
-    "channel": "--channel", "arch": "--arch", "region": "--region",
-    "min_workers": "--min-workers", "max_concurrency": "--max-concurrency",
-    "max_memory_mb": "--max-memory",
-}
-# The exact search evaluates ~(B^g_max/16)^2 configurations per memory: 4096 takes ~11 s and
-# ~1.3 GB, 10,000 runs out of memory. Larger caps wait for a search that scales.
-MAX_GLOBAL_BATCH = 4096
 MAX_POINTS = 100  # frontier: each point is three searches
-
-
-_Loaded = TypeVar("_Loaded")
-
-
-class CliError(Exception):
-    def __init__(self, argument: str, message: str) -> None:
-        super().__init__(f"argument {argument}: {message}")
-        self.argument = argument
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,7 +57,8 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", required=True,
                         help="shipped workload name (e.g. resnet50-cifar10) or a JSON file path")
     parser.add_argument("--deadline", type=float, required=True, help="T_max in seconds")
-    parser.add_argument("--max-global-batch", type=int, required=True, help="B^g_max")
+    parser.add_argument("--max-global-batch", type=int, required=True,
+                        help=f"B^g_max, {BATCH_STEP}-{MAX_GLOBAL_BATCH}")
     parser.add_argument("--epochs", type=int, required=True, help="E, training epochs")
     parser.add_argument("--channel", choices=("s3", "valkey"), default="s3")
     parser.add_argument("--arch", choices=("x86_64", "arm64"), default="x86_64")
@@ -84,8 +66,9 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", help="platform profile JSON (default: shipped profile)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="Lambda timeout in seconds (60-900, default 900)")
-    parser.add_argument("--timeout-margin", type=float, default=60.0,
-                        help="seconds a segment keeps free before the timeout (default 60)")
+    parser.add_argument("--timeout-margin", type=float, default=None,
+                        help="seconds a segment keeps free before the timeout, 0 to half of "
+                             "--timeout (default min(60, 10%% of --timeout))")
     parser.add_argument("--min-workers", type=int, default=1,
                         help="smallest W to consider (2 excludes standalone runs)")
     parser.add_argument("--max-concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY,
@@ -137,77 +120,6 @@ def _add_fit_arguments(fit: argparse.ArgumentParser) -> None:
                      help="seconds per invocation in the platform profile (default 2.0)")
     fit.add_argument("--png", help="plot measured vs fitted here")
     fit.add_argument("--json", action="store_true", help="print exactly one JSON object")
-
-
-def _load(argument: str, loader: Callable[..., _Loaded], *values: str) -> _Loaded:
-    """A profile from ``loader``; any error is the argument's that named the profile (a bad
-    field inside a --workload file is --workload's, not a flag named after the field)."""
-    try:
-        return loader(*values)
-    except ProfileError as error:
-        raise CliError(argument, str(error)) from error
-
-
-def build_problem(args: argparse.Namespace) -> Problem:
-    if not 1 <= args.max_global_batch <= MAX_GLOBAL_BATCH:
-        raise CliError("--max-global-batch", f"must be in [1, {MAX_GLOBAL_BATCH}] (the exact "
-                       f"search's grid grows with its square), got {args.max_global_batch}")
-    workload = _load("--workload", load_workload, args.workload)
-    if args.platform:
-        platform = _load("--platform", load_platform_file, args.platform)
-        if (platform.channel, platform.arch) != (args.channel, args.arch):
-            raise CliError("--platform", f"profile is for {platform.channel}/{platform.arch} but "
-                           f"--channel {args.channel} --arch {args.arch} were asked for")
-    else:
-        platform = _load("--channel", load_platform, args.channel, args.arch)
-    prices = _load("--region", load_prices, args.region)
-    try:
-        return Problem(workload=workload, platform=platform, prices=prices, epochs=args.epochs,
-                       deadline_s=args.deadline, max_global_batch=args.max_global_batch,
-                       timeout_s=args.timeout, timeout_margin_s=args.timeout_margin,
-                       min_workers=args.min_workers)
-    except ModelInputError as error:
-        raise CliError(FIELD_TO_ARGUMENT.get(error.field, "<command>"), str(error)) from error
-
-
-def check_writable(argument: str, path: str) -> None:
-    """Refuse an output path before a search that may take a while, not after it."""
-    target = Path(path)
-    try:
-        folder = target.parent
-        if target.is_dir():
-            raise CliError(argument, f"{path} is a folder; name a file")
-        if not folder.is_dir():
-            raise CliError(argument, f"folder {folder} of {path} does not exist")
-        writable = os.access(folder, os.W_OK | os.X_OK) and (
-            not target.exists() or os.access(target, os.W_OK))
-    except (OSError, ValueError) as error:  # e.g. a name too long or with a NUL byte
-        raise CliError(argument, f"cannot write {path!r}: {error}") from error
-    if not writable:
-        raise CliError(argument, f"cannot write {path}: permission denied")
-
-
-def write_atomically(argument: str, path: str, text: str) -> None:
-    """Write beside the target, then rename: a failed write never leaves half a file."""
-    target = Path(path)
-    temporary: Path | None = None
-    try:
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent,
-                                         prefix=f".{target.name}.", delete=False) as handle:
-            temporary = Path(handle.name)
-            handle.write(text)
-        os.replace(temporary, target)
-    except OSError as error:
-        if temporary is not None:
-            temporary.unlink(missing_ok=True)
-        raise CliError(argument, f"cannot write {path}: {error}") from error
-
-
-def build_quotas(args: argparse.Namespace) -> Quotas:
-    try:
-        return Quotas(max_concurrency=args.max_concurrency, max_memory_mb=args.max_memory)
-    except ModelInputError as error:
-        raise CliError(FIELD_TO_ARGUMENT[error.field], str(error)) from error
 
 
 def _run_search(args: argparse.Namespace, problem: Problem, quotas: Quotas) -> SearchResult:
@@ -341,7 +253,7 @@ def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     except SampleError as error:
         raise CliError(error.argument, str(error)) from error
     except ProfileError as error:  # a fitted value the profile rejects, e.g. a bad --name
-        raise CliError(f"--{(error.field or 'samples').replace('_', '-')}", str(error)) from error
+        raise fit_profile_error(error) from error
     emit(json.dumps({"status": "ok", **summary}) if args.json else "\n".join(lines))
     return EXIT_OK
 
@@ -352,12 +264,23 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], int]] 
 }
 
 
+def _out_of_memory(command: str) -> CliError:
+    if command == "fit":
+        return CliError("--samples", "the fit ran out of memory; pass fewer samples")
+    return CliError("--max-global-batch", "the search ran out of memory; lower it (allowed "
+                    f"{BATCH_STEP}-{MAX_GLOBAL_BATCH}; the exact search's grid grows with "
+                    "its square)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     wants_json = "--json" in arguments
     try:
         args = build_parser().parse_args(arguments)
-        return COMMANDS[args.command](args, print)
+        try:
+            return COMMANDS[args.command](args, print)
+        except MemoryError as error:  # it outgrew this machine: say which flag shrinks it
+            raise _out_of_memory(args.command) from error
     except CliError as error:
         if wants_json:
             print(json.dumps({"status": "error", "argument": error.argument,

@@ -26,7 +26,7 @@ from scipy.optimize import least_squares, lsq_linear
 
 from fasdl.json_input import JsonInputError, load_json_bytes
 from planner.fit import SaturationFit, fit_series, platform_from_fits, rounded
-from planner.profiles import DIRECTIONS, PlatformProfile, WorkloadProfile
+from planner.profiles import DIRECTIONS, LAMBDA_MAX_MEMORY_MB, PlatformProfile, WorkloadProfile
 
 KINDS = ("train", "transfer")
 
@@ -175,8 +175,9 @@ def sorted_text(values: Iterable[str]) -> list[str]:
 def fit_compute(batch: NDArray[np.float64], memory: NDArray[np.float64],
                 seconds: NDArray[np.float64]) -> tuple[float, float, float]:
     """a, b, m of T = a·(B+b)/(M+m), minimising relative time errors."""
-    floor = -float(memory.min()) * 0.999  # M + m > 0 at every profiled memory
-    span = 100.0 * float(memory.max())
+    # M + m > 0 at every profiled memory (and at Lambda's largest); m within the profile's bound
+    floor = -min(float(memory.min()), LAMBDA_MAX_MEMORY_MB) * 0.999
+    span = min(100.0 * float(memory.max()), 1e6)
     best = (math.inf, 1.0, 0.0, 0.0)
     for m in np.concatenate([np.linspace(floor, 0.0, 200, endpoint=False),
                              np.geomspace(1.0, span, 200)]):

@@ -11,15 +11,19 @@ from numpy.typing import ArrayLike, NDArray
 
 
 class ProfileError(ValueError):
-    """An invalid or unknown profile. ``field`` names the offending field when there is one."""
+    """An invalid or unknown profile. ``field`` names the offending field when there is one,
+    ``detail`` what is wrong with it (the message without the field's name), so a caller can
+    say where the field came from (a file, a fitted value)."""
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(self, message: str, field: str | None = None,
+                 detail: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+        self.detail = detail if detail is not None else message
 
 
 def bad(field_name: str, message: str) -> ProfileError:
-    return ProfileError(f"profile field '{field_name}': {message}", field_name)
+    return ProfileError(f"profile field '{field_name}': {message}", field_name, message)
 
 
 def number(field_name: str, value: object, *, low: float = -math.inf, above: bool = False,

@@ -46,15 +46,24 @@ LAMBDA_MAX_VCPUS = 6.0
 TORCH_LOAD_THREADS = 1.0
 
 
+# Lambda's largest function memory: m <= -10240 leaves M + m <= 0, no compute, at every memory.
+LAMBDA_MAX_MEMORY_MB = 10240.0
+
 # (field, low, low excluded, high) of WorkloadProfile's numbers. b > -1 keeps a·(B+b) > 0 for
-# every batch B >= 1; m may be below -M (a fit of a tiny model whose time is flat in M: the
-# searches mark M + m <= 0 infeasible); k >= 1e-9 MB, the fit's own bound, keeps
+# every batch B >= 1; m may be below -M for small M (a fit of a tiny model whose time is flat in
+# M: the searches mark M + m <= 0 infeasible) but not at every memory Lambda has (the fit's own
+# floor is -0.999 x its smallest profiled memory); k >= 1e-9 MB, the fit's own bound, keeps
 # B_M = (M - c)/k <= 1e13 in int64.
 # The upper bounds are far beyond any real workload and keep every product finite.
 _WORKLOAD_NUMBERS: tuple[tuple[str, float, bool, float], ...] = (
     ("dataset_mb", 0.0, True, 1e7), ("model_mb", 0.0, True, 1e5), ("a", 0.0, True, 1e6),
-    ("b", -1.0, True, 1e6), ("m", -1e6, False, 1e6), ("k", 1e-9, False, 1e5),
+    ("b", -1.0, True, 1e6), ("m", -LAMBDA_MAX_MEMORY_MB, True, 1e6), ("k", 1e-9, False, 1e5),
     ("c", 0.0, False, 1e6))
+# Why a bound is what it is, where the range alone does not say.
+_WORKLOAD_REASONS = {
+    "m": f"T = a·(B+b)/(M+m) needs M + m > 0 at some memory M <= {LAMBDA_MAX_MEMORY_MB:.0f} MB",
+    "b": "a·(B+b) must be > 0 for every batch B >= 1",
+}
 
 
 @dataclass(frozen=True)
@@ -76,8 +85,14 @@ class WorkloadProfile:
 
     def __post_init__(self) -> None:
         for name, low, above, high in _WORKLOAD_NUMBERS:
-            set_field(self, name, number(name, getattr(self, name), low=low, above=above,
-                                         high=high))
+            try:
+                value = number(name, getattr(self, name), low=low, above=above, high=high)
+            except ProfileError as error:
+                reason = _WORKLOAD_REASONS.get(name)
+                if reason is None:
+                    raise
+                raise bad(name, f"{error.detail} ({reason})") from error
+            set_field(self, name, value)
         text("notes", self.notes)
         try:  # name, model, dataset, samples and the sizes: the plan's own rules
             self.to_workload()

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from planner.model import Problem
-from planner.search import PATTERNS, SearchResult, frontier
+from planner.model import Problem, non_aggregator_times
+from planner.search import PATTERNS, Choice, SearchResult, frontier
 
 PATTERN_TITLES = {"kreduce": "K-REDUCE", "scatterreduce": "ScatterReduce",
                   "allreduce": "AllReduce", "standalone": "standalone"}
@@ -36,12 +36,28 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
         f"    cost: Lambda compute ${b['lambda_compute_usd']:.4f}, requests + Step Functions "
         f"${b['requests_usd']:.4f}, exchange ${b['exchange_usd']:.4f}, checkpoints + data "
         f"${b['checkpoint_and_data_usd']:.4f}",
-        f"    per iteration: train {b['train_aggregator_s']:.3f} s (B^a) / "
-        f"{b['train_non_aggregator_s']:.3f} s (B^n), upload {b['upload_s']:.3f} s, aggregate "
-        f"{b['aggregate_s']:.3f} s, download {b['download_s']:.3f} s; per segment: load "
-        f"{b['load_s']:.1f} s, checkpoint {b['checkpoint_s']:.1f} s",
+        *_iteration_lines(problem, choice),
+        f"    per segment: load {b['load_s']:.1f} s, checkpoint {b['checkpoint_s']:.1f} s",
     ]
     return "\n".join(lines)
+
+
+def _iteration_lines(problem: Problem, choice: Choice) -> list[str]:
+    """Each role's train, upload and download per iteration: at K = 1 the aggregator moves
+    nothing (its shard stays local) and the non-aggregators' transfers set the iteration."""
+    b = choice.breakdown
+    head = f"    per iteration {b['iteration_s']:.3f} s:"
+    if choice.workers == 1:
+        return [f"{head} train {b['train_aggregator_s']:.3f} s, no exchange (W = 1)"]
+    lines = [head, f"      aggregator      train {b['train_aggregator_s']:.3f} s (B^a), upload "
+                   f"{b['upload_s']:.3f} s, aggregate {b['aggregate_s']:.3f} s, download "
+                   f"{b['download_s']:.3f} s"]
+    if choice.aggregators >= choice.workers:
+        return [*lines, "      non-aggregator  none (K = W)"]
+    upload, download = non_aggregator_times(problem, np.array([choice.memory_mb]),
+                                            np.array([choice.aggregators]))
+    return [*lines, f"      non-aggregator  train {b['train_non_aggregator_s']:.3f} s (B^n), "
+                    f"upload {float(upload[0]):.3f} s, download {float(download[0]):.3f} s"]
 
 
 def choice_table(problem: Problem, results: list[SearchResult]) -> str:

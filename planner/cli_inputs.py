@@ -1,0 +1,187 @@
+"""The planner CLI's inputs: flags and profile files turned into a :class:`Problem`, every bad
+value an error (:class:`CliError`, exit 2) naming a flag that exists and, for a field of a
+workload or platform file, the file and its field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from planner.model import ModelInputError, Problem
+from planner.profiles import (
+    ProfileError,
+    known_workloads,
+    load_platform,
+    load_platform_file,
+    load_prices,
+    load_workload,
+)
+from planner.quotas import Quotas
+
+# Problem fields and the CLI arguments that set them, so errors name what the user typed.
+FIELD_TO_ARGUMENT = {
+    "epochs": "--epochs", "deadline_s": "--deadline", "max_global_batch": "--max-global-batch",
+    "timeout_s": "--timeout", "timeout_margin_s": "--timeout-margin", "workload": "--workload",
+    "channel": "--channel", "arch": "--arch", "region": "--region",
+    "min_workers": "--min-workers", "max_concurrency": "--max-concurrency",
+    "max_memory_mb": "--max-memory",
+}
+# Profile fields `fit` takes from an option; every other field is fitted from --samples.
+FIT_FIELD_TO_ARGUMENT = {
+    "name": "--name", "dataset": "--dataset", "samples": "--dataset-samples",
+    "dataset_mb": "--dataset-mb", "model_mb": "--model-mb", "channel": "--channel",
+    "arch": "--arch", "invocation_overhead_s": "--invocation-overhead",
+}
+# The exact search evaluates ~(B^g_max/16)^2 configurations per memory: 4096 takes ~20 s and
+# ~1.6 GB (peak RSS measured), 10,000 runs out of memory. Larger caps wait for a search that
+# scales; every other flag only shrinks the grid (W <= B^g_max/16, M <= 10,240 MB).
+MAX_GLOBAL_BATCH = 4096
+BATCH_STEP = Problem.batch_step  # the step of B^a in every search
+# The default --timeout-margin: 60 s, but never more than this share of --timeout.
+MAX_MARGIN_SECONDS, MARGIN_SHARE = 60.0, 0.1
+
+_Loaded = TypeVar("_Loaded")
+
+
+class CliError(Exception):
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(f"argument {argument}: {message}")
+        self.argument = argument
+
+
+def default_timeout_margin(timeout_s: float) -> float:
+    """min(60 s, 10 % of the timeout): 60 s at the 900-s default, 6 s at Lambda's 60-s floor."""
+    return min(MAX_MARGIN_SECONDS, MARGIN_SHARE * timeout_s)
+
+
+def _load(argument: str, loader: Callable[..., _Loaded], *values: str) -> _Loaded:
+    """A profile from ``loader``; any error is the argument's that named the profile."""
+    try:
+        return loader(*values)
+    except ProfileError as error:
+        raise CliError(argument, str(error)) from error
+
+
+def _load_file(argument: str, kind: str, loader: Callable[[str], _Loaded], value: str,
+               shipped: bool = False) -> _Loaded:
+    """A profile named by ``argument``; a bad field is the file's field (``workload file X:
+    field 'm': ...``), never a flag named after the field."""
+    try:
+        return loader(value)
+    except ProfileError as error:
+        if error.field in (None, "<file>", "workload"):  # the message names the file already
+            raise CliError(argument, str(error)) from error
+        where = f"shipped {kind} {value}" if shipped else f"{kind} file {value}"
+        field = "" if error.field == "<root>" else f" field '{error.field}':"
+        raise CliError(argument, f"{where}:{field} {error.detail}") from error
+
+
+def build_problem(args: argparse.Namespace) -> Problem:
+    _check_global_batch(args.max_global_batch)
+    workload = _load_file("--workload", "workload", load_workload, args.workload,
+                          shipped=args.workload in known_workloads())
+    if args.platform:
+        platform = _load_file("--platform", "platform", load_platform_file, args.platform)
+        if (platform.channel, platform.arch) != (args.channel, args.arch):
+            raise CliError("--platform", f"profile is for {platform.channel}/{platform.arch} but "
+                           f"--channel {args.channel} --arch {args.arch} were asked for")
+    else:
+        platform = _load("--channel", load_platform, args.channel, args.arch)
+    prices = _load("--region", load_prices, args.region)
+    margin = (default_timeout_margin(args.timeout) if args.timeout_margin is None
+              else args.timeout_margin)
+    try:
+        problem = Problem(workload=workload, platform=platform, prices=prices,
+                          epochs=args.epochs, deadline_s=args.deadline,
+                          max_global_batch=args.max_global_batch, timeout_s=args.timeout,
+                          timeout_margin_s=margin, min_workers=args.min_workers)
+    except ModelInputError as error:
+        raise _problem_error(error, args) from error
+    _check_min_workers(problem)
+    return problem
+
+
+def _check_global_batch(cap: int) -> None:
+    if not BATCH_STEP <= cap <= MAX_GLOBAL_BATCH:
+        why = (f"the searches' batches are multiples of {BATCH_STEP}, so a smaller cap admits "
+               "none" if cap < BATCH_STEP else
+               f"the exact search's grid grows with its square (~1.6 GB at {MAX_GLOBAL_BATCH}); "
+               "lower it")
+        raise CliError("--max-global-batch",
+                       f"must be in [{BATCH_STEP}, {MAX_GLOBAL_BATCH}]: {why}; got {cap}")
+
+
+def _check_min_workers(problem: Problem) -> None:
+    """Each worker trains at least one batch step, so W <= B^g_max / 16."""
+    limit = problem.worker_limit()
+    if problem.min_workers > limit:
+        raise CliError("--min-workers", f"must be in [1, {limit}]: each of W workers trains at "
+                       f"least {problem.batch_step} samples, so --max-global-batch "
+                       f"{problem.max_global_batch} allows W <= {limit}; got "
+                       f"{problem.min_workers}")
+
+
+def _problem_error(error: ModelInputError, args: argparse.Namespace) -> CliError:
+    argument = FIELD_TO_ARGUMENT.get(error.field, "<command>")
+    message = str(error).removeprefix(f"{error.field}: ")
+    if error.field == "timeout_margin_s":  # only a given margin: the default always fits
+        message = (f"must be in [0, {args.timeout / 2:g}] s, at most half of --timeout "
+                   f"{args.timeout:g}, got {args.timeout_margin:g}")
+    return CliError(argument, message)
+
+
+def build_quotas(args: argparse.Namespace) -> Quotas:
+    try:
+        return Quotas(max_concurrency=args.max_concurrency, max_memory_mb=args.max_memory)
+    except ModelInputError as error:
+        raise CliError(FIELD_TO_ARGUMENT[error.field],
+                       str(error).removeprefix(f"{error.field}: ")) from error
+
+
+def fit_profile_error(error: ProfileError) -> CliError:
+    """A fitted profile the profile checks refuse: the option that set the field, else the
+    samples the field was fitted from (there is no --a or --m)."""
+    field = error.field or "samples"
+    argument = FIT_FIELD_TO_ARGUMENT.get(field)
+    if argument is not None:
+        return CliError(argument, f"profile field '{field}': {error.detail}")
+    return CliError("--samples", f"profile field '{field}' fitted from the samples: "
+                                 f"{error.detail}")
+
+
+def check_writable(argument: str, path: str) -> None:
+    """Refuse an output path before a search that may take a while, not after it."""
+    target = Path(path)
+    try:
+        folder = target.parent
+        if target.is_dir():
+            raise CliError(argument, f"{path} is a folder; name a file")
+        if not folder.is_dir():
+            raise CliError(argument, f"folder {folder} of {path} does not exist")
+        writable = os.access(folder, os.W_OK | os.X_OK) and (
+            not target.exists() or os.access(target, os.W_OK))
+    except (OSError, ValueError) as error:  # e.g. a name too long or with a NUL byte
+        raise CliError(argument, f"cannot write {path!r}: {error}") from error
+    if not writable:
+        raise CliError(argument, f"cannot write {path}: permission denied")
+
+
+def write_atomically(argument: str, path: str, text: str) -> None:
+    """Write beside the target, then rename: a failed write never leaves half a file."""
+    target = Path(path)
+    temporary: Path | None = None
+    try:
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent,
+                                         prefix=f".{target.name}.", delete=False) as handle:
+            temporary = Path(handle.name)
+            handle.write(text)
+        os.replace(temporary, target)
+    except OSError as error:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+        raise CliError(argument, f"cannot write {path}: {error}") from error
