@@ -8,10 +8,11 @@ import re
 import pytest
 
 from fasdl.segments import RunStateError
-from tests.runtime.test_handlers import s3, start, trigger  # noqa: F401 - s3 is a fixture
+from tests.runtime.test_handlers import s3_env, s3_objects, start, trigger  # noqa: F401
 
 
-@pytest.mark.usefixtures("s3")  # the in-memory buckets of tests/runtime/test_handlers.py
+# conftest's buckets with test_handlers' s3_env and s3_objects (its deployment and dataset)
+@pytest.mark.usefixtures("s3")
 def test_a_console_resume_must_match_an_existing_run() -> None:
     run = start({"run_id": "real"})
     later = trigger.handler({"action": "next", "run": run}, None)  # no checkpoint was written

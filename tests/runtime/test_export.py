@@ -8,14 +8,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from moto import mock_aws
 
 from fasdl import results
 from fasdl.data import to_tensors
@@ -32,6 +30,7 @@ from fasdl.export import (
 )
 from fasdl.models import build_seeded_model
 from fasdl.segment_runner import _evaluate
+from tests.runtime.conftest import RESULTS, deployed_env
 from tests.runtime.test_kreduce import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,25 +219,11 @@ def test_cli_bad_input_is_one_line_and_exit_2(exported: bytes, digits: Path, spl
 
 # ---- finalize: runs/<run_id>/model.npz ------------------------------------------------------
 PLAN = make_plan(2, 1, 2, 2, "bsp", samples=100)
-RESULTS = "results"
 
 
 @pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "FASDL_STACK": "unit", "FASDL_CHANNEL": "s3",
-           "FASDL_DEPLOYMENT": PLAN.deployment_fingerprint(), "FASDL_DATASETS_BUCKET": "data",
-           "FASDL_RESULTS_BUCKET": RESULTS, "FASDL_EXCHANGE_BUCKET": "exchange",
-           "FASDL_EXCHANGE_PREFIX": "exchange/", "FASDL_RUNS_PREFIX": "runs/",
-           "FASDL_PLAN": PLAN.to_json()}
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        client = Settings.from_env().s3_client()
-        client.create_bucket(Bucket=RESULTS)
-        yield client
+def s3_env() -> dict[str, str]:  # tests/runtime/conftest.py's s3, deployed with PLAN
+    return deployed_env(PLAN)
 
 
 def _final(monkeypatch: pytest.MonkeyPatch, s3: Any, objects: dict[str, bytes],

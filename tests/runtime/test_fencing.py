@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from moto.server import ThreadedMotoServer
 
 from fasdl import segment_runner, wire
 from fasdl.environment import Settings
 from fasdl.plan import Plan
+from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS
 from tests.runtime.test_kreduce import make_plan
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
@@ -32,7 +32,6 @@ if str(FUNCTIONS) not in sys.path:  # handlers/ is the Lambda asset root, not a 
 
 from handlers import finalize, trigger  # noqa: E402
 
-DATASETS, RESULTS, EXCHANGE = "datasets", "results", "exchange"
 SEGMENT = 4  # iterations per segment; 8 in all
 
 
@@ -57,34 +56,22 @@ def _deterministic_torch() -> Iterator[None]:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "FASDL_STACK": "unit", "FASDL_CHANNEL": "s3",
-           "FASDL_DATASETS_BUCKET": DATASETS, "FASDL_RESULTS_BUCKET": RESULTS,
-           "FASDL_EXCHANGE_BUCKET": EXCHANGE, "FASDL_CACHE_DIR": str(tmp_path / "cache"),
-           "FASDL_PEER_WAIT_START_S": "20", "FASDL_FENCE_CHECK_S": "0"}
-    for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "FASDL_PLAN", "FASDL_DEPLOYMENT"):
-        monkeypatch.delenv(name, raising=False)
-    # moto as a server: the workers' S3 requests go over HTTP as on AWS (its in-process mock
-    # cannot take the bytearray bodies botocore sends)
-    server = ThreadedMotoServer(port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    try:
-        client = Settings.from_env().s3_client()
-        for bucket in (DATASETS, RESULTS, EXCHANGE):
-            client.create_bucket(Bucket=bucket)
-        rng = np.random.default_rng(3)
-        client.put_object(Bucket=DATASETS, Key="data/test/x.npy",
-                          Body=_npy(rng.integers(0, 256, (64, 1, 8, 8), dtype=np.uint8)))
-        client.put_object(Bucket=DATASETS, Key="data/test/y.npy",
-                          Body=_npy(rng.integers(0, 4, 64).astype(np.int64)))
-        yield client
-    finally:
-        server.stop()
+def s3_env(tmp_path: Path) -> dict[str, str]:  # tests/runtime/conftest.py's s3, no deployment
+    return {"FASDL_CACHE_DIR": str(tmp_path / "cache"), "FASDL_PEER_WAIT_START_S": "20",
+            "FASDL_FENCE_CHECK_S": "0"}
+
+
+@pytest.fixture
+def s3_objects() -> dict[tuple[str, str], bytes]:  # the test split of the plans' dataset
+    rng = np.random.default_rng(3)
+    return {(DATASETS, "data/test/x.npy"): _npy(rng.integers(0, 256, (64, 1, 8, 8),
+                                                             dtype=np.uint8)),
+            (DATASETS, "data/test/y.npy"): _npy(rng.integers(0, 4, 64).astype(np.int64))}
+
+
+@pytest.fixture
+def s3_over_http() -> bool:  # the workers' frames are bytearrays: moto as a server
+    return True
 
 
 def _invoke(run: dict[str, Any], worker: int) -> None:
@@ -143,7 +130,7 @@ def _poison_merged_frames(s3: Any, run_id: str) -> int:
 
 
 @pytest.mark.parametrize("sync", ["bsp", "hap"])
-def test_a_later_segment_never_reads_a_dead_attempts_merged_shards(aws: Any,
+def test_a_later_segment_never_reads_a_dead_attempts_merged_shards(s3: Any,
                                                                    sync: str) -> None:
     """Attempt 0 of [0, 4) "times out" after leaving merged shards of iterations 2 and 3; the
     segment is shortened to [0, 2), and the next segment [2, 4) must not load them."""
@@ -155,7 +142,7 @@ def test_a_later_segment_never_reads_a_dead_attempts_merged_shards(aws: Any,
     run = trigger.handler({"action": "start", "input": {"run_id": "hit", "plan": plan.to_dict()},
                            "execution": "hit"}, None)
     _train(run)  # the attempt the state machine gives up on (say, its Map timed out)
-    assert _poison_merged_frames(aws, "hit") >= 1  # its leftovers differ from a replay's
+    assert _poison_merged_frames(s3, "hit") >= 1  # its leftovers differ from a replay's
     run = _action("shorten", run)
     assert (run["segment"]["start_iteration"], run["segment"]["iterations"]) == (0, 2)
     assert _finish(run) == undisturbed

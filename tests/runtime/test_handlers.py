@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from moto import mock_aws
 
 from fasdl import torch_setup
 from fasdl.channel.s3 import S3Channel
@@ -32,6 +31,7 @@ from fasdl.segment_runner import (
     peer_wait_s,
 )
 from fasdl.segments import RetriesExhausted, RunStateError
+from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS, deployed_env
 from tests.runtime.test_kreduce import make_plan
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
@@ -40,7 +40,6 @@ if str(FUNCTIONS) not in sys.path:  # handlers/ is the Lambda asset root, not a 
 
 from handlers import finalize, trigger  # noqa: E402
 
-DATASETS, RESULTS, EXCHANGE = "datasets", "results", "exchange"
 PLAN = make_plan(4, 2, 2, 3, "hap", samples=100)  # B^g 10: 10 iterations per epoch
 
 
@@ -51,27 +50,15 @@ def _npy(array: np.ndarray) -> bytes:
 
 
 @pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "FASDL_STACK": "unit",
-           "FASDL_CHANNEL": "s3", "FASDL_DEPLOYMENT": PLAN.deployment_fingerprint(),
-           "FASDL_DATASETS_BUCKET": DATASETS, "FASDL_RESULTS_BUCKET": RESULTS,
-           "FASDL_EXCHANGE_BUCKET": EXCHANGE, "FASDL_EXCHANGE_PREFIX": "exchange/",
-           "FASDL_RUNS_PREFIX": "runs/", "FASDL_PLAN": PLAN.to_json()}
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        client = Settings.from_env().s3_client()
-        for bucket in (DATASETS, RESULTS, EXCHANGE):
-            client.create_bucket(Bucket=bucket)
-        prefix = PLAN.workload.dataset
-        client.put_object(Bucket=DATASETS, Key=f"{prefix}/x.npy",
-                          Body=_npy(np.zeros((100, 1, 4, 4), np.uint8)))
-        client.put_object(Bucket=DATASETS, Key=f"{prefix}/y.npy",
-                          Body=_npy(np.arange(100, dtype=np.int64) % 3))
-        yield client
+def s3_env() -> dict[str, str]:  # tests/runtime/conftest.py's s3, deployed with PLAN
+    return deployed_env(PLAN)
+
+
+@pytest.fixture
+def s3_objects() -> dict[tuple[str, str], bytes]:  # PLAN's dataset
+    prefix = PLAN.workload.dataset
+    return {(DATASETS, f"{prefix}/x.npy"): _npy(np.zeros((100, 1, 4, 4), np.uint8)),
+            (DATASETS, f"{prefix}/y.npy"): _npy(np.arange(100, dtype=np.int64) % 3)}
 
 
 def _read(s3: Any, key: str, bucket: str = RESULTS) -> Any:
