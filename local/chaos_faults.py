@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fasdl.keys import merged_key
-from fasdl.wire import HEADER_SIZE, encode_shard, read_header
+from fasdl.wire import HEADER_SIZE, encode_shard, read_header, reframe
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
 EXCHANGE_BUCKET = "fasdl-exchange"
@@ -128,12 +128,10 @@ def latest_frame(exchange: _Exchange, run_id: str, epoch: int) -> tuple[int, str
 def bad_frame(run_id: str, epoch: int, iteration: int, count: int, *, stale: bool) -> bytes:
     """Shard 0's merged frame of ``iteration``: under an older epoch's identity with other
     values (``stale``), or the live identity cut in half (torn)."""
-    if stale:
-        values = np.full(count, 0.5, dtype=np.float32)
-        return encode_shard(values, run=f"{run_id}/{epoch - 1}", iteration=iteration,
-                            worker=0, shard=0)
     frame = encode_shard(np.zeros(count, dtype=np.float32), run=f"{run_id}/{epoch}",
                          iteration=iteration, worker=0, shard=0)
+    if stale:
+        return reframe(frame, np.full(count, 0.5, dtype=np.float32), run=f"{run_id}/{epoch - 1}")
     return frame[:HEADER_SIZE + (len(frame) - HEADER_SIZE) // 2]
 
 

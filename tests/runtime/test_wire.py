@@ -17,6 +17,7 @@ from fasdl.wire import (
     encode_shard,
     encode_shard_into,
     read_header,
+    reframe,
     run_digest,
 )
 
@@ -186,3 +187,14 @@ def test_encode_into_a_kept_buffer_equals_encode_and_reuses_it() -> None:
     assert resized is not frame and len(resized) == HEADER_SIZE + 40
     with pytest.raises(FrameError, match="stale frame"):  # the old header never survives
         decode_shard(resized, run="r", iteration=6, shard=2, worker=1)
+
+
+def test_reframe_keeps_the_identity_it_is_not_told_to_change() -> None:
+    original = frame()
+    assert reframe(original) == original
+    halved = reframe(original, np.arange(10, dtype=np.float32) * 0.5)  # a diverged writer's
+    assert halved == frame(np.arange(10, dtype=np.float32) * 0.5)
+    zombie = reframe(original, run="run-6")  # an older attempt's, same values
+    assert zombie == frame(run="run-6")
+    with pytest.raises(FrameError, match="another run"):
+        decode_shard(zombie, **IDS)
