@@ -26,12 +26,12 @@ entry per configuration (W, M, K, B^a, B^n, sync):
 
 What the paper leaves out and a user pays for (documented additions):
 
-- Lambda timeout: a segment (load + its iterations + checkpoint write) must fit the function
-  timeout minus a margin; the run takes ceil(E·I / iterations-per-segment) segments and each
-  one pays a load (checkpoint 2·S_m: merged model + optimizer state, plus the partition
-  S_d·max(B^a,B^n)/B^g, plus the platform's cold start: invocation_overhead_s and the torch
-  load torch_load_cpu_s / min(M/1769, 1), unpack + import on one thread; docs/cold-start.md),
-  and a checkpoint write.
+- Lambda timeout: a segment (a cold start + load + its iterations + checkpoint write) must fit
+  the function timeout minus a margin; the run takes ceil(E·I / iterations-per-segment)
+  segments, each paying a load (checkpoint 2·S_m: merged model + optimizer state) and a
+  checkpoint write, and one cold start (invocation_overhead_s, the torch load
+  torch_load_cpu_s / min(M/1769, 1), unpack + import on one thread, docs/cold-start.md; then
+  the partition S_d·max(B^a,B^n)/B^g, kept in /tmp): later segments run in warm sandboxes.
 - Lambda request fees, Step Functions state transitions, S3 requests of checkpoints, data
   loads and fencing (planner/segment_requests.py), arm64 vs x86_64 GB-second prices.
 - S3 exchange requests with the epoch factor E:  E·I·(PUT·K·W + GET·2K(W−1))   (3-24..3-26)
@@ -181,6 +181,7 @@ class Evaluation:
     aggregate_s: FloatArray
     download_s: FloatArray
     iteration_s: FloatArray
+    cold_start_s: FloatArray
     load_s: FloatArray
     checkpoint_s: FloatArray
     segment_iterations: IntArray
@@ -257,17 +258,18 @@ def non_aggregator_times(problem: Problem, memory_mb: IntArray,
 
 def _segment_load_and_checkpoint(problem: Problem, mem: IntArray, k: IntArray, ba: IntArray,
                                  bn: IntArray, global_batch: IntArray
-                                 ) -> tuple[FloatArray, FloatArray]:
-    """Seconds a segment spends loading (checkpoint 2·S_m, the data partition, the cold start)
-    and writing its checkpoint (the merged model and an aggregator's optimizer shard)."""
+                                 ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Seconds of the run's cold start (the platform's, then the data partition, which stays in
+    /tmp), of each segment's load (checkpoint 2·S_m, in a warm sandbox) and of its checkpoint
+    write (the merged model and an aggregator's optimizer shard)."""
     wl, platform = problem.workload, problem.platform
     # A fitted m < -M makes the alignment rule's B^n negative; _violations marks those
     # configurations infeasible, so only keep their sizes valid here.
     partition_mb = np.maximum(wl.dataset_mb * np.maximum(ba, bn) / global_batch, 0.0)
-    load_mb = 2.0 * wl.model_mb + partition_mb
-    load = platform.transfer_time("down", mem, load_mb) + platform.cold_start_s(mem)
+    cold = platform.cold_start_s(mem) + platform.transfer_time("down", mem, partition_mb)
+    load = platform.transfer_time("down", mem, 2.0 * wl.model_mb)
     checkpoint = platform.transfer_time("up", mem, wl.model_mb + wl.model_mb / k)
-    return load, checkpoint
+    return cold, load, checkpoint
 
 
 def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggregators: ArrayLike,
@@ -298,15 +300,16 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         download, np.where(others, download_n, 0.0))
     iteration = np.where(sync_bsp, bsp_iteration, hap_iteration)
 
-    load, checkpoint = _segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
-    budget = problem.timeout_s - problem.timeout_margin_s - load - checkpoint
+    cold, load, checkpoint = _segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
+    # any segment may start cold (the first, a retry): each must fit one
+    budget = problem.timeout_s - problem.timeout_margin_s - cold - load - checkpoint
     with np.errstate(divide="ignore", invalid="ignore"):
         fit = np.floor(budget / iteration)
     segment_iterations = np.where(np.isfinite(fit) & (fit > 0), fit, 0).astype(np.int64)
     total_iterations = problem.epochs * iterations
     with np.errstate(divide="ignore"):
         segments = np.ceil(total_iterations / np.maximum(segment_iterations, 1))
-    time = total_iterations * iteration + segments * (load + checkpoint)
+    time = total_iterations * iteration + segments * (load + checkpoint) + cold
 
     cost_lambda = prices.lambda_mb_s(problem.arch) * mem * w * time
     invocations = segments * w + 2
@@ -323,7 +326,8 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         batch_non_aggregator=bn, bsp=sync_bsp, global_batch=global_batch,
         iterations_per_epoch=iterations, train_aggregator_s=train_a,
         train_non_aggregator_s=train_n, upload_s=upload, aggregate_s=aggregate,
-        download_s=download, iteration_s=iteration, load_s=load, checkpoint_s=checkpoint,
+        download_s=download, iteration_s=iteration, cold_start_s=cold, load_s=load,
+        checkpoint_s=checkpoint,
         segment_iterations=segment_iterations, segments=segments, time_s=time,
         cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
         cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint, cost_usd=cost,

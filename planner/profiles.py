@@ -169,7 +169,7 @@ class PlatformProfile:
              number("torch_load_cpu_s", self.torch_load_cpu_s, low=0.0))
 
     def cold_start_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
-        """Overhead + torch load: every segment is charged a cold start (a warm one is cheaper)."""
+        """Overhead + torch load: a run is charged one (its later segments start warm)."""
         return np.asarray(self.invocation_overhead_s + self.torch_load_s(memory_mb))
 
     def torch_load_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:

@@ -101,6 +101,7 @@ def choice_from(evaluation: Evaluation, index: int) -> Choice:
         "aggregate_s": row["aggregate_s"],
         "download_s": row["download_s"],
         "iteration_s": row["iteration_s"],
+        "cold_start_s": row["cold_start_s"],
         "load_s": row["load_s"],
         "checkpoint_s": row["checkpoint_s"],
     }

@@ -179,20 +179,29 @@ def _with_torch_load(problem: Problem, cpu_s: float) -> Problem:
                                                                      torch_load_cpu_s=cpu_s))
 
 
-def test_torch_load_is_charged_per_segment_at_the_vcpu_share() -> None:
+def test_torch_load_is_charged_once_per_run_at_the_vcpu_share() -> None:
     problem = Problem(workload=load_workload("cnn-digits"), platform=load_platform("s3"),
                       prices=load_prices(), epochs=10, deadline_s=80_000, max_global_batch=256)
     memories = [384, 1769, 3538]
     free = evaluate(_with_torch_load(problem, 0.0), 2, memories, 1, 64, 64)
     paid = evaluate(_with_torch_load(problem, 5.0), 2, memories, 1, 64, 64)
-    extra = paid.load_s - free.load_s
+    np.testing.assert_array_equal(paid.load_s, free.load_s)  # a warm segment's load
+    extra = paid.cold_start_s - free.cold_start_s
     assert extra[1] == pytest.approx(5.0)  # one full vCPU: exactly the CPU-seconds
     assert extra[0] == pytest.approx(5.0 * 1769 / 384)  # a smaller M loads longer
     assert extra[2] == pytest.approx(5.0)  # one thread: a second vCPU does not help
-    shipped = evaluate(problem, 2, memories, 1, 64, 64).load_s - free.load_s
+    shipped = evaluate(problem, 2, memories, 1, 64, 64).cold_start_s - free.cold_start_s
     assert shipped[0] > shipped[1] > 0.0  # the shipped profile charges it too
-    np.testing.assert_array_equal(paid.segments, free.segments)  # short job: one segment
-    np.testing.assert_allclose(paid.time_s - free.time_s, paid.segments * extra)
+    # many short segments: later ones start warm, so the torch load is paid once
+    many = dataclasses.replace(problem, epochs=400, timeout_s=90.0, timeout_margin_s=5.0)
+    free = evaluate(_with_torch_load(many, 0.0), 2, memories, 1, 64, 64)
+    paid = evaluate(_with_torch_load(many, 5.0), 2, memories, 1, 64, 64)
+    assert np.all(paid.segments > 1)
+    np.testing.assert_allclose(paid.time_s - free.time_s,
+                               extra + (paid.segments - free.segments)
+                               * (paid.load_s + paid.checkpoint_s), rtol=1e-9)
+    # each segment still has to fit one: a retry starts cold
+    assert np.all(paid.segment_iterations <= free.segment_iterations)
 
 
 @settings(max_examples=100, deadline=None)
@@ -204,7 +213,7 @@ def test_torch_load_grows_the_load_by_its_share(problem: Problem, workers: int, 
     free = evaluate(_with_torch_load(problem, 0.0), workers, memory, 1, batch, batch)
     paid = evaluate(_with_torch_load(problem, cpu_s), workers, memory, 1, batch, batch)
     expected = cpu_s / min(float(lambda_vcpus(memory)), 1.0)
-    assert paid.load_s[0] - free.load_s[0] == pytest.approx(expected, rel=1e-9)
+    assert paid.cold_start_s[0] - free.cold_start_s[0] == pytest.approx(expected, rel=1e-9)
     assert paid.time_s[0] >= free.time_s[0]
     assert paid.segment_iterations[0] <= free.segment_iterations[0]
 
