@@ -20,7 +20,7 @@ from local.cache_plane import STATES as CACHE_STACK_STATES
 from local.cache_plane import CacheStackState
 from local.chaos_faults import StorageFaults
 from local.faults import InputError, parse_inject_env
-from local.runner import RunOptions, run
+from local.runner import DEFAULT_WORKLOAD, RunOptions, run
 from local.sandbox import DEFAULT_IDLE_S
 from local.service_faults import KINDS, OPTION, parse_service_fault
 
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser(
         "run", help="plan (or read) a job, synthesize the stack, run its state machine here")
-    run_parser.add_argument("--plan", type=Path, help="a plan.json (default: plan cnn-digits)")
+    run_parser.add_argument("--plan", type=Path, help="a plan.json (default: plan --workload)")
     run_parser.add_argument("--channel", choices=("s3", "valkey"),
                             help="exchange channel (default: the plan's, s3 when planning)")
     run_parser.add_argument("--epochs", type=int, help="epochs (default 10 when planning)")
@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--threads", type=int,
                             help="CPU threads per invocation (default 1, with --emulate-lambda "
                                  "ceil(M/1769); 0: no cap)")
+    run_parser.add_argument("--workload", default=DEFAULT_WORKLOAD, metavar="NAME",
+                            help="the shipped workload to plan and run when no --plan is given "
+                                 f"(default {DEFAULT_WORKLOAD}; planner/data/workloads)")
     run_parser.add_argument("--warm-idle", type=float, default=DEFAULT_IDLE_S, metavar="S",
                             help="reuse an idle sandbox of the same function for this many "
                                  f"seconds, like Lambda's warm starts (default {DEFAULT_IDLE_S:.0f}"
@@ -133,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value <= 0:
             print(f"fasdl local: {name} must be > 0, got {value}", file=sys.stderr)
             return 2
+    if args.plan is not None and args.workload != DEFAULT_WORKLOAD:
+        print("fasdl local: --workload plans a job; a --plan file already names its workload",
+              file=sys.stderr)
+        return 2
     if args.warm_idle < 0:
         print(f"fasdl local: --warm-idle must be >= 0 s, got {args.warm_idle}", file=sys.stderr)
         return 2
@@ -157,8 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
         restart_cache_at=args.restart_cache_at, memory_limit=args.memory_limit == "on",
         inject_service_errors=service_errors, account=account, cache_stack=args.cache_stack,
-        oom_error=args.oom_error, warm_idle_s=args.warm_idle, storage_faults=StorageFaults(
-            args.restart_s3_at, args.plant_stale_frame, args.truncate_frame))
+        oom_error=args.oom_error, warm_idle_s=args.warm_idle, workload=args.workload,
+        storage_faults=StorageFaults(args.restart_s3_at, args.plant_stale_frame,
+                                     args.truncate_frame))
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return run(options, say=lambda text: print(text, flush=True))

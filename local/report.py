@@ -167,10 +167,39 @@ def build_report(plan: Plan, *, run_id: str, channel: str, status: str, measured
                         for i in invocations],
         "starts": {"cold": sum(i.cold_start is True for i in invocations),
                    "warm": sum(i.cold_start is False for i in invocations)},
+        "measured_lambda_usd": lambda_cost_usd(plan, invocations),
         "summary": summary, "failure": failure, "execution_error": execution.get("error"),
         "execution_cause": execution.get("cause"),
         "plan": plan.to_dict(),
     }
+
+
+def lambda_cost_usd(plan: Plan, invocations: Sequence[Invocation]) -> float | None:
+    """These invocations' durations and requests priced as Lambda bills them (the plan's
+    region and arch): what this run's compute would cost there at this machine's speed.
+    None for a region or arch without shipped prices."""
+    from planner.profiles import ProfileError, load_prices
+
+    try:
+        prices = load_prices(plan.deployment.region)
+        per_mb_s = prices.lambda_mb_s(plan.deployment.arch)
+    except ProfileError:
+        return None
+    ran = [i for i in invocations if i.memory_mb is not None and i.service_error is None]
+    mb_s = sum(i.duration_s * float(i.memory_mb or 0) for i in ran)
+    return round(mb_s * per_mb_s + len(ran) * prices.lambda_request, 6)
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """One line: did it finish, with what metric, in what share of the predicted time."""
+    parts = [report["status"]]
+    if report["final_accuracy"] is not None:
+        parts.append(f"test accuracy {report['final_accuracy']:.3f}")
+    if report["predicted_s"]:
+        ratio = report["measured_s"] / report["predicted_s"]
+        parts.append(f"{ratio:.2f}x the predicted time"
+                     + (" (within 1.5x)" if ratio <= 1.5 else " (over 1.5x: see time split)"))
+    return "verdict: " + ", ".join(parts)
 
 
 def format_summary(report: dict[str, Any]) -> str:
@@ -180,6 +209,10 @@ def format_summary(report: dict[str, Any]) -> str:
     lines.append(f"  time: measured {report['measured_s']:.1f} s, predicted "
                  f"{'n/a' if predicted is None else f'{predicted:.1f} s'} (on AWS Lambda; "
                  "locally the invocations share this machine's CPUs)")
+    predicted_usd, measured_usd = report["predicted_cost_usd"], report.get("measured_lambda_usd")
+    if predicted_usd is not None and measured_usd is not None:
+        lines.append(f"  cost: predicted ${predicted_usd:.6f}; these invocations priced as Lambda "
+                     f"compute and requests ${measured_usd:.6f}")
     starts = report.get("starts") or {}
     lines.append(f"  starts: {starts.get('cold', 0)} cold, {starts.get('warm', 0)} warm "
                  "(a warm start reuses an idle sandbox of the function, as Lambda does)")
@@ -198,6 +231,7 @@ def format_summary(report: dict[str, Any]) -> str:
     if isinstance(failure, dict):
         lines.append(f"  recorded failure (failure.json): {failure.get('error')}: "
                      f"{_error_message(failure.get('cause'))}")
+    lines.append(verdict(report))
     return "\n".join(lines)
 
 

@@ -62,7 +62,9 @@ from local.template import (
 
 DEFAULT_WORKLOAD = "cnn-digits"
 DEFAULT_WORKERS = 4
-DEFAULT_EPOCHS = 10
+# 40 epochs reach >= 0.95 test accuracy on digits under hap (0.964 measured, 0.958 at 30)
+DEFAULT_EPOCHS = 40
+DEFAULT_SEGMENTS = 10  # at most: enough to show the loop and resumes, few enough to be quick
 BUCKETS = {"FASDL_DATASETS_BUCKET": "fasdl-datasets", "FASDL_RESULTS_BUCKET": "fasdl-results",
            "FASDL_EXCHANGE_BUCKET": "fasdl-exchange"}
 WORKER_HANDLER = "handlers.worker"
@@ -80,7 +82,8 @@ class RunOptions:
     report_dir: Path | None = None
     dataset_dir: Path | None = None  # x.npy, y.npy, test/{x,y}.npy; default: built digits
     cdk_out: Path | None = None  # an existing synth of the same plan
-    segment_iterations: int | None = None  # planned job default: one epoch per segment
+    segment_iterations: int | None = None  # planned job default: whole_epoch_segments
+    workload: str = DEFAULT_WORKLOAD  # what a planned job plans (a shipped workload name)
     threads: int | None = 1  # CPU threads per invocation (torch/OpenMP)
     tls_cache: bool = False  # valkey channel: redis-server 7 with TLS instead of valkey-server
     run_id: str | None = None
@@ -98,7 +101,7 @@ class RunOptions:
 
 # ---- plan -------------------------------------------------------------------------------------
 def _planner_plan(options: RunOptions, out: Path, say: Say) -> dict[str, Any]:
-    command = [sys.executable, "-m", "planner", "plan", "--workload", DEFAULT_WORKLOAD,
+    command = [sys.executable, "-m", "planner", "plan", "--workload", options.workload,
                "--deadline", "900", "--max-global-batch", "64",
                "--epochs", str(options.epochs or DEFAULT_EPOCHS),
                "--min-workers", str(options.workers or DEFAULT_WORKERS),
@@ -137,10 +140,13 @@ def prepare_plan(options: RunOptions, work: Path, say: Say) -> Plan:
     return Plan.from_dict(data)
 
 
-def one_epoch_segments(plan: Plan) -> Plan:
-    """One segment per epoch: the loop, the checkpoints and per-epoch progress all show."""
+def whole_epoch_segments(plan: Plan) -> Plan:
+    """Segments of whole epochs, at most :data:`DEFAULT_SEGMENTS` (one per epoch for short
+    jobs): the loop, the checkpoints and the progress all show."""
     data = plan.to_dict()
-    data["training"]["segment_iterations"] = max(1, plan.iterations_per_epoch)
+    epochs_per_segment = -(-plan.training.epochs // DEFAULT_SEGMENTS)
+    data["training"]["segment_iterations"] = max(1, plan.iterations_per_epoch) * \
+        epochs_per_segment
     return Plan.from_dict(data)
 
 
@@ -234,7 +240,7 @@ def run(options: RunOptions, say: Say = print) -> int:
                 raise InputError("--restart-cache-at needs the valkey channel")
             plan, files = prepare_dataset(plan, options, work, say)
             if options.plan is None and not options.segment_iterations:
-                plan = one_epoch_segments(plan)
+                plan = whole_epoch_segments(plan)
             plan_path = work / "plan.json"
             plan.save(plan_path)
             say(plan_text(plan))

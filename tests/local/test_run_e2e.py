@@ -70,6 +70,8 @@ def test_run_trains_every_epoch(tmp_path: Path, channel: str) -> None:
     workers = [i for i in report["invocations"] if i["worker"] is not None]
     assert sum(not i["cold_start"] for i in workers) >= 4 * (EPOCHS - 1), workers
     assert report["starts"]["warm"] >= 4 * (EPOCHS - 1) and "starts: " in done.stdout
+    assert report["measured_lambda_usd"] > 0 and "cost: predicted $" in done.stdout
+    assert "verdict: SUCCEEDED, test accuracy" in done.stdout
     for name in ("training.png", "time_split.png"):
         assert (tmp_path / "report" / name).stat().st_size > 1000
     ports = _ports(done.stdout)

@@ -81,3 +81,20 @@ def test_bad_fault_options(capsys: pytest.CaptureFixture[str]) -> None:
     error = _fails(capsys, "--plan", str(DEFAULT_PLAN_PATH), "--channel", "s3",
                    "--restart-cache-at", "5")
     assert "--restart-cache-at needs the valkey channel" in error
+
+
+def test_an_unknown_workload_is_refused_by_the_planner(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    error = _fails(capsys, "--workload", "no-such-workload")
+    assert "the planner failed" in error and "no-such-workload" in error
+
+
+def test_a_workload_and_a_plan_file_conflict(capsys: pytest.CaptureFixture[str]) -> None:
+    error = _fails(capsys, "--plan", str(DEFAULT_PLAN_PATH), "--workload", "mlp-digits")
+    assert "--workload" in error and "--plan" in error
+
+
+def test_a_shipped_workload_without_a_local_dataset_names_what_to_pass(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    error = _fails(capsys, "--workload", "squeezenet-cifar10", "--epochs", "1")
+    assert "missing dataset" in error and "--dataset DIR" in error
