@@ -1,0 +1,40 @@
+"""bench/convergence.py: its CIFAR-shaped set, its gap arithmetic and a short run of a case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import convergence
+
+
+def test_rgb32_keeps_each_digit_and_has_cifars_shape() -> None:
+    x = np.zeros((5, 1, 8, 8), dtype=np.uint8)
+    x[:, 0, 2:6, 3] = 255  # a vertical stroke
+    coloured = convergence.rgb32(x, seed=0)
+    assert coloured.shape == (5, 3, 32, 32) and coloured.dtype == np.uint8
+    stroke, paper = coloured[:, :, 8:24, 12:16], coloured[:, :, 0:4, 0:4]
+    assert np.all(np.abs(stroke.mean((2, 3)) - paper.mean((2, 3))) > 20)  # ink differs
+    assert not np.array_equal(coloured[0], coloured[1])  # colours vary per image
+
+
+def test_summary_takes_the_worst_gap_per_sync_mode() -> None:
+    results = {"a": {"runs": {"bsp-K1": {"gap_points": 0.2}, "hap-K1": {"gap_points": 1.0},
+                              "hap-K2": {"gap_points": 1.7}}},
+               "b": {"runs": {"bsp-K4": {"gap_points": -0.3}, "hap-K4": {"gap_points": 0.1}}}}
+    summary = convergence.summary(results)
+    assert summary["max_gap_points"] == {"bsp": 0.2, "hap": 1.7}
+    assert summary["goals_met"] is False  # hap 1.7 > 1.5
+
+
+@pytest.mark.slow
+def test_a_short_case_trains_every_configuration(tmp_path: Path) -> None:
+    case = convergence.Case("digits", "cnn", epochs=1)
+    result = convergence.run_case(case, tmp_path, lambda text: None)
+    assert set(result["runs"]) == {f"{s}-K{k}" for s in ("bsp", "hap") for k in (1, 2, 4)}
+    assert result["iterations"] == 22 and result["global_batch"] == 64
+    # K = W has no non-aggregator: hap and bsp are the same run, to the bit
+    assert result["runs"]["bsp-K4"]["accuracy"] == result["runs"]["hap-K4"]["accuracy"]
+    assert all(0.0 <= run["accuracy"] <= 1.0 for run in result["runs"].values())
