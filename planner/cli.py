@@ -39,7 +39,7 @@ from planner.quotas import (
     search_within,
 )
 from planner.report import choice_table, describe_choice, render_frontier
-from planner.search import PATTERNS, SEARCHES, SearchResult, exact, exhaustive
+from planner.search import BN_RULES, PATTERNS, SEARCHES, SearchResult, exact, exhaustive
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
 
@@ -77,6 +77,10 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-memory", type=int, default=DEFAULT_MAX_MEMORY_MB,
                         help="the account's function-memory quota in MB, 128-10240 "
                              f"(default {DEFAULT_MAX_MEMORY_MB})")
+    parser.add_argument("--bn-rule", choices=BN_RULES, default=None,
+                        help="B^n of K-REDUCE: search (every multiple of 16 within the caps, "
+                             "the default of the exact and exhaustive searches) or align (the "
+                             "paper's alignment rule, which two-stage always uses)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
@@ -124,6 +128,9 @@ def _add_fit_arguments(fit: argparse.ArgumentParser) -> None:
 
 def _run_search(args: argparse.Namespace, problem: Problem, quotas: Quotas) -> SearchResult:
     if args.search == "two-stage":
+        if args.bn_rule == "search":
+            raise CliError("--bn-rule", "two-stage reproduces the paper, whose B^n is the "
+                                        "alignment rule's; use --search exact to search B^n")
         if args.pattern != "kreduce":
             raise CliError("--search", "two-stage searches K-REDUCE only; use --search exact "
                                        f"for --pattern {args.pattern}")
@@ -131,10 +138,12 @@ def _run_search(args: argparse.Namespace, problem: Problem, quotas: Quotas) -> S
             raise CliError("--gamma-min", f"must be in (0, 1), got {args.gamma_min}")
         return search_within(problem, quotas, partial(
             two_stage, gamma_min=args.gamma_min, literal_early_stop=args.literal_early_stop))
-    fast: Search = partial(exact, pattern=args.pattern)
+    rule = args.bn_rule or "search"
+    fast: Search = partial(exact, pattern=args.pattern, bn_rule=rule)
     if args.search == "exhaustive":
         # Whether raising a quota helps is asked of exact: the same grid and optimum, faster.
-        return search_within(problem, quotas, partial(exhaustive, pattern=args.pattern), fast)
+        return search_within(problem, quotas,
+                             partial(exhaustive, pattern=args.pattern, bn_rule=rule), fast)
     return search_within(problem, quotas, fast)
 
 
@@ -162,17 +171,19 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     return EXIT_OK
 
 
-def comparison(problem: Problem, quotas: Quotas | None = None) -> list[SearchResult]:
+def comparison(problem: Problem, quotas: Quotas | None = None,
+               bn_rule: str = "search") -> list[SearchResult]:
     """K-REDUCE first (the reference), then the baselines, all distributed (W >= 2) under the
     same model and the same account quotas; standalone and the unrestricted optimum (any W)
-    close the table."""
+    close the table. Two-stage keeps the paper's alignment rule whatever ``bn_rule`` says."""
     quotas = quotas or Quotas()
     distributed = replace(problem, min_workers=max(2, problem.min_workers))
+    kreduce = partial(exact, bn_rule=bn_rule)
     runs: list[tuple[Problem, Search]] = [
-        (distributed, exact), (distributed, two_stage),
+        (distributed, kreduce), (distributed, two_stage),
         (distributed, partial(exact, pattern="scatterreduce")),
         (distributed, partial(exact, pattern="allreduce")), (distributed, lambda_dnn),
-        (problem, standalone), (problem, exact)]
+        (problem, standalone), (problem, kreduce)]
     results = [search_within(base, quotas, search) for base, search in runs]
     results[-1] = replace(results[-1], method="exact, any W")
     return results
@@ -180,7 +191,7 @@ def comparison(problem: Problem, quotas: Quotas | None = None) -> list[SearchRes
 
 def command_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     problem, quotas = build_problem(args), build_quotas(args)
-    results = comparison(problem, quotas)
+    results = comparison(problem, quotas, args.bn_rule or "search")
     reference = results[0].choice
     if args.json:
         emit(json.dumps({"status": "ok" if reference else "infeasible",
@@ -199,7 +210,8 @@ def command_frontier(args: argparse.Namespace, emit: Callable[[str], None]) -> i
     if bounded is None:  # e.g. --min-workers above half of --max-concurrency
         return _infeasible(args, search_within(problem, quotas, exact), emit)
     try:
-        curves = render_frontier(bounded, args.png, points=args.points)
+        curves = render_frontier(bounded, args.png, points=args.points,
+                                 bn_rule=args.bn_rule or "search")
     except OSError as error:
         raise CliError("--png", f"cannot write {args.png}: {error}") from error
     if args.json:
@@ -268,8 +280,8 @@ def _out_of_memory(command: str) -> CliError:
     if command == "fit":
         return CliError("--samples", "the fit ran out of memory; pass fewer samples")
     return CliError("--max-global-batch", "the search ran out of memory; lower it (allowed "
-                    f"{BATCH_STEP}-{MAX_GLOBAL_BATCH}; the exact search's grid grows with "
-                    "its square)")
+                    f"{BATCH_STEP}-{MAX_GLOBAL_BATCH}; the exhaustive and heuristic searches "
+                    "grow with it, the exact one is bounded)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,10 +37,10 @@ FIT_FIELD_TO_ARGUMENT = {
     "dataset_mb": "--dataset-mb", "model_mb": "--model-mb", "channel": "--channel",
     "arch": "--arch", "invocation_overhead_s": "--invocation-overhead",
 }
-# The exact search evaluates ~(B^g_max/16)^2 configurations per memory: 4096 takes ~20 s and
-# ~1.6 GB (peak RSS measured), 10,000 runs out of memory. Larger caps wait for a search that
-# scales; every other flag only shrinks the grid (W <= B^g_max/16, M <= 10,240 MB).
-MAX_GLOBAL_BATCH = 4096
+# The exact search is a branch and bound with memory bounded by its chunks (planner/bounded.py):
+# 65,536 with W up to 1,000 takes ~1 s and < 100 MB of peak RSS (bench/planner_search.py
+# --large). Beyond it nothing is measured, and ImageNet-size global batches (8k-64k) fit.
+MAX_GLOBAL_BATCH = 65536
 BATCH_STEP = Problem.batch_step  # the step of B^a in every search
 # The default --timeout-margin: 60 s, but never more than this share of --timeout.
 MAX_MARGIN_SECONDS, MARGIN_SHARE = 60.0, 0.1
@@ -110,8 +110,8 @@ def _check_global_batch(cap: int) -> None:
     if not BATCH_STEP <= cap <= MAX_GLOBAL_BATCH:
         why = (f"the searches' batches are multiples of {BATCH_STEP}, so a smaller cap admits "
                "none" if cap < BATCH_STEP else
-               f"the exact search's grid grows with its square (~1.6 GB at {MAX_GLOBAL_BATCH}); "
-               "lower it")
+               f"the searches are measured up to {MAX_GLOBAL_BATCH:,} (ImageNet-size global "
+               "batches are 8k-64k); lower it")
         raise CliError("--max-global-batch",
                        f"must be in [{BATCH_STEP}, {MAX_GLOBAL_BATCH}]: {why}; got {cap}")
 

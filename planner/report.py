@@ -83,7 +83,8 @@ def choice_table(problem: Problem, results: list[SearchResult]) -> str:
     return "\n".join(lines)
 
 
-def render_frontier(problem: Problem, png: str, *, points: int = 40) -> dict[str, Any]:
+def render_frontier(problem: Problem, png: str, *, points: int = 40,
+                    bn_rule: str = "search") -> dict[str, Any]:
     """Minimum cost vs deadline for each pattern; writes a PNG and returns the curves."""
     import matplotlib
 
@@ -94,7 +95,7 @@ def render_frontier(problem: Problem, png: str, *, points: int = 40) -> dict[str
     curves: dict[str, Any] = {}
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for pattern in PATTERNS:
-        costs = frontier(problem, pattern, deadlines)
+        costs = frontier(problem, pattern, deadlines, bn_rule)
         curves[pattern] = {"deadline_s": deadlines.round(3).tolist(),
                            "cost_usd": [None if np.isnan(c) else round(float(c), 6)
                                         for c in costs]}

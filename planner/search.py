@@ -1,15 +1,20 @@
 """Searches over (W, M, K, B^a, B^n): exact optimum, exhaustive reference, FasDL's heuristic.
 
-- ``exact``: every configuration of the grid (M step 128 MB, all W, B^a step 16, all K, B^n
-  from the alignment rule and its caps) evaluated at once with numpy; the minimum wins.
-  The only pruning is definitional: B^n >= B^a, so W·B^a <= B^g_max bounds B^a.
+The grid: M step 128 MB, all W, all K, B^a step 16 with W·B^a <= B^g_max (B^n >= B^a), and
+B^n by ``bn_rule``: ``search`` (the default) every multiple of 16 from B^a up to the
+global-batch and memory caps plus the alignment rule's own B^n; ``align`` the paper's
+alignment rule and its caps alone (thesis 3-22: both roles finish together, which no longer
+holds when aggregators keep their own shard local).
+
+- ``exact``: branch and bound over the grid (planner/bounded.py, planner/exact_search.py),
+  its memory bounded by chunks of configurations, not the grid.
 - ``exhaustive``: the same grid walked one configuration at a time in plain Python loops,
   with no pruning beyond memory and the global batch. Slow and obviously correct: the
   reference the tests and the benchmark hold ``exact`` to.
 - ``two_stage``: Algorithms 3.1/3.2 of the thesis (see planner/heuristic.py).
 
 Ties are broken the same way everywhere: lower cost, then lower time, then fewer workers,
-less memory, fewer aggregators, smaller B^a.
+less memory, fewer aggregators, smaller B^a, smaller B^n.
 """
 
 from __future__ import annotations
@@ -17,15 +22,18 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 
+from planner.bounded import BN_RULES
+from planner.exact_search import Objective, best_index, furthest_structural
+from planner.exact_search import search as bounded_search
+from planner.memory import role_max_batch
 from planner.model import (
     VIOLATION_TEXT,
     Evaluation,
-    IntArray,
     Problem,
     Violation,
     aligned_non_aggregator_batch,
@@ -33,9 +41,10 @@ from planner.model import (
 )
 
 Pattern = Literal["kreduce", "scatterreduce", "allreduce"]
-Objective = Literal["cost", "time"]
 PATTERNS: tuple[str, ...] = ("kreduce", "scatterreduce", "allreduce")
 SEARCHES: tuple[str, ...] = ("exact", "two-stage", "exhaustive")
+__all__ = ["BN_RULES", "Choice", "Objective", "SearchResult", "best_index", "choice_from",
+           "exact", "exhaustive", "frontier", "infeasibility"]
 
 
 @dataclass(frozen=True)
@@ -66,9 +75,9 @@ class Choice:
             return "allreduce"
         return "kreduce"
 
-    def key(self) -> tuple[float, float, int, int, int, int]:
+    def key(self) -> tuple[float, float, int, int, int, int, int]:
         return (self.cost_usd, self.time_s, self.workers, self.memory_mb, self.aggregators,
-                self.batch_aggregator)
+                self.batch_aggregator, self.batch_non_aggregator)
 
 
 @dataclass(frozen=True)
@@ -116,70 +125,34 @@ def choice_from(evaluation: Evaluation, index: int) -> Choice:
     )
 
 
-def candidate_triples(problem: Problem, pattern: str) -> tuple[IntArray, IntArray, IntArray]:
-    """(W, K, B^a) of the grid for a pattern; B^a <= B^g_max / W since B^n >= B^a."""
-    workers: list[np.ndarray] = []
-    aggregators: list[np.ndarray] = []
-    batches: list[np.ndarray] = []
-    for w in problem.worker_range():
-        grid = problem.batch_grid(problem.max_global_batch // w)
-        if grid.size == 0:
-            break
-        if pattern == "kreduce":
-            ks = np.arange(1, w + 1, dtype=np.int64)
-        elif pattern == "scatterreduce":
-            ks = np.array([w], dtype=np.int64)
-        else:
-            ks = np.array([1], dtype=np.int64)
-        kk, bb = np.meshgrid(ks, grid, indexing="ij")
-        workers.append(np.full(kk.size, w, dtype=np.int64))
-        aggregators.append(kk.ravel())
-        batches.append(bb.ravel())
-    if not workers:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    return np.concatenate(workers), np.concatenate(aggregators), np.concatenate(batches)
-
-
-def evaluate_grid(problem: Problem, pattern: str) -> Evaluation:
-    """Every configuration of the pattern's grid, evaluated at once."""
-    w, k, ba = candidate_triples(problem, pattern)
-    memories = problem.memory_grid()
-    mem = np.repeat(memories, w.size)
-    w, k, ba = (np.tile(x, memories.size) for x in (w, k, ba))
-    max_batch = problem.workload.max_batch(mem)
-    keep = ba <= max_batch  # larger batches do not fit in memory: infeasible by definition
-    w, k, ba, mem = w[keep], k[keep], ba[keep], mem[keep]
-    bsp = pattern == "allreduce"
-    bn = ba if pattern != "kreduce" else aligned_non_aggregator_batch(problem, w, mem, k, ba)
-    return evaluate(problem, w, mem, k, ba, bn, bsp=bsp)
-
-
-def best_index(evaluation: Evaluation, objective: Objective = "cost") -> int | None:
-    """Index of the best feasible configuration under the shared tie-breaking order."""
-    feasible = np.flatnonzero(evaluation.feasible)
-    if feasible.size == 0:
-        return None
-    e = evaluation
-    primary, secondary = ((e.cost_usd, e.time_s) if objective == "cost"
-                          else (e.time_s, e.cost_usd))
-    order = np.lexsort((e.batch_aggregator[feasible], e.aggregators[feasible],
-                        e.memory_mb[feasible], e.workers[feasible], secondary[feasible],
-                        primary[feasible]))
-    return int(feasible[order[0]])
-
-
-def exact(problem: Problem, pattern: str = "kreduce",
-          objective: Objective = "cost") -> SearchResult:
+def exact(problem: Problem, pattern: str = "kreduce", objective: Objective = "cost",
+          bn_rule: str = "search") -> SearchResult:
+    """The grid's optimum by branch and bound (planner/bounded.py): the exhaustive reference's
+    result in bounded memory at any B^g_max the CLI allows."""
     started = time.perf_counter()
-    evaluation = evaluate_grid(problem, pattern)
-    index = best_index(evaluation, objective)
-    elapsed = time.perf_counter() - started
-    if index is None:
-        violation, reason = infeasibility(problem, evaluation)
-        return SearchResult("exact", pattern, None, reason, len(evaluation), elapsed, violation)
-    return SearchResult("exact", pattern, choice_from(evaluation, index), None,
-                        len(evaluation), elapsed)
+    best = bounded_search(problem, pattern, objective, bn_rule)
+    if best.evaluation is not None:
+        return SearchResult("exact", pattern, choice_from(best.evaluation, 0), None,
+                            best.evaluated, time.perf_counter() - started)
+    # Nothing feasible: the furthest check any configuration passes binds. The fastest
+    # configuration that misses only the deadline says by how much it binds.
+    fastest = bounded_search(problem, pattern, "time", bn_rule, relaxed=True)
+    evaluated = best.evaluated + fastest.evaluated
+    if fastest.evaluation is not None:
+        reason = (f"{VIOLATION_TEXT[Violation.DEADLINE]} (deadline {problem.deadline_s:g} s; "
+                  "the fastest configuration that meets every other constraint takes "
+                  f"{float(fastest.evaluation.time_s[0]):.0f} s)")
+        violation = Violation.DEADLINE
+    else:
+        furthest = furthest_structural(problem, pattern, bn_rule)
+        if furthest is None:
+            violation = Violation.MEMORY
+            reason = (f"{VIOLATION_TEXT[Violation.MEMORY]}; no batch of {problem.batch_step} "
+                      "fits any memory in the grid")
+        else:
+            violation, reason = furthest, VIOLATION_TEXT[furthest]
+    return SearchResult("exact", pattern, None, reason, evaluated,
+                        time.perf_counter() - started, violation)
 
 
 def infeasibility(problem: Problem, evaluation: Evaluation) -> tuple[Violation, str]:
@@ -196,7 +169,9 @@ def infeasibility(problem: Problem, evaluation: Evaluation) -> tuple[Violation, 
     return furthest, reason
 
 
-def _exhaustive_configs(problem: Problem, pattern: str) -> Iterator[tuple[int, int, int, int]]:
+def _exhaustive_configs(problem: Problem, pattern: str, bn_rule: str
+                       ) -> Iterator[tuple[int, int, int, int, int]]:
+    step, cap = problem.batch_step, problem.max_global_batch
     for w in problem.worker_range():
         for memory in problem.memory_grid().tolist():
             max_batch = int(problem.workload.max_batch(memory))
@@ -205,15 +180,32 @@ def _exhaustive_configs(problem: Problem, pattern: str) -> Iterator[tuple[int, i
             else:
                 ks = range(w, w + 1) if pattern == "scatterreduce" else range(1, 2)
             for k in ks:
-                for ba in range(problem.batch_step, problem.max_global_batch + 1,
-                                problem.batch_step):
-                    if ba > max_batch or w * ba > problem.max_global_batch:
+                for ba in range(step, cap + 1, step):
+                    if ba > max_batch or w * ba > cap:
                         break
-                    yield w, memory, k, ba
+                    for bn in _exhaustive_bn(problem, pattern, bn_rule, w, memory, k, ba):
+                        yield w, memory, k, ba, bn
 
 
-def exhaustive(problem: Problem, pattern: str = "kreduce",
-               objective: Objective = "cost") -> SearchResult:
+def _exhaustive_bn(problem: Problem, pattern: str, bn_rule: str, w: int, memory: int, k: int,
+                   ba: int) -> list[int]:
+    """B^n of one (W, M, K, B^a): B^a without non-aggregators; the alignment rule's; or every
+    multiple of the step from B^a up to the global-batch and memory caps (at least B^a), and
+    the rule's B^n too, so the search is never worse than the rule."""
+    if pattern != "kreduce" or k == w:
+        return [ba]
+    aligned = int(aligned_non_aggregator_batch(problem, w, memory, k, ba))
+    if bn_rule == "align":
+        return [aligned]
+    _, max_n = role_max_batch(problem.workload, memory, w, k, problem.channel,
+                              problem.exchange_memory)
+    top = min((problem.max_global_batch - k * ba) // (w - k), int(max_n))
+    values = list(range(ba, max(ba, top) + 1, problem.batch_step))
+    return values if aligned in values else [*values, aligned]
+
+
+def exhaustive(problem: Problem, pattern: str = "kreduce", objective: Objective = "cost",
+               bn_rule: str = "search") -> SearchResult:
     """One configuration at a time; the reference for ``exact``."""
     started = time.perf_counter()
     best: Choice | None = None
@@ -222,10 +214,8 @@ def exhaustive(problem: Problem, pattern: str = "kreduce",
     fastest_missing_deadline = math.inf
     count = 0
     bsp = pattern == "allreduce"
-    for w, memory, k, ba in _exhaustive_configs(problem, pattern):
+    for w, memory, k, ba, bn in _exhaustive_configs(problem, pattern, bn_rule):
         count += 1
-        bn = (int(aligned_non_aggregator_batch(problem, w, memory, k, ba))
-              if pattern == "kreduce" else ba)
         evaluation = evaluate(problem, [w], [memory], [k], [ba], [bn], bsp=bsp)
         violation = Violation(int(evaluation.violation[0]))
         if violation != Violation.NONE:
@@ -252,16 +242,12 @@ def exhaustive(problem: Problem, pattern: str = "kreduce",
     return SearchResult("exhaustive", pattern, best, None, count, elapsed)
 
 
-def frontier(problem: Problem, pattern: str, deadlines: np.ndarray) -> np.ndarray:
-    """Minimum cost for each deadline (NaN where nothing meets it), from one grid evaluation."""
-    evaluation = evaluate_grid(problem, pattern)
-    usable = (evaluation.violation == Violation.NONE) | (
-        evaluation.violation == Violation.DEADLINE)
-    times = evaluation.time_s[usable]
-    costs = evaluation.cost_usd[usable]
-    if times.size == 0:
-        return np.full(deadlines.shape, np.nan)
-    order = np.argsort(times, kind="stable")
-    cheapest_so_far = np.minimum.accumulate(costs[order])
-    positions = np.searchsorted(times[order], deadlines, side="right") - 1
-    return np.where(positions >= 0, cheapest_so_far[np.maximum(positions, 0)], np.nan)
+def frontier(problem: Problem, pattern: str, deadlines: np.ndarray,
+             bn_rule: str = "search") -> np.ndarray:
+    """Minimum cost for each deadline (NaN where nothing meets it): one exact search each, as
+    the grid is too large to hold at once."""
+    costs = []
+    for deadline in np.asarray(deadlines, dtype=np.float64).tolist():
+        result = exact(replace(problem, deadline_s=deadline), pattern, bn_rule=bn_rule)
+        costs.append(math.nan if result.choice is None else result.choice.cost_usd)
+    return np.array(costs, dtype=np.float64)

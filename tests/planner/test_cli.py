@@ -58,7 +58,9 @@ def test_plan_works_for_every_paper_workload(capsys: pytest.CaptureFixture[str],
 def test_other_searches(capsys: pytest.CaptureFixture[str], search: str) -> None:
     code, stdout, _ = run(capsys, "plan", "--workload", "squeezenet-cifar10",
                           *PAPER["squeezenet-cifar10"], "--search", search, "--json",
-                          "--min-workers", "2", "--literal-early-stop")
+                          "--min-workers", "2", "--literal-early-stop",
+                          # the reference walks the B^n search one configuration at a time
+                          "--bn-rule", "align")
     assert code == 0
     assert single_json(stdout)["search"]["method"] == search
 
@@ -154,3 +156,18 @@ def test_module_entry_point(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr
     assert single_json(completed.stdout)["out"] == str(out)
     assert Plan.load(out).workload.name == "squeezenet-cifar10"
+
+
+def test_the_bn_search_is_the_default_and_the_alignment_rule_selectable(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    chosen = {}
+    for rule in ("search", "align"):
+        code, stdout, _ = run(capsys, "plan", "--workload", "resnet50-cifar10",
+                              "--deadline", "800", "--max-global-batch", "16384",
+                              "--epochs", "19", "--bn-rule", rule, "--json")
+        assert code == 0
+        chosen[rule] = single_json(stdout)["search"]["choice"]
+    code, stdout, _ = run(capsys, "plan", "--workload", "resnet50-cifar10", "--deadline", "800",
+                          "--max-global-batch", "16384", "--epochs", "19", "--json")
+    assert single_json(stdout)["search"]["choice"] == chosen["search"]
+    assert chosen["search"]["cost_usd"] <= chosen["align"]["cost_usd"]

@@ -175,7 +175,7 @@ def test_a_cap_below_the_batch_step_names_max_global_batch(capsys: pytest.Captur
     code, document, stderr = run(capsys, "plan", "--workload", "squeezenet-cifar10",
                                  "--deadline", "3000", "--epochs", "2",
                                  "--max-global-batch", cap)
-    assert_bad(code, document, stderr, "--max-global-batch", "must be in [16, 4096]",
+    assert_bad(code, document, stderr, "--max-global-batch", "must be in [16, 65536]",
                "multiples of 16", f"got {cap}")
     assert "memory" not in document["message"]
 
@@ -187,13 +187,20 @@ def test_a_worker_floor_the_cap_cannot_feed_names_min_workers(
     assert_bad(code, document, stderr, "--min-workers", "must be in [1, 4]", "got 1000")
 
 
-@pytest.mark.parametrize("cap", ["4097", "1000000"])
-def test_a_huge_grid_is_refused_before_the_search(capsys: pytest.CaptureFixture[str],
-                                                  cap: str) -> None:
+@pytest.mark.parametrize("cap", ["65537", "1000000"])
+def test_a_cap_beyond_the_measured_range_is_refused_before_the_search(
+        capsys: pytest.CaptureFixture[str], cap: str) -> None:
     code, document, stderr = run(capsys, "plan", "--workload", "squeezenet-cifar10",
                                  "--deadline", "3000", "--epochs", "2",
                                  "--max-global-batch", cap)
-    assert_bad(code, document, stderr, "--max-global-batch", "must be in [16, 4096]", "lower it")
+    assert_bad(code, document, stderr, "--max-global-batch", "must be in [16, 65536]",
+               "lower it", f"got {cap}")
+
+
+def test_two_stage_refuses_the_bn_search(capsys: pytest.CaptureFixture[str]) -> None:
+    code, document, stderr = run(capsys, "plan", "--workload", "squeezenet-cifar10", *SMALL,
+                                 "--search", "two-stage", "--bn-rule", "search")
+    assert_bad(code, document, stderr, "--bn-rule", "alignment rule", "--search exact")
 
 
 @pytest.mark.parametrize("command", ["plan", "compare"])
@@ -206,7 +213,7 @@ def test_running_out_of_memory_names_the_flag_to_lower(capsys: pytest.CaptureFix
     monkeypatch.setattr("planner.cli.exact", no_memory)
     code, document, stderr = run(capsys, command, "--workload", "squeezenet-cifar10", *SMALL)
     assert_bad(code, document, stderr, "--max-global-batch", "ran out of memory",
-               "16-4096")
+               "16-65536")
 
 
 def iteration_times(text: str, role: str) -> dict[str, float]:

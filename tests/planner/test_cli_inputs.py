@@ -103,7 +103,7 @@ def test_out_is_written_whole(capsys: pytest.CaptureFixture[str], tmp_path: Path
 
 
 @pytest.mark.parametrize(("argv", "argument"), [
-    (["--max-global-batch", "10000"], "--max-global-batch"),
+    (["--max-global-batch", "100000"], "--max-global-batch"),
     (["--max-global-batch", "0"], "--max-global-batch"),
     (["--epochs", "-3"], "--epochs"),
     (["--deadline", "nan"], "--deadline"),

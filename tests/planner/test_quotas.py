@@ -84,7 +84,8 @@ def test_exact_equals_exhaustive_under_random_quotas(problem: Problem, quotas: Q
         fast = search_within(problem, quotas, partial(exact, pattern=pattern))
         slow = search_within(problem, quotas, partial(exhaustive, pattern=pattern))
         assert same_optimum(fast, slow), (pattern, fast.choice, slow.choice)
-        assert fast.evaluated == slow.evaluated
+        if fast.choice is not None:  # branch and bound walks part of the reference's grid
+            assert fast.evaluated <= slow.evaluated
         if fast.choice is None:
             assert fast.violation == slow.violation
             assert (fast.reason or "").split(":")[0] == (slow.reason or "").split(":")[0]

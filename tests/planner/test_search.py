@@ -8,13 +8,14 @@ import dataclasses
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fasdl.plan import Plan
 from planner.heuristic import lambda_dnn, standalone, two_stage
 from planner.model import Problem, Violation, evaluate
 from planner.planfile import to_plan
 from planner.profiles import load_platform, load_prices, load_workload
-from planner.search import Choice, SearchResult, exact, exhaustive, frontier
+from planner.search import BN_RULES, Choice, Objective, SearchResult, exact, exhaustive, frontier
 from tests.planner.problems import problems
 
 SEARCH_SETTINGS = settings(max_examples=60, deadline=None,
@@ -51,12 +52,17 @@ def assert_satisfies_constraints(problem: Problem, choice: Choice) -> None:
 
 
 @SEARCH_SETTINGS
-@given(problem=problems(small=True))
-def test_exact_equals_exhaustive_on_random_problems(problem: Problem) -> None:
+@given(problem=problems(small=True), rule=st.sampled_from(BN_RULES),
+       objective=st.sampled_from(["cost", "time"]))
+def test_exact_equals_exhaustive_on_random_problems(problem: Problem, rule: str,
+                                                    objective: Objective) -> None:
     for pattern in ("kreduce", "scatterreduce", "allreduce"):
-        fast, slow = exact(problem, pattern), exhaustive(problem, pattern)
-        assert same_optimum(fast, slow), (pattern, fast.choice, slow.choice)
-        assert fast.evaluated == slow.evaluated  # the same grid, walked two ways
+        fast = exact(problem, pattern, objective, bn_rule=rule)
+        slow = exhaustive(problem, pattern, objective, bn_rule=rule)
+        if objective == "cost":
+            assert same_optimum(fast, slow), (pattern, fast.choice, slow.choice)
+        else:
+            assert same_time(fast, slow), (pattern, fast.choice, slow.choice)
         if fast.choice is None:
             assert fast.violation == slow.violation
             assert fast.reason and fast.reason.split(":")[0] in {
@@ -64,6 +70,43 @@ def test_exact_equals_exhaustive_on_random_problems(problem: Problem) -> None:
                 "deadline"}
         else:
             assert_satisfies_constraints(problem, fast.choice)
+            # branch and bound evaluates part of the grid the reference walks whole
+            assert fast.evaluated <= slow.evaluated
+
+
+def same_time(a: SearchResult, b: SearchResult) -> bool:
+    if a.choice is None or b.choice is None:
+        return a.choice is None and b.choice is None
+    return bool(np.isclose(a.choice.time_s, b.choice.time_s, rtol=1e-12, atol=0.0))
+
+
+def deadline_near_the_fastest(problem: Problem, share: float) -> Problem:
+    """The problem with its deadline at ``share`` of its fastest run: the bounds then prune
+    by the deadline and the incumbent at once, where a wrong bound would show."""
+    fastest = exact(problem, objective="time")
+    if fastest.choice is None:
+        return problem
+    return dataclasses.replace(problem, deadline_s=max(1.0, fastest.choice.time_s * share))
+
+
+@SEARCH_SETTINGS
+@given(problem=problems(small=True), share=st.sampled_from([0.95, 1.0, 1.02, 1.3, 3.0]),
+       rule=st.sampled_from(BN_RULES))
+def test_exact_equals_exhaustive_near_the_deadline(problem: Problem, share: float,
+                                                   rule: str) -> None:
+    tight = deadline_near_the_fastest(problem, share)
+    fast, slow = exact(tight, bn_rule=rule), exhaustive(tight, bn_rule=rule)
+    assert same_optimum(fast, slow), (fast.choice, slow.choice)
+    assert fast.violation == slow.violation
+
+
+@SEARCH_SETTINGS
+@given(problem=problems(small=True))
+def test_searching_bn_is_never_worse_than_the_alignment_rule(problem: Problem) -> None:
+    searched, aligned = exact(problem, bn_rule="search"), exact(problem, bn_rule="align")
+    if aligned.choice is not None:
+        assert searched.choice is not None
+        assert searched.choice.cost_usd <= aligned.choice.cost_usd * (1 + 1e-12)
 
 
 @SEARCH_SETTINGS
@@ -105,13 +148,15 @@ def paper_problem(name: str, deadline: float, cap: int, epochs: int,
 
 
 @pytest.mark.parametrize("channel", ["s3", "valkey"])
-def test_exact_equals_exhaustive_on_a_paper_workload(channel: str) -> None:
-    # Distributed only and memory up to 3 GB, to keep the slow reference to a few seconds.
-    problem = dataclasses.replace(paper_problem("squeezenet-cifar10", 3000, 384, 20, channel),
-                                  min_workers=2, memory_max_mb=3072)
-    fast, slow = exact(problem), exhaustive(problem)
+@pytest.mark.parametrize(("rule", "cap", "memory"), [("align", 384, 3072), ("search", 256, 2048)])
+def test_exact_equals_exhaustive_on_a_paper_workload(channel: str, rule: str, cap: int,
+                                                     memory: int) -> None:
+    # Distributed only and memory up to 2-3 GB, to keep the slow reference to a few seconds.
+    problem = dataclasses.replace(paper_problem("squeezenet-cifar10", 3000, cap, 20, channel),
+                                  min_workers=2, memory_max_mb=memory)
+    fast, slow = exact(problem, bn_rule=rule), exhaustive(problem, bn_rule=rule)
     assert fast.choice is not None and same_optimum(fast, slow)
-    assert fast.evaluated == slow.evaluated > 5_000
+    assert slow.evaluated > 5_000 and fast.evaluated < slow.evaluated
 
 
 def test_infeasible_problems_name_the_binding_constraint() -> None:
