@@ -71,7 +71,9 @@ class Case:
     momentum: float = 0.9
 
 
-CASES = {"digits": Case("digits", "cnn", epochs=40), "rgb32": Case("rgb32", "cnn", epochs=20)}
+# rgb32 at 20 epochs was still in its noisy phase (the bsp runs, equal up to float rounding,
+# spread 9 points); at 60 they agree within 0.84
+CASES = {"digits": Case("digits", "cnn", epochs=40), "rgb32": Case("rgb32", "cnn", epochs=60)}
 
 
 def rgb32(x: np.ndarray, seed: int) -> np.ndarray:
