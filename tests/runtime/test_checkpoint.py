@@ -63,17 +63,18 @@ class Cluster:
     """W fresh workers, as a new set of Lambda invocations would build them."""
 
     def __init__(self, plan: Plan, data_root: Path, cache: Path, epoch: int,
-                 model_seed: int) -> None:
+                 model_seed: int, network: str = "cnn",
+                 shape: tuple[int, int, int] = SHAPE) -> None:
         self.plan = plan
         self.epoch = epoch
         self.exchange = MemoryChannel()  # a new attempt: nothing of the old one is visible
         torch.manual_seed(model_seed)
-        model = build_model("cnn", 4, SHAPE)
+        model = build_model(network, 4, shape)
         sizes = plan.partition_sizes()
         self.workers: list[KReduceWorker] = []
         self.streams: list[BatchStream] = []
         for index in range(plan.deployment.workers):
-            replica = build_model("cnn", 4, SHAPE)
+            replica = build_model(network, 4, shape)
             replica.load_state_dict(model.state_dict())
             self.workers.append(KReduceWorker(plan, index, self.exchange, replica, RUN, epoch,
                                               wait_timeout_s=60.0))
