@@ -1,11 +1,11 @@
 """Datasets as plain .npy arrays, per-worker partitions read by byte range, batch streams.
 
-Format: under a prefix, ``x.npy`` (uint8 or float32, rows first, C-order, e.g. N×C×H×W) and
-``y.npy`` (int64 labels). No pickle anywhere: arrays load with ``allow_pickle=False`` and the
-ranged reader parses only the .npy header and then slices raw bytes. A worker's partition is
-the contiguous row range [start, end) given by :func:`partition_bounds` over
-``fasdl.plan.partition_sizes``; it is fetched once per container and cached on local disk
-(``/tmp`` in Lambda), so warm invocations skip the download.
+Format: under a prefix, ``x.npy`` (uint8 or float32, rows first, C-order, e.g. N×C×H×W; or int32
+text rows N×2×L, token ids then attention mask) and ``y.npy`` (int64 labels). No pickle
+anywhere: arrays load with ``allow_pickle=False`` and the ranged reader parses only the .npy
+header and then slices raw bytes. A worker's partition is the contiguous row range [start, end)
+given by :func:`partition_bounds` over ``fasdl.plan.partition_sizes``; it is fetched once per
+container and cached on local disk (``/tmp`` in Lambda), so warm invocations skip the download.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from fasdl.plan import Plan
 # read_range(key, start, end) -> the bytes [start, end) of the object (end exclusive)
 RangeReader = Callable[[str, int, int], bytes]
 
-ALLOWED_X_DTYPES = (np.dtype(np.uint8), np.dtype("<f4"))
+TEXT_DTYPE = np.dtype("<i4")  # token ids and attention masks (fasdl.datasets.cola)
+ALLOWED_X_DTYPES = (np.dtype(np.uint8), np.dtype("<f4"), TEXT_DTYPE)
+X_DTYPE_NAMES = "uint8/float32 (images) or int32 (text)"
 LABEL_DTYPE = np.dtype("<i8")
 _NPY_PREAMBLE = 12  # magic (6) + version (2) + header length (2 in v1, 4 in v2/v3)
 
@@ -178,7 +180,7 @@ def load_partition(read_range: RangeReader, prefix: str, start: int, end: int,
 
 def _checked(prefix: str, x: np.ndarray, y: np.ndarray, rows: int) -> Partition:
     if x.dtype not in ALLOWED_X_DTYPES:
-        raise DatasetError(f"{prefix}/x.npy: dtype {x.dtype} not in uint8/float32")
+        raise DatasetError(f"{prefix}/x.npy: dtype {x.dtype} not in {X_DTYPE_NAMES}")
     if y.dtype != LABEL_DTYPE or y.ndim != 1:
         raise DatasetError(f"{prefix}/y.npy: expected 1-D int64 labels, got {y.dtype} {y.shape}")
     if len(x) != rows or len(y) != rows:
@@ -219,11 +221,26 @@ class DataCursor:
         return cls(epoch, position)
 
 
+def input_shape_of(key: str, dtype: np.dtype[Any], row_shape: tuple[int, ...]
+                   ) -> tuple[int, ...]:
+    """The model input shape of rows of ``key``: C×H×W images, or 2×L int32 text rows."""
+    if dtype == TEXT_DTYPE:
+        if len(row_shape) != 2 or row_shape[0] != 2 or row_shape[1] < 1:
+            raise DatasetError(f"{key}: int32 text rows must be N x 2 x L (token ids; "
+                               f"attention mask), got rows of {row_shape}")
+    elif len(row_shape) != 3:
+        raise DatasetError(f"{key}: image rows must be N x C x H x W, got rows of {row_shape}")
+    return tuple(int(n) for n in row_shape)
+
+
 def to_tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Model inputs: uint8 pixels scaled to [0, 1] float32, labels as int64."""
+    """Model inputs: uint8 pixels scaled to [0, 1] float32, int32 token ids and masks as
+    int64 (embedding indices, never scaled), labels as int64."""
     features = torch.from_numpy(np.ascontiguousarray(x))
     if features.dtype == torch.uint8:
         features = features.to(torch.float32).div_(255.0)
+    elif features.dtype == torch.int32:
+        features = features.to(torch.int64)
     return features, torch.from_numpy(np.ascontiguousarray(y))
 
 

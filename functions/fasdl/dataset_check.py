@@ -19,7 +19,8 @@ from fasdl.s3_errors import is_missing
 
 RangeReader = Callable[[str, int, int], bytes]
 SizeOf = Callable[[str], int | None]  # an object's size in bytes, None when it is missing
-_ITEM_BYTES = {"|u1": 1, "<f4": 4, "<i8": 8}
+_ITEM_BYTES = {"|u1": 1, "<f4": 4, "<i4": 4, "<i8": 8}
+_TEXT = "<i4"  # int32 text rows N x 2 x L: token ids, attention mask (fasdl.data)
 
 
 class DatasetError(ValueError):
@@ -75,11 +76,15 @@ def _check_split(prefix: str, read_range: RangeReader,
         x, y = (read_npy_header(read_range, keys[name]) for name in ("x", "y"))
     except DatasetError as error:
         raise PlanError("workload.dataset", str(error)) from None
-    if x.descr not in ("|u1", "<f4") or y.descr != "<i8" or len(y.shape) != 1:
+    if x.descr not in ("|u1", "<f4", _TEXT) or y.descr != "<i8" or len(y.shape) != 1:
         raise PlanError("workload.dataset",
-                        f"dataset {prefix!r}: x must be uint8/float32 and y 1-D int64, got "
-                        f"x {x.descr} {x.shape}, y {y.descr} {y.shape}")
-    if len(x.shape) != 4:
+                        f"dataset {prefix!r}: x must be uint8/float32 (images) or int32 (text) "
+                        f"and y 1-D int64, got x {x.descr} {x.shape}, y {y.descr} {y.shape}")
+    if x.descr == _TEXT and (len(x.shape) != 3 or x.shape[1] != 2):
+        raise PlanError("workload.dataset", f"dataset {prefix!r}: int32 text x must be "
+                                            f"N x 2 x L (token ids; attention mask), got "
+                                            f"shape {x.shape}")
+    if x.descr != _TEXT and len(x.shape) != 4:
         raise PlanError("workload.dataset", f"dataset {prefix!r}: x must be N x C x H x W, "
                                             f"got shape {x.shape}")
     if x.shape[0] != y.shape[0]:

@@ -2,9 +2,11 @@
 
 Rebuilds the network from a model export (``runs/<run_id>/model.npz``, fasdl.export) and
 prints its accuracy on ``DATASET_DIR/x.npy`` + ``y.npy`` (one split of the importer's output,
-e.g. ``data/cifar10/test``). Inputs are scaled exactly as the workers scale them
+e.g. ``data/cifar10/test``), and for a two-class model its Matthews correlation (``mcc``,
+CoLA's metric). Inputs are scaled exactly as the workers scale them
 (fasdl.data.to_tensors) and batched as worker 0 batches its held-out evaluation, so the
-accuracy of a run's final export equals the one its summary reports for the last segment.
+accuracy (and MCC) of a run's final export equals the one its summary reports for the last
+segment.
 Exit 0 with the result (``--json``: one JSON line), or 2 with ``fasdl.evaluate: <why>``.
 """
 
@@ -20,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fasdl.data import ALLOWED_X_DTYPES, LABEL_DTYPE, DatasetError, to_tensors
+from fasdl.classification import Confusion
+from fasdl.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES, DatasetError, to_tensors
 from fasdl.export import ExportError, ExportMeta, build_from_export, load_export
 
 EXIT_BAD_INPUT = 2
@@ -30,18 +33,24 @@ PROGRESS_EVERY_S = 2.0
 Progress = Callable[[int, int], None]
 
 
-def correct_predictions(model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
-                        progress: Progress | None = None) -> int:
-    """How many rows ``model`` (in eval mode) classifies right, batch by batch."""
+def confusion_of(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, classes: int,
+                 progress: Progress | None = None) -> Confusion:
+    """(true, predicted) counts of ``model`` (in eval mode) on the rows, batch by batch."""
     model.eval()
-    correct = 0
+    confusion = Confusion(classes)
     with torch.no_grad():
         for start in range(0, len(y), EVAL_BATCH):
             features, labels = to_tensors(x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH])
-            correct += int((model(features).argmax(1) == labels).sum())
+            confusion.add(labels.numpy(), model(features).argmax(1).numpy())
             if progress is not None:
                 progress(min(start + EVAL_BATCH, len(y)), len(y))
-    return correct
+    return confusion
+
+
+def correct_predictions(model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
+                        progress: Progress | None = None) -> int:
+    """How many rows ``model`` (in eval mode) classifies right, batch by batch."""
+    return confusion_of(model, x, y, 2, progress).correct
 
 
 def load_split(directory: Path, meta: ExportMeta) -> tuple[np.ndarray, np.ndarray]:
@@ -54,7 +63,7 @@ def load_split(directory: Path, meta: ExportMeta) -> tuple[np.ndarray, np.ndarra
             raise DatasetError(f"{path}: no such file{hint}")
     x, y = (_mapped(paths["x"]), _mapped(paths["y"]))
     if x.dtype not in ALLOWED_X_DTYPES:
-        raise DatasetError(f"{paths['x']}: dtype {x.dtype} not in uint8/float32")
+        raise DatasetError(f"{paths['x']}: dtype {x.dtype} not in {X_DTYPE_NAMES}")
     if y.dtype != LABEL_DTYPE or y.ndim != 1:
         raise DatasetError(f"{paths['y']}: expected 1-D int64 labels, got {y.dtype} {y.shape}")
     if len(x) != len(y) or len(y) == 0:
@@ -111,14 +120,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ExportError, DatasetError, OSError) as error:
         print(f"fasdl.evaluate: {_one_line(error, args.model_file)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    correct = correct_predictions(model, x, y, _progress_printer())
+    confusion = confusion_of(model, x, y, meta.num_classes, _progress_printer())
+    correct, mcc = confusion.correct, confusion.mcc()
     result = {"accuracy": correct / len(y), "correct": correct, "samples": len(y),
-              "model": meta.model, "num_classes": meta.num_classes,
+              "mcc": mcc, "model": meta.model, "num_classes": meta.num_classes,
               "model_file": str(args.model_file), "dataset": str(args.dataset_dir)}
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
-        print(f"accuracy {result['accuracy']:.4f} ({correct}/{len(y)} samples) of "
+        matthews = "" if mcc is None else f", MCC {mcc:.4f}"
+        print(f"accuracy {result['accuracy']:.4f} ({correct}/{len(y)} samples){matthews} of "
               f"{meta.model} on {args.dataset_dir}")
     return 0
 

@@ -4,7 +4,8 @@
 but not to run a batch-norm network: its running statistics are buffers. The export keeps
 every entry of ``model.state_dict()`` under its own name, plus one reserved entry,
 :data:`META_NAME`, a uint8 array of UTF-8 JSON that says how to rebuild the network from the
-registry (``fasdl.models``): model name, classes, input shape, parameter count, format.
+registry (``fasdl.models``): model name, classes, input shape ([C, H, W] for images, [2, L]
+for text: token ids and attention mask), parameter count, format.
 
 No pickle anywhere: it is written with ``np.savez(..., allow_pickle=False)`` and read with
 ``np.load(..., allow_pickle=False)``; anything else (a truncated file, an object array, a
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from fasdl.models import MODELS, InputShape, build_seeded_model
+from fasdl.text_models import TEXT_MODELS
 
 META_NAME = "__fasdl_meta__"
 EXPORT_FORMAT = "fasdl-export"
@@ -66,15 +68,17 @@ class ExportMeta:
             raise ExportError(f"metadata {META_NAME!r}: unknown model {model!r}; known: "
                               f"{', '.join(sorted(MODELS))}")
         shape = data.get("input_shape")
-        if not (isinstance(shape, list) and len(shape) == 3
-                and all(_positive_int(n) for n in shape)):
-            raise ExportError(f"metadata {META_NAME!r}: input_shape must be [C, H, W] positive "
-                              f"integers, got {shape!r}")
+        is_text = model in TEXT_MODELS
+        if not (isinstance(shape, list) and len(shape) == (2 if is_text else 3)
+                and all(_positive_int(n) for n in shape) and (not is_text or shape[0] == 2)):
+            wanted = "[2, L] (token ids; attention mask)" if is_text else "[C, H, W]"
+            raise ExportError(f"metadata {META_NAME!r}: input_shape must be {wanted} positive "
+                              f"integers for {model}, got {shape!r}")
         for name in ("num_classes", "parameters"):
             if not _positive_int(data.get(name)):
                 raise ExportError(f"metadata {META_NAME!r}: {name} must be a positive integer, "
                                   f"got {data.get(name)!r}")
-        return cls(model, int(data["num_classes"]), (shape[0], shape[1], shape[2]),
+        return cls(model, int(data["num_classes"]), tuple(int(n) for n in shape),
                    int(data["parameters"]))
 
 
@@ -102,8 +106,7 @@ def export_bytes(model: torch.nn.Module, *, model_name: str, num_classes: int,
     if model_name not in MODELS:
         raise ExportError(f"unknown model {model_name!r}; known: {', '.join(sorted(MODELS))}")
     parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    meta = ExportMeta(model_name, int(num_classes),
-                      (int(input_shape[0]), int(input_shape[1]), int(input_shape[2])),
+    meta = ExportMeta(model_name, int(num_classes), tuple(int(n) for n in input_shape),
                       int(parameters))
     arrays = state_arrays(model)
     arrays[META_NAME] = np.frombuffer(meta.to_json().encode(), dtype=np.uint8)
@@ -114,13 +117,14 @@ def export_bytes(model: torch.nn.Module, *, model_name: str, num_classes: int,
 
 def export_checkpoint_meta(model: torch.nn.Module, meta: Mapping[str, str]) -> bytes:
     """:func:`export_bytes` from a checkpoint manifest's meta (model, num_classes, input_shape
-    as "C,H,W"), which the worker has built already."""
+    as "C,H,W" or, for text, "2,L"), which the worker has built already."""
     try:
         shape = tuple(int(n) for n in meta["input_shape"].split(","))
-        if len(shape) != 3:
-            raise ValueError(f"input_shape {meta['input_shape']!r} is not C,H,W")
+        if len(shape) != (2 if meta["model"] in TEXT_MODELS else 3):
+            raise ValueError(f"input_shape {meta['input_shape']!r} is not C,H,W (images) or "
+                             "2,L (text models)")
         return export_bytes(model, model_name=meta["model"], num_classes=int(meta["num_classes"]),
-                            input_shape=(shape[0], shape[1], shape[2]))
+                            input_shape=shape)
     except (KeyError, ValueError) as error:
         raise ExportError(f"checkpoint meta {dict(meta)!r} cannot describe an export: "
                           f"{error}") from error
@@ -182,7 +186,11 @@ def build_from_export(data: bytes | tuple[ExportMeta, Mapping[str, np.ndarray]]
     """The network named by the export with its state loaded strictly, in eval mode."""
     meta, arrays = load_export(data) if isinstance(data, bytes) else data
     # seeded: the fresh weights are overwritten anyway, and the caller's RNG is left alone
-    model = build_seeded_model(meta.model, 0, meta.num_classes, meta.input_shape)
+    try:
+        model = build_seeded_model(meta.model, 0, meta.num_classes, meta.input_shape)
+    except ValueError as error:  # e.g. a text length past the model's positions
+        raise ExportError(f"metadata does not describe a buildable {meta.model}: "
+                          f"{error}") from error
     check_state(model, arrays)
     parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if parameters != meta.parameters:

@@ -15,6 +15,9 @@ does not depend on the input size.
 Sizes are reported in MiB of float32 (2^20 bytes), the unit of the paper's Table 5.1: its
 97.49 / 13.37 / 4.71 MB are exactly ResNet-50 / MobileNetV2 / SqueezeNet 1.1 with a 1000-way
 classifier. With a 10-way head the same bodies are smaller (the classifier shrinks).
+
+``bert-base``/``bert-mini`` (fasdl.text_models) take text rows: input shape ``(2, L)``,
+token ids and attention mask, instead of (channels, height, width).
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-InputShape = tuple[int, int, int]  # channels, height, width
+from fasdl.text_models import TEXT_MODELS, build_text_model
+
+# images: (channels, height, width); text: (2, sequence length), token ids and attention mask
+InputShape = tuple[int, ...]
 Builder = Callable[[int, InputShape], nn.Module]
 
 # Paper Table 5.1 model sizes (MiB of float32), ImageNet-sized classifiers.
@@ -196,6 +202,9 @@ MODELS: dict[str, Builder] = {
     # size-matched stand-ins (S_m of the paper's ResNet-50 / SqueezeNet, MLP compute)
     "mlp-resnet50-size": _sized_mlp(PAPER_MODEL_MB["resnet50"]),
     "mlp-squeezenet-size": _sized_mlp(PAPER_MODEL_MB["squeezenet"]),
+    # text: rows of (2, L) token ids and attention mask (fasdl.text_models)
+    "bert-base": lambda classes, shape: build_text_model("bert-base", classes, shape),
+    "bert-mini": lambda classes, shape: build_text_model("bert-mini", classes, shape),
 }
 
 
@@ -207,6 +216,8 @@ def build_model(name: str, num_classes: int = 10,
         raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+    if name in TEXT_MODELS:  # (2, L): the text builder checks it
+        return builder(num_classes, tuple(input_shape))
     if len(input_shape) != 3 or min(input_shape) < 1:
         raise ValueError(f"input_shape must be (channels, height, width), got {input_shape}")
     return builder(num_classes, input_shape)

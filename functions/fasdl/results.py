@@ -8,7 +8,8 @@ Objects in the results bucket, under ``runs/<run_id>/``:
 * ``model.npz``: the complete state dict with batch-norm statistics (fasdl.export), copied
   verbatim and checked likewise from the checkpoint's ``export`` object, when it has one;
 * ``summary.json``: per segment (the attempt that completed) mean loss over the workers,
-  worker 0's held-out accuracy, time split summed over the workers; plus run totals;
+  worker 0's held-out accuracy and, for two-class workloads, its Matthews correlation
+  (``mcc``, CoLA's metric), time split summed over the workers; plus run totals;
 * ``failure.json``: the state machine's error and the last run state of a failed run.
 """
 
@@ -74,13 +75,15 @@ def summarize(results: Mapping[tuple[int, int], list[dict[str, Any]]],
             "loss_mean": sum(losses) / len(losses) if losses else None,
             "loss_last": first.get("loss_last") if int(first["worker"]) == 0 else None,
             "accuracy": first.get("accuracy") if int(first["worker"]) == 0 else None,
+            "mcc": first.get("mcc") if int(first["worker"]) == 0 else None,
             "time_s": dict(times),
             "wall_s": max(float(item.get("time", {}).get("total_s", 0.0)) for item in items),
         })
     final = segments[-1] if segments else {}
     retries = sum(1 for (index, attempt) in results if attempt > 0)
     return {"segments": segments, "final_loss": final.get("loss_mean"),
-            "final_accuracy": final.get("accuracy"), "time_s": dict(totals),
+            "final_accuracy": final.get("accuracy"), "final_mcc": final.get("mcc"),
+            "time_s": dict(totals),
             "iterations": sum(int(s["iterations"] or 0) for s in segments),
             "retried_attempts": retries}
 
@@ -164,6 +167,7 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
     return {"run_id": run_id, "model_key": model_key, "summary_key": summary_key,
             "extra": {"export_key": export_key, "final_loss": summary["final_loss"],
                       "final_accuracy": summary["final_accuracy"],
+                      "final_mcc": summary["final_mcc"],
                       "iterations": summary["iterations"]}}
 
 

@@ -3,12 +3,13 @@
 The sequence is the one tests/runtime/test_checkpoint.py drives in-process: fence check and
 claim of the worker in the segment's epoch (fasdl.fencing) → seeded model → KReduceWorker →
 partition (ranged reads, cached on local disk across warm invocations) → restore from the
-manifest epoch ``resume_epoch`` wrote at ``start_iteration`` (unless 0) → one step per
-iteration → save_worker → worker 0 commits the manifest → worker 0's held-out accuracy if it
-fits the time left. A :class:`TimeGuard` stops the worker before an iteration it could not
-finish together with the checkpoint write (:class:`SegmentTooLong`), so a Lambda is never
-killed half-way through writing its checkpoint. A worker whose epoch was superseded stops
-with WorkerFenced at its next fence check and writes nothing more.
+manifest epoch ``resume_epoch`` wrote at ``start_iteration`` (unless 0) → one step per iteration
+→ save_worker → worker 0 commits the manifest → worker 0's held-out accuracy (and, for two
+classes, Matthews correlation: CoLA's metric) if it fits the time left. A :class:`TimeGuard`
+stops the worker before an iteration it could not finish together with the checkpoint write
+(:class:`SegmentTooLong`), so a Lambda is never killed half-way through writing its checkpoint.
+A worker whose epoch was superseded stops with WorkerFenced at its next fence check and writes
+nothing more.
 
 Waits for peers are bounded (:func:`peer_wait_s`): a crashed peer makes the others fail
 with ChannelTimeout within seconds, not at the Lambda timeout, and the state machine retries.
@@ -40,10 +41,13 @@ from botocore.exceptions import ClientError
 
 from fasdl.channel.base import Channel
 from fasdl.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
+from fasdl.classification import Confusion
 from fasdl.data import (
     BatchStream,
     DataCursor,
+    DatasetError,
     RangeReader,
+    input_shape_of,
     load_partition,
     plan_partition,
     read_layout,
@@ -82,6 +86,7 @@ class SegmentResult:
     iterations_done: int = 0
     losses: list[float] = field(default_factory=list)
     accuracy: float | None = None
+    mcc: float | None = None  # Matthews correlation, two-class workloads only
     test_samples: int = 0
     times: dict[str, float] = field(default_factory=dict)
     bytes_up: int = 0
@@ -104,7 +109,7 @@ class SegmentResult:
             "loss_first": losses[0] if losses else None,
             "loss_last": losses[-1] if losses else None,
             "loss_mean": sum(losses) / len(losses) if losses else None,
-            "accuracy": self.accuracy, "test_samples": self.test_samples,
+            "accuracy": self.accuracy, "mcc": self.mcc, "test_samples": self.test_samples,
             "time": {name: round(value, 6) for name, value in self.times.items()},
             "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
             "resume_iteration": self.resume_iteration,
@@ -146,18 +151,26 @@ def _crash_hook(worker: int, iteration: int, attempt: int) -> None:
         os._exit(137)
 
 
-def _correct(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> int:
-    """How many of the rows ``model`` (in eval mode) classifies right."""
+def _predict(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The classes ``model`` (in eval mode) predicts for the rows."""
     with torch.no_grad():
-        features, labels = to_tensors(x, y)
-        return int((model(features).argmax(1) == labels).sum())
+        features, _ = to_tensors(x, y)
+        predicted: np.ndarray = model(features).argmax(1).numpy()
+        return predicted
+
+
+def _confusion(model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
+               classes: int) -> Confusion:
+    model.eval()
+    confusion = Confusion(classes)
+    for start in range(0, len(y), EVAL_BATCH):
+        chunk = y[start:start + EVAL_BATCH]
+        confusion.add(chunk, _predict(model, x[start:start + EVAL_BATCH], chunk))
+    return confusion
 
 
 def _evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> float:
-    model.eval()
-    correct = sum(_correct(model, x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH])
-                  for start in range(0, len(y), EVAL_BATCH))
-    return correct / max(1, len(y))
+    return _confusion(model, x, y, 2).accuracy()
 
 
 def _test_split(read_range: RangeReader, prefix: str,
@@ -223,18 +236,18 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
     prefix = plan.workload.dataset.rstrip("/")
     cache_dir = Path(settings.cache_dir) / _dataset_version(s3, settings.datasets_bucket, prefix)
     layout = read_layout(read_range, f"{prefix}/x.npy")
-    if len(layout.row_shape) != 3:
-        raise WorkerEventError(f"dataset {prefix}/x.npy must be N x C x H x W, "
-                               f"got {layout.shape}")
-    channels, height, width = layout.row_shape
+    try:  # images C×H×W, or text 2×L (token ids; attention mask)
+        input_shape = input_shape_of(f"dataset {prefix}/x.npy", layout.dtype, layout.row_shape)
+    except DatasetError as error:
+        raise WorkerEventError(str(error)) from error
     num_classes = max(2, int(_cached_labels(read_range, f"{prefix}/y.npy", cache_dir).max()) + 1)
     model = build_seeded_model(plan.workload.model, plan.training.seed, num_classes,
-                               (channels, height, width))
+                               input_shape)
     worker = KReduceWorker(plan, event.worker, exchange, model, event.run_id, event.epoch,
                            inflight_bytes=settings.exchange_inflight_bytes(
                                plan.deployment.memory_mb, plan.workload.model_mb))
     meta = {"model": plan.workload.model, "num_classes": str(num_classes),
-            "input_shape": f"{channels},{height},{width}",
+            "input_shape": ",".join(str(n) for n in input_shape),
             "parameters": str(worker.parameters.size)}
     return _Job(plan, read_range, prefix, cache_dir, meta, model, worker)
 
@@ -298,10 +311,11 @@ def _checkpoint(job: _Job, store: Channel, event: WorkerEvent, settings: Setting
 
 def _evaluate_in_time(job: _Job, time_left_s: Callable[[], float],
                       result: SegmentResult) -> None:
-    """Worker 0 holds the merged model: its held-out accuracy, only if it fits the time left.
+    """Worker 0 holds the merged model: its held-out accuracy (and MCC for two classes),
+    only if it fits the time left.
 
     The first chunk is predicted from the training step (a forward pass costs less than a
-    step); the slowest chunk seen predicts the next. Out of time: accuracy stays None.
+    step); the slowest chunk seen predicts the next. Out of time: both stay None.
     """
     began = time.perf_counter()
     trained = result.iterations_done * job.plan.batch_of(job.worker.worker_id)
@@ -313,15 +327,17 @@ def _evaluate_in_time(job: _Job, time_left_s: Callable[[], float],
         return
     x, y = test
     job.model.eval()
-    correct, slowest = 0, per_sample_s * EVAL_BATCH
+    confusion, slowest = Confusion(int(job.meta["num_classes"])), per_sample_s * EVAL_BATCH
     for start in range(0, len(y), EVAL_BATCH):
         if time_left_s() < slowest:
             result.times["eval_s"] = time.perf_counter() - began
             return
         chunk_began = time.perf_counter()
-        correct += _correct(job.model, x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH])
+        chunk = y[start:start + EVAL_BATCH]
+        confusion.add(chunk, _predict(job.model, x[start:start + EVAL_BATCH], chunk))
         slowest = max(slowest, time.perf_counter() - chunk_began)
-    result.accuracy, result.test_samples = correct / max(1, len(y)), len(y)
+    result.accuracy, result.test_samples = confusion.correct / max(1, len(y)), len(y)
+    result.mcc = confusion.mcc()
     result.times["eval_s"] = time.perf_counter() - began
 
 
