@@ -128,7 +128,8 @@ def accuracy(model: torch.nn.Module, test: Partition) -> float:
 
 def reference(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
     """One process, the union of the workers' batches, the runtime's optimizer."""
-    shape = tuple(int(n) for n in train.x.shape[1:])
+    channels, height, width = (int(n) for n in train.x.shape[1:])
+    shape = (channels, height, width)
     model = build_seeded_model(case.model, plan.training.seed, 10, shape)
     flat = FlatParameters(model)
     optimizer = FlatSGD(flat, plan.training.learning_rate, plan.training.momentum,
@@ -147,7 +148,8 @@ def reference(case: Case, plan: Plan, train: Partition, test: Partition) -> floa
 
 def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
     """W K-REDUCE workers as threads through the in-memory channel; worker 0's accuracy."""
-    shape = tuple(int(n) for n in train.x.shape[1:])
+    channels, height, width = (int(n) for n in train.x.shape[1:])
+    shape = (channels, height, width)
     model = build_seeded_model(case.model, plan.training.seed, 10, shape)
     channel = MemoryChannel()
     workers = [KReduceWorker(plan, w, channel, copy.deepcopy(model), case.name, 1,
