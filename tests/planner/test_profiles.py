@@ -37,7 +37,8 @@ CHANNEL_ARCH = [(c, a) for c in ("s3", "valkey") for a in ("x86_64", "arm64")]
 # ---- shipped files ---------------------------------------------------------------------------
 
 def test_known_names() -> None:
-    assert known_workloads() == sorted([*PAPER_WORKLOADS, "cnn-digits", "mlp-digits"])
+    assert known_workloads() == sorted([*PAPER_WORKLOADS, "bert-mini-textset", "cnn-digits",
+                                        "mlp-digits"])
     assert known_platforms() == ["aws-lambda-x86_64-s3", "aws-lambda-x86_64-valkey"]
     assert known_regions() == ["us-east-1"]
 
