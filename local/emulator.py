@@ -4,10 +4,9 @@ Each invocation runs in a sandbox, ``python -m local.invoke --serve`` (this venv
 interpreter) in the function's code dir, with exactly the function's environment plus the
 variables the Lambda runtime sets (``AWS_LAMBDA_FUNCTION_NAME``, ``..._MEMORY_SIZE``,
 ``AWS_REGION``, ``_HANDLER``...). As on Lambda, an idle sandbox of the same function and
-configuration is reused (a warm start: imports, module state and files kept) and one idle
-for ``warm_idle_s`` is shut down; a timed-out, crashed or killed one never is
-(local/sandbox.py). Each :class:`Invocation` says whether it started cold. Semantics, as the
-Step Functions Lambda integration sees them:
+configuration is reused (a warm start: imports, module state and files kept), one idle for
+``warm_idle_s`` is shut down, a timed-out, crashed or killed one never reused (sandbox.py);
+each :class:`Invocation` says if it started cold. As Step Functions' Lambda task sees it:
 
 * success: the handler's return value, JSON;
 * the handler raised: a function error ``{"errorType": <exception class name>, ...}``;
@@ -293,6 +292,7 @@ class LambdaEmulator:
                     warm.kill()
                 raise RuntimeError("the Lambda emulator is shut down")
             if warm is not None:
+                warm.reset_peak()  # before this invocation's watchdog samples it
                 return warm, False
             command = [sys.executable, "-m", "local.invoke", "--serve", spec.handler]
             return Sandbox.start(key, command, cwd=str(spec.code_dir), env=env, log=log), True

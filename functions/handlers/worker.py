@@ -18,17 +18,19 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from fasdl import exchange_cache
+from fasdl import exchange_cache, heap
 from fasdl.environment import Settings
 from fasdl.metrics import StepMetrics, get_logger
 from fasdl.torch_setup import load_torch
 
 logger = get_logger("fasdl-worker")
+heap.limit_arenas()  # at Init, before any worker thread allocates (fasdl.heap)
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     # torch is loaded here, not at import: the unpack does not fit Lambda's 10-s init phase
     # at small memory (docs/cold-start.md). Only a sandbox's first invocation pays it.
+    heap.release_memory()  # what a previous invocation in this sandbox left behind
     torch_load = load_torch()
     torch_load.check()
     from fasdl import segment_runner  # imports torch, so only once torch is importable

@@ -94,3 +94,14 @@ def test_no_idle_time_means_every_start_is_cold() -> None:
         invocations = [emulator.invoke("Fn", {}) for _ in range(2)]
     assert [i.cold_start for i in invocations] == [True, True]
     assert len({_result(i)["pid"] for i in invocations}) == 2
+
+
+def test_a_warm_invocation_reports_its_own_peak_not_the_sandboxes() -> None:
+    """Lambda's REPORT gives each invocation's Max Memory Used; the sandbox resets its
+    high-water mark (VmHWM) before each one."""
+    with LambdaEmulator({"Fn": _spec()}) as emulator:
+        big = emulator.invoke("Fn", {"grow_mb": 150})
+        small = emulator.invoke("Fn", {})
+    assert big.peak_rss_mb is not None and small.peak_rss_mb is not None
+    assert small.cold_start is False
+    assert big.peak_rss_mb > 150 and small.peak_rss_mb < big.peak_rss_mb - 100

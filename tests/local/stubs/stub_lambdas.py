@@ -129,6 +129,10 @@ def warm(event: dict[str, Any], context: Any) -> dict[str, Any]:
     print(f"call {_CALLS} of pid {os.getpid()}", flush=True)
     if event.get("exit"):
         os._exit(3)
+    if event.get("grow_mb"):  # touched, then freed before returning
+        block = bytearray(int(event["grow_mb"]) << 20)
+        block[::4096] = b"x" * len(block[::4096])
+        del block
     time.sleep(float(event.get("sleep", 0)))
     if event.get("raise"):
         raise ValueError("asked to fail")

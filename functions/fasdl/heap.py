@@ -1,0 +1,42 @@
+"""Keep a warm sandbox's memory at what the next invocation needs.
+
+Lambda reuses an execution environment for the next invocation and holds the whole process
+to the function's memory size, so memory one invocation freed but the C allocator kept (glibc
+keeps freed heap pages and one arena per busy thread) counts against the next one. Measured in
+the local emulator: workers at M = 384 MB peaked at 371 MB cold and were killed at 385 MB in
+their first warm invocation. :func:`limit_arenas` (at import, before the worker starts its
+threads) caps glibc's arenas; :func:`release_memory` (at each invocation's start) collects
+garbage and returns free heap pages to the system. Both are no-ops where glibc is absent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+ARENAS = 2
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name or "libc.so.6")
+    except OSError:
+        return None
+
+
+def limit_arenas(arenas: int = ARENAS) -> bool:
+    """Cap glibc's malloc arenas (one per concurrently allocating thread by default)."""
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None)
+    return bool(mallopt is not None and mallopt(M_ARENA_MAX, arenas) == 1)
+
+
+def release_memory() -> bool:
+    """Collect garbage, then give free heap pages back (glibc ``malloc_trim``)."""
+    gc.collect()
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None)
+    return bool(trim is not None and trim(0) == 1)
