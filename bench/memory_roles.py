@@ -124,11 +124,13 @@ def child(plan_path: str, worker: int, endpoint: str, bucket: str,
 
     import torch
 
+    from fasdl import heap
     from fasdl.channel.s3 import S3Channel
     from fasdl.kreduce import KReduceWorker
     from fasdl.models import build_seeded_model
     from fasdl.plan import Plan
 
+    heap.limit_arenas()  # as the worker handler does at Init
     torch.set_num_threads(1)
     plan = Plan.from_json(Path(plan_path).read_text())
     model = build_seeded_model(plan.workload.model, plan.training.seed)
