@@ -1,0 +1,78 @@
+"""bert-mini on the generated text set, end to end: ``python -m fasdl.datasets textset`` and
+``cola`` build the data, the planner plans workload bert-mini-textset, and ``python -m local
+run`` trains it through the synthesized state machine on both channels; worker 0 reports the
+dev split's Matthews correlation (CoLA's metric) per segment and finalize's summary carries it.
+
+NOT asserted (open, issue 13): that the MCC rises well above 0. Measured here (2-core VM,
+W=2, global batch 64, bsp, SGD with momentum 0.9 at learning rate 0.03): 7 epochs (217
+iterations, 270 s) ended at a dev MCC of 0.15, 10 epochs (310 iterations, 285 s) at 0.0.
+In one process the same settings reached 0.46 after 7 epochs with seed 0 and stayed at
+chance with seed 1: plain SGD from scratch leaves this transformer on a plateau for a
+seed-dependent number of steps (fasdl.text_models), more than a 2-3 minute run affords.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.settings import REPO_ROOT
+
+EPOCHS = 3
+LEARNING_RATE = 0.03  # plain SGD with momentum 0.9; 0.04 stayed at chance for 8 epochs (hap)
+RUN_TIMEOUT_S = 420
+
+
+def _python(*args: str, timeout_s: int = 120) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout_s, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def text_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The imported text set and a plan for it: what a user runs, step by step."""
+    work = tmp_path_factory.mktemp("text")
+    _python("-m", "fasdl.datasets", "textset", str(work / "tsv"))
+    imported = json.loads(_python("-m", "fasdl.datasets", "cola", str(work / "tsv"),
+                                  str(work / "data"), "--max-length", "16"))
+    assert imported["rows"] == {"train": 2000, "test": 500} and imported["truncated"] == 0
+    _python("-m", "planner", "plan", "--workload", "bert-mini-textset", "--deadline", "900",
+            "--max-global-batch", "64", "--epochs", str(EPOCHS), "--min-workers", "2",
+            "--timeout", "300", "--out", str(work / "planned.json"))
+    plan = json.loads((work / "planned.json").read_text())
+    assert plan["workload"]["model"] == "bert-mini" and plan["deployment"]["workers"] == 2
+    # bsp: exactly large-batch SGD, the setting measured in one process
+    plan["training"].update(learning_rate=LEARNING_RATE, sync="bsp")
+    (work / "plan.json").write_text(json.dumps(plan))
+    return work / "plan.json", work / "data"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("channel", ["s3", "valkey"])
+def test_bert_mini_trains_on_the_text_set(tmp_path: Path, text_job: tuple[Path, Path],
+                                       channel: str) -> None:
+    plan, data = text_job
+    report_dir = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, "-m", "local", "run", "--plan", str(plan), "--dataset", str(data),
+         "--channel", channel, "--segment-iterations", "62", "--run-id", f"text-{channel}",
+         "--report-dir", str(report_dir), "--timeout", str(RUN_TIMEOUT_S)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 60, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["status"] == "SUCCEEDED" and report["channel"] == channel
+    assert report["plan"]["workload"]["model"] == "bert-mini"
+    summary = report["summary"]  # finalize's summary.json
+    segments = summary["segments"]
+    assert len(segments) == 2 and all(-1.0 <= s["mcc"] <= 1.0 for s in segments)
+    assert 0.0 < summary["final_accuracy"] <= 1.0
+    assert summary["final_mcc"] == segments[-1]["mcc"]
+    assert all(s["loss_mean"] < 1.0 for s in segments)  # trained, not diverged (ln 2 = 0.69)
+    print(f"{channel}: dev MCC per segment {[s['mcc'] for s in segments]}, accuracy "
+          f"{summary['final_accuracy']}, {report['measured_s']} s")
