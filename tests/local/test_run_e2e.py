@@ -52,7 +52,7 @@ def _holding(directory: Path) -> list[int]:
 def test_run_trains_every_epoch(tmp_path: Path, channel: str) -> None:
     done = subprocess.run(
         _command(tmp_path, "--channel", channel, "--epochs", str(EPOCHS), "--run-id",
-                 f"e2e-{channel}"),
+                 f"e2e-{channel}", "--warm-idle", "300"),
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 30, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "predicted" in done.stdout and f"segment {EPOCHS}/{EPOCHS}" in done.stdout
