@@ -272,6 +272,17 @@ def _segment_load_and_checkpoint(problem: Problem, mem: IntArray, k: IntArray, b
     return cold, load, checkpoint
 
 
+def _segmenting(budget: FloatArray, iteration: FloatArray, total_iterations: FloatArray
+                ) -> tuple[IntArray, FloatArray]:
+    """Iterations that fit a segment's time ``budget`` (0: none), and the segments needed."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fit = np.floor(budget / iteration)
+    segment_iterations = np.where(np.isfinite(fit) & (fit > 0), fit, 0).astype(np.int64)
+    with np.errstate(divide="ignore"):
+        segments = np.ceil(total_iterations / np.maximum(segment_iterations, 1))
+    return segment_iterations, segments
+
+
 def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggregators: ArrayLike,
              batch_aggregator: ArrayLike, batch_non_aggregator: ArrayLike,
              bsp: ArrayLike = False) -> Evaluation:
@@ -303,12 +314,8 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     cold, load, checkpoint = _segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
     # any segment may start cold (the first, a retry): each must fit one
     budget = problem.timeout_s - problem.timeout_margin_s - cold - load - checkpoint
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fit = np.floor(budget / iteration)
-    segment_iterations = np.where(np.isfinite(fit) & (fit > 0), fit, 0).astype(np.int64)
     total_iterations = problem.epochs * iterations
-    with np.errstate(divide="ignore"):
-        segments = np.ceil(total_iterations / np.maximum(segment_iterations, 1))
+    segment_iterations, segments = _segmenting(budget, iteration, total_iterations)
     time = total_iterations * iteration + segments * (load + checkpoint) + cold
 
     cost_lambda = prices.lambda_mb_s(problem.arch) * mem * w * time
