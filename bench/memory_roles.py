@@ -3,11 +3,11 @@
 For a workload the planner plans (W, M, K, B^a, B^n) as in the paper's Table IV problems;
 every worker of that plan then runs in its own fresh interpreter: one training step at its
 batch and one exchange step (upload, aggregate, load the merged shards) through a real
-S3-compatible server (the plans' channel). Each reports its peak resident set
-(``ru_maxrss``: the kernel's high-water mark, the figure Lambda's memory limit holds a
-function to) next to the planner's modelled memory of its role, k·B + c + X_role
-(planner/memory.py). The measured step runs under bsp so that a non-aggregator downloads in
-it (under hap it moves the same bytes one step later).
+S3-compatible server (the plans' channel). Each reports its peak resident set (VmHWM: the
+kernel's high-water mark since exec, the figure Lambda's memory limit holds a function to;
+``ru_maxrss`` would also count the parent's size at fork) next to the planner's modelled
+memory of its role, k·B + c + X_role (planner/memory.py). The measured step runs under bsp
+so that a non-aggregator downloads in it (under hap it moves the same bytes one step later).
 
 ``--batch`` replaces the plan's batches (the exchange term does not depend on them);
 ``--slope`` also measures at twice that batch and reports the per-sample memory, for
@@ -120,8 +120,6 @@ def measure(plans: list[Any], server: Any) -> list[dict[str, Any]]:
 def child(plan_path: str, worker: int, endpoint: str, bucket: str,
           run_id: str) -> dict[str, Any]:
     """One worker: a training step and an exchange step; its peak RSS."""
-    import resource
-
     import torch
 
     from fasdl import heap
@@ -129,6 +127,7 @@ def child(plan_path: str, worker: int, endpoint: str, bucket: str,
     from fasdl.kreduce import KReduceWorker
     from fasdl.models import build_seeded_model
     from fasdl.plan import Plan
+    from fasdl.profiling import peak_rss_mb
 
     heap.limit_arenas()  # as the worker handler does at Init
     torch.set_num_threads(1)
@@ -141,9 +140,9 @@ def child(plan_path: str, worker: int, endpoint: str, bucket: str,
     generator = torch.Generator().manual_seed(worker)
     x = torch.rand(batch, 3, 32, 32, generator=generator)
     y = torch.randint(0, 10, (batch,), generator=generator)
-    setup = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    setup = peak_rss_mb()
     stats = node.step(x, y, 0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     budget = getattr(node, "budget", None)
     node.close()
     return {"model": plan.workload.model, "worker": worker,

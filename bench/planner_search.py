@@ -10,7 +10,7 @@ speedup >= 100x, exact < 0.5 s per workload.
 
 Large section: B^g_max 8,192, 32,768 and 65,536 with W up to 1,000, each search in a child
 process (python -m bench.planner_search --one ...) that reports its wall time and its peak RSS
-(ru_maxrss, Python and numpy included), under both B^n rules. Goals: <= 2 s and <= 500 MB each.
+(VmHWM, Python and numpy included), under both B^n rules. Goals: <= 2 s and <= 500 MB each.
 The last printed line is one JSON object.
 
     .venv/bin/python -m bench.planner_search [--channel s3|valkey] [--repeats N] [--large-only]
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from fasdl.profiling import peak_rss_mb
 from planner.heuristic import two_stage
 from planner.model import Problem
 from planner.profiles import load_platform, load_prices, load_workload
@@ -75,8 +75,7 @@ def one_search(name: str, cap: int, channel: str, rule: str) -> dict[str, Any]:
     choice = result.choice
     return {"workload": name, "max_global_batch": cap, "bn_rule": rule,
             "seconds": round(seconds, 3), "evaluated": result.evaluated,
-            # Linux reports ru_maxrss in KiB
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
             "choice": None if choice is None else {
                 "workers": choice.workers, "memory_mb": choice.memory_mb,
                 "aggregators": choice.aggregators, "batch_aggregator": choice.batch_aggregator,

@@ -124,6 +124,8 @@ class MemoryWatchdog:
         self.scan_s = scan_s if _HAS_CHILDREN_FILES else min(scan_s, 0.25)
         self.peak_bytes = 0  # the group's largest use seen (see the module docstring)
         self.killed_at_bytes: int | None = None  # the use that got the group killed
+        # at the kill: each member's (pid, VmRSS, VmHWM, command line), to tell why
+        self.killed_members: list[tuple[int, int, int, str]] = []
         self.samples = 0
         self._members: set[int] = {pid}
         self._done = threading.Event()
@@ -162,7 +164,7 @@ class MemoryWatchdog:
     def sample(self) -> bool:
         """Take one sample; False once the leader has exited."""
         total = highest = 0
-        live = []
+        live: list[tuple[int, ProcessMemory]] = []
         for pid in sorted(self._members):
             memory = read_memory(pid)
             # The session check drops a pid that another process reuses after an exit.
@@ -170,21 +172,23 @@ class MemoryWatchdog:
                 if pid != self.pid:
                     self._members.discard(pid)
                 continue
-            live.append(pid)
+            live.append((pid, memory))
             total += memory.rss
             highest = max(highest, memory.hwm)
         self.samples += 1
         used = max(total, highest)
         self.peak_bytes = max(self.peak_bytes, used)
         limit = self.limit_bytes
-        leader_alive = self.pid in live
+        leader_alive = any(pid == self.pid for pid, _ in live)
         if leader_alive and limit is not None and used > limit and not self.killed:
             self.killed_at_bytes = used
+            self.killed_members = [(pid, memory.rss, memory.hwm, _command(pid))
+                                   for pid, memory in live]
             # The group, and members that moved to another group of the session. SIGKILL
             # also ends processes the CPU cap holds with SIGSTOP.
             with contextlib.suppress(ProcessLookupError, PermissionError):  # exited meanwhile
                 os.killpg(self.pid, signal.SIGKILL)
-            for pid in live:
+            for pid, _ in live:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
         return leader_alive
@@ -203,6 +207,15 @@ class MemoryWatchdog:
                 last_scan = now
 
 
+def _command(pid: int) -> str:
+    """A process's command line, shortened for a log line ('' once it is gone)."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    return b" ".join(words).decode(errors="replace").strip()[:120]
+
+
 def report_lines(request_id: str, duration_s: float, memory_mb: int, watchdog: MemoryWatchdog,
                  peak: int, over: bool) -> str:
     """Lambda's REPORT fields, and why the invocation was killed if it was (``over``: its
@@ -212,10 +225,16 @@ def report_lines(request_id: str, duration_s: float, memory_mb: int, watchdog: M
         lines.append(f"[local emulator] out of memory: the process group used "
                      f"{watchdog.killed_at_bytes / MIB:.1f} MB > memory size {memory_mb} MB: "
                      "killed it (Runtime.OutOfMemory)")
+        lines += [f"[local emulator]   member pid {pid}: VmRSS {rss / MIB:.1f} MB, VmHWM "
+                  f"{hwm / MIB:.1f} MB: {command}"
+                  for pid, rss, hwm, command in watchdog.killed_members]
     elif over:
         lines.append(f"[local emulator] out of memory: the peak {peak / MIB:.1f} MB exceeded "
                      f"the memory size {memory_mb} MB between samples; Lambda would have "
                      "killed it (Runtime.OutOfMemory)")
+        lines += [f"[local emulator]   member pid {pid}: VmRSS {rss / MIB:.1f} MB, VmHWM "
+                  f"{hwm / MIB:.1f} MB: {command}"
+                  for pid, rss, hwm, command in watchdog.killed_members]
     limit = "on" if watchdog.limit_mb is not None else "off"
     lines.append(f"[local emulator] REPORT RequestId: {request_id} Duration: "
                  f"{duration_s * 1000:.2f} ms Memory Size: {memory_mb} MB Max Memory Used: "

@@ -2,7 +2,7 @@
 
 One training step and one exchange step per worker of the planner's plan for the paper's
 three CNNs, at the plan's own W, M, K and batches, each worker in a fresh interpreter,
-through a real S3-compatible server (bench/memory_roles.py). The peak is ``ru_maxrss``, the
+through a real S3-compatible server (bench/memory_roles.py). The peak is VmHWM, the
 high-water mark Lambda's memory limit holds a function to.
 """
 

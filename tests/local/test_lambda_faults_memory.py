@@ -5,6 +5,7 @@ records its peak RSS. Stub handlers grow bytearrays (tests/local/stubs/lambda_fa
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -62,7 +63,10 @@ def test_a_child_past_its_memory_is_killed() -> None:
     _assert_out_of_memory(invocation)
     assert invocation.duration_s < 5 and time.monotonic() - began < 10
     assert invocation.peak_rss_mb is not None and invocation.peak_rss_mb < 2 * M
-    assert "killed it (Runtime.OutOfMemory)" in _log(invocation)
+    log = _log(invocation)
+    assert "killed it (Runtime.OutOfMemory)" in log
+    # the log names each process counted, with its memory, to tell a real leak from a miscount
+    assert re.search(r"member pid \d+: VmRSS \d+\.\d MB, VmHWM \d+\.\d MB: \S*python", log), log
 
 
 def test_a_cpu_capped_child_is_killed_too() -> None:
