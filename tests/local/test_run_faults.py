@@ -15,6 +15,7 @@ as child executions, as Step Functions does.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -104,7 +105,9 @@ def test_segment_too_long_for_the_timeout_is_shortened(
         job: Job, reference: bytes, tmp_path: Path) -> None:
     """The plan asks for one segment of 176 iterations; at ~0.16 s each (a 0.12 s delay per
     iteration) it cannot fit a 25 s worker timeout: the workers stop with SegmentTooLong,
-    the trigger halves the segment, later segments keep the length, the run finishes."""
+    the trigger halves the segment, later segments keep the length (unless they too are too
+    long on a loaded machine, then they are halved again), the run finishes with the
+    undisturbed run's weights: segment boundaries do not change them."""
     result = run(job, tmp_path, "too-long", "--segment-iterations", str(2 * SEGMENT),
                  "--workers-timeout", "25",
                  "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.12",
@@ -115,14 +118,12 @@ def test_segment_too_long_for_the_timeout_is_shortened(
     assert len(errors(result)) >= 4  # every worker of the first attempt
     segments = result.report["segments"]
     assert segments[0]["attempt"] >= 1 and sum(s["iterations"] for s in segments) == 176
-    length = segments[0]["iterations"]
-    assert length <= SEGMENT and all(s["iterations"] == length for s in segments[:-1])
-    expected = reference
-    if length != SEGMENT:  # a slow machine halved twice: plan the reference like that
-        same = run(job, tmp_path, "same-segments", "--segment-iterations", str(length))
-        assert same.code == 0 and same.model is not None, same.output[-3000:]
-        expected = same.model
-    assert result.model == expected
+    assert segments[0]["iterations"] <= SEGMENT
+    for before, after in itertools.pairwise(segments[:-1]):  # the last may be a remainder
+        # a segment keeps its predecessor's length unless it failed too and was halved
+        assert after["iterations"] == before["iterations"] or (
+            after["iterations"] < before["iterations"] and after["attempt"] >= 1), segments
+    assert result.model == reference
 
 
 @pytest.mark.slow
