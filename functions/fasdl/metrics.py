@@ -1,5 +1,9 @@
 """CloudWatch EMF metrics (Powertools Metrics) and the structured logger of the handlers.
 
+Each handler module holds one Logger (``@logger.inject_lambda_context``: cold start, request id
+and function in every line) and the worker one Metrics (``@metrics.log_metrics`` flushes at the
+end of every invocation, failed ones included), as Powertools recommends.
+
 The dashboard (infra/monitoring.py) reads namespace ``FASDL_METRICS_NAMESPACE`` with the single
 dimension ``Stack``: the Powertools ``service`` dimension is switched off, since it would put
 every record under another dimension set that the dashboard never queries.
@@ -43,11 +47,18 @@ def get_logger(service: str) -> Logger:
     return Logger(service=service)
 
 
+def get_metrics() -> Metrics:
+    """A handler module's Metrics; :class:`StepMetrics` sets its namespace and dimension per
+    invocation, from the function's settings."""
+    return Metrics()
+
+
 class StepMetrics:
     """One EMF value per metric per iteration; Powertools flushes every 100 values."""
 
-    def __init__(self, namespace: str, stack: str) -> None:
-        self.metrics = Metrics(namespace=namespace)
+    def __init__(self, namespace: str, stack: str, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics.namespace = namespace
         self.metrics.provider.service = ""  # no "service" dimension: Stack only
         # Powertools keeps metric state per class: drop a previous invocation's leftovers
         self.metrics.clear_default_dimensions()

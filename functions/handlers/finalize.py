@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from fasdl import exchange_cache, results, segments
 from fasdl.environment import Settings
 from fasdl.metrics import get_logger
@@ -39,7 +41,8 @@ def _clean(settings: Settings, run_id: str, run: object) -> None:
         logger.info("exchange cleaned", extra={"run_id": run_id, "deleted": deleted})
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = Settings.from_env()
     action = event.get("action")
     execution = str(event.get("execution", ""))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from fasdl import exchange_cache, profiling  # profiling imports torch only inside functions
 from fasdl.channel.base import Channel
 from fasdl.channel.factory import build_channel
@@ -57,7 +59,8 @@ def _channels(settings: Settings, wanted: tuple[str, ...] | None) -> dict[str, C
     return channels
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # Valkey stacks: the cache's endpoint, found by the trigger (profiling state machine)
     try:
         cache = exchange_cache.parse(event.get("cache"), "cache")

@@ -27,6 +27,8 @@ import os
 import time
 from typing import Any
 
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from fasdl import account, exchange_cache, fencing, keys, memory_report, segments
 from fasdl.environment import Settings
 from fasdl.metrics import get_logger
@@ -35,7 +37,8 @@ logger = get_logger("fasdl-trigger")
 ATTEMPT_SLACK_S = 120  # the Run worker task's slack (infra.workflow) and clock skew
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = Settings.from_env()
     action = event.get("action")
     logger.info("trigger", extra={"action": action})

@@ -17,17 +17,21 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fasdl import exchange_cache, heap
 from fasdl.environment import Settings
-from fasdl.metrics import StepMetrics, get_logger
+from fasdl.metrics import StepMetrics, get_logger, get_metrics
 from fasdl.torch_setup import load_torch
 
 logger = get_logger("fasdl-worker")
+metrics = get_metrics()
 heap.limit_arenas()  # at Init, before any worker thread allocates (fasdl.heap)
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics  # flushes what is left at the end, also when the segment failed
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # torch is loaded here, not at import: the unpack does not fit Lambda's 10-s init phase
     # at small memory (docs/cold-start.md). Only a sandbox's first invocation pays it.
     heap.release_memory()  # what a previous invocation in this sandbox left behind
@@ -43,27 +47,22 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     parsed = segment_runner.WorkerEvent.parse(event)
     logger.append_keys(run_id=parsed.run_id, worker=parsed.worker, segment=parsed.index,
                        attempt=parsed.attempt, epoch=parsed.epoch)
-    metrics = StepMetrics(settings.metrics_namespace, settings.stack)
+    step_metrics = StepMetrics(settings.metrics_namespace, settings.stack, metrics)
     if torch_load.fresh:
         logger.info("torch loaded", extra=torch_load.log_fields())
-        metrics.metrics.add_metric(name="TorchLoadTime", unit=MetricUnit.Seconds,
-                                   value=torch_load.seconds)
+        metrics.add_metric(name="TorchLoadTime", unit=MetricUnit.Seconds,
+                           value=torch_load.seconds)
     s3 = settings.s3_client()
 
     def remaining_s() -> float:
-        if context is None or not hasattr(context, "get_remaining_time_in_millis"):
-            return float("inf")
         return float(context.get_remaining_time_in_millis()) / 1000.0
 
     try:
-        result = segment_runner.run_segment(
-            settings, parsed, remaining_s, metrics, s3,
-            invocation_id=getattr(context, "aws_request_id", None))
+        result = segment_runner.run_segment(settings, parsed, remaining_s, step_metrics, s3,
+                                            invocation_id=context.aws_request_id)
     except Exception:
         logger.exception("segment failed")
         raise
-    finally:
-        metrics.flush()
     key = segment_runner.write_result(s3, settings, parsed, result)
     logger.info("segment done", extra={"result_key": key, "loss": result["loss_last"],
                                        "accuracy": result["accuracy"]})

@@ -32,6 +32,7 @@ from fasdl.models import parameter_count
 from fasdl.plan import Deployment, Plan, Training, Workload
 from fasdl.wire import encode_shard
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from tests.lambda_context import FakeLambdaContext
 
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = ROOT / "functions"
@@ -43,22 +44,12 @@ DATASET = "datasets/digits"
 WORKERS = 4
 # A worker process: the handler with a fake context whose deadline is REMAINING_MS away.
 WORKER_MAIN = """
-import json, sys, time
+import json, sys
 from handlers.worker import handler
-class Context:
-    def __init__(self, ms): self.deadline = time.monotonic() + ms / 1000
-    def get_remaining_time_in_millis(self): return int((self.deadline - time.monotonic()) * 1000)
+from tests.lambda_context import FakeLambdaContext
 event = json.loads(sys.argv[1])
-print(json.dumps(handler(event, Context(int(sys.argv[2])))))
+print(json.dumps(handler(event, FakeLambdaContext(int(sys.argv[2])))))
 """
-
-
-class FakeContext:
-    def __init__(self, remaining_ms: int) -> None:
-        self.deadline = time.monotonic() + remaining_ms / 1000
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int((self.deadline - time.monotonic()) * 1000)
 
 
 def digits_plan(channel: str) -> Plan:
@@ -126,7 +117,7 @@ class Stack:
         """One in-process invocation of the trigger, finalize or a worker."""
         with self.environ():
             module = __import__(f"handlers.{function}", fromlist=["handler"])
-            result: dict[str, Any] = module.handler(event, FakeContext(remaining_ms))
+            result: dict[str, Any] = module.handler(event, FakeLambdaContext(remaining_ms))
             return result
 
     def spawn(self, event: dict[str, Any], extra_env: dict[str, str] | None = None,

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from fasdl.segments import RunStateError
+from tests.lambda_context import FakeLambdaContext
 from tests.runtime.test_handlers import s3_env, s3_objects, start, trigger  # noqa: F401
 
 
@@ -15,7 +16,8 @@ from tests.runtime.test_handlers import s3_env, s3_objects, start, trigger  # no
 @pytest.mark.usefixtures("s3")
 def test_a_console_resume_must_match_an_existing_run() -> None:
     run = start({"run_id": "real"})
-    later = trigger.handler({"action": "next", "run": run}, None)  # no checkpoint was written
+    later = trigger.handler({"action": "next", "run": run},
+                            FakeLambdaContext())  # no checkpoint was written
     forged = [
         ({**run, "run_id": "../x"}, "run_id"),
         ({**run, "plan_key": "runs/other/plan.json"}, "resume.plan_key"),

@@ -23,6 +23,7 @@ import torch
 from fasdl import segment_runner, wire
 from fasdl.environment import Settings
 from fasdl.plan import Plan
+from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS
 from tests.runtime.test_kreduce import make_plan
 
@@ -95,14 +96,15 @@ def _train(run: dict[str, Any], *, workers: int = 2) -> None:
 
 
 def _action(name: str, run: dict[str, Any]) -> dict[str, Any]:
-    return trigger.handler({"action": name, "run": run}, None)
+    return trigger.handler({"action": name, "run": run}, FakeLambdaContext())
 
 
 def _finish(run: dict[str, Any]) -> bytes:
     while not run["done"]:
         _train(run)
         run = _action("next", run)
-    out = finalize.handler({"action": "succeeded", "run": run, "execution": "e"}, None)
+    out = finalize.handler({"action": "succeeded", "run": run, "execution": "e"},
+                           FakeLambdaContext())
     model: bytes = Settings.from_env().s3_client().get_object(
         Bucket=RESULTS, Key=out["model_key"])["Body"].read()
     return model
@@ -133,10 +135,10 @@ def test_a_later_segment_never_reads_a_dead_attempts_merged_shards(s3: Any,
     plan = _plan(sync)
     undisturbed = _finish(trigger.handler(
         {"action": "start", "input": {"run_id": "calm", "plan": plan.to_dict()},
-         "execution": "calm"}, None))
+         "execution": "calm"}, FakeLambdaContext()))
 
     run = trigger.handler({"action": "start", "input": {"run_id": "hit", "plan": plan.to_dict()},
-                           "execution": "hit"}, None)
+                           "execution": "hit"}, FakeLambdaContext())
     _train(run)  # the attempt the state machine gives up on (say, its Map timed out)
     assert _poison_merged_frames(s3, "hit") >= 1  # its leftovers differ from a replay's
     run = _action("shorten", run)

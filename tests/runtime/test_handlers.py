@@ -31,6 +31,7 @@ from fasdl.segment_runner import (
     peer_wait_s,
 )
 from fasdl.segments import RetriesExhausted, RunStateError
+from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS, deployed_env
 from tests.runtime.test_kreduce import make_plan
 
@@ -67,7 +68,7 @@ def _read(s3: Any, key: str, bucket: str = RESULTS) -> Any:
 
 def start(event_input: dict[str, Any], execution: str = "exec-1") -> dict[str, Any]:
     return trigger.handler({"action": "start", "input": event_input, "execution": execution},
-                           None)
+                           FakeLambdaContext())
 
 
 def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
@@ -93,29 +94,30 @@ def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
 def test_next_and_shorten_through_the_handler(s3: Any) -> None:
     run = start({"run_id": "loop"})
     run = trigger.handler({"action": "shorten", "run": run,
-                           "error": {"Error": "FasDL.SegmentTimeout", "Cause": ""}}, None)
+                           "error": {"Error": "FasDL.SegmentTimeout", "Cause": ""}},
+                               FakeLambdaContext())
     assert run["segment"] == {"index": 0, "start_iteration": 0, "iterations": 5, "attempt": 1,
                               "epoch": 2, "resume_epoch": 0}
-    run = trigger.handler({"action": "next", "run": run}, None)
+    run = trigger.handler({"action": "next", "run": run}, FakeLambdaContext())
     assert run["segment"] == {"index": 1, "start_iteration": 5, "iterations": 5, "attempt": 0,
                               "epoch": 3, "resume_epoch": 2}
-    run = trigger.handler({"action": "next", "run": run}, None)
+    run = trigger.handler({"action": "next", "run": run}, FakeLambdaContext())
     assert run["done"] and run["segment"]["start_iteration"] == 10
     one = {**run, "done": False, "segment": {**run["segment"], "iterations": 1}}
     with pytest.raises(RetriesExhausted):
-        trigger.handler({"action": "shorten", "run": one, "error": {}}, None)
+        trigger.handler({"action": "shorten", "run": one, "error": {}}, FakeLambdaContext())
     with pytest.raises(RunStateError, match="'action'"):
-        trigger.handler({"action": "dance"}, None)
+        trigger.handler({"action": "dance"}, FakeLambdaContext())
 
 
 def test_retry_through_the_handler(s3: Any) -> None:
     run = start({"run_id": "crashy"})
     crash = {"Error": "FasDL.WorkerCrashed", "Cause": "exit status 137"}
-    again = trigger.handler({"action": "retry", "run": run, "error": crash}, None)
+    again = trigger.handler({"action": "retry", "run": run, "error": crash}, FakeLambdaContext())
     assert again["segment"] == {**run["segment"], "attempt": 1, "retries": 1, "epoch": 2}
-    again = trigger.handler({"action": "retry", "run": again, "error": crash}, None)
+    again = trigger.handler({"action": "retry", "run": again, "error": crash}, FakeLambdaContext())
     with pytest.raises(RetriesExhausted, match="retries"):
-        trigger.handler({"action": "retry", "run": again, "error": crash}, None)
+        trigger.handler({"action": "retry", "run": again, "error": crash}, FakeLambdaContext())
 
 
 @pytest.mark.parametrize(("event_input", "field"), [
@@ -168,7 +170,8 @@ def test_finalize_failed_records_the_error_and_cleans_the_exchange(s3: Any) -> N
     state = {"input": {"run_id": "doomed"}, "count": {"segments": 0},
              "error": {"Error": "States.TaskFailed", "Cause": "boom"}}
     out = finalize.handler({"action": "failed", "state": state,
-                            "execution": "arn:aws:states:us-east-1:1:execution:m:doomed"}, None)
+                            "execution": "arn:aws:states:us-east-1:1:execution:m:doomed"},
+                                FakeLambdaContext())
     record = _read(s3, out["failure_key"])
     assert record["error"] == "States.TaskFailed" and record["cause"] == "boom"
     assert out["failure_key"] == "runs/doomed/failure.json"
@@ -198,7 +201,8 @@ def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
                                            "loss_mean": 1.0 + worker, "loss_last": 0.5,
                                            "accuracy": 0.9 if worker == 0 else None,
                                            "time": {"compute_s": 1.0, "total_s": 2.0}}))
-    out = finalize.handler({"action": "succeeded", "run": done, "execution": "e"}, None)
+    out = finalize.handler({"action": "succeeded", "run": done, "execution": "e"},
+                           FakeLambdaContext())
     assert (out["model_key"], out["summary_key"]) == ("runs/fin/model.npy",
                                                        "runs/fin/summary.json")
     model = s3.get_object(Bucket=RESULTS, Key=out["model_key"])["Body"].read()
@@ -292,9 +296,9 @@ def test_stub_layer_fails_each_invocation_with_the_reason(
     monkeypatch.setenv(torch_setup.STUB_ENV, "1")
     for _ in range(2):  # the first call finds the stub, the second gets the cached verdict
         with pytest.raises(torch_setup.TorchUnavailable, match="make layer"):
-            worker.handler({}, None)
+            worker.handler({}, FakeLambdaContext())
         with pytest.raises(torch_setup.TorchUnavailable, match="FASDL_TORCH_LAYER_STUB"):
-            profiler.handler({"action": "profile", "profile_id": "p"}, None)
+            profiler.handler({"action": "profile", "profile_id": "p"}, FakeLambdaContext())
 
 
 def test_first_worker_invocation_logs_and_meters_the_torch_load(
@@ -314,7 +318,7 @@ def test_first_worker_invocation_logs_and_meters_the_torch_load(
     logged, metered = [], []
     for _ in range(2):
         caplog.clear()
-        worker.handler(event, None)
+        worker.handler(event, FakeLambdaContext())
         logged.append([r for r in caplog.records if r.getMessage() == "torch loaded"])
         emf = [json.loads(line) for line in capsys.readouterr().out.splitlines()
                if line.startswith("{")]
@@ -378,7 +382,8 @@ def test_finalize_rejects_a_damaged_or_missing_final_model(s3: Any) -> None:
                                              "iterations": 0, "attempt": 0,
                                              "epoch": 2, "resume_epoch": 0}}
     with pytest.raises(ResultError, match="no complete checkpoint at iteration 10"):
-        finalize.handler({"action": "succeeded", "run": done, "execution": "e"}, None)
+        finalize.handler({"action": "succeeded", "run": done, "execution": "e"},
+                         FakeLambdaContext())
     store = S3Channel(RESULTS, "runs/", client=s3)
     put_objects(store, "dmg", 10, 0, 0, {"model": array_bytes(np.ones(4, np.float32))})
     for worker in (1, 2, 3):
@@ -386,4 +391,5 @@ def test_finalize_rejects_a_damaged_or_missing_final_model(s3: Any) -> None:
     commit_manifest(store, "dmg", 10, 0, workers=4, timeout_s=5.0)
     store.put(checkpoint_object_key("dmg", 10, 0, "model"), array_bytes(np.zeros(4, np.float32)))
     with pytest.raises(ResultError, match="checksum"):
-        finalize.handler({"action": "succeeded", "run": done, "execution": "e"}, None)
+        finalize.handler({"action": "succeeded", "run": done, "execution": "e"},
+                         FakeLambdaContext())

@@ -118,11 +118,18 @@ def test_handlers_import_on_the_runtime_python(runtime_python: str, layer_python
         result["extensions"]
 
 
-TRIGGER = r"""
+CONTEXT = r"""
+class Context:  # what Powertools' inject_lambda_context reads; Lambda always passes one
+    function_name, memory_limit_in_mb, aws_request_id = "fasdl-test", 1024, "request-1"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:fasdl-test"
+    def get_remaining_time_in_millis(self): return 600_000
+"""
+
+TRIGGER = CONTEXT + r"""
 import json, sys
 from handlers import trigger
 event = json.loads(sys.argv[1])
-print(json.dumps(trigger.handler(event, None)))
+print(json.dumps(trigger.handler(event, Context())))
 """
 
 
@@ -167,11 +174,11 @@ def test_shard_frames_round_trip_on_the_runtime_python(runtime_python: str,
     assert result["equal"] and result["bytes"] > 4000
 
 
-WORKER_WITHOUT_TORCH = r"""
+WORKER_WITHOUT_TORCH = CONTEXT + r"""
 import json
 from handlers import worker
 try:
-    worker.handler({"action": "train"}, None)
+    worker.handler({"action": "train"}, Context())
 except Exception as error:
     print(json.dumps({"type": type(error).__name__, "message": str(error)}))
 """

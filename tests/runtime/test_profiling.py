@@ -12,7 +12,6 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from fasdl import profiling
 from local.servers import SeaweedS3Server, ServerBinaryMissing
 from planner.cli import EXIT_OK, main
 from planner.profiles import load_platform_file, load_workload
+from tests.lambda_context import FakeLambdaContext
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 if str(FUNCTIONS) not in sys.path:  # handlers/ is the Lambda asset root, not a package
@@ -59,8 +59,7 @@ def lambda_env(seaweed: SeaweedS3Server, monkeypatch: pytest.MonkeyPatch) -> Non
 def invoke(event: dict[str, Any], memory_mb: int | None = None) -> dict[str, Any]:
     from handlers import profiler
 
-    result: dict[str, Any] = profiler.handler(
-        event, SimpleNamespace(memory_limit_in_mb=memory_mb))
+    result: dict[str, Any] = profiler.handler(event, FakeLambdaContext(memory_mb=memory_mb))
     return result
 
 
