@@ -49,10 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--workload", default=DEFAULT_WORKLOAD, metavar="NAME",
                             help="the shipped workload to plan and run when no --plan is given "
                                  f"(default {DEFAULT_WORKLOAD}; planner/data/workloads)")
-    run_parser.add_argument("--warm-idle", type=float, default=0.0, metavar="S",
+    run_parser.add_argument("--warm-idle", type=float, default=DEFAULT_IDLE_S, metavar="S",
                             help="reuse an idle sandbox of the same function for this many "
-                                 f"seconds, like Lambda's warm starts (e.g. {DEFAULT_IDLE_S:.0f}; "
-                                 "default 0: every invocation starts cold)")
+                                 f"seconds, like Lambda's warm starts (default "
+                                 f"{DEFAULT_IDLE_S:.0f}; 0: every invocation starts cold)")
     run_parser.add_argument("--emulate-lambda", nargs="?", const="default", metavar="PLATFORM",
                             help="give each invocation Lambda's CPU (M/1769 vCPU) and channel "
                                  "bandwidth from a platform profile: a shipped name, a JSON "
