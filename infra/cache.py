@@ -23,6 +23,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticache as elasticache
 from constructs import Construct
 
+from fasdl.exchange_cache import NAME_MAX_LENGTH, cache_name
 from fasdl.plan import Plan
 
 ENGINE = "valkey"
@@ -37,20 +38,7 @@ LIVE_ITERATIONS = 4
 # Measured Lambda network ceiling (~75 MB/s) reached at one vCPU (1,769 MB).
 WORKER_PEAK_MB_PER_S = 75.0
 FULL_VCPU_MEMORY_MB = 1_769
-NAME_MAX_LENGTH = 40
 CACHE_CONSTRUCT_ID = "Cache"
-
-
-def cache_name(stack_name: str) -> str:
-    """The serverless cache's name, derived from the training stack's (both stacks use it)."""
-    return f"{stack_name}-exchange".lower()[:NAME_MAX_LENGTH]
-
-
-def cache_stack_name(stack_name: str) -> str:
-    """``FasdlStack`` -> ``FasdlCacheStack``; any other name gets ``Cache`` appended."""
-    if stack_name.endswith("Stack"):
-        return f"{stack_name[:-len('Stack')]}CacheStack"
-    return f"{stack_name}Cache"
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,25 @@ AVAILABLE = "available"
 # A cache being created or changed will be ready soon: the state machine retries the trigger.
 TRANSITIONAL = frozenset({"creating", "modifying"})
 NOT_FOUND = "ServerlessCacheNotFoundFault"
-DEPLOY_HINT = ("deploy it with `npx cdk deploy FasdlCacheStack -c plan=plan.json` (README, "
-               "\"Costs after a run\": it is destroyed between runs to stop its billing)")
+NAME_MAX_LENGTH = 40  # ElastiCache's limit on a serverless cache's name
+
+
+def cache_name(stack_name: str) -> str:
+    """The serverless cache's name, derived from the training stack's (both stacks use it)."""
+    return f"{stack_name}-exchange".lower()[:NAME_MAX_LENGTH]
+
+
+def cache_stack_name(stack_name: str) -> str:
+    """``FasdlStack`` -> ``FasdlCacheStack``; any other name gets ``Cache`` appended."""
+    if stack_name.endswith("Stack"):
+        return f"{stack_name[:-len('Stack')]}CacheStack"
+    return f"{stack_name}Cache"
+
+
+def deploy_hint(stack_name: str) -> str:
+    """How to bring the cache of the training stack ``stack_name`` back."""
+    return (f"deploy it with `npx cdk deploy {cache_stack_name(stack_name)} -c plan=plan.json` "
+            "(README, \"Costs after a run\": it is destroyed between runs to stop its billing)")
 
 
 class CacheEndpoint(TypedDict):
@@ -37,18 +54,20 @@ class CacheNotReady(RuntimeError):
     """The exchange cache is being created or modified: the state machine retries later."""
 
 
-def locate(client: Any, name: str) -> CacheEndpoint:
-    """The endpoint of the serverless cache ``name`` once it is available."""
+def locate(client: Any, name: str, stack_name: str = "FasdlStack") -> CacheEndpoint:
+    """The endpoint of the serverless cache ``name`` (of the training stack ``stack_name``)
+    once it is available."""
+    hint = deploy_hint(stack_name)
     try:
         caches = client.describe_serverless_caches(ServerlessCacheName=name)["ServerlessCaches"]
     except Exception as error:
         code = getattr(error, "response", {}).get("Error", {}).get("Code")
         if code == NOT_FOUND:
             raise CacheMissing(f"the exchange cache {name!r} does not exist; "
-                               f"{DEPLOY_HINT}") from error
+                               f"{hint}") from error
         raise
     if not caches:
-        raise CacheMissing(f"the exchange cache {name!r} does not exist; {DEPLOY_HINT}")
+        raise CacheMissing(f"the exchange cache {name!r} does not exist; {hint}")
     cache = caches[0]
     status = str(cache.get("Status", "")).lower()
     if status in TRANSITIONAL:
@@ -56,7 +75,7 @@ def locate(client: Any, name: str) -> CacheEndpoint:
                             f"{AVAILABLE}")
     if status != AVAILABLE:
         raise CacheMissing(f"the exchange cache {name!r} is {status or 'in no known state'}, "
-                           f"not {AVAILABLE}; {DEPLOY_HINT}")
+                           f"not {AVAILABLE}; {hint}")
     endpoint = cache.get("Endpoint") or {}
     address, port = endpoint.get("Address"), endpoint.get("Port")
     if not isinstance(address, str) or not address or not isinstance(port, int):

@@ -91,7 +91,8 @@ def exchange_cache_of(settings: Settings) -> exchange_cache.CacheEndpoint | None
         return {"address": settings.cache_endpoint, "port": settings.cache_port}
     import boto3
 
-    return exchange_cache.locate(boto3.client("elasticache"), settings.cache_name)
+    return exchange_cache.locate(boto3.client("elasticache"), settings.cache_name,
+                                 settings.stack)
 
 
 def _clean_dead_epoch(settings: Settings, dead: dict[str, Any]) -> None:

@@ -45,6 +45,15 @@ def test_missing_cache_says_how_to_deploy_it(client: Any, stub: Stubber) -> None
         locate(client, NAME)
 
 
+def test_the_hint_names_the_cache_stack_of_a_renamed_stack(client: Any, stub: Stubber) -> None:
+    # `-c stack_name=TrainStack` deploys TrainCacheStack (infra/stack.py uses the same rule)
+    stub.add_response("describe_serverless_caches", {"ServerlessCaches": []},
+                      {"ServerlessCacheName": NAME})
+    with pytest.raises(CacheMissing, match=r"npx cdk deploy TrainCacheStack -c plan"):
+        locate(client, NAME, "TrainStack")
+    assert exchange_cache.cache_stack_name("Lab") == "LabCache"
+
+
 @pytest.mark.parametrize("status", ["creating", "modifying"])
 def test_cache_on_its_way_is_retried(client: Any, stub: Stubber, status: str) -> None:
     _answer(stub, status)
