@@ -21,6 +21,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from fasdl import environment
 from fasdl.account import (
     DEFAULT_ACCOUNT_CONCURRENCY,
     EXECUTIONS_PER_WORKER,
@@ -31,6 +32,7 @@ from fasdl.account import (
 )
 from fasdl.memory_report import WORKER_LOG_GROUP_ENV
 from fasdl.plan import PLAN_MAX_COMPACT_BYTES, Plan
+from fasdl.torch_setup import STUB_ENV
 from infra import access
 from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, image_tag
 from infra.settings import (
@@ -57,7 +59,6 @@ MAX_EPHEMERAL_MB = 10_240
 # "Function environment variables"); the plan contract keeps its compact JSON within this.
 PLAN_ENV_MAX_BYTES = PLAN_MAX_COMPACT_BYTES
 METRICS_NAMESPACE = "FasDL"
-STUB_ENV = "FASDL_TORCH_LAYER_STUB"
 
 ASSET_EXCLUDES = ["tests", "**/tests", "**/__pycache__", "**/*.pyc", "**/.mypy_cache",
                   "**/*.egg-info"]
@@ -169,7 +170,7 @@ class Compute(Construct):
             construct_id=TRIGGER_ID, handler="handlers.trigger.handler",
             description="FasDL run and segment planner", memory_mb=TRIGGER_MEMORY_MB,
             timeout=TRIGGER_TIMEOUT, in_vpc=False,
-            extra_env={"FASDL_PLAN": plan_environment(plan),
+            extra_env={**environment.Settings.to_env(plan_json=plan_environment(plan)),
                        WORKER_FUNCTION_ENV: self.worker.function_name,
                        # its REPORT lines tell an out-of-memory kill from a crash
                        WORKER_LOG_GROUP_ENV: self.log_groups[WORKER_ID].log_group_name}))
@@ -198,21 +199,17 @@ class Compute(Construct):
     def _common_environment(self, stack_name: str, storage: Storage,
                             cache_name: str | None) -> dict[str, str]:
         plan = self._settings.plan
-        env = {
-            "FASDL_STACK": stack_name,
-            "FASDL_CHANNEL": plan.deployment.channel,
-            "FASDL_DEPLOYMENT": plan.deployment_fingerprint(),
-            "FASDL_DATASETS_BUCKET": storage.datasets.bucket_name,
-            "FASDL_RESULTS_BUCKET": storage.results.bucket_name,
-            "FASDL_EXCHANGE_BUCKET": storage.exchange.bucket_name,
-            "FASDL_EXCHANGE_PREFIX": EXCHANGE_PREFIX,
-            "FASDL_RUNS_PREFIX": RUNS_PREFIX,
-            "FASDL_PROFILES_PREFIX": access.PROFILES_PREFIX,
-            "FASDL_METRICS_NAMESPACE": METRICS_NAMESPACE,
-        }
+        env = environment.Settings.to_env(
+            stack=stack_name, channel=plan.deployment.channel,
+            deployment=plan.deployment_fingerprint(),
+            datasets_bucket=storage.datasets.bucket_name,
+            results_bucket=storage.results.bucket_name,
+            exchange_bucket=storage.exchange.bucket_name, exchange_prefix=EXCHANGE_PREFIX,
+            runs_prefix=RUNS_PREFIX, profiles_prefix=access.PROFILES_PREFIX,
+            metrics_namespace=METRICS_NAMESPACE)
         if cache_name is not None:  # the endpoint comes in the run state (run.cache)
-            env["FASDL_CACHE_NAME"] = cache_name
-            env["FASDL_CACHE_TLS"] = "1"  # serverless caches accept TLS connections only
+            # serverless caches accept TLS connections only
+            env.update(environment.Settings.to_env(cache_name=cache_name, cache_tls=True))
         if self._settings.torch_layer_is_stub:
             env[STUB_ENV] = "1"  # lets handlers fail with a clear message
         return env

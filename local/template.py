@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasdl.environment import ENV_NAMES, Settings
+from fasdl.memory_report import WORKER_LOG_GROUP_ENV
+from fasdl.torch_setup import STUB_ENV
 from local.emulator import FunctionSpec
 from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
@@ -228,19 +231,19 @@ def local_server_env(s3: SeaweedS3Server, cache: ValkeyServer | RedisTlsClusterS
     AWS (its address then reaches the others in the run state only); without it the cache's
     address is fixed in every function's environment (profiler runs)."""
     env: dict[str, str | None] = {
-        "FASDL_WORKER_LOG_GROUP": LOCAL_WORKER_LOG_GROUP,  # local/logs_plane.py serves it
+        WORKER_LOG_GROUP_ENV: LOCAL_WORKER_LOG_GROUP,  # local/logs_plane.py serves it
         "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint,
         "AWS_ENDPOINT_URL_ELASTICACHE": elasticache_endpoint,
         "AWS_ENDPOINT_URL_S3": s3.endpoint_url, "AWS_ACCESS_KEY_ID": s3.access_key,
         "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_EC2_METADATA_DISABLED": "true",
-        "FASDL_S3_PATH_STYLE": "1", "FASDL_CACHE_DIR": str(cache_dir),
-        "FASDL_TORCH_LAYER_STUB": None,  # torch comes from this venv
+        **Settings.to_env(s3_path_style=True, cache_dir=str(cache_dir)),
+        STUB_ENV: None,  # torch comes from this venv
     }
     servers = f"SeaweedFS S3 at {s3.endpoint_url}"
     if cache is not None:
-        env.update(FASDL_CACHE_TLS="1" if cache.tls else "0", FASDL_CACHE_CA_CERTS=cache.ca_cert,
-                   FASDL_CACHE_CLUSTER="1")
+        env.update(Settings.to_env(cache_tls=cache.tls, cache_cluster=True))
+        env[ENV_NAMES["cache_ca_certs"]] = cache.ca_cert  # None: no CA bundle
         if elasticache_endpoint is None:
-            env.update(FASDL_CACHE_ENDPOINT=HOST, FASDL_CACHE_PORT=str(cache.port))
+            env.update(Settings.to_env(cache_endpoint=HOST, cache_port=cache.port))
         servers += f", {cache.name} at {HOST}:{cache.port}"
     return env, servers

@@ -28,6 +28,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from fasdl.fencing import DEFAULT_FENCE_CHECK_S
@@ -37,6 +38,37 @@ if TYPE_CHECKING:
     from fasdl.channel.factory import ChannelConfig
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
+
+# Each Settings field's environment variable: the one list. Handlers parse it
+# (Settings.from_env); infra and the local runner render it (Settings.to_env).
+ENV_NAMES: Mapping[str, str] = MappingProxyType({
+    "stack": "FASDL_STACK",
+    "channel": "FASDL_CHANNEL",
+    "deployment": "FASDL_DEPLOYMENT",
+    "datasets_bucket": "FASDL_DATASETS_BUCKET",
+    "results_bucket": "FASDL_RESULTS_BUCKET",
+    "exchange_bucket": "FASDL_EXCHANGE_BUCKET",
+    "exchange_prefix": "FASDL_EXCHANGE_PREFIX",
+    "runs_prefix": "FASDL_RUNS_PREFIX",
+    "profiles_prefix": "FASDL_PROFILES_PREFIX",
+    "metrics_namespace": "FASDL_METRICS_NAMESPACE",
+    "cache_endpoint": "FASDL_CACHE_ENDPOINT",
+    "cache_name": "FASDL_CACHE_NAME",
+    "cache_port": "FASDL_CACHE_PORT",
+    "cache_tls": "FASDL_CACHE_TLS",
+    "cache_cluster": "FASDL_CACHE_CLUSTER",
+    "cache_ca_certs": "FASDL_CACHE_CA_CERTS",
+    "cache_ttl_s": "FASDL_CACHE_TTL_S",
+    "s3_path_style": "FASDL_S3_PATH_STYLE",
+    "cache_dir": "FASDL_CACHE_DIR",
+    "time_margin_s": "FASDL_TIME_MARGIN_S",
+    "peer_wait_start_s": "FASDL_PEER_WAIT_START_S",
+    "peer_wait_min_s": "FASDL_PEER_WAIT_MIN_S",
+    "peer_wait_factor": "FASDL_PEER_WAIT_FACTOR",
+    "fence_check_s": "FASDL_FENCE_CHECK_S",
+    "plan_json": "FASDL_PLAN",
+    "exchange_inflight_mb": "FASDL_EXCHANGE_INFLIGHT_MB",
+})
 
 
 class SettingsError(ValueError):
@@ -69,6 +101,7 @@ class Settings:
     exchange_bucket: str
     exchange_prefix: str = "exchange/"
     runs_prefix: str = "runs/"
+    profiles_prefix: str = "profiles/"  # the profiler's samples, in the results bucket
     metrics_namespace: str = "FasDL"
     cache_endpoint: str = ""  # from the run state (run.cache), or FASDL_CACHE_ENDPOINT
     cache_name: str = ""  # FASDL_CACHE_NAME: the serverless cache the trigger looks up
@@ -92,58 +125,76 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         source = os.environ if environ is None else environ
 
-        def required(name: str) -> str:
-            value = source.get(name, "")
-            if not value:
-                raise SettingsError(f"environment variable {name} is not set")
-            return value
+        def text(field: str, default: str = "") -> str:
+            return source.get(ENV_NAMES[field], "") or default
 
-        channel = required("FASDL_CHANNEL")
+        def required(field: str) -> str:
+            if not text(field):
+                raise SettingsError(f"environment variable {ENV_NAMES[field]} is not set")
+            return text(field)
+
+        def number(field: str) -> float:
+            return _number(source, ENV_NAMES[field], _DEFAULTS[field])
+
+        def flag(field: str) -> bool:
+            return _flag(source, ENV_NAMES[field], _DEFAULTS[field])
+
+        channel = required("channel")
         if channel not in ("s3", "valkey"):
-            raise SettingsError(f"environment variable FASDL_CHANNEL: must be s3 or valkey, "
-                                f"got {channel!r}")
-        port_text = source.get("FASDL_CACHE_PORT", "") or "6379"
+            raise SettingsError(f"environment variable {ENV_NAMES['channel']}: must be s3 or "
+                                f"valkey, got {channel!r}")
+        port_text = text("cache_port", "6379")
         if not port_text.isdigit():
-            raise SettingsError(f"environment variable FASDL_CACHE_PORT: expected a port, "
-                                f"got {port_text!r}")
+            raise SettingsError(f"environment variable {ENV_NAMES['cache_port']}: expected a "
+                                f"port, got {port_text!r}")
         settings = cls(
-            stack=source.get("FASDL_STACK", "") or "fasdl",
-            channel=channel,
-            deployment=source.get("FASDL_DEPLOYMENT", ""),
-            datasets_bucket=required("FASDL_DATASETS_BUCKET"),
-            results_bucket=required("FASDL_RESULTS_BUCKET"),
-            exchange_bucket=source.get("FASDL_EXCHANGE_BUCKET", ""),
-            exchange_prefix=source.get("FASDL_EXCHANGE_PREFIX", "exchange/"),
-            runs_prefix=source.get("FASDL_RUNS_PREFIX", "runs/"),
-            metrics_namespace=source.get("FASDL_METRICS_NAMESPACE", "") or "FasDL",
-            cache_endpoint=source.get("FASDL_CACHE_ENDPOINT", ""),
-            cache_name=source.get("FASDL_CACHE_NAME", ""),
-            cache_port=int(port_text),
-            cache_tls=_flag(source, "FASDL_CACHE_TLS", False),
-            cache_cluster=_flag(source, "FASDL_CACHE_CLUSTER", True),
-            cache_ca_certs=source.get("FASDL_CACHE_CA_CERTS") or None,
-            cache_ttl_s=int(_number(source, "FASDL_CACHE_TTL_S", 3600)),
-            s3_path_style=_flag(source, "FASDL_S3_PATH_STYLE", False),
-            cache_dir=source.get("FASDL_CACHE_DIR", "") or "/tmp/fasdl-data",
-            time_margin_s=_number(source, "FASDL_TIME_MARGIN_S", 5.0),
-            peer_wait_start_s=_number(source, "FASDL_PEER_WAIT_START_S", 120.0),
-            peer_wait_min_s=_number(source, "FASDL_PEER_WAIT_MIN_S", 10.0),
-            peer_wait_factor=_number(source, "FASDL_PEER_WAIT_FACTOR", 5.0),
-            fence_check_s=_number(source, "FASDL_FENCE_CHECK_S", DEFAULT_FENCE_CHECK_S),
-            plan_json=source.get("FASDL_PLAN") or None,
-            exchange_inflight_mb=_number(source, "FASDL_EXCHANGE_INFLIGHT_MB", 0.0),
+            stack=text("stack", "fasdl"), channel=channel, deployment=text("deployment"),
+            datasets_bucket=required("datasets_bucket"),
+            results_bucket=required("results_bucket"),
+            exchange_bucket=text("exchange_bucket"),
+            exchange_prefix=text("exchange_prefix", "exchange/"),
+            runs_prefix=text("runs_prefix", "runs/"),
+            profiles_prefix=text("profiles_prefix", "profiles/"),
+            metrics_namespace=text("metrics_namespace", "FasDL"),
+            cache_endpoint=text("cache_endpoint"), cache_name=text("cache_name"),
+            cache_port=int(port_text), cache_tls=flag("cache_tls"),
+            cache_cluster=flag("cache_cluster"),
+            cache_ca_certs=text("cache_ca_certs") or None,
+            cache_ttl_s=int(number("cache_ttl_s")), s3_path_style=flag("s3_path_style"),
+            cache_dir=text("cache_dir", "/tmp/fasdl-data"),
+            time_margin_s=number("time_margin_s"),
+            peer_wait_start_s=number("peer_wait_start_s"),
+            peer_wait_min_s=number("peer_wait_min_s"),
+            peer_wait_factor=number("peer_wait_factor"),
+            fence_check_s=number("fence_check_s"), plan_json=text("plan_json") or None,
+            exchange_inflight_mb=number("exchange_inflight_mb"),
         )
-        if not 0.0 <= settings.exchange_inflight_mb < float("inf"):
-            raise SettingsError("environment variable FASDL_EXCHANGE_INFLIGHT_MB: must be a "
-                                f"size in MB >= 0, got {settings.exchange_inflight_mb}")
-        if channel == "s3" and not settings.exchange_bucket:
-            raise SettingsError("environment variable FASDL_EXCHANGE_BUCKET is not set "
-                                "(required for the s3 channel)")
-        if channel == "valkey" and not (settings.cache_endpoint or settings.cache_name):
-            raise SettingsError("environment variables FASDL_CACHE_NAME and "
-                                "FASDL_CACHE_ENDPOINT are not set (the valkey channel needs "
-                                "one)")
+        settings._check()
         return settings
+
+    def _check(self) -> None:
+        """What no single variable shows: the channel's own requirements."""
+        if not 0.0 <= self.exchange_inflight_mb < float("inf"):
+            raise SettingsError(f"environment variable {ENV_NAMES['exchange_inflight_mb']}: "
+                                f"must be a size in MB >= 0, got {self.exchange_inflight_mb}")
+        if self.channel == "s3" and not self.exchange_bucket:
+            raise SettingsError(f"environment variable {ENV_NAMES['exchange_bucket']} is not "
+                                "set (required for the s3 channel)")
+        if self.channel == "valkey" and not (self.cache_endpoint or self.cache_name):
+            raise SettingsError(f"environment variables {ENV_NAMES['cache_name']} and "
+                                f"{ENV_NAMES['cache_endpoint']} are not set (the valkey "
+                                "channel needs one)")
+
+    @staticmethod
+    def to_env(**fields: str | int | float | bool) -> dict[str, str]:
+        """Settings fields as the environment variables :meth:`from_env` reads (booleans as
+        ``1``/``0``), in the order given: what a stack or a local run sets."""
+        unknown = sorted(set(fields) - set(ENV_NAMES))
+        if unknown:
+            raise SettingsError(f"not a setting: {', '.join(unknown)} (fasdl.environment."
+                                "ENV_NAMES lists them)")
+        return {ENV_NAMES[name]: ("1" if value else "0") if isinstance(value, bool)
+                else str(value) for name, value in fields.items()}
 
     def with_cache(self, endpoint: Mapping[str, Any] | None) -> Settings:
         """These settings with the exchange cache the run state names (``run.cache``)."""
@@ -205,3 +256,7 @@ class Settings:
         session = boto3.session.Session()
         return session.client("s3", region_name=session.region_name or "us-east-1",
                               config=s3_client_config(path_style=self.s3_path_style))
+
+
+# the defaults from_env falls back to for an unset or empty variable
+_DEFAULTS: dict[str, Any] = {field.name: field.default for field in dataclasses.fields(Settings)}

@@ -67,7 +67,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except ValueError as error:
         raise profiling.ProfileRequestError(f"profiler {error}") from error
     settings = Settings.from_env().with_cache(cache)
-    prefix = os.environ.get("FASDL_PROFILES_PREFIX") or profiling.PROFILES_PREFIX
+    prefix = settings.profiles_prefix
     s3 = settings.s3_client()
     action = event.get("action")
     if action == "collect":
