@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +16,6 @@ from fasdl.channel.factory import (
     ChannelConfig,
     ChannelConfigError,
     build_channel,
-    channel_from_env,
 )
 from fasdl.channel.s3 import S3Channel
 from fasdl.channel.valkey import ValkeyChannel
@@ -203,40 +203,19 @@ def test_missing_bucket_names_the_endpoint(seaweed_server: SeaweedS3Server) -> N
     channel.close()
 
 
-def test_channel_from_environment(
-    valkey_server: ValkeyServer, seaweed_server: SeaweedS3Server, prefix: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed_server.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed_server.secret_key)
-    for config in (valkey_server.channel_config(prefix), seaweed_server.channel_config(prefix)):
-        assert ChannelConfig.from_env(config.to_env()) == config
-        channel = channel_from_env(config.to_env())
-        try:
-            channel.put("k", b"from env")
-            assert channel.get("k", soon(5)) == b"from env"
-            assert channel.delete_prefix("") == 1
-        finally:
-            channel.close()
-
-
 @pytest.mark.parametrize(
-    ("environ", "message"),
+    ("fields", "message"),
     [
-        ({}, "set FASDL_CHANNEL_KIND"),
-        ({"FASDL_CHANNEL_KIND": "ftp"}, "'kind': must be one of"),
-        ({"FASDL_CHANNEL_KIND": "s3"}, "'bucket': required"),
-        ({"FASDL_CHANNEL_KIND": "valkey", "FASDL_CHANNEL_HOST": "h", "FASDL_CHANNEL_TLS": "maybe"},
-         "FASDL_CHANNEL_TLS: expected true/false"),
-        ({"FASDL_CHANNEL_KIND": "valkey", "FASDL_CHANNEL_HOST": "h", "FASDL_CHANNEL_PORT": "x"},
-         "FASDL_CHANNEL_PORT: expected an integer"),
-        ({"FASDL_CHANNEL_KIND": "valkey", "FASDL_CHANNEL_HOST": "h", "FASDL_CHANNEL_TTL_S": "0"},
-         "'ttl_s': must be > 0"),
+        ({"kind": "ftp"}, "'kind': must be one of"),
+        ({"kind": "s3"}, "'bucket': required"),
+        ({"kind": "valkey"}, "'host': required"),
+        ({"kind": "valkey", "host": "h", "port": 0}, r"'port': must be in \[1, 65535\]"),
+        ({"kind": "valkey", "host": "h", "ttl_s": 0}, "'ttl_s': must be > 0"),
     ],
 )
-def test_bad_channel_environment_names_the_field(environ: dict[str, str], message: str) -> None:
+def test_a_bad_channel_config_names_the_field(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ChannelConfigError, match=message):
-        ChannelConfig.from_env(environ)
+        ChannelConfig(**fields)
 
 
 def test_a_port_collision_is_retried_with_new_ports(monkeypatch: pytest.MonkeyPatch) -> None:

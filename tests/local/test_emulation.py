@@ -18,6 +18,7 @@ import pytest
 
 from fasdl.channel.base import Channel
 from fasdl.channel.factory import build_channel, register_channel_wrapper
+from fasdl.environment import Settings
 from local.__main__ import main
 from local.emulation import LAMBDA_MB_PER_VCPU, EmulationError, LambdaEmulation, load_emulation
 from local.emulator import TIMEOUT_ERROR, FunctionSpec, LambdaEmulator
@@ -40,7 +41,7 @@ LOOP = textwrap.dedent("""
 """)
 HANDLERS = textwrap.dedent("""
     import os, time
-    from fasdl.channel.factory import channel_from_env
+    from fasdl.environment import Settings
 
     def busy(event, context):
         wall, cpu = time.monotonic(), time.process_time()
@@ -50,7 +51,7 @@ HANDLERS = textwrap.dedent("""
                 "threads": os.environ.get("OMP_NUM_THREADS")}
 
     def transfer(event, context):
-        channel = channel_from_env()
+        channel = Settings.from_env().exchange_channel()  # as the worker builds it
         began = time.monotonic()
         channel.put("k", b"x" * event["size"])
         put_s = time.monotonic() - began
@@ -307,7 +308,9 @@ def test_a_held_invocation_still_times_out(handlers: Path) -> None:
 def test_emulated_handler_sees_threads_and_shaped_channel(
         handlers: Path, valkey: ValkeyServer, memory: int) -> None:
     emulation = load_emulation("default", channel="valkey", cpu=False)
-    env = valkey.channel_config(prefix=f"e2e{memory}/").to_env()
+    env = Settings.to_env(channel="valkey", datasets_bucket="d", results_bucket="r",
+                          exchange_prefix=f"e2e{memory}/", cache_endpoint=valkey.host,
+                          cache_port=valkey.port, cache_tls=False, cache_cluster=False)
     size = 4 * MB
     with _emulator(handlers, "transfer", memory, emulation, env=env) as emulator:
         result = json.loads(emulator.invoke("Fn", {"size": size}).payload)

@@ -1,25 +1,19 @@
-"""Build a channel from a small typed config, or from ``FASDL_CHANNEL_*`` environment variables.
+"""Build a channel from a small typed config.
 
-The environment form is what the Lambda functions receive (infra sets it, the local runner
-too): ``FASDL_CHANNEL_KIND`` (s3|valkey), ``_PREFIX``, ``_TTL_S``; for S3 ``_BUCKET``,
-``_ENDPOINT_URL``, ``_PATH_STYLE``, ``_REGION``; for Valkey ``_HOST``, ``_PORT``, ``_TLS``,
-``_CLUSTER``, ``_CA_CERTS``. S3 credentials come from the usual AWS chain.
+The functions get theirs from their settings (fasdl.environment: ``Settings.exchange_config``),
+the only environment form; S3 credentials come from the usual AWS chain.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fasdl.channel.base import Channel
 from fasdl.channel.valkey import DEFAULT_TTL_S
 
-ENV_PREFIX = "FASDL_CHANNEL_"
 KINDS = ("s3", "valkey")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
 
 
 class ChannelConfigError(ValueError):
@@ -59,45 +53,6 @@ class ChannelConfig:
         if self.ttl_s <= 0:
             raise ChannelConfigError(f"channel field 'ttl_s': must be > 0, got {self.ttl_s}")
 
-    def to_env(self) -> dict[str, str]:
-        """The ``FASDL_CHANNEL_*`` variables that :meth:`from_env` reads back (None omitted)."""
-        env: dict[str, str] = {}
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if value is None:
-                continue
-            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-            env[ENV_PREFIX + field.name.upper()] = text
-        return env
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ChannelConfig:
-        source = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for field in fields(cls):
-            name = ENV_PREFIX + field.name.upper()
-            if name in source:
-                values[field.name] = _parse(name, source[name], field.default)
-        if "kind" not in values:
-            raise ChannelConfigError(f"channel field 'kind': set {ENV_PREFIX}KIND to s3 or valkey")
-        return cls(**values)
-
-
-def _parse(name: str, text: str, default: object) -> object:
-    if isinstance(default, bool):
-        lowered = text.strip().lower()
-        if lowered not in _TRUE | _FALSE:
-            raise ChannelConfigError(f"{name}: expected true/false, got {text!r}")
-        return lowered in _TRUE
-    if isinstance(default, int):
-        try:
-            return int(text)
-        except ValueError:
-            raise ChannelConfigError(f"{name}: expected an integer, got {text!r}") from None
-    if default is None:  # optional text: an empty variable means "not set"
-        return text or None
-    return text
-
 
 # Wrappers applied to every channel build_channel makes. Product code never registers one;
 # the local Lambda emulator does, to shape bandwidth without the handlers knowing.
@@ -135,9 +90,5 @@ def _build(config: ChannelConfig, session: Any | None) -> Channel:
     )
 
 
-def channel_from_env(environ: Mapping[str, str] | None = None) -> Channel:
-    return build_channel(ChannelConfig.from_env(environ))
-
-
 __all__ = ["ChannelConfig", "ChannelConfigError", "ChannelWrapper", "build_channel",
-           "channel_from_env", "register_channel_wrapper"]
+           "register_channel_wrapper"]
