@@ -14,12 +14,8 @@ nothing more.
 Waits for peers are bounded (:func:`peer_wait_s`): a crashed peer makes the others fail
 with ChannelTimeout within seconds, not at the Lambda timeout, and the state machine retries.
 
-Test hook (fault tests only, never set in a deployment): ``FASDL_TEST_CRASH_AT_ITERATION=<n>``
-makes the worker ``FASDL_TEST_CRASH_WORKER=<w>`` (every worker when unset) exit the process
-with status 137, like an OOM kill, just before it trains global iteration ``n``, in attempts
-below ``FASDL_TEST_CRASH_ATTEMPTS`` (default 1: only attempt 0, so the retry succeeds).
-``FASDL_TEST_ITERATION_DELAY_S=<s>`` sleeps that long in every iteration (a slower model:
-segment-length tests get a predictable time per iteration; the weights do not change).
+The local fault tests inject crashes and delays through ``hooks`` (fasdl.fault_hooks), which
+the handler parses once; a deployment's hooks do nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -57,6 +52,7 @@ from fasdl.data import (
 )
 from fasdl.environment import Settings
 from fasdl.export import export_checkpoint_meta
+from fasdl.fault_hooks import NO_FAULTS, FaultHooks
 from fasdl.fencing import Fence, claim_worker
 from fasdl.kreduce import KReduceWorker, StepStats
 from fasdl.metrics import StepMetrics
@@ -67,10 +63,6 @@ from fasdl.segments import check_deployment
 from fasdl.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
 from fasdl.worker_event import WorkerEvent, WorkerEventError
 
-CRASH_ITERATION_ENV = "FASDL_TEST_CRASH_AT_ITERATION"
-CRASH_WORKER_ENV = "FASDL_TEST_CRASH_WORKER"
-CRASH_ATTEMPTS_ENV = "FASDL_TEST_CRASH_ATTEMPTS"
-DELAY_ENV = "FASDL_TEST_ITERATION_DELAY_S"
 CHECKPOINT_BASE_S = 2.0  # a few small PUTs plus the committer's wait
 CHECKPOINT_BYTES_PER_S = 20e6  # conservative S3 PUT throughput of one Lambda
 EVAL_BATCH = 1024
@@ -136,19 +128,6 @@ def _dataset_version(s3: Any, bucket: str, prefix: str) -> str:
     tags = [s3.head_object(Bucket=bucket, Key=f"{prefix}/{name}.npy").get("ETag", "")
             for name in ("x", "y")]
     return hashlib.sha256(f"{bucket}/{prefix}:{tags}".encode()).hexdigest()[:16]
-
-
-def _crash_hook(worker: int, iteration: int, attempt: int) -> None:
-    target = os.environ.get(CRASH_ITERATION_ENV)
-    if target is None or int(target) != iteration:
-        return
-    if attempt >= int(os.environ.get(CRASH_ATTEMPTS_ENV, "1")):
-        return
-    only = os.environ.get(CRASH_WORKER_ENV)
-    if only is None or int(only) == worker:
-        print(f"FASDL test hook: worker {worker} exits at iteration {iteration}",
-              file=sys.stderr, flush=True)
-        os._exit(137)
 
 
 def _predict(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -266,16 +245,14 @@ def _restore(job: _Job, store: Channel, event: WorkerEvent) -> None:
 
 
 def _train(job: _Job, event: WorkerEvent, settings: Settings, guard: TimeGuard, fence: Fence,
-           result: SegmentResult, metrics: StepMetrics | None) -> None:
+           result: SegmentResult, metrics: StepMetrics | None, hooks: FaultHooks) -> None:
     assert job.stream is not None
-    delay_s = float(os.environ.get(DELAY_ENV, "0"))
     timeout_s = float(job.plan.deployment.timeout_s)
     for iteration in range(event.start_iteration, event.start_iteration + event.iterations):
         guard.check(iteration)
         fence.check()  # a superseded epoch stops before it writes this iteration's shards
-        _crash_hook(event.worker, iteration, event.attempt)
         iteration_began = time.perf_counter()
-        time.sleep(delay_s)
+        hooks.before_iteration(event.worker, iteration, event.attempt)  # tests only
         # waits end before the reserve: a missing peer fails us, not the Lambda timeout
         job.worker.wait_timeout_s = peer_wait_s(
             settings, guard.recent, min(timeout_s, guard.remaining_s() - guard.reserve_s()))
@@ -343,7 +320,8 @@ def _evaluate_in_time(job: _Job, time_left_s: Callable[[], float],
 
 def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[], float],
                 metrics: StepMetrics | None = None, s3: Any | None = None, *,
-                invocation_id: str | None = None) -> dict[str, Any]:
+                invocation_id: str | None = None,
+                hooks: FaultHooks = NO_FAULTS) -> dict[str, Any]:
     """Train one worker's part of one segment; returns the small JSON result.
 
     ``invocation_id`` (the Lambda request id) claims the worker in the segment's epoch, so a
@@ -368,7 +346,7 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
                             + 4 * job.worker.parameters.nbytes / CHECKPOINT_BYTES_PER_S)
             guard = TimeGuard(remaining_s, settings.time_margin_s, checkpoint_s)
             result.times["load_s"] = time.perf_counter() - began
-            _train(job, event, settings, guard, fence, result, metrics)
+            _train(job, event, settings, guard, fence, result, metrics, hooks)
             _checkpoint(job, store, event, settings, remaining_s, fence, result)
             if event.worker == 0:
                 _evaluate_in_time(job, lambda: remaining_s() - settings.time_margin_s, result)

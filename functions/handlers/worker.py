@@ -21,6 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fasdl import exchange_cache, heap
 from fasdl.environment import Settings
+from fasdl.fault_hooks import FaultHooks
 from fasdl.metrics import StepMetrics, get_logger, get_metrics
 from fasdl.torch_setup import load_torch
 
@@ -59,7 +60,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
     try:
         result = segment_runner.run_segment(settings, parsed, remaining_s, step_metrics, s3,
-                                            invocation_id=context.aws_request_id)
+                                            invocation_id=context.aws_request_id,
+                                            hooks=FaultHooks.from_env())
     except Exception:
         logger.exception("segment failed")
         raise
