@@ -27,7 +27,7 @@ Execution input (every field optional; ``{}`` runs the deployed plan on its data
 ``resume`` is reserved: "Continue as new" starts a fresh execution with
 ``{"resume": <run state>}`` before the 25,000-event history limit. The run state (``$.run``)
 is what the trigger returns; every field each Lambda receives and returns is in
-:mod:`infra.contract`.
+:mod:`fasdl.events`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Typed settings from the ``FASDL_*`` environment of infra/contract.py, and the clients they imply.
+"""Typed settings from the ``FASDL_*`` environment of fasdl/events.py, and the clients they imply.
 
 Pure stdlib at import time: the trigger runs without torch, numpy or redis, so boto3 and the
 channel modules are imported only when a client is built.

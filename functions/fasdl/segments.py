@@ -21,10 +21,11 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from fasdl import exchange_cache
 from fasdl.dataset_check import check_dataset, s3_ranges, s3_sizes
+from fasdl.events import RunState, Segment
 from fasdl.json_input import unknown_field_message
 from fasdl.keys import manifest_key
 from fasdl.plan import Plan, PlanError
@@ -34,7 +35,7 @@ MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
 MAX_RETRIES = 2  # per segment: same-length reruns after a crash (a repeatable bug stops soon)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _DEPLOYMENT_FIELDS = ("channel", "arch", "memory_mb", "workers", "region", "timeout_s")
-INPUT_FIELDS = ("run_id", "epochs", "dataset", "plan", "resume")  # infra/contract.py
+INPUT_FIELDS = ("run_id", "epochs", "dataset", "plan", "resume")  # fasdl.events
 # Step Functions adds it to the input of an execution another one started (continue-as-new)
 STARTED_BY_FIELD = "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID"
 
@@ -47,14 +48,14 @@ class RetriesExhausted(RuntimeError):
     """A segment cannot be shortened again: the run takes the failure path."""
 
 
-# ---- the run state (infra/contract.py RunState) ---------------------------------------------
+# ---- the run state (fasdl.events RunState) -------------------------------------------------
 def segment(index: int, start_iteration: int, iterations: int, attempt: int, *, epoch: int,
-            resume_epoch: int) -> dict[str, int]:
+            resume_epoch: int) -> Segment:
     return {"index": index, "start_iteration": start_iteration, "iterations": iterations,
             "attempt": attempt, "epoch": epoch, "resume_epoch": resume_epoch}
 
 
-def first_state(plan: Plan, run_id: str, plan_key: str, *, epoch: int) -> dict[str, Any]:
+def first_state(plan: Plan, run_id: str, plan_key: str, *, epoch: int) -> RunState:
     iterations = min(plan.training.segment_iterations, plan.total_iterations)
     first = segment(0, 0, iterations, 0, epoch=epoch, resume_epoch=0)
     return {"run_id": run_id, "plan_key": plan_key, "segment": first,
@@ -70,7 +71,7 @@ def _int_field(data: Mapping[str, Any], name: str, path: str, low: int = 0) -> i
     return value
 
 
-def parse_run(run: object) -> dict[str, Any]:
+def parse_run(run: object) -> RunState:
     """Check a run state handed back by the state machine (shape only)."""
     if not isinstance(run, dict):
         raise RunStateError(f"run state field 'run': must be an object, got {run!r}")
@@ -92,10 +93,10 @@ def parse_run(run: object) -> dict[str, Any]:
         exchange_cache.parse(run.get("cache"), "run.cache")
     except ValueError as error:
         raise RunStateError(f"run state {error}") from error
-    return run
+    return cast(RunState, run)
 
 
-def next_state(run: Mapping[str, Any], plan: Plan, *, epoch: int) -> dict[str, Any]:
+def next_state(run: RunState, plan: Plan, *, epoch: int) -> RunState:
     """The segment after ``run.segment`` (attempt 0), or ``done`` after the last one; it
     resumes from the checkpoint the finished segment's epoch wrote."""
     current = run["segment"]
@@ -110,8 +111,7 @@ def next_state(run: Mapping[str, Any], plan: Plan, *, epoch: int) -> dict[str, A
             "done": False}
 
 
-def shorten_state(run: Mapping[str, Any], error: object = None, *,
-                  epoch: int) -> dict[str, Any]:
+def shorten_state(run: RunState, error: object = None, *, epoch: int) -> RunState:
     """The same segment with half the iterations and ``attempt + 1``."""
     current = run["segment"]
     attempt = current["attempt"] + 1
@@ -130,8 +130,7 @@ def shorten_state(run: Mapping[str, Any], error: object = None, *,
                                       resume_epoch=current["resume_epoch"]), "done": False}
 
 
-def retry_state(run: Mapping[str, Any], error: object = None, *,
-                epoch: int) -> dict[str, Any]:
+def retry_state(run: RunState, error: object = None, *, epoch: int) -> RunState:
     """The same segment, same length, ``attempt + 1`` and ``retries + 1`` (a worker crashed)."""
     current = run["segment"]
     attempt = current["attempt"] + 1
@@ -269,7 +268,7 @@ def check_resume(run: Mapping[str, Any], s3: Any, *, results_bucket: str,
 
 def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, results_bucket: str,
               runs_prefix: str, deployed_json: str | None, fingerprint: str,
-              issue_epoch: Callable[[str], int]) -> dict[str, Any]:
+              issue_epoch: Callable[[str], int]) -> RunState:
     """Validate the run, freeze its plan in the results bucket, return segment 0."""
     execution_input = event.get("input") or {}
     if not isinstance(execution_input, dict):

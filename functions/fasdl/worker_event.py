@@ -1,4 +1,4 @@
-"""The worker's event (infra/contract.py WorkerEvent): parsed and checked field by field.
+"""The worker's event (fasdl/events.py WorkerEvent): parsed and checked field by field.
 
 Stdlib only, like the contract itself.
 """

@@ -1,4 +1,4 @@
-"""Finalize Lambda (infra/contract.py).
+"""Finalize Lambda (fasdl/events.py).
 
 * ``succeeded`` ``{"run": RunState, "execution": arn}``: copies the last checkpoint's merged
   model to ``runs/<run_id>/model.npy`` (+ ``model.json``; + ``model.npz``, the complete

@@ -1,4 +1,4 @@
-"""Trigger Lambda: plans the run and each segment (infra/contract.py, no torch needed).
+"""Trigger Lambda: plans the run and each segment (fasdl/events.py, no torch needed).
 
 * ``start``: ``{"input": ExecutionInput, "execution": name}`` → validates the plan (deployed
   ``FASDL_PLAN`` or ``input.plan``, against ``FASDL_DEPLOYMENT``), applies the ``epochs`` /

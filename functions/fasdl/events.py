@@ -1,7 +1,9 @@
-"""What each Lambda receives from and returns to the state machine (infra/workflow.py).
+"""What each Lambda receives from and returns to the state machine (infra/workflow.py): the
+event contract, once. Stdlib only.
 
-Typed documentation for the runtime handlers (functions/handlers/*). The state machine only
-reads the fields named here; everything else in a return value is ignored or discarded.
+The handlers (functions/handlers/*) parse with these types (fasdl.segments returns RunState,
+fasdl.worker_event checks WorkerEvent field by field); the state machine only reads the
+fields named here; everything else in a return value is ignored or discarded.
 Payloads stay small (a state's input/output must stay below 256 KiB): keys, never tensors.
 
 State of one execution (``$``)::
