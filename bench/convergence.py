@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fasdl.augment import evaluation_tensors, training_tensors
 from fasdl.channel.memory import MemoryChannel
 from fasdl.data import (
     BatchStream,
@@ -48,11 +49,11 @@ from fasdl.data import (
     Partition,
     load_partition,
     plan_partition,
-    to_tensors,
 )
 from fasdl.datasets.digits import build_digits
-from fasdl.kreduce import FlatParameters, FlatSGD, KReduceWorker
+from fasdl.kreduce import KReduceWorker
 from fasdl.models import build_seeded_model
+from fasdl.optimizers import FlatParameters, build_optimizer
 from fasdl.plan import Deployment, Plan, Training, Workload
 
 GOALS = {"bsp": 0.5, "hap": 1.5}  # points
@@ -120,8 +121,8 @@ def streams(plan: Plan, train: Partition) -> list[BatchStream]:
     return result
 
 
-def accuracy(model: torch.nn.Module, test: Partition) -> float:
-    x, y = to_tensors(test.x, test.y)
+def accuracy(model: torch.nn.Module, test: Partition, augmentation: str = "none") -> float:
+    x, y = evaluation_tensors(test.x, test.y, augmentation)
     with torch.no_grad():
         return float((model(x).argmax(1) == y).float().mean())
 
@@ -132,18 +133,20 @@ def reference(case: Case, plan: Plan, train: Partition, test: Partition) -> floa
     shape = (channels, height, width)
     model = build_seeded_model(case.model, plan.training.seed, 10, shape)
     flat = FlatParameters(model)
-    optimizer = FlatSGD(flat, plan.training.learning_rate, plan.training.momentum,
-                        plan.training.weight_decay)
+    optimizer = build_optimizer(flat, plan)
     loss_fn = torch.nn.CrossEntropyLoss()
     sources = streams(plan, train)
-    for _ in range(plan.total_iterations):
-        batches = [source.next_batch() for source in sources]
-        x, y = to_tensors(np.concatenate([b[0] for b in batches]),
-                          np.concatenate([b[1] for b in batches]))
+    t = plan.training
+    for iteration in range(plan.total_iterations):
+        # each worker's rows augmented as that worker would, then one union batch
+        batches = [training_tensors(*source.next_batch(), t.augmentation, seed=t.seed,
+                                    worker=worker, iteration=iteration)
+                   for worker, source in enumerate(sources)]
+        x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()
-        optimizer.step()
-    return accuracy(model, test)
+        optimizer.step(iteration)
+    return accuracy(model, test, t.augmentation)
 
 
 def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
@@ -160,7 +163,10 @@ def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
     def train_worker(worker: KReduceWorker) -> None:
         try:
             for iteration in range(plan.total_iterations):
-                worker.step(*to_tensors(*sources[worker.worker_id].next_batch()), iteration)
+                batch = training_tensors(*sources[worker.worker_id].next_batch(),
+                                         plan.training.augmentation, seed=plan.training.seed,
+                                         worker=worker.worker_id, iteration=iteration)
+                worker.step(*batch, iteration)
         except BaseException as error:  # re-raised in the caller
             errors.append(error)
 

@@ -16,7 +16,8 @@ Contents (arrays as .npy bytes, state as JSON — never pickle):
 * ``model_previous``: the merged model one iteration earlier, written by worker K, because a
   HAP non-aggregator's parameters are merged(l−1) (staleness 1);
 * ``worker/{i}/params`` only for a HAP non-aggregator still on its own update (l = 0);
-* ``worker/{i}/momentum``, ``worker/{i}/buffers`` (batch-norm statistics, .npz),
+* ``worker/{i}/<optimizer state>`` (fasdl.optimizers: ``momentum`` for sgd, ``exp_avg`` and
+  ``exp_avg_sq`` for adamw), ``worker/{i}/buffers`` (batch-norm statistics, .npz),
   ``worker/{i}/torch_rng`` and ``worker/{i}/state.json`` (data cursor, numpy RNG state);
 * ``export`` in the run's last checkpoint only: worker 0's complete state dict
   (fasdl.export), which finalize publishes as ``model.npz``.
@@ -216,7 +217,8 @@ def save_worker(store: Channel, run: str, epoch: int, worker: KReduceWorker,
     index = worker.worker_id
     prefix = f"worker/{index:04d}"
     source = worker.params_source
-    objects: dict[str, bytes] = {f"{prefix}/momentum": array_bytes(worker.momentum)}
+    objects: dict[str, bytes] = {f"{prefix}/{name}": array_bytes(vector)
+                                 for name, vector in worker.optimizer_state.items()}
     if index == 0:  # always an aggregator: holds the merged model
         objects["model"] = array_bytes(worker.parameters)
     if source == "previous" and index == worker.aggregators:
@@ -252,9 +254,10 @@ def restore_worker(store: Channel, manifest: Manifest, worker: KReduceWorker,
     merged = array_from_bytes(read_object(store, manifest, "model"))
     parameters = (merged if params_object == "model"
                   else array_from_bytes(read_object(store, manifest, params_object)))
-    momentum = array_from_bytes(read_object(store, manifest, f"{prefix}/momentum"))
+    optimizer_state = {name: array_from_bytes(read_object(store, manifest, f"{prefix}/{name}"))
+                       for name in worker.optimizer_state}
     try:
-        worker.restore(parameters, momentum, last_iteration=manifest.last_iteration,
+        worker.restore(parameters, optimizer_state, last_iteration=manifest.last_iteration,
                        merged=merged)
     except ValueError as error:
         raise CheckpointError(f"checkpoint does not fit this model: {error}") from error

@@ -3,10 +3,10 @@
 Rebuilds the network from a model export (``runs/<run_id>/model.npz``, fasdl.export) and
 prints its accuracy on ``DATASET_DIR/x.npy`` + ``y.npy`` (one split of the importer's output,
 e.g. ``data/cifar10/test``), and for a two-class model its Matthews correlation (``mcc``,
-CoLA's metric). Inputs are scaled exactly as the workers scale them
-(fasdl.data.to_tensors) and batched as worker 0 batches its held-out evaluation, so the
-accuracy (and MCC) of a run's final export equals the one its summary reports for the last
-segment.
+CoLA's metric). Inputs are scaled and normalised exactly as the workers do it
+(fasdl.augment.evaluation_tensors, with the run's augmentation from the export's metadata) and
+batched as worker 0 batches its held-out evaluation, so the accuracy (and MCC) of a run's final
+export equals the one its summary reports for the last segment.
 Exit 0 with the result (``--json``: one JSON line), or 2 with ``fasdl.evaluate: <why>``.
 """
 
@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fasdl.augment import evaluation_tensors
 from fasdl.classification import Confusion
-from fasdl.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES, DatasetError, to_tensors
+from fasdl.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES, DatasetError
 from fasdl.export import ExportError, ExportMeta, build_from_export, load_export
 
 EXIT_BAD_INPUT = 2
@@ -34,13 +35,14 @@ Progress = Callable[[int, int], None]
 
 
 def confusion_of(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, classes: int,
-                 progress: Progress | None = None) -> Confusion:
+                 progress: Progress | None = None, *, augmentation: str = "none") -> Confusion:
     """(true, predicted) counts of ``model`` (in eval mode) on the rows, batch by batch."""
     model.eval()
     confusion = Confusion(classes)
     with torch.no_grad():
         for start in range(0, len(y), EVAL_BATCH):
-            features, labels = to_tensors(x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH])
+            features, labels = evaluation_tensors(x[start:start + EVAL_BATCH],
+                                                  y[start:start + EVAL_BATCH], augmentation)
             confusion.add(labels.numpy(), model(features).argmax(1).numpy())
             if progress is not None:
                 progress(min(start + EVAL_BATCH, len(y)), len(y))
@@ -120,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ExportError, DatasetError, OSError) as error:
         print(f"fasdl.evaluate: {_one_line(error, args.model_file)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    confusion = confusion_of(model, x, y, meta.num_classes, _progress_printer())
+    confusion = confusion_of(model, x, y, meta.num_classes, _progress_printer(),
+                             augmentation=meta.augmentation)
     correct, mcc = confusion.correct, confusion.mcc()
     result = {"accuracy": correct / len(y), "correct": correct, "samples": len(y),
               "mcc": mcc, "model": meta.model, "num_classes": meta.num_classes,

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from fasdl.models import MODELS, InputShape, build_seeded_model
+from fasdl.plan import AUGMENTATIONS
 from fasdl.text_models import TEXT_MODELS
 
 META_NAME = "__fasdl_meta__"
@@ -45,12 +46,14 @@ class ExportMeta:
     input_shape: InputShape
     parameters: int  # trainable parameters (the length of model.npy)
     version: int = EXPORT_VERSION
+    augmentation: str = "none"  # the plan's: evaluation normalises inputs as training did
 
     def to_json(self) -> str:
         return json.dumps({"format": EXPORT_FORMAT, "version": self.version,
                            "model": self.model, "num_classes": self.num_classes,
                            "input_shape": list(self.input_shape),
-                           "parameters": self.parameters}, sort_keys=True)
+                           "parameters": self.parameters,
+                           "augmentation": self.augmentation}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ExportMeta:
@@ -78,8 +81,12 @@ class ExportMeta:
             if not _positive_int(data.get(name)):
                 raise ExportError(f"metadata {META_NAME!r}: {name} must be a positive integer, "
                                   f"got {data.get(name)!r}")
+        augmentation = data.get("augmentation", "none")  # exports before it had none
+        if augmentation not in AUGMENTATIONS:
+            raise ExportError(f"metadata {META_NAME!r}: augmentation must be one of "
+                              f"{', '.join(AUGMENTATIONS)}, got {augmentation!r}")
         return cls(model, int(data["num_classes"]), tuple(int(n) for n in shape),
-                   int(data["parameters"]))
+                   int(data["parameters"]), augmentation=augmentation)
 
 
 def _positive_int(value: object) -> bool:
@@ -101,13 +108,13 @@ def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 def export_bytes(model: torch.nn.Module, *, model_name: str, num_classes: int,
-                 input_shape: InputShape) -> bytes:
+                 input_shape: InputShape, augmentation: str = "none") -> bytes:
     """The ``.npz`` bytes of ``model``'s complete state, with the metadata to rebuild it."""
     if model_name not in MODELS:
         raise ExportError(f"unknown model {model_name!r}; known: {', '.join(sorted(MODELS))}")
     parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
     meta = ExportMeta(model_name, int(num_classes), tuple(int(n) for n in input_shape),
-                      int(parameters))
+                      int(parameters), augmentation=augmentation)
     arrays = state_arrays(model)
     arrays[META_NAME] = np.frombuffer(meta.to_json().encode(), dtype=np.uint8)
     stream = io.BytesIO()
@@ -124,7 +131,7 @@ def export_checkpoint_meta(model: torch.nn.Module, meta: Mapping[str, str]) -> b
             raise ValueError(f"input_shape {meta['input_shape']!r} is not C,H,W (images) or "
                              "2,L (text models)")
         return export_bytes(model, model_name=meta["model"], num_classes=int(meta["num_classes"]),
-                            input_shape=shape)
+                            input_shape=shape, augmentation=meta.get("augmentation", "none"))
     except (KeyError, ValueError) as error:
         raise ExportError(f"checkpoint meta {dict(meta)!r} cannot describe an export: "
                           f"{error}") from error

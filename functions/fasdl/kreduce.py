@@ -1,7 +1,7 @@
 """K-REDUCE: flat-parameter sharding, batch-weighted aggregation, HAP/BSP synchronisation.
 
 Roles: workers 0..K−1 are aggregators (batch B^a), K..W−1 non-aggregators (batch B^n). Each
-iteration every worker takes one local SGD-with-momentum step, then:
+iteration every worker takes one step of its own optimizer (fasdl.optimizers), then:
 
 * aggregator t uploads its shards j ≠ t, fetches shard t from every worker, averages them
   weighted by batch size (worker 0..W−1, float64 accumulation: bitwise reproducible),
@@ -15,7 +15,9 @@ every worker starts iteration l from the same parameters θ, so its update is
 momentum recursion and the averaging are linear, so by induction Σw_i·m_i is exactly the
 large-batch momentum buffer and Σw_i·g_i (w_i = B_i/B^g) is the gradient of the union-batch
 mean loss. The per-worker buffers differ, but only their weighted mean ever reaches the
-model, so the buffers need no averaging (weight decay is linear in θ and keeps this true).
+model, so the buffers need no averaging (weight decay is linear in θ and keeps this true;
+the learning rate is the same function of the global iteration on every worker). AdamW is
+not linear in the gradient: with it the run is local AdamW plus model averaging.
 
 Frames a worker holds at once (uploads, downloads not yet folded, the merged shard) stay
 within its cap (fasdl.inflight), the bound the planner's memory model assumes.
@@ -30,7 +32,7 @@ of a segment stay for the lifecycle rule / TTL (or the finalizer's delete_prefix
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
@@ -43,6 +45,7 @@ from fasdl import inflight
 from fasdl.channel.base import Channel
 from fasdl.inflight import Uploads, frame_size
 from fasdl.keys import merged_key, shard_key
+from fasdl.optimizers import FlatParameters, build_optimizer
 from fasdl.plan import Plan
 from fasdl.wire import decode_shard, encode_shard_into
 
@@ -83,78 +86,6 @@ def shard_bounds(total: int, shards: int) -> list[tuple[int, int]]:
     return bounds
 
 
-class FlatParameters:
-    """A model's parameters as views into one contiguous float32 buffer.
-
-    Flattened once: afterwards the sharding and the averaging work on one vector with no
-    per-step gather/scatter copies. Gradients stay autograd's own per-parameter tensors:
-    binding them to views of a flat buffer too would make autograd accumulate in place
-    (zero + read-add-write every step), measured ~8% slower on resnet18.
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        if not self.params:
-            raise ValueError("model has no trainable parameters")
-        for param in self.params:
-            if param.dtype != torch.float32:
-                raise TypeError(f"K-REDUCE exchanges float32 parameters, got {param.dtype}")
-        with torch.no_grad():
-            self.values = nn.utils.parameters_to_vector(self.params).detach()  # a fresh copy
-        self.count = self.values.numel()
-        for param, view in zip(self.params, self.views_of(self.values), strict=True):
-            param.data = view
-
-    def views_of(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        """Per-parameter views of a vector laid out like :attr:`values`."""
-        views: list[torch.Tensor] = []
-        offset = 0
-        for param in self.params:
-            views.append(flat[offset:offset + param.numel()].view_as(param))
-            offset += param.numel()
-        return views
-
-    def numpy(self) -> np.ndarray:
-        """The parameter vector as a numpy view (writes go straight into the model)."""
-        return self.values.numpy()
-
-
-class FlatSGD:
-    """torch.optim.SGD (dampening 0, no Nesterov), same arithmetic, flat momentum buffer.
-
-    The momentum buffer is one vector laid out like the parameters, so checkpoints store
-    it exactly as they store the model; the update runs as foreach ops over the views.
-    """
-
-    def __init__(self, flat: FlatParameters, learning_rate: float, momentum: float,
-                 weight_decay: float) -> None:
-        self.flat = flat
-        self.learning_rate = learning_rate
-        self.momentum = momentum
-        self.weight_decay = weight_decay
-        self.momentum_buffer = torch.zeros_like(flat.values)
-        self._buffer_views = flat.views_of(self.momentum_buffer)
-
-    def zero_grad(self) -> None:
-        for param in self.flat.params:
-            param.grad = None  # autograd then hands over fresh gradients, no accumulation
-
-    @torch.no_grad()
-    def step(self) -> None:
-        used = [i for i, p in enumerate(self.flat.params) if p.grad is not None]
-        params: list[torch.Tensor] = [self.flat.params[i] for i in used]
-        direction = [p.grad for p in params if p.grad is not None]
-        if self.weight_decay:
-            direction = list(torch._foreach_add(direction, params, alpha=self.weight_decay))
-        if self.momentum:
-            # buffer starts at zero, so the first step gives buffer = grad exactly
-            buffers = [self._buffer_views[i] for i in used]
-            torch._foreach_mul_(buffers, self.momentum)
-            torch._foreach_add_(buffers, direction)
-            direction = buffers
-        torch._foreach_add_(params, direction, alpha=-self.learning_rate)
-
-
 class KReduceWorker:
     """One worker of a K-REDUCE run; the handler calls :meth:`step` once per iteration."""
 
@@ -177,9 +108,7 @@ class KReduceWorker:
         self.is_aggregator = worker_id < self.aggregators
         self.stale_by_one = plan.training.sync == "hap" and not self.is_aggregator
         self.flat = FlatParameters(model)
-        training = plan.training
-        self.optimizer = FlatSGD(self.flat, training.learning_rate, training.momentum,
-                                 training.weight_decay)
+        self.optimizer = build_optimizer(self.flat, plan)  # this worker's own state
         self.bounds = shard_bounds(self.flat.count, self.aggregators)
         batches = np.array([plan.batch_of(i) for i in range(self.workers)], dtype=np.float64)
         self.weights = batches / batches.sum()
@@ -206,7 +135,7 @@ class KReduceWorker:
     # ---- the iteration -----------------------------------------------------------------
     def step(self, batch_x: torch.Tensor, batch_y: torch.Tensor, iteration: int) -> StepStats:
         started = time.perf_counter()
-        loss = self._local_step(batch_x, batch_y)
+        loss = self._local_step(batch_x, batch_y, iteration)
         computed = time.perf_counter()
         self._idle_s, self._bytes_down = 0.0, 0
         bytes_up = self._upload(iteration)
@@ -231,12 +160,13 @@ class KReduceWorker:
             bytes_up=bytes_up, bytes_down=self._bytes_down,
         )
 
-    def _local_step(self, batch_x: torch.Tensor, batch_y: torch.Tensor) -> float:
+    def _local_step(self, batch_x: torch.Tensor, batch_y: torch.Tensor, iteration: int
+                    ) -> float:
         self.model.train()
         self.optimizer.zero_grad()
         loss = self.loss_fn(self.model(batch_x), batch_y)
         loss.backward()
-        self.optimizer.step()
+        self.optimizer.step(iteration)  # the schedule's lr of this global iteration
         return float(loss.detach())
 
     def _upload(self, iteration: int) -> int:
@@ -354,9 +284,9 @@ class KReduceWorker:
         return self.flat.numpy()
 
     @property
-    def momentum(self) -> np.ndarray:
-        """The flat momentum buffer (a view), laid out like :attr:`parameters`."""
-        return self.optimizer.momentum_buffer.numpy()
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """The optimizer's vectors by name (views), each laid out like :attr:`parameters`."""
+        return {name: vector.numpy() for name, vector in self.optimizer.state.items()}
 
     @property
     def last_iteration(self) -> int | None:
@@ -375,18 +305,23 @@ class KReduceWorker:
             return "merged"
         return "own" if self._last_iteration == 0 else "previous"
 
-    def restore(self, parameters: np.ndarray, momentum: np.ndarray, *, last_iteration: int,
-                merged: np.ndarray | None) -> None:
+    def restore(self, parameters: np.ndarray, optimizer_state: Mapping[str, np.ndarray], *,
+                last_iteration: int, merged: np.ndarray | None) -> None:
         """Resume after ``last_iteration`` from checkpointed state.
 
         ``merged`` is the merged model of ``last_iteration``; a HAP non-aggregator loads it
         during the next step instead of fetching it from the store.
         """
-        for name, array in (("parameters", parameters), ("momentum", momentum)):
+        state = self.optimizer_state
+        if set(optimizer_state) != set(state):
+            raise ValueError(f"optimizer state holds {sorted(optimizer_state)}, this "
+                             f"optimizer needs {sorted(state)}")
+        for name, array in (("parameters", parameters), *optimizer_state.items()):
             if array.shape != (self.flat.count,):
                 raise ValueError(f"{name} has shape {array.shape}, expected ({self.flat.count},)")
         self.flat.numpy()[:] = parameters
-        self.momentum[:] = momentum
+        for name, array in optimizer_state.items():
+            state[name][:] = array
         self._last_iteration = last_iteration
         self._restored_merged = None
         if self.stale_by_one:

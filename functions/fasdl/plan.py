@@ -37,6 +37,9 @@ PLAN_VERSION = 1
 CHANNELS: tuple[str, ...] = ("s3", "valkey")
 ARCHITECTURES: tuple[str, ...] = ("x86_64", "arm64")
 SYNC_MODES: tuple[str, ...] = ("hap", "bsp")
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")  # fasdl.optimizers
+LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "linear")
+AUGMENTATIONS: tuple[str, ...] = ("none", "cifar")  # fasdl.augment
 
 MIN_MEMORY_MB = 128
 MAX_MEMORY_MB = 10240
@@ -105,7 +108,10 @@ class Deployment:
 
 @dataclass(frozen=True)
 class Training:
-    """How a run proceeds: aggregators K, batch sizes B^a/B^n, epochs E, segment length."""
+    """How a run proceeds: aggregators K, batch sizes B^a/B^n, epochs E, segment length, and
+    the recipe: optimizer (``momentum`` for sgd, ``adam_*`` for adamw), a learning-rate
+    schedule over global iterations (fasdl.optimizers) and input augmentation (fasdl.augment).
+    """
 
     aggregators: int
     batch_aggregator: int
@@ -118,6 +124,13 @@ class Training:
     momentum: float = 0.9
     weight_decay: float = 0.0
     seed: int = 0
+    optimizer: str = "sgd"
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    lr_schedule: str = "constant"
+    warmup_iterations: int = 0
+    augmentation: str = "none"
 
     def validate(self, workers: int) -> None:
         require_int("training.aggregators", self.aggregators, 1, workers)
@@ -131,6 +144,7 @@ class Training:
         require_float("training.momentum", self.momentum, 0.0, 1.0, open_high=True)
         require_float("training.weight_decay", self.weight_decay, 0.0, 1.0)
         require_int("training.seed", self.seed, 0, 2**32 - 1)
+        self._validate_recipe()
         if self.aggregators < workers and self.batch_non_aggregator < self.batch_aggregator:
             raise PlanError(
                 "training.batch_non_aggregator",
@@ -152,6 +166,15 @@ class Training:
                 f"global batch K*B^a + (W-K)*B^n = {batch} exceeds the cap "
                 f"{self.max_global_batch}; allowed range is [1, {self.max_global_batch}]",
             )
+
+    def _validate_recipe(self) -> None:
+        require_choice("training.optimizer", self.optimizer, OPTIMIZERS)
+        require_float("training.adam_beta1", self.adam_beta1, 0.0, 1.0, open_high=True)
+        require_float("training.adam_beta2", self.adam_beta2, 0.0, 1.0, open_high=True)
+        require_float("training.adam_eps", self.adam_eps, 0.0, 1.0, open_low=True)
+        require_choice("training.lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        require_int("training.warmup_iterations", self.warmup_iterations, 0, 10**9)
+        require_choice("training.augmentation", self.augmentation, AUGMENTATIONS)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from botocore.exceptions import ClientError
 
+from fasdl.augment import AugmentationError, check_rows, evaluation_tensors, training_tensors
 from fasdl.channel.base import Channel
 from fasdl.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
 from fasdl.classification import Confusion
@@ -48,7 +49,6 @@ from fasdl.data import (
     read_layout,
     read_rows,
     s3_range_reader,
-    to_tensors,
 )
 from fasdl.environment import Settings
 from fasdl.export import export_checkpoint_meta
@@ -130,10 +130,11 @@ def _dataset_version(s3: Any, bucket: str, prefix: str) -> str:
     return hashlib.sha256(f"{bucket}/{prefix}:{tags}".encode()).hexdigest()[:16]
 
 
-def _predict(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _predict(model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
+             augmentation: str = "none") -> np.ndarray:
     """The classes ``model`` (in eval mode) predicts for the rows."""
     with torch.no_grad():
-        features, _ = to_tensors(x, y)
+        features, _ = evaluation_tensors(x, y, augmentation)
         predicted: np.ndarray = model(features).argmax(1).numpy()
         return predicted
 
@@ -217,7 +218,8 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
     layout = read_layout(read_range, f"{prefix}/x.npy")
     try:  # images C×H×W, or text 2×L (token ids; attention mask)
         input_shape = input_shape_of(f"dataset {prefix}/x.npy", layout.dtype, layout.row_shape)
-    except DatasetError as error:
+        check_rows(plan.training.augmentation, layout.row_shape, layout.dtype)
+    except (DatasetError, AugmentationError) as error:
         raise WorkerEventError(str(error)) from error
     num_classes = max(2, int(_cached_labels(read_range, f"{prefix}/y.npy", cache_dir).max()) + 1)
     model = build_seeded_model(plan.workload.model, plan.training.seed, num_classes,
@@ -227,7 +229,8 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
                                plan.deployment.memory_mb, plan.workload.model_mb))
     meta = {"model": plan.workload.model, "num_classes": str(num_classes),
             "input_shape": ",".join(str(n) for n in input_shape),
-            "parameters": str(worker.parameters.size)}
+            "parameters": str(worker.parameters.size),
+            "augmentation": plan.training.augmentation}
     return _Job(plan, read_range, prefix, cache_dir, meta, model, worker)
 
 
@@ -256,7 +259,10 @@ def _train(job: _Job, event: WorkerEvent, settings: Settings, guard: TimeGuard, 
         # waits end before the reserve: a missing peer fails us, not the Lambda timeout
         job.worker.wait_timeout_s = peer_wait_s(
             settings, guard.recent, min(timeout_s, guard.remaining_s() - guard.reserve_s()))
-        stats = job.worker.step(*to_tensors(*job.stream.next_batch()), iteration)
+        batch = training_tensors(*job.stream.next_batch(), job.plan.training.augmentation,
+                                 seed=job.plan.training.seed, worker=event.worker,
+                                 iteration=iteration)
+        stats = job.worker.step(*batch, iteration)
         guard.observe(time.perf_counter() - iteration_began)  # batch + delay included
         result.add(stats)
         if metrics is not None:
@@ -311,7 +317,8 @@ def _evaluate_in_time(job: _Job, time_left_s: Callable[[], float],
             return
         chunk_began = time.perf_counter()
         chunk = y[start:start + EVAL_BATCH]
-        confusion.add(chunk, _predict(job.model, x[start:start + EVAL_BATCH], chunk))
+        confusion.add(chunk, _predict(job.model, x[start:start + EVAL_BATCH], chunk,
+                                      job.plan.training.augmentation))
         slowest = max(slowest, time.perf_counter() - chunk_began)
     result.accuracy, result.test_samples = confusion.correct / max(1, len(y)), len(y)
     result.mcc = confusion.mcc()

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from fasdl.augment import training_tensors
 from fasdl.channel.base import ChannelTimeout
 from fasdl.channel.memory import MemoryChannel
 from fasdl.checkpoint import (
@@ -28,7 +29,6 @@ from fasdl.data import (
     LocalFiles,
     load_partition,
     partition_bounds,
-    to_tensors,
     write_dataset,
 )
 from fasdl.keys import checkpoint_object_key, manifest_key
@@ -39,6 +39,10 @@ from tests.runtime.test_kreduce import make_plan, run_parallel
 
 RUN = "ckpt-run"
 SHAPE = (1, 8, 8)
+RGB_SHAPE = (3, 8, 8)
+# the recipe a BERT or CIFAR run would use: every piece of state and randomness it adds
+RECIPE = {"optimizer": "adamw", "lr_schedule": "cosine", "warmup_iterations": 2,
+          "augmentation": "cifar", "weight_decay": 0.01, "learning_rate": 0.01}
 
 
 @pytest.fixture(autouse=True)
@@ -57,6 +61,15 @@ def dataset(tmp_path: Path) -> Path:
     write_dataset(tmp_path / "data" / "train", rng.integers(0, 256, (64, *SHAPE), dtype=np.uint8),
                   rng.integers(0, 4, 64).astype(np.int64))
     return tmp_path / "data"
+
+
+@pytest.fixture
+def rgb_dataset(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(8)
+    write_dataset(tmp_path / "rgb" / "train",
+                  rng.integers(0, 256, (64, *RGB_SHAPE), dtype=np.uint8),
+                  rng.integers(0, 4, 64).astype(np.int64))
+    return tmp_path / "rgb"
 
 
 class Cluster:
@@ -85,8 +98,11 @@ class Cluster:
     def run(self, iterations: range, store: MemoryChannel | None = None) -> None:
         def loop(index: int) -> None:
             worker, stream = self.workers[index], self.streams[index]
+            t = self.plan.training
             for iteration in iterations:
-                worker.step(*to_tensors(*stream.next_batch()), iteration)
+                batch = training_tensors(*stream.next_batch(), t.augmentation, seed=t.seed,
+                                         worker=index, iteration=iteration)
+                worker.step(*batch, iteration)
             if store is not None:
                 save_worker(store, RUN, self.epoch, worker, stream.cursor)
 
@@ -121,8 +137,36 @@ def test_restart_from_manifest_reproduces_the_undisturbed_run_bitwise(
 
     for expected, actual in zip(undisturbed.workers, resumed.workers, strict=True):
         assert np.array_equal(expected.parameters, actual.parameters)
-        assert np.array_equal(expected.momentum, actual.momentum)
+        for name, vector in expected.optimizer_state.items():
+            assert np.array_equal(vector, actual.optimizer_state[name]), name
     assert [s.cursor for s in resumed.streams] == [s.cursor for s in undisturbed.streams]
+
+
+@pytest.mark.parametrize(("aggregators", "sync", "first_segment"), [(1, "hap", 3), (2, "bsp", 2)])
+def test_adamw_schedule_and_augmentation_resume_bitwise(
+        rgb_dataset: Path, tmp_path: Path, aggregators: int, sync: str, first_segment: int
+) -> None:
+    plan = make_plan(3, aggregators, 4, 6, sync, samples=64, model="cnn", **RECIPE)
+    total = 6  # past one epoch and past the warm-up, the restart inside both
+    undisturbed = Cluster(plan, rgb_dataset, tmp_path / "cache", 1, 1, shape=RGB_SHAPE)
+    initial = undisturbed.workers[0].parameters.copy()
+    undisturbed.run(range(total))
+
+    store = MemoryChannel()
+    first = Cluster(plan, rgb_dataset, tmp_path / "cache", 1, 1, shape=RGB_SHAPE)
+    first.run(range(first_segment), store)
+    del first
+    resumed = Cluster(plan, rgb_dataset, tmp_path / "cache", 2, 99, shape=RGB_SHAPE)
+    resumed.restore(store, first_segment, 1)
+    resumed.run(range(first_segment, total))
+
+    assert not np.array_equal(initial, undisturbed.workers[0].parameters)
+    for expected, actual in zip(undisturbed.workers, resumed.workers, strict=True):
+        assert set(expected.optimizer_state) == {"exp_avg", "exp_avg_sq"}
+        assert np.array_equal(expected.parameters, actual.parameters)
+        for name, vector in expected.optimizer_state.items():
+            assert vector.any(), name  # the state moved, and was restored
+            assert np.array_equal(vector, actual.optimizer_state[name]), name
 
 
 def _one_worker_checkpoint(model: nn.Module) -> tuple[MemoryChannel, KReduceWorker]:

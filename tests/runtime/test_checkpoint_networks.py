@@ -56,7 +56,8 @@ def test_a_network_resumes_bitwise_from_its_checkpoint(network: str, cifar_shape
     assert not np.array_equal(initial, undisturbed.workers[0].parameters)  # it trained
     for expected, actual in zip(undisturbed.workers, resumed.workers, strict=True):
         assert np.array_equal(expected.parameters, actual.parameters)
-        assert np.array_equal(expected.momentum, actual.momentum)
+        assert np.array_equal(expected.optimizer_state["momentum"],
+                              actual.optimizer_state["momentum"])
     after, again = _statistics(undisturbed), _statistics(resumed)
     for worker, (before, trained, restored) in enumerate(
             zip(initial_statistics, after, again, strict=True)):

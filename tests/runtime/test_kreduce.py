@@ -7,6 +7,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ from fasdl.keys import (
     merged_key,
     shard_key,
 )
-from fasdl.kreduce import FlatParameters, FlatSGD, KReduceWorker, StepStats, shard_bounds
+from fasdl.kreduce import KReduceWorker, StepStats, shard_bounds
 from fasdl.models import build_model
 from fasdl.plan import Deployment, Plan, Training, Workload
 
@@ -50,7 +51,7 @@ def _single_thread_torch() -> Iterator[None]:
 
 def make_plan(workers: int, aggregators: int, batch_a: int, batch_n: int, sync: str, *,
               learning_rate: float = 0.1, momentum: float = 0.9, samples: int = 10_000,
-              model: str = "mlp") -> Plan:
+              model: str = "mlp", **recipe: Any) -> Plan:
     return Plan(
         workload=Workload(name="test", model=model, dataset="data/test", samples=samples,
                           dataset_mb=1.0, model_mb=1.0),
@@ -58,7 +59,7 @@ def make_plan(workers: int, aggregators: int, batch_a: int, batch_n: int, sync: 
         training=Training(aggregators=aggregators, batch_aggregator=batch_a,
                           batch_non_aggregator=batch_n, max_global_batch=100_000, epochs=1,
                           segment_iterations=1000, sync=sync, learning_rate=learning_rate,
-                          momentum=momentum),
+                          momentum=momentum, **recipe),
     )
 
 
@@ -122,39 +123,6 @@ def test_shard_bounds_are_contiguous_and_balanced() -> None:
         assert max(sizes) - min(sizes) <= 1
     with pytest.raises(ValueError):
         shard_bounds(2, 3)
-
-
-def test_parameters_and_momentum_are_views_of_flat_buffers() -> None:
-    model = build_model("cnn", CLASSES, INPUT_SHAPE)
-    before = nn.utils.parameters_to_vector(model.parameters()).detach().clone()
-    flat = FlatParameters(model)
-    assert torch.equal(flat.values, before)
-    optimizer = FlatSGD(flat, 0.1, 0.9, 0.0)
-    model(torch.randn(2, *INPUT_SHAPE)).sum().backward()
-    grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-    optimizer.step()
-    assert torch.equal(optimizer.momentum_buffer, grads)  # laid out like the parameters
-    torch.testing.assert_close(flat.values, before - 0.1 * grads)
-    flat.values.zero_()
-    assert all(float(p.detach().abs().sum()) == 0.0 for p in model.parameters())
-
-
-def test_flat_sgd_matches_torch_sgd_bitwise() -> None:
-    torch.manual_seed(0)
-    model = build_model("cnn", CLASSES, INPUT_SHAPE)
-    reference = copy.deepcopy(model)
-    flat = FlatParameters(model)
-    optimizer = FlatSGD(flat, 0.05, 0.9, 1e-3)
-    torch_sgd = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9,
-                                weight_decay=1e-3)
-    for _ in range(3):
-        x, y = torch.randn(5, *INPUT_SHAPE), torch.randint(0, CLASSES, (5,))
-        for net, opt in ((model, optimizer), (reference, torch_sgd)):
-            opt.zero_grad()
-            nn.CrossEntropyLoss()(net(x), y).backward()
-            opt.step()
-    expected = nn.utils.parameters_to_vector(reference.parameters()).detach()
-    assert torch.equal(flat.values, expected)
 
 
 @pytest.mark.parametrize("aggregators", [1, 2, 4])
