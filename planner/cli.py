@@ -38,6 +38,7 @@ from planner.quotas import (
     Search,
     search_within,
 )
+from planner.recipe import add_recipe_arguments
 from planner.report import choice_table, describe_choice, render_frontier
 from planner.search import BN_RULES, PATTERNS, SEARCHES, SearchResult, exact, exhaustive
 
@@ -82,6 +83,7 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                              "the default of the exact and exhaustive searches) or align (the "
                              "paper's alignment rule, which two-stage always uses)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_recipe_arguments(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,12 +9,15 @@ import argparse
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+from fasdl.plan import PlanError
 from planner.model import ModelInputError, Problem
 from planner.profiles import (
     ProfileError,
+    WorkloadProfile,
     known_workloads,
     load_platform,
     load_platform_file,
@@ -22,6 +25,7 @@ from planner.profiles import (
     load_workload,
 )
 from planner.quotas import Quotas
+from planner.recipe import FLAGS as RECIPE_FLAGS
 
 # Problem fields and the CLI arguments that set them, so errors name what the user typed.
 FIELD_TO_ARGUMENT = {
@@ -85,6 +89,7 @@ def build_problem(args: argparse.Namespace) -> Problem:
     _check_global_batch(args.max_global_batch)
     workload = _load_file("--workload", "workload", load_workload, args.workload,
                           shipped=args.workload in known_workloads())
+    workload = _with_recipe_flags(workload, args)
     if args.platform:
         platform = _load_file("--platform", "platform", load_platform_file, args.platform)
         if (platform.channel, platform.arch) != (args.channel, args.arch):
@@ -104,6 +109,17 @@ def build_problem(args: argparse.Namespace) -> Problem:
         raise _problem_error(error, args) from error
     _check_min_workers(problem)
     return problem
+
+
+def _with_recipe_flags(workload: WorkloadProfile, args: argparse.Namespace
+                       ) -> WorkloadProfile:
+    """The workload with the command line's recipe overrides; a bad value names its flag."""
+    try:
+        return replace(workload, recipe=workload.recipe.with_flags(args))
+    except (PlanError, ProfileError) as error:
+        field = str(getattr(error, "field", "")).removeprefix("recipe.")
+        flag = next((flag for flag, name in RECIPE_FLAGS.items() if name == field), "--workload")
+        raise CliError(flag, str(error).split("': ", 1)[-1]) from error
 
 
 def _check_global_batch(cap: int) -> None:

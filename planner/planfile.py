@@ -18,10 +18,10 @@ def planner_version() -> str:
 
 
 def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None = None,
-            learning_rate: float = 0.05, momentum: float = 0.9, seed: int = 0,
-            quotas: Quotas | None = None) -> Plan:
-    """The plan for ``choice``; the segment length is the model's, capped at the run's length.
-    ``quotas``, the account quotas the search respected, go into the provenance."""
+            seed: int = 0, quotas: Quotas | None = None) -> Plan:
+    """The plan for ``choice``; the segment length is the model's, capped at the run's length,
+    and the training recipe the workload's (planner.recipe). ``quotas``, the account quotas
+    the search respected, go into the provenance."""
     workload = problem.workload.to_workload()
     iterations_per_epoch = workload.samples // choice.global_batch
     total_iterations = max(1, iterations_per_epoch * problem.epochs)
@@ -45,9 +45,8 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             epochs=problem.epochs,
             segment_iterations=segment_iterations,
             sync=choice.sync,
-            learning_rate=learning_rate,
-            momentum=momentum,
             seed=seed,
+            **problem.workload.recipe.training_fields(total_iterations),
         ),
         prediction=Prediction(time_s=round(choice.time_s, 3), cost_usd=round(choice.cost_usd, 6),
                               breakdown=breakdown),

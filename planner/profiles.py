@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -29,6 +29,7 @@ from fasdl.json_input import JsonInputError, load_json_bytes, read_json_file, un
 from fasdl.plan import ARCHITECTURES, CHANNELS, IDENTIFIER, REGION, PlanError, Workload
 from planner.profile_fields import ProfileError as ProfileError
 from planner.profile_fields import bad, choice, number, series, set_field, sizes, text
+from planner.recipe import Recipe
 
 Direction = Literal["up", "down"]
 DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
@@ -68,7 +69,8 @@ _WORKLOAD_REASONS = {
 
 @dataclass(frozen=True)
 class WorkloadProfile:
-    """A model + dataset: sizes, compute model (a, b, m) and memory model (k, c)."""
+    """A model + dataset: sizes, compute model (a, b, m), memory model (k, c) and how to
+    train it (planner.recipe; its optimizer adds to c)."""
 
     name: str
     model: str
@@ -82,6 +84,7 @@ class WorkloadProfile:
     k: float
     c: float
     notes: str = ""
+    recipe: Recipe = field(default_factory=Recipe)
 
     def __post_init__(self) -> None:
         for name, low, above, high in _WORKLOAD_NUMBERS:
@@ -94,6 +97,10 @@ class WorkloadProfile:
                 raise bad(name, f"{error.detail} ({reason})") from error
             set_field(self, name, value)
         text("notes", self.notes)
+        try:
+            set_field(self, "recipe", Recipe.from_value(self.recipe))
+        except PlanError as error:
+            raise bad(error.field, str(error).split("': ", 1)[-1]) from error
         try:  # name, model, dataset, samples and the sizes: the plan's own rules
             self.to_workload()
         except PlanError as error:
@@ -109,13 +116,19 @@ class WorkloadProfile:
         return np.asarray(np.where(capacity > 0, seconds, np.inf), dtype=np.float64)
 
     def max_batch(self, memory_mb: ArrayLike) -> NDArray[np.int64]:
-        """Largest executable batch B_M = floor((M − c)/k); <= 0 means nothing fits."""
+        """Largest executable batch B_M = floor((M − c')/k); <= 0 means nothing fits."""
         memory = np.asarray(memory_mb, dtype=float)
-        return np.floor((memory - self.c) / self.k).astype(np.int64)
+        return np.floor((memory - self.base_memory_mb) / self.k).astype(np.int64)
 
     def min_memory(self, batch: ArrayLike) -> NDArray[np.float64]:
-        """Smallest memory that runs batch B, M_B = k·B + c (thesis Eq. 4-1)."""
-        return np.asarray(self.k * np.asarray(batch, dtype=float) + self.c, dtype=np.float64)
+        """Smallest memory that runs batch B, M_B = k·B + c' (thesis Eq. 4-1)."""
+        return np.asarray(self.k * np.asarray(batch, dtype=float) + self.base_memory_mb,
+                          dtype=np.float64)
+
+    @property
+    def base_memory_mb(self) -> float:
+        """c' = c plus the optimizer state c does not hold (AdamW's second vector)."""
+        return self.c + self.recipe.extra_state_mb(self.model_mb)
 
     def to_workload(self) -> Workload:
         workload = Workload(name=self.name, model=self.model, dataset=self.dataset,
