@@ -1,12 +1,13 @@
-"""Convergence: K-REDUCE's final test accuracy against one process on the union batch.
+"""Convergence: K-REDUCE's final test metric against one process on the union batch.
 
-For each case, one process trains the network with the runtime's optimizer (fasdl.kreduce
-FlatSGD: the same learning rate, momentum and iterations) on the union of the W workers'
-batches, every iteration the same rows the workers draw (fasdl.data.BatchStream, the
-runtime's partitions and data order). Then W K-REDUCE workers (threads, the in-memory
-channel) train the same budget under bsp and hap for K in {1, 2, W}. The gap is reference
-accuracy minus K-REDUCE accuracy, in points (0.5 = half a percentage point). Goals: bsp
-within 0.5 points, hap within 1.5 (issue 13).
+For each case, one process trains the network with the runtime's optimizer and schedule
+(fasdl.optimizers: the same recipe, learning rate and iterations) on the union of the W
+workers' batches, every iteration the same rows the workers draw, augmented as each worker
+augments them (fasdl.data.BatchStream and fasdl.augment: the runtime's partitions, data order
+and draws). Then W K-REDUCE workers (threads, the in-memory channel) train the same budget
+under bsp and hap for K in {1, 2, W}. The gap is the reference's metric minus K-REDUCE's, in
+points (0.5 = half a percentage point; accuracy, or Matthews correlation ×100 for the text
+case). Goals: bsp within 0.5 points, hap within 1.5 (issue 13).
 
 Cases:
 
@@ -16,9 +17,16 @@ Cases:
   be downloaded here; this keeps CIFAR's input shape, channels and a harder input
   distribution, not CIFAR's difficulty.
 
-The text case (bert-mini) is not here yet. Networks without batch norm or dropout: bsp is then
-exactly large-batch SGD (tests/runtime/test_kreduce.py), so its gap measures the runtime, and
-hap's the one-iteration staleness.
+* ``rgb32-cifar``: rgb32 with the CIFAR workloads' recipe (cosine decay after a warm-up,
+  CIFAR augmentation);
+* ``text``: the generated acceptability set (fasdl.datasets textset, imported at 16 tokens)
+  and ``bert-mini`` with the BERT workloads' recipe (AdamW, linear warm-up and decay); its
+  metric is the dev split's Matthews correlation, CoLA's.
+
+The CNNs have no batch norm or dropout: with SGD, bsp is then exactly large-batch SGD
+(tests/runtime/test_kreduce.py), so its gap measures the runtime, and hap's the one-iteration
+staleness. AdamW is not linear in the gradient, so for ``text`` even bsp (local AdamW plus
+model averaging) is a different algorithm from the union-batch reference.
 
     python -m bench.convergence [--case digits] [--epochs N]
 
@@ -43,6 +51,7 @@ import torch
 
 from fasdl.augment import evaluation_tensors, training_tensors
 from fasdl.channel.memory import MemoryChannel
+from fasdl.classification import Confusion
 from fasdl.data import (
     BatchStream,
     LocalFiles,
@@ -50,13 +59,17 @@ from fasdl.data import (
     load_partition,
     plan_partition,
 )
+from fasdl.datasets.cola import import_cola
 from fasdl.datasets.digits import build_digits
+from fasdl.datasets.textset import write_textset
 from fasdl.kreduce import KReduceWorker
 from fasdl.models import build_seeded_model
 from fasdl.optimizers import FlatParameters, build_optimizer
 from fasdl.plan import Deployment, Plan, Training, Workload
 
 GOALS = {"bsp": 0.5, "hap": 1.5}  # points
+CLASSES = {"accuracy": 10, "mcc": 2}  # the digits' classes; the text set's
+TEXT_LENGTH = 16  # tokens, as bert-mini-textset imports it
 
 
 @dataclass(frozen=True)
@@ -70,11 +83,21 @@ class Case:
     batch: int = 16
     learning_rate: float = 0.05
     momentum: float = 0.9
+    # plan training fields beyond these (fasdl.plan.Training); warmup as a share of the run
+    recipe: tuple[tuple[str, Any], ...] = ()
+    warmup_fraction: float = 0.0
+    metric: str = "accuracy"  # or "mcc" (two classes)
 
 
+CIFAR_RECIPE = (("lr_schedule", "cosine"), ("augmentation", "cifar"))
+BERT_RECIPE = (("optimizer", "adamw"), ("lr_schedule", "linear"), ("weight_decay", 0.01))
 # rgb32 at 20 epochs was still in its noisy phase (the bsp runs, equal up to float rounding,
 # spread 9 points); at 60 they agree within 0.84
-CASES = {"digits": Case("digits", "cnn", epochs=40), "rgb32": Case("rgb32", "cnn", epochs=60)}
+CASES = {"digits": Case("digits", "cnn", epochs=40), "rgb32": Case("rgb32", "cnn", epochs=60),
+         "rgb32-cifar": Case("rgb32-cifar", "cnn", epochs=60, recipe=CIFAR_RECIPE,
+                             warmup_fraction=0.05),
+         "text": Case("text", "bert-mini", epochs=8, workers=2, batch=32, learning_rate=3e-4,
+                      recipe=BERT_RECIPE, warmup_fraction=0.1, metric="mcc")}
 
 
 def rgb32(x: np.ndarray, seed: int) -> np.ndarray:
@@ -90,16 +113,29 @@ def rgb32(x: np.ndarray, seed: int) -> np.ndarray:
 
 def load_case(case: Case, folder: Path) -> tuple[Partition, Partition]:
     """(train, test) of the case."""
+    if case.metric == "mcc":
+        write_textset(folder / "tsv", seed=0)
+        rows = import_cola(folder / "tsv", folder / "data", max_length=TEXT_LENGTH)
+        files = LocalFiles(folder / "data")
+        return (load_partition(files, "train", 0, rows["train"]),
+                load_partition(files, "test", 0, rows["test"]))
     build_digits(folder, seed=0)
     files = LocalFiles(folder)
     train = load_partition(files, "train", 0, 1438)
     test = load_partition(files, "test", 0, 359)
-    if case.name == "rgb32":
+    if case.name.startswith("rgb32"):
         train, test = Partition(rgb32(train.x, 1), train.y), Partition(rgb32(test.x, 2), test.y)
     return train, test
 
 
 def make_plan(case: Case, train: Partition, aggregators: int, sync: str) -> Plan:
+    plan = _plan(case, train, aggregators, sync, warmup_iterations=0)
+    warmup = round(case.warmup_fraction * plan.total_iterations)
+    return _plan(case, train, aggregators, sync, warmup_iterations=warmup)
+
+
+def _plan(case: Case, train: Partition, aggregators: int, sync: str,
+          warmup_iterations: int) -> Plan:
     return Plan(
         workload=Workload(name=case.name, model=case.model, dataset=f"datasets/{case.name}",
                           samples=len(train.y), dataset_mb=1.0, model_mb=1.0),
@@ -108,7 +144,8 @@ def make_plan(case: Case, train: Partition, aggregators: int, sync: str) -> Plan
         training=Training(aggregators=aggregators, batch_aggregator=case.batch,
                           batch_non_aggregator=case.batch, max_global_batch=4096,
                           epochs=case.epochs, segment_iterations=10**6, sync=sync,
-                          learning_rate=case.learning_rate, momentum=case.momentum))
+                          learning_rate=case.learning_rate, momentum=case.momentum,
+                          warmup_iterations=warmup_iterations, **dict(case.recipe)))
 
 
 def streams(plan: Plan, train: Partition) -> list[BatchStream]:
@@ -121,17 +158,28 @@ def streams(plan: Plan, train: Partition) -> list[BatchStream]:
     return result
 
 
-def accuracy(model: torch.nn.Module, test: Partition, augmentation: str = "none") -> float:
+def score(model: torch.nn.Module, test: Partition, case: Case, augmentation: str) -> float:
+    """The case's metric on the test split: accuracy, or Matthews correlation."""
+    model.eval()
     x, y = evaluation_tensors(test.x, test.y, augmentation)
     with torch.no_grad():
-        return float((model(x).argmax(1) == y).float().mean())
+        predicted = model(x).argmax(1).numpy()
+    confusion = Confusion(CLASSES[case.metric])
+    confusion.add(y.numpy(), predicted)
+    if case.metric == "mcc":
+        mcc = confusion.mcc()
+        return 0.0 if mcc is None else mcc  # one predicted class: no correlation
+    return confusion.accuracy()
+
+
+def network(case: Case, plan: Plan, train: Partition) -> torch.nn.Module:
+    shape = tuple(int(n) for n in train.x.shape[1:])
+    return build_seeded_model(case.model, plan.training.seed, CLASSES[case.metric], shape)
 
 
 def reference(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
     """One process, the union of the workers' batches, the runtime's optimizer."""
-    channels, height, width = (int(n) for n in train.x.shape[1:])
-    shape = (channels, height, width)
-    model = build_seeded_model(case.model, plan.training.seed, 10, shape)
+    model = network(case, plan, train)
     flat = FlatParameters(model)
     optimizer = build_optimizer(flat, plan)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -146,14 +194,12 @@ def reference(case: Case, plan: Plan, train: Partition, test: Partition) -> floa
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()
         optimizer.step(iteration)
-    return accuracy(model, test, t.augmentation)
+    return score(model, test, case, t.augmentation)
 
 
 def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
-    """W K-REDUCE workers as threads through the in-memory channel; worker 0's accuracy."""
-    channels, height, width = (int(n) for n in train.x.shape[1:])
-    shape = (channels, height, width)
-    model = build_seeded_model(case.model, plan.training.seed, 10, shape)
+    """W K-REDUCE workers as threads through the in-memory channel; worker 0's metric."""
+    model = network(case, plan, train)
     channel = MemoryChannel()
     workers = [KReduceWorker(plan, w, channel, copy.deepcopy(model), case.name, 1,
                              wait_timeout_s=120.0) for w in range(case.workers)]
@@ -179,7 +225,8 @@ def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
         worker.close()
     if errors:
         raise errors[0]
-    return accuracy(workers[0].model, test)  # an aggregator: it holds the merged model
+    # an aggregator: it holds the merged model
+    return score(workers[0].model, test, case, plan.training.augmentation)
 
 
 def run_case(case: Case, folder: Path, say: Any) -> dict[str, Any]:
@@ -195,10 +242,10 @@ def run_case(case: Case, folder: Path, say: Any) -> dict[str, Any]:
             started = time.monotonic()
             got = kreduce(case, make_plan(case, train, k, sync), train, test)
             gap = round(100.0 * (ref - got), 2)
-            runs[f"{sync}-K{k}"] = {"accuracy": round(got, 4), "gap_points": gap}
+            runs[f"{sync}-K{k}"] = {case.metric: round(got, 4), "gap_points": gap}
             say(f"{case.name}: {sync} K={k}: {got:.4f} (gap {gap:+.2f} points) in "
                 f"{time.monotonic() - started:.0f} s")
-    return {"reference": round(ref, 4), "workers": case.workers,
+    return {"metric": case.metric, "reference": round(ref, 4), "workers": case.workers,
             "global_batch": base.global_batch, "iterations": base.total_iterations,
             "runs": runs}
 

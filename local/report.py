@@ -63,7 +63,7 @@ def segment_line(where: tuple[int, int], results: dict[int, dict[str, Any]],
     segment = rows[0].get("segment", {})
     first = _mean([r.get("loss_first") for r in rows])
     last = _mean([r.get("loss_last") for r in rows])
-    accuracy = _accuracy(rows)
+    accuracy, mcc = _reported(rows, "accuracy"), _reported(rows, "mcc")
     took = max(float(r.get("time", {}).get("total_s", 0.0)) for r in rows)
     start = int(segment.get("start_iteration", 0))
     end = start + int(segment.get("iterations", 0))
@@ -74,6 +74,8 @@ def segment_line(where: tuple[int, int], results: dict[int, dict[str, Any]],
             f"{attempt}): loss {_fmt(first)} -> {_fmt(last)}")
     if accuracy is not None:
         text += f", test accuracy {accuracy:.3f}"
+    if mcc is not None:
+        text += f", MCC {mcc:.3f}"
     return text + f", {took:.1f} s"
 
 
@@ -86,8 +88,9 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _accuracy(rows: Sequence[dict[str, Any]]) -> float | None:
-    found = [r["accuracy"] for r in rows if isinstance(r.get("accuracy"), int | float)]
+def _reported(rows: Sequence[dict[str, Any]], metric: str) -> float | None:
+    """The metric worker 0 reported (``accuracy``, or ``mcc`` for two classes)."""
+    found = [r[metric] for r in rows if isinstance(r.get(metric), int | float)]
     return float(found[0]) if found else None
 
 
@@ -106,7 +109,8 @@ def final_segments(results: dict[tuple[int, int], dict[int, dict[str, Any]]]
                      "loss_first": _mean([r.get("loss_first") for r in values]),
                      "loss_last": _mean([r.get("loss_last") for r in values]),
                      "loss_mean": _mean([r.get("loss_mean") for r in values]),
-                     "accuracy": _accuracy(values),
+                     "accuracy": _reported(values, "accuracy"),
+                     "mcc": _reported(values, "mcc"),
                      "iterations": max(int(r.get("iterations_done", 0)) for r in values)})
     return rows
 
@@ -148,6 +152,7 @@ def build_report(plan: Plan, *, run_id: str, channel: str, status: str, measured
     totals = {name: round(sum(parts[name] for parts in split.values()), 3)
               for name in [*TIME_PARTS, "startup"]}
     accuracies = [s["accuracy"] for s in segments if s["accuracy"] is not None]
+    mccs = [s["mcc"] for s in segments if s["mcc"] is not None]
     prediction = plan.prediction
     return {
         "run_id": run_id, "status": status, "channel": channel,
@@ -157,6 +162,7 @@ def build_report(plan: Plan, *, run_id: str, channel: str, status: str, measured
         "predicted_s": prediction.time_s if prediction else None,
         "predicted_cost_usd": prediction.cost_usd if prediction else None,
         "final_accuracy": accuracies[-1] if accuracies else None,
+        "final_mcc": mccs[-1] if mccs else None,
         "final_loss": segments[-1]["loss_last"] if segments else None,
         "segments": segments,
         "time_split_s": totals,
@@ -193,6 +199,8 @@ def lambda_cost_usd(plan: Plan, invocations: Sequence[Invocation]) -> float | No
 def verdict(report: dict[str, Any]) -> str:
     """One line: did it finish, with what metric, in what share of the predicted time."""
     parts = [report["status"]]
+    if report.get("final_mcc") is not None:  # two classes: CoLA's metric first
+        parts.append(f"test MCC {report['final_mcc']:.3f}")
     if report["final_accuracy"] is not None:
         parts.append(f"test accuracy {report['final_accuracy']:.3f}")
     if report["predicted_s"]:
@@ -217,8 +225,10 @@ def format_summary(report: dict[str, Any]) -> str:
     lines.append(f"  starts: {starts.get('cold', 0)} cold, {starts.get('warm', 0)} warm "
                  "(a warm start reuses an idle sandbox of the function, as Lambda does)")
     if report["final_accuracy"] is not None:
-        lines.append(f"  final test accuracy {report['final_accuracy']:.3f}, "
-                     f"final loss {_fmt(report['final_loss'])}")
+        mcc = report.get("final_mcc")
+        lines.append(f"  final test accuracy {report['final_accuracy']:.3f}"
+                     + ("" if mcc is None else f", Matthews correlation {mcc:.3f}")
+                     + f", final loss {_fmt(report['final_loss'])}")
     totals = report["time_split_s"]
     whole = sum(totals.values()) or 1.0
     parts = ", ".join(f"{name} {value:.1f} s ({100 * value / whole:.0f}%)"
@@ -261,8 +271,12 @@ def write_report(report: dict[str, Any], directory: Path) -> list[Path]:
     loss_axes.plot(numbers, [s["loss_mean"] for s in segments], marker=".", label="mean")
     loss_axes.set(xlabel="segment", ylabel="training loss", title="Loss")
     loss_axes.legend()
-    accuracy_axes.plot(numbers, [s["accuracy"] for s in segments], marker="o")
-    accuracy_axes.set(xlabel="segment", ylabel="test accuracy", title="Accuracy", ylim=(0, 1))
+    accuracy_axes.plot(numbers, [s["accuracy"] for s in segments], marker="o", label="accuracy")
+    if any(s.get("mcc") is not None for s in segments):
+        accuracy_axes.plot(numbers, [s.get("mcc") for s in segments], marker="s", label="MCC")
+    accuracy_axes.set(xlabel="segment", ylabel="test metric", title="Test metric",
+                      ylim=(min(0.0, *(s.get("mcc") or 0.0 for s in segments)), 1))
+    accuracy_axes.legend()
     figure.tight_layout()
     written.append(directory / "training.png")
     figure.savefig(written[-1], dpi=100)

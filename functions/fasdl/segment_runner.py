@@ -35,7 +35,7 @@ import torch
 from botocore.exceptions import ClientError
 
 from fasdl.augment import AugmentationError, check_rows, evaluation_tensors, training_tensors
-from fasdl.channel.base import Channel
+from fasdl.channel.base import Channel, ChannelTimeout
 from fasdl.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
 from fasdl.classification import Confusion
 from fasdl.data import (
@@ -262,7 +262,13 @@ def _train(job: _Job, event: WorkerEvent, settings: Settings, guard: TimeGuard, 
         batch = training_tensors(*job.stream.next_batch(), job.plan.training.augmentation,
                                  seed=job.plan.training.seed, worker=event.worker,
                                  iteration=iteration)
-        stats = job.worker.step(*batch, iteration)
+        try:
+            stats = job.worker.step(*batch, iteration)
+        except ChannelTimeout:
+            # a newer epoch deletes this one's exchange keys, so a zombie waits in vain:
+            # say it was superseded (WorkerFenced) rather than blame a peer
+            fence.check(force=True)
+            raise
         guard.observe(time.perf_counter() - iteration_began)  # batch + delay included
         result.add(stats)
         if metrics is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -38,3 +39,17 @@ def test_a_short_case_trains_every_configuration(tmp_path: Path) -> None:
     # K = W has no non-aggregator: hap and bsp are the same run, to the bit
     assert result["runs"]["bsp-K4"]["accuracy"] == result["runs"]["hap-K4"]["accuracy"]
     assert all(0.0 <= run["accuracy"] <= 1.0 for run in result["runs"].values())
+
+
+@pytest.mark.slow
+def test_the_text_case_trains_bert_mini_with_adamw(tmp_path: Path) -> None:
+    case = dataclasses.replace(convergence.CASES["text"], epochs=1)
+    train, _ = convergence.load_case(case, tmp_path / "data")
+    plan = convergence.make_plan(case, train, 1, "hap")
+    assert (plan.training.optimizer, plan.training.lr_schedule) == ("adamw", "linear")
+    assert plan.training.warmup_iterations == round(0.1 * plan.total_iterations) > 0
+    result = convergence.run_case(case, tmp_path / "run", lambda text: None)
+    assert result["metric"] == "mcc" and result["iterations"] == 31
+    assert set(result["runs"]) == {f"{s}-K{k}" for s in ("bsp", "hap") for k in (1, 2)}
+    assert all(-1.0 <= run["mcc"] <= 1.0 for run in result["runs"].values())
+    assert -1.0 <= result["reference"] <= 1.0

@@ -1,14 +1,12 @@
 """bert-mini on the generated text set, end to end: ``python -m fasdl.datasets textset`` and
-``cola`` build the data, the planner plans workload bert-mini-textset, and ``python -m local
-run`` trains it through the synthesized state machine on both channels; worker 0 reports the
-dev split's Matthews correlation (CoLA's metric) per segment and finalize's summary carries it.
+``cola`` build the data, the planner plans workload bert-mini-textset (its recipe: AdamW,
+learning rate 3e-4, linear warm-up over 10 % then linear decay), and ``python -m local run``
+trains it through the synthesized state machine on both channels; worker 0 reports the dev
+split's Matthews correlation (CoLA's metric) per segment and finalize's summary carries it.
 
-NOT asserted (open, issue 13): that the MCC rises well above 0. Measured here (2-core VM,
-W=2, global batch 64, bsp, SGD with momentum 0.9 at learning rate 0.03): 7 epochs (217
-iterations, 270 s) ended at a dev MCC of 0.15, 10 epochs (310 iterations, 285 s) at 0.0.
-In one process the same settings reached 0.46 after 7 epochs with seed 0 and stayed at
-chance with seed 1: plain SGD from scratch leaves this transformer on a plateau for a
-seed-dependent number of steps (fasdl.text_models), more than a 2-3 minute run affords.
+The MCC must rise clearly above chance. Measured in one process with the same K-REDUCE
+workers (W = 2, global batch 64, 8 epochs): dev MCC 0.45-0.66 over seeds 0-2 under hap and
+bsp; plain SGD with momentum stayed near chance (0.15 after 7 epochs, 0.0 after 10).
 """
 
 from __future__ import annotations
@@ -22,9 +20,9 @@ import pytest
 
 from infra.settings import REPO_ROOT
 
-EPOCHS = 3
-LEARNING_RATE = 0.03  # plain SGD with momentum 0.9; 0.04 stayed at chance for 8 epochs (hap)
-RUN_TIMEOUT_S = 420
+EPOCHS = 8
+MIN_MCC = 0.2  # chance is 0; measured 0.45-0.66 (module docstring)
+RUN_TIMEOUT_S = 480
 
 
 def _python(*args: str, timeout_s: int = 120) -> str:
@@ -47,10 +45,8 @@ def text_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             "--timeout", "300", "--out", str(work / "planned.json"))
     plan = json.loads((work / "planned.json").read_text())
     assert plan["workload"]["model"] == "bert-mini" and plan["deployment"]["workers"] == 2
-    # bsp: exactly large-batch SGD, the setting measured in one process
-    plan["training"].update(learning_rate=LEARNING_RATE, sync="bsp")
-    (work / "plan.json").write_text(json.dumps(plan))
-    return work / "plan.json", work / "data"
+    assert plan["training"]["optimizer"] == "adamw"  # the workload's recipe
+    return work / "planned.json", work / "data"
 
 
 @pytest.mark.slow
@@ -70,9 +66,12 @@ def test_bert_mini_trains_on_the_text_set(tmp_path: Path, text_job: tuple[Path, 
     assert report["plan"]["workload"]["model"] == "bert-mini"
     summary = report["summary"]  # finalize's summary.json
     segments = summary["segments"]
-    assert len(segments) == 2 and all(-1.0 <= s["mcc"] <= 1.0 for s in segments)
+    assert len(segments) == 4 and all(-1.0 <= s["mcc"] <= 1.0 for s in segments)
     assert 0.0 < summary["final_accuracy"] <= 1.0
     assert summary["final_mcc"] == segments[-1]["mcc"]
     assert all(s["loss_mean"] < 1.0 for s in segments)  # trained, not diverged (ln 2 = 0.69)
+    assert summary["final_mcc"] > MIN_MCC, [s["mcc"] for s in segments]
+    assert report["final_mcc"] == summary["final_mcc"]  # the local report names the metric
+    assert f"test MCC {summary['final_mcc']:.3f}" in done.stdout
     print(f"{channel}: dev MCC per segment {[s['mcc'] for s in segments]}, accuracy "
           f"{summary['final_accuracy']}, {report['measured_s']} s")
