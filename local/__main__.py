@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--plan", type=Path, help="a plan.json (default: plan --workload)")
     run_parser.add_argument("--channel", choices=("s3", "valkey"),
                             help="exchange channel (default: the plan's, s3 when planning)")
-    run_parser.add_argument("--epochs", type=int, help="epochs (default 10 when planning)")
+    run_parser.add_argument("--epochs", type=int, help="epochs (default when planning: the "
+                            "workload's local job in local/jobs.py, e.g. 40 for cnn-digits)")
     run_parser.add_argument("--workers", type=int,
                             help="W (default 4 when planning; with --plan it must match)")
     run_parser.add_argument("--timeout", type=float, default=900.0,

@@ -47,6 +47,7 @@ from local.control_plane import AccountOptions, WorkerFunction
 from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.faults import ROLES, InputError, restarting
+from local.jobs import local_job, missing_dataset_hint
 from local.report import Progress
 from local.run_report import FinishedRun, wait_and_report
 from local.run_servers import RunServers, start_servers
@@ -60,9 +61,8 @@ from local.template import (
 )
 
 DEFAULT_WORKLOAD = "cnn-digits"
-DEFAULT_WORKERS = 4
-# 40 epochs reach >= 0.95 test accuracy on digits under hap (0.964 measured, 0.958 at 30)
-DEFAULT_EPOCHS = 40
+DEFAULT_WORKERS = 4  # a planned job of a workload local.jobs does not list
+DEFAULT_EPOCHS = 10
 DEFAULT_SEGMENTS = 10  # at most: enough to show the loop and resumes, few enough to be quick
 BUCKETS = {"FASDL_DATASETS_BUCKET": "fasdl-datasets", "FASDL_RESULTS_BUCKET": "fasdl-results",
            "FASDL_EXCHANGE_BUCKET": "fasdl-exchange"}
@@ -101,11 +101,18 @@ class RunOptions:
 
 
 # ---- plan -------------------------------------------------------------------------------------
+def _planned_defaults(options: RunOptions) -> tuple[int, int]:
+    """(epochs, workers) of a planned job: the options', else the shipped local job's."""
+    job = local_job(options.workload)
+    return (options.epochs or (job.epochs if job else DEFAULT_EPOCHS),
+            options.workers or (job.workers if job else DEFAULT_WORKERS))
+
+
 def _planner_plan(options: RunOptions, out: Path, say: Say) -> dict[str, Any]:
+    epochs, workers = _planned_defaults(options)
     command = [sys.executable, "-m", "planner", "plan", "--workload", options.workload,
-               "--deadline", "900", "--max-global-batch", "64",
-               "--epochs", str(options.epochs or DEFAULT_EPOCHS),
-               "--min-workers", str(options.workers or DEFAULT_WORKERS),
+               "--deadline", "900", "--max-global-batch", "64", "--epochs", str(epochs),
+               "--min-workers", str(workers),
                "--channel", options.channel or "s3", "--timeout", "300", "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
     if done.returncode != 0:
@@ -128,7 +135,7 @@ def prepare_plan(options: RunOptions, work: Path, say: Say) -> Plan:
     else:
         data = _planner_plan(options, work / "planned.json", say)
     deployment, training = data.get("deployment", {}), data.get("training", {})
-    wanted = options.workers or (None if options.plan else DEFAULT_WORKERS)
+    wanted = options.workers or (None if options.plan else _planned_defaults(options)[1])
     if wanted is not None and deployment.get("workers") != wanted:
         raise InputError(f"W mismatch: the plan has deployment.workers="
                          f"{deployment.get('workers')} but W={wanted} was asked for")
@@ -158,14 +165,13 @@ def prepare_dataset(plan: Plan, options: RunOptions, work: Path,
     planned job's sample count is fitted to the train split."""
     root = options.dataset_dir
     if root is None:
-        if "digits" not in plan.workload.name and "digits" not in plan.workload.dataset:
+        job = local_job(plan.workload.name, plan.workload.dataset)
+        if job is None:
             raise InputError(f"missing dataset: workload {plan.workload.name!r} "
-                             f"({plan.workload.dataset}) is not the shipped digits set; "
-                             "pass --dataset DIR with x.npy, y.npy (and test/x.npy, test/y.npy)")
-        from fasdl.datasets.digits import build_digits
-
-        build_digits(work / "digits")
-        root = work / "digits"
+                             f"({plan.workload.dataset}) has no dataset built here; "
+                             f"{missing_dataset_hint()}")
+        say(f"building the {plan.workload.name} dataset")
+        root = job.build_dataset(work / "dataset")
     base = root / "train" if (root / "train" / "x.npy").is_file() else root
     files = {"x.npy": base / "x.npy", "y.npy": base / "y.npy",
              "test/x.npy": root / "test" / "x.npy", "test/y.npy": root / "test" / "y.npy"}
@@ -179,7 +185,7 @@ def prepare_dataset(plan: Plan, options: RunOptions, work: Path,
     except (OSError, ValueError) as error:
         raise InputError(f"unreadable dataset in {base}: {error}") from error
     if options.plan is None and rows[0] == rows[1] < plan.workload.samples:
-        # The planner's workload profile counts all 1797 digits; training uses the train split.
+        # cnn-digits' profile counts all 1797 digits; training uses the train split.
         say(f"note: the train split holds {rows[0]} rows; the plan's workload.samples "
             f"{plan.workload.samples} is set to {rows[0]}")
         data = plan.to_dict()
