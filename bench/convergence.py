@@ -49,23 +49,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from fasdl.augment import evaluation_tensors, training_tensors
+from fasdl.augment import training_tensors
 from fasdl.channel.memory import MemoryChannel
-from fasdl.classification import Confusion
 from fasdl.data import (
-    BatchStream,
     LocalFiles,
     Partition,
     load_partition,
-    plan_partition,
 )
 from fasdl.datasets.cola import import_cola
 from fasdl.datasets.digits import build_digits
 from fasdl.datasets.textset import write_textset
 from fasdl.kreduce import KReduceWorker
 from fasdl.models import build_seeded_model
-from fasdl.optimizers import FlatParameters, build_optimizer
 from fasdl.plan import Deployment, Plan, Training, Workload
+from local.reference import evaluate, reference_curve, worker_streams
 
 GOALS = {"bsp": 0.5, "hap": 1.5}  # points
 CLASSES = {"accuracy": 10, "mcc": 2}  # the digits' classes; the text set's
@@ -148,28 +145,11 @@ def _plan(case: Case, train: Partition, aggregators: int, sync: str,
                           warmup_iterations=warmup_iterations, **dict(case.recipe)))
 
 
-def streams(plan: Plan, train: Partition) -> list[BatchStream]:
-    """Each worker's batches, from its partition, as the runtime draws them."""
-    result = []
-    for worker in range(plan.deployment.workers):
-        start, end = plan_partition(plan, worker)
-        result.append(BatchStream.for_plan(
-            plan, worker, Partition(train.x[start:end], train.y[start:end])))
-    return result
-
-
 def score(model: torch.nn.Module, test: Partition, case: Case, augmentation: str) -> float:
     """The case's metric on the test split: accuracy, or Matthews correlation."""
-    model.eval()
-    x, y = evaluation_tensors(test.x, test.y, augmentation)
-    with torch.no_grad():
-        predicted = model(x).argmax(1).numpy()
-    confusion = Confusion(CLASSES[case.metric])
-    confusion.add(y.numpy(), predicted)
-    if case.metric == "mcc":
-        mcc = confusion.mcc()
-        return 0.0 if mcc is None else mcc  # one predicted class: no correlation
-    return confusion.accuracy()
+    metrics = evaluate(model, test, CLASSES[case.metric], augmentation)
+    value = metrics[case.metric]
+    return 0.0 if value is None else value  # one predicted class: no correlation
 
 
 def network(case: Case, plan: Plan, train: Partition) -> torch.nn.Module:
@@ -178,23 +158,10 @@ def network(case: Case, plan: Plan, train: Partition) -> torch.nn.Module:
 
 
 def reference(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
-    """One process, the union of the workers' batches, the runtime's optimizer."""
-    model = network(case, plan, train)
-    flat = FlatParameters(model)
-    optimizer = build_optimizer(flat, plan)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    sources = streams(plan, train)
-    t = plan.training
-    for iteration in range(plan.total_iterations):
-        # each worker's rows augmented as that worker would, then one union batch
-        batches = [training_tensors(*source.next_batch(), t.augmentation, seed=t.seed,
-                                    worker=worker, iteration=iteration)
-                   for worker, source in enumerate(sources)]
-        x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
-        optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
-        optimizer.step(iteration)
-    return score(model, test, case, t.augmentation)
+    """One process, the union of the workers' batches, the runtime's recipe (local.reference)."""
+    final = reference_curve(plan, train, test, [plan.total_iterations])[-1]
+    value = final[case.metric]
+    return 0.0 if value is None else float(value)
 
 
 def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
@@ -203,7 +170,7 @@ def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
     channel = MemoryChannel()
     workers = [KReduceWorker(plan, w, channel, copy.deepcopy(model), case.name, 1,
                              wait_timeout_s=120.0) for w in range(case.workers)]
-    sources = streams(plan, train)
+    sources = worker_streams(plan, train)
     errors: list[BaseException] = []
 
     def train_worker(worker: KReduceWorker) -> None:

@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--workload", default=DEFAULT_WORKLOAD, metavar="NAME",
                             help="the shipped workload to plan and run when no --plan is given "
                                  f"(default {DEFAULT_WORKLOAD}; planner/data/workloads)")
+    run_parser.add_argument("--reference", action="store_true",
+                            help="first train one process on the union of the workers' "
+                                 "batches (same recipe and rows) and plot its curve beside "
+                                 "the run's")
     run_parser.add_argument("--warm-idle", type=float, default=DEFAULT_IDLE_S, metavar="S",
                             help="reuse an idle sandbox of the same function for this many "
                                  f"seconds, like Lambda's warm starts (default "
@@ -166,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         restart_cache_at=args.restart_cache_at, memory_limit=args.memory_limit == "on",
         inject_service_errors=service_errors, account=account, cache_stack=args.cache_stack,
         oom_error=args.oom_error, warm_idle_s=args.warm_idle, workload=args.workload,
+        reference=args.reference,
         storage_faults=StorageFaults(args.restart_s3_at, args.plant_stale_frame,
                                      args.truncate_frame))
     signal.signal(signal.SIGTERM, _interrupt)

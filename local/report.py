@@ -10,6 +10,7 @@ turns them, the plan's prediction and the emulator's invocations into one JSON-a
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -229,6 +230,10 @@ def format_summary(report: dict[str, Any]) -> str:
         lines.append(f"  final test accuracy {report['final_accuracy']:.3f}"
                      + ("" if mcc is None else f", Matthews correlation {mcc:.3f}")
                      + f", final loss {_fmt(report['final_loss'])}")
+    reference = report.get("reference") or []
+    if reference:
+        lines.append(f"  one process on the union batch (--reference), same recipe and rows: "
+                     f"{_reference_metrics(reference[-1])}")
     totals = report["time_split_s"]
     whole = sum(totals.values()) or 1.0
     parts = ", ".join(f"{name} {value:.1f} s ({100 * value / whole:.0f}%)"
@@ -245,6 +250,15 @@ def format_summary(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _reference_metrics(point: dict[str, Any]) -> str:
+    parts = [f"final loss {point['loss_mean']:.4f} (mean of its last segment)"]
+    if point.get("accuracy") is not None:
+        parts.insert(0, f"test accuracy {point['accuracy']:.3f}")
+    if point.get("mcc") is not None:
+        parts.insert(1, f"MCC {point['mcc']:.3f}")
+    return ", ".join(parts)
+
+
 def _error_message(cause: Any) -> str:
     """A Lambda error's cause is its JSON error object: show only the message."""
     try:
@@ -253,6 +267,36 @@ def _error_message(cause: Any) -> str:
         return str(cause)[:600]
     return str(parsed.get("errorMessage", parsed))[:600] if isinstance(parsed, dict) else \
         str(parsed)[:600]
+
+
+def _training_figure(plt: Any, segments: list[dict[str, Any]],
+                     reference: list[dict[str, Any]]) -> Any:
+    """Loss and test metric at each segment's end iteration; dashed, the single-process
+    reference (local.reference) when the run trained one."""
+    figure, (loss_axes, metric_axes) = plt.subplots(1, 2, figsize=(10, 4))
+    ends = list(itertools.accumulate(s["iterations"] for s in segments))
+    loss_axes.plot(ends, [s["loss_last"] for s in segments], marker="o", label="last")
+    loss_axes.plot(ends, [s["loss_mean"] for s in segments], marker=".", label="mean")
+    marks = [point["iteration"] for point in reference]
+    if reference:
+        loss_axes.plot(marks, [p["loss_mean"] for p in reference], linestyle="--", marker=".",
+                       color="grey", label="mean, one process (reference)")
+    loss_axes.set(xlabel="iteration (segment ends)", ylabel="training loss", title="Loss")
+    loss_axes.legend()
+    metric_axes.plot(ends, [s["accuracy"] for s in segments], marker="o", label="accuracy")
+    lowest = 0.0
+    if any(s.get("mcc") is not None for s in segments):
+        metric_axes.plot(ends, [s.get("mcc") for s in segments], marker="s", label="MCC")
+        lowest = min(lowest, *(s.get("mcc") or 0.0 for s in segments))
+    for name, style in (("accuracy", "--"), ("mcc", ":")):
+        if any(p.get(name) is not None for p in reference):
+            metric_axes.plot(marks, [p.get(name) for p in reference], linestyle=style,
+                             color="grey", label=f"{name}, one process (reference)")
+            lowest = min(lowest, *(p.get(name) or 0.0 for p in reference))
+    metric_axes.set(xlabel="iteration (segment ends)", ylabel="test metric",
+                    title="Test metric", ylim=(lowest, 1))
+    metric_axes.legend()
+    return figure
 
 
 def write_report(report: dict[str, Any], directory: Path) -> list[Path]:
@@ -264,19 +308,7 @@ def write_report(report: dict[str, Any], directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = [directory / "report.json"]
     written[0].write_text(json.dumps(report, indent=2, sort_keys=True))
-    segments = report["segments"]
-    figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(10, 4))
-    numbers = [s["index"] + 1 for s in segments]
-    loss_axes.plot(numbers, [s["loss_last"] for s in segments], marker="o", label="last")
-    loss_axes.plot(numbers, [s["loss_mean"] for s in segments], marker=".", label="mean")
-    loss_axes.set(xlabel="segment", ylabel="training loss", title="Loss")
-    loss_axes.legend()
-    accuracy_axes.plot(numbers, [s["accuracy"] for s in segments], marker="o", label="accuracy")
-    if any(s.get("mcc") is not None for s in segments):
-        accuracy_axes.plot(numbers, [s.get("mcc") for s in segments], marker="s", label="MCC")
-    accuracy_axes.set(xlabel="segment", ylabel="test metric", title="Test metric",
-                      ylim=(min(0.0, *(s.get("mcc") or 0.0 for s in segments)), 1))
-    accuracy_axes.legend()
+    figure = _training_figure(plt, report["segments"], report.get("reference") or [])
     figure.tight_layout()
     written.append(directory / "training.png")
     figure.savefig(written[-1], dpi=100)

@@ -38,6 +38,7 @@ class FinishedRun:
     cache: ValkeyServer | RedisTlsClusterServer | None
     memory_limit: bool
     started: float  # time.monotonic() when the execution started
+    reference: list[dict[str, Any]] | None = None  # local.reference's curve, when asked for
 
     def report(self, status: str, executions: list[dict[str, Any]], say: Say) -> None:
         self.emulator.shutdown()  # abandoned peers of a failed segment must not write on
@@ -51,6 +52,7 @@ class FinishedRun:
             summary=self._json_object(f"runs/{self.run_id}/summary.json"),
             failure=self._json_object(f"runs/{self.run_id}/failure.json"))
         built["exchange_left"] = exchange_left(self.client, self.run_id, self.cache)
+        built["reference"] = self.reference
         annotate_report(built, invocations, self.roles, memory_limit=self.memory_limit)
         written = write_report(built, self.report_dir)
         if built["summary"] is not None:  # the trained weights, next to their report

@@ -48,6 +48,7 @@ from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.faults import ROLES, InputError, restarting
 from local.jobs import local_job, missing_dataset_hint
+from local.reference import single_process_reference
 from local.report import Progress
 from local.run_report import FinishedRun, wait_and_report
 from local.run_servers import RunServers, start_servers
@@ -98,6 +99,7 @@ class RunOptions:
     account: AccountOptions = field(default_factory=AccountOptions)  # control_plane.py
     cache_stack: CacheStackState = field(default_factory=CacheStackState)  # cache_plane.py
     storage_faults: StorageFaults = field(default_factory=StorageFaults)  # chaos_faults.py
+    reference: bool = False  # train the single-process reference first and plot it
 
 
 # ---- plan -------------------------------------------------------------------------------------
@@ -253,20 +255,23 @@ def run(options: RunOptions, say: Say = print) -> int:
             say(plan_text(plan))
             template = prepare_template(plan, plan_path, options, work, say)
             worker = WorkerFunction.of(template, options.account, WORKER_HANDLER)
+            curve = single_process_reference(plan, files, say) if options.reference else None
         except (InputError, PlanError, EmulationError) as error:
             print(f"fasdl local: {error}", file=sys.stderr)
             return 2
         except TemplateError as error:
             print(f"fasdl local: {error}", file=sys.stderr)
             return 1
-        return _execute(plan, files, template, options, work, say, worker, emulation)
+        return _execute(plan, files, template, options, work, say, worker, emulation,
+                        reference=curve)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, options: RunOptions,
              work: Path, say: Say, worker: WorkerFunction,
-             emulation: LambdaEmulation | None = None) -> int:
+             emulation: LambdaEmulation | None = None, *,
+             reference: list[dict[str, Any]] | None = None) -> int:
     run_id = options.run_id or time.strftime("local-%Y%m%d-%H%M%S", time.gmtime())
     report_dir = options.report_dir or Path("reports") / run_id
     channel = plan.deployment.channel
@@ -311,7 +316,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
                                       s3_client=client, cache=cache, say=say)
         finished = FinishedRun(
             plan, run_id, report_dir, client, BUCKETS["FASDL_RESULTS_BUCKET"], emulator,
-            progress, roles, worker_function, cache, options.memory_limit, started)
+            progress, roles, worker_function, cache, options.memory_limit, started, reference)
         status = wait_and_report(finished, sfn, machine, timeout_s=options.timeout_s,
                                  on_poll=on_poll, say=say)
     say("stopped all local servers and invocations")

@@ -3,6 +3,7 @@ and Ctrl-C in the middle of a run leaves nothing running (and a partial report).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -52,7 +53,7 @@ def _holding(directory: Path) -> list[int]:
 def test_run_trains_every_epoch(tmp_path: Path, channel: str) -> None:
     done = subprocess.run(
         _command(tmp_path, "--channel", channel, "--epochs", str(EPOCHS), "--run-id",
-                 f"e2e-{channel}", "--warm-idle", "300"),
+                 f"e2e-{channel}", "--warm-idle", "300", "--reference"),
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 30, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "predicted" in done.stdout and f"segment {EPOCHS}/{EPOCHS}" in done.stdout
@@ -72,6 +73,12 @@ def test_run_trains_every_epoch(tmp_path: Path, channel: str) -> None:
     assert report["starts"]["warm"] >= 4 * (EPOCHS - 1) and "starts: " in done.stdout
     assert report["measured_lambda_usd"] > 0 and "cost: predicted $" in done.stdout
     assert "verdict: SUCCEEDED, test accuracy" in done.stdout
+    # --reference: one process on the union batch, evaluated at every segment's end
+    reference = report["reference"]
+    assert [p["iteration"] for p in reference] == list(
+        itertools.accumulate(s["iterations"] for s in segments))
+    assert 0.0 <= reference[-1]["accuracy"] <= 1.0 and "one process on the union batch" in \
+        done.stdout
     for name in ("training.png", "time_split.png"):
         assert (tmp_path / "report" / name).stat().st_size > 1000
     ports = _ports(done.stdout)
