@@ -54,7 +54,7 @@ test: lint
 
 # The local main job: plan, synth, local servers, the synthesized state machine, a report.
 run: setup
-	$(PY) -m local run $(if $(PLAN),--plan $(PLAN),) $(if $(WORKLOAD),--workload $(WORKLOAD),)
+	$(PY) -m local run --reference $(if $(PLAN),--plan $(PLAN),) $(if $(WORKLOAD),--workload $(WORKLOAD),)
 
 # cdk.out is removed first: a synth that fails on a bad plan must not leave an older template
 # behind that a later `cdk deploy` would pick up.
