@@ -14,9 +14,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from fasdl.environment import DEFAULT_PROFILES_PREFIX
 from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX
 
-PROFILES_PREFIX = "profiles/"
+PROFILES_PREFIX = DEFAULT_PROFILES_PREFIX
 LAMBDA_PRINCIPAL = "lambda.amazonaws.com"
 
 READ = ("s3:GetObject",)

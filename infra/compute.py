@@ -58,7 +58,7 @@ MAX_EPHEMERAL_MB = 10_240
 # Lambda allows 4 KB for all of a function's environment variables together (Lambda quotas,
 # "Function environment variables"); the plan contract keeps its compact JSON within this.
 PLAN_ENV_MAX_BYTES = PLAN_MAX_COMPACT_BYTES
-METRICS_NAMESPACE = "FasDL"
+METRICS_NAMESPACE = environment.DEFAULT_METRICS_NAMESPACE
 
 ASSET_EXCLUDES = ["tests", "**/tests", "**/__pycache__", "**/*.pyc", "**/.mypy_cache",
                   "**/*.egg-info"]

@@ -16,8 +16,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-EXCHANGE_PREFIX = "exchange/"
-RUNS_PREFIX = "runs/"
+from fasdl.environment import DEFAULT_EXCHANGE_PREFIX, DEFAULT_RUNS_PREFIX
+
+EXCHANGE_PREFIX = DEFAULT_EXCHANGE_PREFIX  # the runtime's key layout (fasdl.environment)
+RUNS_PREFIX = DEFAULT_RUNS_PREFIX
 EXCHANGE_EXPIRY = Duration.days(1)
 MULTIPART_ABORT = Duration.days(1)
 ACCESS_LOG_EXPIRY = Duration.days(365)

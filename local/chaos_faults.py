@@ -29,11 +29,11 @@ import numpy as np
 
 from fasdl.keys import merged_key
 from fasdl.wire import HEADER_SIZE, encode_shard, read_header, reframe
+from local.layout import LAYOUT
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
-EXCHANGE_BUCKET = "fasdl-exchange"
-RESULTS_BUCKET = "fasdl-results"
-PREFIX = "exchange/"
+EXCHANGE_BUCKET, RESULTS_BUCKET = LAYOUT.exchange_bucket, LAYOUT.results_bucket
+PREFIX = LAYOUT.exchange_prefix
 AHEAD = 3  # iterations between the workers' latest frame and the first planted one
 PLANTED = 3  # frames planted, at consecutive iterations: a reader must meet one before its
 # writer replaces it (with hap, workers load merged l−1 while the aggregator may still be on it)
@@ -76,7 +76,7 @@ class _Exchange:
         self._valkey = None
 
     def keys(self, run_id: str) -> list[str]:
-        prefix = f"{PREFIX}{run_id}/"
+        prefix = LAYOUT.exchange_run_prefix(run_id)
         if self.cache is not None:
             found = self._client().scan_iter(match=f"{prefix}*", count=1000)
             names = [k.decode() if isinstance(k, bytes) else str(k) for k in found]
@@ -106,7 +106,7 @@ class _Exchange:
 def live_epoch(s3_client: Any, run_id: str) -> int | None:
     """The run's current epoch, as the trigger recorded it (None before the first)."""
     try:
-        body = s3_client.get_object(Bucket=RESULTS_BUCKET, Key=f"runs/{run_id}/fence.json")
+        body = s3_client.get_object(Bucket=RESULTS_BUCKET, Key=LAYOUT.fence_object_key(run_id))
     except s3_client.exceptions.NoSuchKey:
         return None
     epoch = json.loads(body["Body"].read())["epoch"]

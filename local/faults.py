@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from local.layout import LAYOUT
 from local.servers import RedisTlsClusterServer, ValkeyServer
 
 ROLES = ("worker", "trigger", "finalize")
-EXCHANGE_BUCKET = "fasdl-exchange"
 _ITERATION = re.compile(r"/it/(\d{8})/")
 
 
@@ -44,7 +44,8 @@ def restarting(on_poll: Callable[[], None], cache: ValkeyServer | RedisTlsCluste
     def reached() -> bool:
         if not client:
             client.append(cache.client())
-        for key in client[0].scan_iter(match=f"exchange/{run_id}/*/it/*", count=1000):
+        for key in client[0].scan_iter(match=f"{LAYOUT.exchange_run_prefix(run_id)}*/it/*",
+                                        count=1000):
             found = _ITERATION.search(key.decode() if isinstance(key, bytes) else str(key))
             if found and int(found.group(1)) >= iteration:
                 return True
@@ -70,9 +71,10 @@ def exchange_left(client: Any, run_id: str,
     if cache is not None:
         valkey = cache.client()
         try:
-            return sum(1 for _ in valkey.scan_iter(match=f"exchange/{run_id}/*", count=1000))
+            return sum(1 for _ in valkey.scan_iter(
+                match=f"{LAYOUT.exchange_run_prefix(run_id)}*", count=1000))
         finally:
             valkey.close()
-    listed = client.list_objects_v2(Bucket=EXCHANGE_BUCKET,
-                                    Prefix=f"exchange/{run_id}/")
+    listed = client.list_objects_v2(Bucket=LAYOUT.exchange_bucket,
+                                    Prefix=LAYOUT.exchange_run_prefix(run_id))
     return int(listed.get("KeyCount", 0))

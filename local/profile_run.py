@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fasdl.plan import Plan
 from local.emulator import FunctionSpec, LambdaEmulator
+from local.layout import BUCKETS
 from local.profile_fit import ProfileRunError
 from local.servers import SeaweedS3Server, ValkeyServer
 from local.template import (
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 
 Say = Callable[[str], None]
 MB_PER_VCPU = 1769  # Lambda gives one vCPU per 1769 MB
-BUCKETS = {"FASDL_DATASETS_BUCKET": "fasdl-datasets", "FASDL_RESULTS_BUCKET": "fasdl-results",
-           "FASDL_EXCHANGE_BUCKET": "fasdl-exchange"}
 PROFILER_HANDLER = "handlers.profiler.handler"
 DEFAULT_PLAN = REPO_ROOT / "infra" / "default_plan.json"
 # State names of infra/profiling.py (not imported: it pulls in aws_cdk).

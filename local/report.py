@@ -18,6 +18,7 @@ from typing import Any
 
 from fasdl.plan import Plan
 from local.emulator import Invocation
+from local.layout import LAYOUT
 
 # Worker time buckets, from the result's "time" map: exchange = upload + aggregate + download.
 TIME_PARTS = {"load": ("load_s",), "compute": ("compute_s",),
@@ -31,7 +32,7 @@ class Progress:
     def __init__(self, s3: Any, bucket: str, run_id: str, workers: int, total_segments: int,
                  say: Callable[[str], None] = print) -> None:
         self.s3, self.bucket, self.workers = s3, bucket, workers
-        self.prefix = f"runs/{run_id}/segments/"
+        self.prefix = LAYOUT.segments_prefix(run_id)
         self.total_segments = total_segments
         self.say = say
         self.results: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}

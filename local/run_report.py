@@ -16,6 +16,7 @@ from local.adapter import LocalStepFunctions
 from local.emulator import LambdaEmulator
 from local.faults import exchange_left
 from local.invocation_stats import annotate_report, format_limits
+from local.layout import LAYOUT
 from local.report import Progress, build_report, format_summary, write_report
 from local.servers import RedisTlsClusterServer, ValkeyServer
 
@@ -49,8 +50,8 @@ class FinishedRun:
             measured_s=time.monotonic() - self.started, results=self.progress.results,
             invocations=invocations, worker_function=self.worker_function,
             execution=executions[-1] if executions else {},
-            summary=self._json_object(f"runs/{self.run_id}/summary.json"),
-            failure=self._json_object(f"runs/{self.run_id}/failure.json"))
+            summary=self._json_object(LAYOUT.summary_key(self.run_id)),
+            failure=self._json_object(LAYOUT.failure_key(self.run_id)))
         built["exchange_left"] = exchange_left(self.client, self.run_id, self.cache)
         built["reference"] = self.reference
         annotate_report(built, invocations, self.roles, memory_limit=self.memory_limit)

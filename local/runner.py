@@ -48,6 +48,7 @@ from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.faults import ROLES, InputError, restarting
 from local.jobs import local_job, missing_dataset_hint
+from local.layout import BUCKETS
 from local.reference import single_process_reference
 from local.report import Progress
 from local.run_report import FinishedRun, wait_and_report
@@ -65,8 +66,6 @@ DEFAULT_WORKLOAD = "cnn-digits"
 DEFAULT_WORKERS = 4  # a planned job of a workload local.jobs does not list
 DEFAULT_EPOCHS = 10
 DEFAULT_SEGMENTS = 10  # at most: enough to show the loop and resumes, few enough to be quick
-BUCKETS = {"FASDL_DATASETS_BUCKET": "fasdl-datasets", "FASDL_RESULTS_BUCKET": "fasdl-results",
-           "FASDL_EXCHANGE_BUCKET": "fasdl-exchange"}
 WORKER_HANDLER = "handlers.worker"
 Say = Callable[[str], None]
 

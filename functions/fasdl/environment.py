@@ -91,6 +91,13 @@ def _number(source: Mapping[str, str], name: str, default: float) -> float:
                             f"got {text!r}") from None
 
 
+# The stack's key layout and metric namespace (infra deploys these, local runs keep them)
+DEFAULT_EXCHANGE_PREFIX = "exchange/"
+DEFAULT_RUNS_PREFIX = "runs/"
+DEFAULT_PROFILES_PREFIX = "profiles/"  # the profiler's samples, in the results bucket
+DEFAULT_METRICS_NAMESPACE = "FasDL"
+
+
 @dataclass(frozen=True)
 class Settings:
     stack: str
@@ -99,10 +106,10 @@ class Settings:
     datasets_bucket: str
     results_bucket: str
     exchange_bucket: str
-    exchange_prefix: str = "exchange/"
-    runs_prefix: str = "runs/"
-    profiles_prefix: str = "profiles/"  # the profiler's samples, in the results bucket
-    metrics_namespace: str = "FasDL"
+    exchange_prefix: str = DEFAULT_EXCHANGE_PREFIX
+    runs_prefix: str = DEFAULT_RUNS_PREFIX
+    profiles_prefix: str = DEFAULT_PROFILES_PREFIX
+    metrics_namespace: str = DEFAULT_METRICS_NAMESPACE
     cache_endpoint: str = ""  # from the run state (run.cache), or FASDL_CACHE_ENDPOINT
     cache_name: str = ""  # FASDL_CACHE_NAME: the serverless cache the trigger looks up
     cache_port: int = 6379
@@ -152,10 +159,10 @@ class Settings:
             datasets_bucket=required("datasets_bucket"),
             results_bucket=required("results_bucket"),
             exchange_bucket=text("exchange_bucket"),
-            exchange_prefix=text("exchange_prefix", "exchange/"),
-            runs_prefix=text("runs_prefix", "runs/"),
-            profiles_prefix=text("profiles_prefix", "profiles/"),
-            metrics_namespace=text("metrics_namespace", "FasDL"),
+            exchange_prefix=text("exchange_prefix", DEFAULT_EXCHANGE_PREFIX),
+            runs_prefix=text("runs_prefix", DEFAULT_RUNS_PREFIX),
+            profiles_prefix=text("profiles_prefix", DEFAULT_PROFILES_PREFIX),
+            metrics_namespace=text("metrics_namespace", DEFAULT_METRICS_NAMESPACE),
             cache_endpoint=text("cache_endpoint"), cache_name=text("cache_name"),
             cache_port=int(port_text), cache_tls=flag("cache_tls"),
             cache_cluster=flag("cache_cluster"),
@@ -216,9 +223,29 @@ class Settings:
     def plan_key(self, run_id: str) -> str:
         return f"{self.run_prefix(run_id)}plan.json"
 
+    def segments_prefix(self, run_id: str) -> str:
+        """Where the workers' segment results are (fasdl.results reads them)."""
+        return f"{self.run_prefix(run_id)}segments/"
+
     def segment_result_key(self, run_id: str, index: int, attempt: int, worker: int) -> str:
-        return (f"{self.run_prefix(run_id)}segments/{index:05d}/attempt-{attempt}/"
+        return (f"{self.segments_prefix(run_id)}{index:05d}/attempt-{attempt}/"
                 f"worker-{worker:04d}.json")
+
+    def summary_key(self, run_id: str) -> str:
+        return f"{self.run_prefix(run_id)}summary.json"
+
+    def failure_key(self, run_id: str) -> str:
+        return f"{self.run_prefix(run_id)}failure.json"
+
+    def fence_object_key(self, run_id: str) -> str:
+        """The run's fence (fasdl.fencing) in the results bucket."""
+        from fasdl.keys import fence_key
+
+        return f"{self.runs_prefix}{fence_key(run_id)}"
+
+    def exchange_run_prefix(self, run_id: str) -> str:
+        """Every exchange key of the run, of every epoch, starts with this."""
+        return f"{self.exchange_prefix}{run_id}/"
 
     # ---- clients --------------------------------------------------------------------------
     def exchange_config(self, *, retry_fast: bool = False) -> ChannelConfig:

@@ -37,7 +37,7 @@ def _put_json(s3: Any, bucket: str, key: str, data: Mapping[str, Any]) -> None:
 def segment_results(s3: Any, settings: Settings, run_id: str) -> dict[tuple[int, int],
                                                                      list[dict[str, Any]]]:
     """Every worker result JSON of the run, keyed by (segment index, attempt)."""
-    prefix = f"{settings.run_prefix(run_id)}segments/"
+    prefix = settings.segments_prefix(run_id)
     found: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=settings.results_bucket,
                                                              Prefix=prefix):
@@ -162,7 +162,7 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
     summary = {"run_id": run_id, "execution": execution, "plan_key": run.get("plan_key"),
                "model_key": model_key, "export_key": export_key, "workers": workers,
                **summarize(segment_results(s3, settings, run_id), workers)}
-    summary_key = f"{prefix}summary.json"
+    summary_key = settings.summary_key(run_id)
     _put_json(s3, settings.results_bucket, summary_key, summary)
     return {"run_id": run_id, "model_key": model_key, "summary_key": summary_key,
             "extra": {"export_key": export_key, "final_loss": summary["final_loss"],
@@ -192,7 +192,7 @@ def write_failure(s3: Any, settings: Settings, state: Mapping[str, Any],
     run_id = failed_run_id(state, execution)
     found = state.get("error")
     error: Mapping[str, Any] = found if isinstance(found, dict) else {}
-    key = f"{settings.run_prefix(run_id)}failure.json"
+    key = settings.failure_key(run_id)
     _put_json(s3, settings.results_bucket, key, {
         "run_id": run_id, "execution": execution, "error": error.get("Error"),
         "cause": error.get("Cause"), "run": state.get("run"), "input": state.get("input")})
