@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fasdl.field_types import is_int_in
 from fasdl.plan import IDENTIFIER
 from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.profile_fit import DATASETS, ProfileRunError, fit_and_write
@@ -130,8 +131,7 @@ def validate(options: ProfileOptions) -> _Checked:
         raise ProfileInputError("--dataset", f"must be one of {', '.join(DATASETS)}, "
                                              f"got {options.dataset!r}")
     bad = [m for m in options.memories
-           if isinstance(m, bool) or not isinstance(m, int)
-           or not MIN_MEMORY_MB <= m <= MAX_MEMORY_MB]
+           if not is_int_in(m, MIN_MEMORY_MB, MAX_MEMORY_MB)]
     if not options.memories or bad:
         raise ProfileInputError("--memories", f"every memory must be an integer MB in "
                                               f"[{MIN_MEMORY_MB}, {MAX_MEMORY_MB}], got "

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares, lsq_linear
 
+from fasdl.field_types import is_number
 from fasdl.json_input import JsonInputError, load_json_bytes
 from planner.fit import SaturationFit, fit_series, platform_from_fits, rounded
 from planner.profiles import DIRECTIONS, LAMBDA_MAX_MEMORY_MB, PlatformProfile, WorkloadProfile
@@ -69,8 +70,7 @@ def _positive(record: dict[str, Any], name: str, where: str, *, optional: bool =
     value = record.get(name)
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0:
+    if not is_number(value) or not math.isfinite(value) or value <= 0:
         raise SampleError(f"{where}: field {name!r} must be a positive number, got {value!r}")
     return value
 

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fasdl.field_types import is_integral, is_real
 from planner.memory import memory_exceeded, role_max_batch
 from planner.profiles import PlatformProfile, Prices, WorkloadProfile
 from planner.segment_requests import segment_request_cost
@@ -393,14 +394,14 @@ def _violations(problem: Problem, w: IntArray, mem: IntArray, k: IntArray, ba: I
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not is_integral(value):
         raise ModelInputError(name, f"must be an integer in [{low}, {high}], got {value!r}")
     if not low <= int(value) <= high:
         raise ModelInputError(name, f"must be in [{low}, {high}], got {value}")
 
 
 def _check_number(name: str, value: object, low: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+    if not is_real(value):
         raise ModelInputError(name, f"must be a number in [{low}, {high}], got {value!r}")
     if not low <= float(value) <= high:
         raise ModelInputError(name, f"must be in [{low}, {high}], got {value}")

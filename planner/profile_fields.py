@@ -9,6 +9,8 @@ import re
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fasdl.field_types import is_number
+
 
 class ProfileError(ValueError):
     """An invalid or unknown profile. ``field`` names the offending field when there is one,
@@ -34,11 +36,10 @@ def number(field_name: str, value: object, *, low: float = -math.inf, above: boo
     bound = "" if low == -math.inf else f" {relation} {low}"
     bound += "" if high == math.inf else f"{' and' if bound else ''} <= {high}"
     try:
-        finite = (not isinstance(value, bool) and isinstance(value, (int, float))
-                  and math.isfinite(value))
+        finite = is_number(value) and math.isfinite(value)
     except OverflowError:  # an int beyond the double range
         finite = False
-    if not finite or not isinstance(value, (int, float)):
+    if not finite or not is_number(value):
         raise bad(field_name, f"must be a finite number{bound}, got {short(value)}")
     if value < low or (above and value == low) or value > high:
         raise bad(field_name, f"must be{bound}, got {short(value)}")

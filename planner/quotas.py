@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from fasdl.account import DEFAULT_ACCOUNT_CONCURRENCY, EXECUTIONS_PER_WORKER
+from fasdl.field_types import is_int_in
 from planner.model import VIOLATION_TEXT, ModelInputError, Problem, Violation
 from planner.search import Choice, SearchResult
 
@@ -150,6 +151,6 @@ def _named(template: SearchResult, binding: tuple[Violation, ...], quotas: Quota
 
 
 def _check(name: str, value: object, low: int, high: int, unit: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_int_in(value, low, high):
         raise ModelInputError(name, f"must be an integer in [{low}, {high}] ({unit}), "
                                     f"got {value!r}")

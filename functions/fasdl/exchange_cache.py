@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
+from fasdl.field_types import is_int_in
+
 AVAILABLE = "available"
 # A cache being created or changed will be ready soon: the state machine retries the trigger.
 TRANSITIONAL = frozenset({"creating", "modifying"})
@@ -92,7 +94,7 @@ def parse(value: object, path: str) -> CacheEndpoint | None:
     address, port = value.get("address"), value.get("port")
     if not isinstance(address, str) or not address:
         raise ValueError(f"field '{path}.address': must be a non-empty string, got {address!r}")
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65_535:
+    if not is_int_in(port, 1, 65_535):
         raise ValueError(f"field '{path}.port': must be an integer from 1 to 65535, "
                          f"got {port!r}")
     return {"address": address, "port": port}

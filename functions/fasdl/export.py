@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fasdl.field_types import is_int_at_least
 from fasdl.models import MODELS, InputShape, build_seeded_model
 from fasdl.plan import AUGMENTATIONS
 from fasdl.text_models import TEXT_MODELS
@@ -90,7 +91,7 @@ class ExportMeta:
 
 
 def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return is_int_at_least(value, 1)
 
 
 def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fasdl.field_types import is_int_at_least
 from fasdl.keys import claim_key, fence_key
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def read_epoch(store: Channel, run_id: str) -> int | None:
         epoch = fence["epoch"]
     except (ValueError, KeyError, TypeError) as error:
         raise FenceError(f"fence of run {run_id!r} is malformed: {error!r}") from None
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+    if not is_int_at_least(epoch, 1):
         raise FenceError(f"fence of run {run_id!r}: epoch must be an integer >= 1, "
                          f"got {epoch!r}")
     return epoch

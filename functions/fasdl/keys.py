@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from fasdl.field_types import is_int_in
+
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _OBJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,127}$")
 
@@ -34,7 +36,7 @@ def _check_run(run: str) -> str:
 
 
 def _check_index(name: str, value: int, limit: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+    if not is_int_in(value, 0, limit - 1):
         raise KeyFormatError(f"{name} must be an integer in [0, {limit}), got {value!r}")
     return value
 

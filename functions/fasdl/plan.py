@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from fasdl.field_types import is_int
 from fasdl.json_input import JsonInputError, load_json_bytes, read_json_file, unknown_field_message
 from fasdl.plan_fields import DATASET_KEY as DATASET_KEY
 from fasdl.plan_fields import IDENTIFIER as IDENTIFIER
@@ -310,7 +311,7 @@ class Plan:
         if "version" not in data:
             raise PlanError("version", f"is missing; this reader expects version {PLAN_VERSION}")
         version = data["version"]
-        if isinstance(version, bool) or version != PLAN_VERSION:
+        if not is_int(version) or version != PLAN_VERSION:
             raise PlanError("version", f"must be {PLAN_VERSION}, got {version!r}")
         prediction_data = data.get("prediction")
         prediction = (None if prediction_data is None

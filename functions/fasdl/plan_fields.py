@@ -7,6 +7,8 @@ import difflib
 import math
 import re
 
+from fasdl.field_types import is_int, is_number
+
 # \Z, not $: "$" also matches before a trailing newline, so "us-east-1\n" would pass even
 # where a caller uses .match instead of .fullmatch.
 IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
@@ -37,7 +39,7 @@ class PlanError(ValueError):
 
 def require_int(path: str, value: object, low: int, high: int | None = None) -> int:
     bound = f"[{low}, {high}]" if high is not None else f">= {low}"
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise PlanError(path, f"must be an integer {bound}, got {_show(value)}")
     if value < low or (high is not None and value > high):
         raise PlanError(path, f"must be in {bound}, got {_show(value)}")
@@ -46,7 +48,7 @@ def require_int(path: str, value: object, low: int, high: int | None = None) -> 
 
 def require_float(path: str, value: object, low: float, high: float, *, open_low: bool = False,
                   open_high: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise PlanError(path, f"must be a number, got {_show(value)}")
     try:
         number = float(value)

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from fasdl.channel.base import Channel
+from fasdl.field_types import is_int_at_least, is_number
 from fasdl.wire import decode_shard, encode_shard
 
 PROFILES_PREFIX = "profiles/"
@@ -70,13 +71,13 @@ def _bad(name: str, message: str) -> ProfileRequestError:
 
 def _ints(name: str, value: object, low: int) -> tuple[int, ...]:
     if not isinstance(value, list | tuple) or not value or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
+            not is_int_at_least(v, low) for v in value):
         raise _bad(name, f"must be a non-empty list of integers >= {low}, got {value!r}")
     return tuple(sorted(set(value)))
 
 
 def _count(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_int_at_least(value, low):
         raise _bad(name, f"must be an integer >= {low}, got {value!r}")
     return value
 
@@ -117,7 +118,7 @@ class ProfileRequest:
         if "input_shape" in event:
             shape = event["input_shape"]
             if not isinstance(shape, list) or len(shape) != 3 or any(
-                    isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in shape):
+                    not is_int_at_least(v, 1) for v in shape):
                 raise _bad("input_shape", f"must be [channels, height, width], got {shape!r}")
             values["input_shape"] = tuple(shape)
         if "num_classes" in event:
@@ -132,8 +133,7 @@ class ProfileRequest:
         if "sizes_mb" in event:
             sizes = event["sizes_mb"]
             if not isinstance(sizes, list) or not sizes or any(
-                    isinstance(s, bool) or not isinstance(s, int | float)
-                    or not 0 < s <= MAX_OBJECT_MB for s in sizes):
+                    not is_number(s) or not 0 < s <= MAX_OBJECT_MB for s in sizes):
                 raise _bad("sizes_mb", f"must be a non-empty list of sizes in "
                                        f"(0, {MAX_OBJECT_MB:g}] MB, got {sizes!r}")
             values["sizes_mb"] = tuple(sorted({float(s) for s in sizes}))
@@ -292,7 +292,7 @@ def collect(profile_id: object, memories: object, s3: Any, bucket: str,
     if not isinstance(profile_id, str) or not _ID.fullmatch(profile_id):
         raise _bad("profile_id", f"must be 1-80 letters, digits, '_.-', got {profile_id!r}")
     if not isinstance(memories, list) or not memories or any(
-            isinstance(m, bool) or not isinstance(m, int | float) or m <= 0 for m in memories):
+            not is_number(m) or m <= 0 for m in memories):
         raise _bad("memories", f"must be a non-empty list of memory sizes, got {memories!r}")
     parts = []
     for memory in sorted(set(memories)):

@@ -26,6 +26,7 @@ from typing import Any, cast
 from fasdl import exchange_cache
 from fasdl.dataset_check import check_dataset, s3_ranges, s3_sizes
 from fasdl.events import RunState, Segment
+from fasdl.field_types import is_int_at_least
 from fasdl.json_input import unknown_field_message
 from fasdl.keys import manifest_key
 from fasdl.plan import Plan, PlanError
@@ -65,7 +66,7 @@ def first_state(plan: Plan, run_id: str, plan_key: str, *, epoch: int) -> RunSta
 
 def _int_field(data: Mapping[str, Any], name: str, path: str, low: int = 0) -> int:
     value = data.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_int_at_least(value, low):
         raise RunStateError(f"run state field '{path}.{name}': must be an integer >= {low}, "
                             f"got {value!r}")
     return value

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import google_crc32c
 import numpy as np
 
+from fasdl.field_types import is_integral
+
 MAGIC = b"FSDL"
 VERSION = 2  # 2: CRC-32C instead of zlib's CRC-32
 HEADER = struct.Struct("<4sBBHQ16sQIII12x")
@@ -68,7 +70,7 @@ def run_digest(run: str | bytes) -> bytes:
 
 
 def _check_id(name: str, value: int, maximum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+    if not is_integral(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if not 0 <= int(value) <= maximum:
         raise ValueError(f"{name} must be in [0, {maximum}], got {value}")

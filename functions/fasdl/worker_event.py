@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fasdl.field_types import is_int_at_least
+
 
 class WorkerEventError(ValueError):
     """The worker's event does not match the contract; the message names the field."""
@@ -40,7 +42,7 @@ class WorkerEvent:
                                   ("epoch", segment, 1), ("resume_epoch", segment, 0),
                                   ("worker", event, 0)):
             value = source.get(name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            if not is_int_at_least(value, low):
                 where = "worker" if name == "worker" else f"segment.{name}"
                 raise WorkerEventError(f"event field '{where}': must be an integer >= {low}, "
                                        f"got {value!r}")

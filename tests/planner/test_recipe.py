@@ -35,7 +35,7 @@ def test_the_workloads_recipe_goes_into_the_plan(tmp_path: Path) -> None:
     recipe = load_workload("bert-mini-textset").recipe
     t = plan.training
     assert (t.optimizer, t.learning_rate, t.lr_schedule) == (
-        recipe.optimizer, recipe.learning_rate, recipe.lr_schedule) == ("adamw", 0.001, "linear")
+        recipe.optimizer, recipe.learning_rate, recipe.lr_schedule) == ("adamw", 0.0003, "linear")
     assert t.warmup_iterations == round(recipe.warmup_fraction * plan.total_iterations) > 0
 
 
