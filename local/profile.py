@@ -123,15 +123,14 @@ def _distinct(flag: str, values: tuple[Any, ...], what: str, unit: str) -> None:
                                       f"{what}; got {list(values)}")
 
 
-def validate(options: ProfileOptions) -> _Checked:
-    """Every check that needs no server and no synth; raises :class:`ProfileInputError`."""
+def _check_grid(options: ProfileOptions) -> None:
+    """Channel, dataset and the memories, batches and sizes the fit needs."""
     if options.channel not in ("s3", "valkey"):
         raise ProfileInputError("--channel", f"must be s3 or valkey, got {options.channel!r}")
     if options.dataset not in DATASETS:
         raise ProfileInputError("--dataset", f"must be one of {', '.join(DATASETS)}, "
                                              f"got {options.dataset!r}")
-    bad = [m for m in options.memories
-           if not is_int_in(m, MIN_MEMORY_MB, MAX_MEMORY_MB)]
+    bad = [m for m in options.memories if not is_int_in(m, MIN_MEMORY_MB, MAX_MEMORY_MB)]
     if not options.memories or bad:
         raise ProfileInputError("--memories", f"every memory must be an integer MB in "
                                               f"[{MIN_MEMORY_MB}, {MAX_MEMORY_MB}], got "
@@ -139,6 +138,10 @@ def validate(options: ProfileOptions) -> _Checked:
     _distinct("--memories", options.memories, "m of T = a(B+b)/(M+m)", "memory sizes")
     _distinct("--batches", options.batches, "a, b (time) and k, c (memory)", "batch sizes")
     _distinct("--sizes-mb", options.sizes_mb, "p and t of the throughput", "object sizes")
+
+
+def _check_run(options: ProfileOptions) -> tuple[str, Path]:
+    """The profile's name and output folder; threads, timeout and --cdk-out."""
     name = options.name or f"local-{options.model}-{options.dataset}"
     if not IDENTIFIER.match(name) or len(name) > MAX_NAME:
         raise ProfileInputError("--name", f"must be 1-{MAX_NAME} letters, digits, '_.-' "
@@ -155,8 +158,11 @@ def validate(options: ProfileOptions) -> _Checked:
             template_path(options.cdk_out)
         except CdkOutError as error:
             raise ProfileInputError("--cdk-out", str(error)) from error
-    profile_id = options.profile_id or time.strftime("local-%Y%m%d-%H%M%S", time.gmtime())
-    # The handler's own validation, so its limits (model registry, object sizes) apply here.
+    return name, out
+
+
+def _check_request(options: ProfileOptions, profile_id: str) -> None:
+    """The handler's own validation, so its limits (model registry, object sizes) apply."""
     from fasdl.profiling import ProfileRequest, ProfileRequestError
 
     try:
@@ -165,15 +171,26 @@ def validate(options: ProfileOptions) -> _Checked:
         found = re.search(r"field '(\w+)'", str(error))
         flag = FIELD_FLAGS.get(found.group(1) if found else "", "--model")
         raise ProfileInputError(flag, str(error).split(": ", 1)[-1]) from error
-    emulation = None
-    if options.emulate is not None:
-        try:
-            emulation = load_emulation(options.emulate, channel=options.channel, cpu=True)
-        except EmulationError as error:  # its message already starts with the flag
-            raise ProfileInputError("--emulate-lambda",
-                                    str(error).removeprefix("--emulate-lambda: ")) from error
+
+
+def _emulation(options: ProfileOptions) -> LambdaEmulation | None:
+    if options.emulate is None:
+        return None
+    try:
+        return load_emulation(options.emulate, channel=options.channel, cpu=True)
+    except EmulationError as error:  # its message already starts with the flag
+        raise ProfileInputError("--emulate-lambda",
+                                str(error).removeprefix("--emulate-lambda: ")) from error
+
+
+def validate(options: ProfileOptions) -> _Checked:
+    """Every check that needs no server and no synth; raises :class:`ProfileInputError`."""
+    _check_grid(options)
+    name, out = _check_run(options)
+    profile_id = options.profile_id or time.strftime("local-%Y%m%d-%H%M%S", time.gmtime())
+    _check_request(options, profile_id)
     return _Checked(name=name, out=out, profile_id=profile_id, timeout_s=options.timeout_s,
-                    emulation=emulation)
+                    emulation=_emulation(options))
 
 
 def _config(options: ProfileOptions, profile_id: str) -> dict[str, Any]:

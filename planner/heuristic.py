@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -140,49 +141,71 @@ def _lambda_dnn_worker_bound(problem: Problem, memory: int, batch_full: int) -> 
     return max(cap / batch_full, cap * lam / denominator)
 
 
+@dataclass
+class _Visited:
+    """What λDNN's provisioning saw: how many configurations, the furthest constraint they
+    broke and the fastest time of those that only missed the deadline."""
+
+    evaluated: int = 0
+    fastest: float = math.inf
+    furthest: Violation = Violation.NONE
+
+    def note(self, violation: Violation, time_s: float) -> None:
+        self.evaluated += 1
+        self.furthest = max(self.furthest, violation)
+        if violation == Violation.DEADLINE:
+            self.fastest = min(self.fastest, time_s)
+
+    def reason(self) -> str:
+        if not self.evaluated:
+            return ("no memory admits a worker count that meets the deadline under λDNN's "
+                    "closed-form bounds")
+        reason = VIOLATION_TEXT[self.furthest]
+        if self.furthest == Violation.DEADLINE:
+            reason += (f" (λDNN's provisioning visited {self.evaluated} configurations; the "
+                       f"fastest takes {self.fastest:.0f} s)")
+        return reason
+
+
+def _lambda_dnn_at(problem: Problem, memory: int, batch_full: int, cheaper_than: float,
+                   visited: _Visited) -> Choice | None:
+    """At one memory: the fewest workers from λDNN's bound up that are feasible and cheaper
+    than ``cheaper_than``, each with the full batch or the largest that fits the cap."""
+    step = problem.batch_step
+    lower = _lambda_dnn_worker_bound(problem, memory, batch_full)
+    if not math.isfinite(lower):
+        return None
+    for w in range(max(problem.min_workers, math.ceil(lower)), problem.worker_limit() + 1):
+        batch = (batch_full if batch_full * w <= problem.max_global_batch
+                 else (problem.max_global_batch // w) // step * step)
+        if batch < step:
+            return None
+        ev = evaluate(problem, w, memory, w, batch, batch, bsp=True)
+        visited.note(Violation(int(ev.violation[0])), float(ev.time_s[0]))
+        if ev.feasible[0] and ev.cost_usd[0] < cheaper_than:
+            return choice_from(ev, 0)
+    return None
+
+
 def lambda_dnn(problem: Problem) -> SearchResult:
     started = time.perf_counter()
     step = problem.batch_step
     batch_full = max(step, math.ceil(problem.workload.b * LAMBDA_DNN_GAMMA
                                      / (1 - LAMBDA_DNN_GAMMA) / step) * step)
     best: Choice | None = None
-    evaluated = 0
-    fastest = math.inf
-    furthest = Violation.NONE
+    visited = _Visited()
     for memory in problem.memory_grid().tolist():
         if int(problem.workload.max_batch(memory)) < step:
             continue
-        lower = _lambda_dnn_worker_bound(problem, memory, batch_full)
-        if not math.isfinite(lower):
-            continue
-        for w in range(max(problem.min_workers, math.ceil(lower)), problem.worker_limit() + 1):
-            if batch_full * w <= problem.max_global_batch:
-                batch = batch_full
-            else:
-                batch = (problem.max_global_batch // w) // step * step
-            if batch < step:
-                break
-            ev = evaluate(problem, w, memory, w, batch, batch, bsp=True)
-            evaluated += 1
-            violation = Violation(int(ev.violation[0]))
-            furthest = max(furthest, violation)
-            if violation == Violation.DEADLINE:
-                fastest = min(fastest, float(ev.time_s[0]))
-            if ev.feasible[0] and (best is None or ev.cost_usd[0] < best.cost_usd):
-                best = choice_from(ev, 0)
-                break
+        found = _lambda_dnn_at(problem, memory, batch_full,
+                               math.inf if best is None else best.cost_usd, visited)
+        best = found or best
     elapsed = time.perf_counter() - started
     if best is None:
-        reason = ("no memory admits a worker count that meets the deadline under λDNN's "
-                  "closed-form bounds")
-        if evaluated:
-            reason = VIOLATION_TEXT[furthest]
-            if furthest == Violation.DEADLINE:
-                reason += (f" (λDNN's provisioning visited {evaluated} configurations; the "
-                           f"fastest takes {fastest:.0f} s)")
-        return SearchResult("lambda-dnn", "scatterreduce", None, reason, evaluated, elapsed,
-                            furthest if evaluated else Violation.DEADLINE)
-    return SearchResult("lambda-dnn", "scatterreduce", best, None, evaluated, elapsed)
+        return SearchResult("lambda-dnn", "scatterreduce", None, visited.reason(),
+                            visited.evaluated, elapsed,
+                            visited.furthest if visited.evaluated else Violation.DEADLINE)
+    return SearchResult("lambda-dnn", "scatterreduce", best, None, visited.evaluated, elapsed)
 
 
 def standalone(problem: Problem) -> SearchResult:

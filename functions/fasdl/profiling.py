@@ -39,7 +39,7 @@ import re
 import resource
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,47 +103,63 @@ class ProfileRequest:
         if not isinstance(profile_id, str) or not _ID.fullmatch(profile_id):
             raise _bad("profile_id", f"must be 1-80 letters, digits, '_.-', got {profile_id!r}")
         values: dict[str, Any] = {"profile_id": profile_id}
-        if "model" in event:
-            from fasdl.models import MODELS
-
-            if event["model"] not in MODELS:
-                raise _bad("model", f"must be one of {', '.join(sorted(MODELS))}, "
-                                    f"got {event['model']!r}")
-            values["model"] = event["model"]
-        if "dataset" in event:
-            if event["dataset"] not in DATASET_SHAPES:
-                raise _bad("dataset", f"must be one of {', '.join(DATASET_SHAPES)}, "
-                                      f"got {event['dataset']!r}")
-            values["input_shape"], values["num_classes"] = DATASET_SHAPES[event["dataset"]]
-        if "input_shape" in event:
-            shape = event["input_shape"]
-            if not isinstance(shape, list) or len(shape) != 3 or any(
-                    not is_int_at_least(v, 1) for v in shape):
-                raise _bad("input_shape", f"must be [channels, height, width], got {shape!r}")
-            values["input_shape"] = tuple(shape)
-        if "num_classes" in event:
-            values["num_classes"] = _count("num_classes", event["num_classes"], 2)
-        if "batches" in event:
-            values["batches"] = _ints("batches", event["batches"], 1)
-        for name in ("warmup", "transfer_repeats"):
+        for name, parse in _EVENT_FIELDS.items():  # in order: dataset before its overrides
             if name in event:
-                values[name] = _count(name, event[name], 0 if name == "warmup" else 1)
-        if "repeats" in event:
-            values["repeats"] = _count("repeats", event["repeats"], 1)
-        if "sizes_mb" in event:
-            sizes = event["sizes_mb"]
-            if not isinstance(sizes, list) or not sizes or any(
-                    not is_number(s) or not 0 < s <= MAX_OBJECT_MB for s in sizes):
-                raise _bad("sizes_mb", f"must be a non-empty list of sizes in "
-                                       f"(0, {MAX_OBJECT_MB:g}] MB, got {sizes!r}")
-            values["sizes_mb"] = tuple(sorted({float(s) for s in sizes}))
-        if "channels" in event and event["channels"] is not None:
-            channels = event["channels"]
-            if not isinstance(channels, list) or any(c not in ("s3", "valkey")
-                                                     for c in channels):
-                raise _bad("channels", f"must be a list of s3/valkey, got {channels!r}")
-            values["channels"] = tuple(dict.fromkeys(channels))
+                values.update(parse(event[name]))
         return cls(**values)
+
+
+def _model_field(model: object) -> dict[str, Any]:
+    from fasdl.models import MODELS
+
+    if model not in MODELS:
+        raise _bad("model", f"must be one of {', '.join(sorted(MODELS))}, got {model!r}")
+    return {"model": model}
+
+
+def _dataset_field(dataset: object) -> dict[str, Any]:
+    if not isinstance(dataset, str) or dataset not in DATASET_SHAPES:
+        raise _bad("dataset", f"must be one of {', '.join(DATASET_SHAPES)}, got {dataset!r}")
+    shape, classes = DATASET_SHAPES[dataset]
+    return {"input_shape": shape, "num_classes": classes}
+
+
+def _shape_field(shape: object) -> dict[str, Any]:
+    if not isinstance(shape, list) or len(shape) != 3 or any(
+            not is_int_at_least(v, 1) for v in shape):
+        raise _bad("input_shape", f"must be [channels, height, width], got {shape!r}")
+    return {"input_shape": tuple(shape)}
+
+
+def _sizes_field(sizes: object) -> dict[str, Any]:
+    if not isinstance(sizes, list) or not sizes or any(
+            not is_number(s) or not 0 < s <= MAX_OBJECT_MB for s in sizes):
+        raise _bad("sizes_mb", f"must be a non-empty list of sizes in (0, {MAX_OBJECT_MB:g}] "
+                               f"MB, got {sizes!r}")
+    return {"sizes_mb": tuple(sorted({float(s) for s in sizes}))}
+
+
+def _channels_field(channels: object) -> dict[str, Any]:
+    if channels is None:  # the profiling state machine passes null: its default
+        return {}
+    if not isinstance(channels, list) or any(c not in ("s3", "valkey") for c in channels):
+        raise _bad("channels", f"must be a list of s3/valkey, got {channels!r}")
+    return {"channels": tuple(dict.fromkeys(channels))}
+
+
+# event field -> its check, returning the request fields it sets
+_EVENT_FIELDS: dict[str, Callable[[object], dict[str, Any]]] = {
+    "model": _model_field,
+    "dataset": _dataset_field,
+    "input_shape": _shape_field,
+    "num_classes": lambda value: {"num_classes": _count("num_classes", value, 2)},
+    "batches": lambda value: {"batches": _ints("batches", value, 1)},
+    "warmup": lambda value: {"warmup": _count("warmup", value, 0)},
+    "transfer_repeats": lambda value: {"transfer_repeats": _count("transfer_repeats", value, 1)},
+    "repeats": lambda value: {"repeats": _count("repeats", value, 1)},
+    "sizes_mb": _sizes_field,
+    "channels": _channels_field,
+}
 
 
 # ---- memory -------------------------------------------------------------------------------

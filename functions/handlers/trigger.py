@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fasdl import account, exchange_cache, fencing, keys, memory_report, segments
 from fasdl.environment import Settings
+from fasdl.events import RunState
 from fasdl.metrics import get_logger
 
 logger = get_logger("fasdl-trigger")
@@ -38,7 +40,7 @@ ATTEMPT_SLACK_S = 120  # the Run worker task's slack (infra.workflow) and clock 
 
 
 @logger.inject_lambda_context(clear_state=True)
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, object]:
     settings = Settings.from_env()
     action = event.get("action")
     logger.info("trigger", extra={"action": action})
@@ -95,7 +97,7 @@ def exchange_cache_of(settings: Settings) -> exchange_cache.CacheEndpoint | None
                                  settings.stack)
 
 
-def _clean_dead_epoch(settings: Settings, dead: dict[str, Any]) -> None:
+def _clean_dead_epoch(settings: Settings, dead: RunState) -> None:
     """Delete what the failed attempt left on the S3 exchange, once it is fenced (bounded:
     one listing of its epoch's prefix). Valkey keys expire by TTL instead: the trigger is
     outside the VPC. Nothing depends on it: a later epoch never reads these keys."""
