@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any, NoReturn
 
 from fasdl.plan import PlanError
@@ -110,9 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_fit_arguments(fit: argparse.ArgumentParser) -> None:
-    fit.add_argument("--samples", nargs="+", required=True, help="profiler JSONL file(s)")
+    source = fit.add_mutually_exclusive_group(required=True)
+    source.add_argument("--samples", nargs="+", help="profiler JSONL file(s)")
+    source.add_argument("--csv", nargs="?", const="shipped", metavar="PATH",
+                        help="memory_mb,object_mb,upload_s,download_s transfer times (no PATH: "
+                             "the shipped measurements): the Lambda-S3 platform profiles")
     fit.add_argument("--out", required=True, help="profile JSON; with --kind both, "
-                     "<stem>-workload.json and <stem>-platform.json next to it")
+                     "<stem>-workload.json and <stem>-platform.json next to it; with --csv, "
+                     "the folder for aws-lambda-x86_64-{s3,valkey}.json")
     fit.add_argument("--kind", choices=("workload", "platform", "both"), default="both")
     fit.add_argument("--name", help="profile name (required for a workload profile)")
     fit.add_argument("--model-mb", type=float, help="model size when the samples lack it")
@@ -255,6 +261,8 @@ def _infeasible(args: argparse.Namespace, result: SearchResult,
 
 
 def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    if args.csv is not None:
+        return _command_fit_csv(args, emit)
     from planner.fit_samples import FitRequest, SampleError, run_fit
 
     request = FitRequest(
@@ -268,6 +276,23 @@ def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         raise CliError(error.argument, str(error)) from error
     except ProfileError as error:  # a fitted value the profile rejects, e.g. a bad --name
         raise fit_profile_error(error) from error
+    emit(json.dumps({"status": "ok", **summary}) if args.json else "\n".join(lines))
+    return EXIT_OK
+
+
+def _command_fit_csv(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    from planner.fit_csv import run_csv_fit, shipped_csv
+
+    csv_path = shipped_csv() if args.csv == "shipped" else Path(args.csv)
+    if not csv_path.is_file():
+        raise CliError("--csv", f"{csv_path}: no such file")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CliError("--out", f"{out} exists and is not a folder (--csv writes two profiles)")
+    try:
+        lines, summary = run_csv_fit(csv_path, out)
+    except ValueError as error:  # missing columns, bad numbers
+        raise CliError("--csv", str(error)) from error
     emit(json.dumps({"status": "ok", **summary}) if args.json else "\n".join(lines))
     return EXIT_OK
 

@@ -11,7 +11,7 @@ S/tp(S) against the measured time. Why time and why relative:
   the measured throughput against the predicted one, measured/predicted − 1.
 
 This module is for development (profiling a platform); the planner at run time only reads the
-JSON that ``scripts/fit_lambda_s3_profile.py`` writes from it.
+JSON that ``python -m planner fit --csv`` (planner/fit_csv.py) writes from it.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class SaturationFit:
 
 
 def read_transfer_csv(path: str | Path) -> list[TransferSample]:
-    """Read ``memory_mb,object_mb,upload_s,download_s`` rows (the shared/data CSV format)."""
+    """Read ``memory_mb,object_mb,upload_s,download_s`` rows (planner/data/measurements)."""
     with Path(path).open(newline="") as handle:
         reader = csv.DictReader(handle)
         expected = {"memory_mb", "object_mb", "upload_s", "download_s"}

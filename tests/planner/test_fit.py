@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
+from planner.cli import main
 from planner.fit import (
     DEFAULT_INVOCATION_OVERHEAD_S,
     DEFAULT_TORCH_LOAD_CPU_S,
@@ -27,12 +26,11 @@ from planner.profiles import PlatformProfile, load_platform
 
 REPO = Path(__file__).resolve().parents[2]
 # shared/ sits beside the repository, in development and in CI alike.
-CSV = REPO.parent / "shared/data/lambda_s3_transfer_times.csv"
+CSV = REPO / "planner/data/measurements/lambda_s3_transfer_times.csv"
 
 
 @pytest.fixture(scope="module")
 def samples() -> list[TransferSample]:
-    assert CSV.is_file(), f"measurements not found at {CSV} (shared/ must sit beside the repo)"
     return read_transfer_csv(CSV)
 
 
@@ -117,23 +115,28 @@ def test_peaks_rise_from_128_mb_to_the_plateau(shipped: PlatformProfile) -> None
     assert shipped.down_peak[0] < shipped.down_peak[2] <= max(shipped.down_peak)
 
 
-def _load_script() -> ModuleType:
-    path = REPO / "scripts/fit_lambda_s3_profile.py"
-    spec = importlib.util.spec_from_file_location("fit_lambda_s3_profile", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_script_writes_the_shipped_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_fit_csv_writes_the_shipped_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                          shipped: PlatformProfile) -> None:
-    _load_script().main(["--csv", str(CSV), "--out-dir", str(tmp_path)])
+    assert main(["fit", "--csv", "--out", str(tmp_path)]) == 0  # the shipped measurements
     written = json.loads((tmp_path / "aws-lambda-x86_64-s3.json").read_text())
     assert PlatformProfile.from_dict(written).to_dict() == shipped.to_dict()
-    assert (tmp_path / "aws-lambda-x86_64-valkey.json").is_file()
+    assert (tmp_path / "aws-lambda-x86_64-valkey.json").read_text() == (
+        REPO / "planner/data/platforms/aws-lambda-x86_64-valkey.json").read_text()
     output = capsys.readouterr().out
     assert "3008" in output and "median" in output
+    assert main(["fit", "--csv", str(CSV), "--out", str(tmp_path / "again"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["quality"]["up"]["points"] == summary["quality"]["down"]["points"] == 456
+
+
+def test_fit_csv_errors_name_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("memory_mb,object_mb\n128,1\n")
+    assert main(["fit", "--csv", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "--csv" in capsys.readouterr().err
+    assert main(["fit", "--csv", str(tmp_path / "none.csv"), "--out", str(tmp_path)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["fit", "--csv", "--samples", "x.jsonl", "--out", str(tmp_path)]) == 2
 
 
 def test_read_transfer_csv_rejects_missing_columns(tmp_path: Path) -> None:

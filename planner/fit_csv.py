@@ -1,20 +1,19 @@
-"""Fit the shipped "aws-lambda -> S3" platform profile from measured transfer times.
+"""``python -m planner fit --csv [PATH] --out DIR``: the shipped "aws-lambda -> S3" platform
+profile from measured transfer times.
 
-Reads ``memory_mb,object_mb,upload_s,download_s`` (default: shared/data beside the repo), fits
-tp = p(M)·(1 − e^(−t(M)·S)) per memory and direction (see planner/fit.py for the method),
-prints a per-memory table with the fit quality, and writes
-
-* planner/data/platforms/aws-lambda-x86_64-s3.json      (fitted), and
-* planner/data/platforms/aws-lambda-x86_64-valkey.json  (derived from it; an assumption).
-
-Usage: .venv/bin/python scripts/fit_lambda_s3_profile.py [--csv PATH] [--out-dir DIR]
+Reads ``memory_mb,object_mb,upload_s,download_s`` (default: the measurements shipped in
+planner/data/measurements, README there), fits tp = p(M)·(1 − e^(−t(M)·S)) per memory and
+direction (planner/fit.py), reports a per-memory table with the fit quality, and writes
+``aws-lambda-x86_64-s3.json`` (fitted) and ``aws-lambda-x86_64-valkey.json`` (derived from it;
+an assumption) into DIR: with ``--out planner/data/platforms`` it refreshes the shipped files.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,12 +31,10 @@ from planner.fit import (
 )
 from planner.profiles import PlatformProfile
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared/data/lambda_s3_transfer_times.csv"
-DEFAULT_OUT = REPO / "planner/data/platforms"
+SHIPPED_CSV = "lambda_s3_transfer_times.csv"
 
 S3_SOURCE = (
-    "Fitted by scripts/fit_lambda_s3_profile.py (planner/fit.py) from "
+    "Fitted by python -m planner fit --csv (planner/fit.py) from "
     "lambda_s3_transfer_times.csv: 456 PUT/GET wall-clock times between an x86_64 Lambda and "
     "S3, memories 128-3008 MB, objects 1-100 MB (128-384 MB only to 20 MB), converted from the "
     "bandwidth tables Optimizer/bw_up.xls and bw_down.xls of the public FasDL code (Chen et al., "
@@ -55,53 +52,55 @@ S3_SOURCE = (
 )
 
 
+def shipped_csv() -> Path:
+    """The measurements the shipped S3 profile was fitted from."""
+    return Path(str(resources.files("planner") / "data" / "measurements" / SHIPPED_CSV))
+
+
 def _row(fit: SaturationFit) -> str:
     return (f"{fit.peak:8.2f} {fit.rate:7.4f} {fit.r_squared:6.3f} "
             f"{fit.median_relative_error:6.3f} {fit.max_relative_error:6.3f}")
 
 
-def print_table(fits: list[SaturationFit]) -> None:
+def fit_table(fits: list[SaturationFit]) -> list[str]:
     header = "p MB/s  t 1/MB     R²  medRE  maxRE"
-    print(f"{'M (MB)':>6} {'n':>3} | up: {header} | down: {header}")
+    lines = [f"{'M (MB)':>6} {'n':>3} | up: {header} | down: {header}"]
     by_key = {(fit.memory_mb, fit.direction): fit for fit in fits}
     for memory in sorted({fit.memory_mb for fit in fits}):
         up, down = by_key[memory, "up"], by_key[memory, "down"]
-        print(f"{memory:6.0f} {up.points:3d} |     {_row(up)} |       {_row(down)}")
+        lines.append(f"{memory:6.0f} {up.points:3d} |     {_row(up)} |       {_row(down)}")
+    return lines
 
 
-def print_quality(profile: PlatformProfile, csv_path: Path) -> None:
+def fit_quality(profile: PlatformProfile, csv_path: Path) -> dict[str, dict[str, float]]:
+    """Relative transfer-time error of the profile over the measurements, per direction."""
     samples = read_transfer_csv(csv_path)
+    quality: dict[str, dict[str, float]] = {}
     for direction in DIRECTIONS:
         errors = relative_time_errors(profile, samples, direction)
-        print(f"{direction:>4}: relative time error over {errors.size} points: median "
-              f"{np.median(errors):.3f}, p90 {np.quantile(errors, 0.9):.3f}, "
-              f"max {errors.max():.3f}")
+        quality[direction] = {"points": int(errors.size), "median": float(np.median(errors)),
+                              "p90": float(np.quantile(errors, 0.9)), "max": float(errors.max())}
+    return quality
 
 
-def write(profile: PlatformProfile, out_dir: Path) -> Path:
-    path = out_dir / f"{profile.name}.json"
-    path.write_text(json.dumps(profile.to_dict(), indent=2) + "\n")
-    return path
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="measurements CSV")
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT,
-                        help="where the platform JSON files go")
-    args = parser.parse_args(argv)
-
-    fits = fit_all(read_transfer_csv(args.csv))
-    print_table(fits)
+def run_csv_fit(csv_path: Path, out_dir: Path) -> tuple[list[str], dict[str, Any]]:
+    """Fit, write both platform profiles into ``out_dir``; (report lines, JSON summary)."""
+    fits = fit_all(read_transfer_csv(csv_path))
     s3 = rounded(platform_from_fits(
         fits, name="aws-lambda-x86_64-s3", channel="s3", arch="x86_64", source=S3_SOURCE,
         invocation_overhead_s=DEFAULT_INVOCATION_OVERHEAD_S,
         torch_load_cpu_s=DEFAULT_TORCH_LOAD_CPU_S))
-    print_quality(s3, args.csv)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+    quality = fit_quality(s3, csv_path)
+    lines = fit_table(fits) + [
+        f"{direction:>4}: relative time error over {q['points']:.0f} points: median "
+        f"{q['median']:.3f}, p90 {q['p90']:.3f}, max {q['max']:.3f}"
+        for direction, q in quality.items()]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
     for profile in (s3, derive_valkey_profile(s3)):
-        print(f"wrote {write(profile, args.out_dir)}")
-
-
-if __name__ == "__main__":
-    main()
+        path = out_dir / f"{profile.name}.json"
+        path.write_text(json.dumps(profile.to_dict(), indent=2) + "\n")
+        written.append(str(path))
+        lines.append(f"wrote {path}")
+    return lines, {"kind": "transfer-csv", "csv": str(csv_path), "written": written,
+                   "quality": quality}
