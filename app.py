@@ -29,7 +29,7 @@ import aws_cdk as cdk
 
 from infra.compute import reserved_worker_concurrency
 from infra.nag import add_checks
-from infra.profiling import CONTEXT_MEMORIES, CONTEXT_PROFILING, profiling_memories
+from infra.profiling_workflow import CONTEXT_MEMORIES, CONTEXT_PROFILING, profiling_memories
 from infra.settings import PlanError, Settings, SettingsError, load_settings
 from infra.stack import DEFAULT_STACK_NAME, build_stacks
 

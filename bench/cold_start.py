@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from local.emulation import LambdaEmulation
+from local.lambda_speed import LambdaEmulation
 from local.throttle import CpuThrottle, available_cores
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,7 +174,7 @@ def summarize(memory_mb: int | None, share: float | None, cold: Sequence[Sample]
 def smallest_memory_mb() -> tuple[int, list[str]]:
     """The smallest M the planner's grid offers any shipped workload (its smallest batch fits
     M_B = k·B + c and M + m > 0), and the workloads that can run there."""
-    from planner.model import Problem
+    from planner.cost_model import Problem
     from planner.profiles import known_workloads, load_platform, load_prices, load_workload
 
     platform, prices = load_platform("s3"), load_prices()

@@ -61,7 +61,7 @@ from fasdl.datasets.cola import import_cola
 from fasdl.datasets.digits import build_digits
 from fasdl.datasets.textset import write_textset
 from fasdl.kreduce import KReduceWorker
-from fasdl.models import build_seeded_model
+from fasdl.networks import build_seeded_model
 from fasdl.plan import Deployment, Plan, Training, Workload
 from local.reference import evaluate, reference_curve, worker_streams
 

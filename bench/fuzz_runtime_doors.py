@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 from hypothesis import strategies as st
 
-from fasdl import segments
+from fasdl import run_state
 from fasdl.datasets.__main__ import main as import_dataset
 from fasdl.datasets.cifar10 import RECORD_BYTES, TEST_FILES, TRAIN_FILES
 from fasdl.plan import Deployment, Plan, PlanError, Training, Workload
@@ -71,7 +71,7 @@ _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
                     st.sampled_from(["../x", "data/fuzz/", "ok\n", "", "a" * 300]),
                     st.lists(st.integers(), max_size=3),
                     st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
-_NAMES = st.sampled_from([*segments.INPUT_FIELDS, "epoch", "run-id", "plans", "x"])
+_NAMES = st.sampled_from([*run_state.INPUT_FIELDS, "epoch", "run-id", "plans", "x"])
 CONSOLE_INPUTS = st.tuples(st.dictionaries(_NAMES, _VALUES, max_size=4), st.booleans())
 
 
@@ -80,16 +80,16 @@ def check_console(case: tuple[dict[str, Any], bool]) -> None:
     changes, keep_valid = case
     s3 = DictS3(DATASET)
     try:
-        run = segments.start_run({"input": {**(VALID_INPUT if keep_valid else {}), **changes},
+        run = run_state.start_run({"input": {**(VALID_INPUT if keep_valid else {}), **changes},
                                   "execution": "fuzz"}, s3, datasets_bucket="d",
                                  results_bucket="r", runs_prefix="runs/",
                                  deployed_json=PLAN.to_json(), fingerprint="",
                                  issue_epoch=lambda run_id: 1)
-    except (segments.RunStateError, PlanError) as error:
+    except (run_state.RunStateError, PlanError) as error:
         assert "field" in str(error) or "dataset" in str(error), error
         assert set(s3.objects) == set(DATASET), "a refused input wrote something"
         return
-    assert segments.parse_run(run) == run and run["segment"]["epoch"] == 1
+    assert run_state.parse_run(run) == run and run["segment"]["epoch"] == 1
     assert run["plan_key"] in s3.objects
 
 

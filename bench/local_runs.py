@@ -22,7 +22,13 @@ from typing import Any
 
 from fasdl.plan import Plan
 from local.runner import RunOptions, run
-from planner.model import VIOLATION_TEXT, Problem, Violation, aligned_non_aggregator_batch, evaluate
+from planner.cost_model import (
+    VIOLATION_TEXT,
+    Problem,
+    Violation,
+    aligned_non_aggregator_batch,
+    evaluate,
+)
 from planner.planfile import to_plan
 from planner.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
 from planner.search import Choice, choice_from, exact

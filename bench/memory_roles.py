@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def planned(name: str) -> Any:
     """The planner's K-REDUCE plan for the workload's Table IV problem."""
-    from planner.model import Problem, evaluate
+    from planner.cost_model import Problem, evaluate
     from planner.planfile import to_plan
     from planner.profiles import load_platform, load_prices, load_workload
     from planner.search import exact
@@ -125,7 +125,7 @@ def child(plan_path: str, worker: int, endpoint: str, bucket: str,
     from fasdl import heap
     from fasdl.channel.s3 import S3Channel
     from fasdl.kreduce import KReduceWorker
-    from fasdl.models import build_seeded_model
+    from fasdl.networks import build_seeded_model
     from fasdl.plan import Plan
     from fasdl.profiling import peak_rss_mb
 

@@ -1,6 +1,6 @@
 """Exchange patterns, measured: K-REDUCE (the planner's K*, HAP) vs ScatterReduce vs AllReduce.
 
-For a ResNet-50-size and a SqueezeNet-size model (fasdl.models' size-matched MLPs: the paper
+For a ResNet-50-size and a SqueezeNet-size model (fasdl.networks' size-matched MLPs: the paper
 models' parameter bytes S_m at a compute cost this CPU affords), at one W and emulated M each:
 
 1. profile the model locally under Lambda emulation (``python -m local profile``);

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from bench.planner_search import WORKLOADS
-from planner.model import Problem
+from planner.cost_model import Problem
 from planner.profiles import load_platform, load_prices, load_workload
 from planner.report import render_frontier
 from planner.search import exact

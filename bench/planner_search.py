@@ -30,8 +30,8 @@ from functools import partial
 from typing import Any
 
 from fasdl.profiling import peak_rss_mb
+from planner.cost_model import Problem
 from planner.heuristic import two_stage
-from planner.model import Problem
 from planner.profiles import load_platform, load_prices, load_workload
 from planner.search import SearchResult, exact, exhaustive
 

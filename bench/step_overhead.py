@@ -25,7 +25,7 @@ from torch import nn
 
 from fasdl.channel.memory import MemoryChannel
 from fasdl.kreduce import KReduceWorker
-from fasdl.models import build_model
+from fasdl.networks import build_model
 from fasdl.plan import Deployment, Plan, Training, Workload
 
 GOAL = 0.95

@@ -14,7 +14,7 @@ from infra.compute import Compute
 from infra.monitoring import Monitoring
 from infra.nag import add_suppressions
 from infra.network import Network
-from infra.profiling import (
+from infra.profiling_workflow import (
     CONTEXT_MEMORIES,
     CONTEXT_PROFILING,
     ProfilingWorkflow,

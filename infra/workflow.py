@@ -41,6 +41,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from fasdl import events
 from fasdl.account import WorkerNotReady
 from fasdl.exchange_cache import CacheNotReady
 from infra import lambda_errors
@@ -195,19 +196,18 @@ class TrainingWorkflow(Construct):
     def _build_run_worker(self, *, distributed: bool) -> tasks.LambdaInvoke:
         # The inline iteration outputs only its worker index, the Distributed child a small
         # status: W results stay a few KB whatever the worker returns (256 KiB Map limit).
-        return self._invoke(RUN_WORKER, self._worker, {
-            "action": "train",
-            "run_id.$": "$.run_id", "plan_key.$": "$.plan_key",
-            "segment.$": "$.segment", "worker.$": "$.worker", "cache.$": "$.cache",
-        }, result_path=sfn.JsonPath.DISCARD, output_path=None if distributed else "$.worker",
-            task_timeout_s=self._timeout_s + TASK_TIMEOUT_SLACK_S)
+        payload: dict[str, object] = {"action": events.TRAIN_ACTION,
+                                      **{f"{name}.$": f"$.{name}"
+                                         for name in events.WORKER_EVENT_FIELDS}}
+        return self._invoke(RUN_WORKER, self._worker, payload, result_path=sfn.JsonPath.DISCARD,
+                            output_path=None if distributed else "$.worker",
+                            task_timeout_s=self._timeout_s + TASK_TIMEOUT_SLACK_S)
 
     def _build_train_segment(self) -> sfn.Map | sfn.DistributedMap:
-        selector = {
-            "run_id.$": "$.run.run_id", "plan_key.$": "$.run.plan_key",
-            "segment.$": "$.run.segment", "worker.$": "$$.Map.Item.Value",
-            "cache.$": "$.run.cache",  # the Valkey endpoint the trigger found (null for S3)
-        }
+        # the worker event's fields from the run state (cache: the Valkey endpoint the trigger
+        # found, null for S3), the worker index from the Map item
+        selector = {f"{name}.$": "$$.Map.Item.Value" if name == "worker" else f"$.run.{name}"
+                    for name in events.WORKER_EVENT_FIELDS}
         if self._distributed:
             distributed = sfn.DistributedMap(
                 self, TRAIN_SEGMENT, state_name=TRAIN_SEGMENT, items_path="$.run.workers",

@@ -17,7 +17,7 @@ each :class:`Invocation` says if it started cold. As Step Functions' Lambda task
 * the process died without a result: ``Runtime.ExitError``, like Lambda;
 * an injected service error (local/service_faults.py): the Invoke call fails, nothing runs.
 
-With a :class:`~local.emulation.LambdaEmulation`, an invocation of memory M also gets Lambda's
+With a :class:`~local.lambda_speed.LambdaEmulation`, an invocation of memory M also gets Lambda's
 resources: ceil(M/1769) threads, M/1769 CPUs (held from here, local/throttle.py) and channels
 shaped to the platform profile (in the child, local/shaping.py). See docs/emulation.md.
 """
@@ -41,16 +41,14 @@ from typing import IO, Any
 
 from infra.lambda_errors import EXIT, OUT_OF_MEMORY, TIMEOUT
 from infra.lambda_runtime import PYTHON_RUNTIME
-from local.emulation import LambdaEmulation
 from local.event_tags import log_tag, worker_of
 from local.invoke import DEADLINE_ENV, PEAK_RSS_KEY
+from local.lambda_speed import LambdaEmulation
 from local.memory_watchdog import DEFAULT_TICK_S, MIB, MemoryWatchdog, report_lines
 from local.sandbox import DEFAULT_IDLE_S, Sandbox, SandboxPool, kill_group, sandbox_key
 from local.service_faults import ServiceError, ServiceErrorKind, ServiceFault, kind_named
 from local.throttle import CpuThrottle, available_cores
 
-# Old names, still imported by tests/local/test_emulation.py: new code imports infra.lambda_errors.
-TIMEOUT_ERROR, EXIT_ERROR = TIMEOUT, EXIT
 # Inherited from this process so the child finds the venv and behaves; nothing AWS-specific.
 _PASSTHROUGH_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SYSTEMROOT")
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")

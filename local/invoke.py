@@ -13,7 +13,7 @@ the event and a Lambda-like context, and writes ``{"result": ...}`` or ``{"error
 "errorMessage": ..., "stackTrace": [...]}`` to RESULT_FILE. The result goes to a file, not
 stdout, so whatever the handler prints stays in the invocation's log. Only the standard library
 is imported here: the handler's own imports must come from its code dir. The one exception is
-Lambda emulation: with ``FASDL_LOCAL_SHAPING`` set, local.emulation (fasdl, planner) is imported
+Lambda emulation: with ``FASDL_LOCAL_SHAPING`` set, local.lambda_speed (fasdl, planner) is imported
 to shape the handler's channels before the handler is loaded.
 
 RESULT_FILE also carries this process's peak resident set (``VmHWM``, key
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 DEADLINE_ENV = "FASDL_LOCAL_DEADLINE_MS"  # epoch ms at which the parent kills this process
-SHAPING_ENV = "FASDL_LOCAL_SHAPING"  # set by the emulator: see local/emulation.py
+SHAPING_ENV = "FASDL_LOCAL_SHAPING"  # set by the emulator: see local/lambda_speed.py
 PEAK_RSS_KEY = "__localPeakRssKb"  # in RESULT_FILE: this process's VmHWM in kB
 
 
@@ -84,7 +84,7 @@ def _init(handler: str) -> Callable[..., Any] | dict[str, Any]:
     """The Init phase: shaping, then the handler's module."""
     shaping = os.environ.get(SHAPING_ENV)
     if shaping:  # before the handler's import, which may build its channel at module level
-        from local.emulation import install_shaping
+        from local.lambda_speed import install_shaping
 
         install_shaping(shaping)
     return _load(handler)

@@ -12,7 +12,7 @@
 5. download ``samples.jsonl`` and fit it with ``python -m planner fit``'s code (in-process):
    ``workload.json``, ``platform.json``, ``fit.png``, ``summary.json`` in ``--out``.
 
-By default every invocation runs under Lambda emulation (local/emulation.py): CPU capped at
+By default every invocation runs under Lambda emulation (local/lambda_speed.py): CPU capped at
 M/1769 vCPU and the channel shaped like the platform profile, since profiling an unshaped
 machine rarely predicts Lambda. Exit codes of :func:`main`: 0 ok, 1 failed, 2 bad input,
 130 interrupted.
@@ -34,7 +34,7 @@ from typing import Any
 
 from fasdl.field_types import is_int_in
 from fasdl.plan import IDENTIFIER
-from local.emulation import EmulationError, LambdaEmulation, load_emulation
+from local.lambda_speed import EmulationError, LambdaEmulation, load_emulation
 from local.profile_fit import DATASETS, ProfileRunError, fit_and_write
 from local.profile_run import (
     CdkOutError,
@@ -51,7 +51,7 @@ Say = Callable[[str], None]
 DEFAULT_MEMORIES: tuple[int, ...] = (512, 1024, 1769)
 DEFAULT_BATCHES: tuple[int, ...] = (8, 16, 32, 64)
 DEFAULT_SIZES_MB: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
-MIN_MEMORY_MB, MAX_MEMORY_MB = 128, 10_240  # Lambda's range, as infra/profiling.py checks it
+MIN_MEMORY_MB, MAX_MEMORY_MB = 128, 10_240  # Lambda's range, as infra/profiling_workflow checks
 # The platform profile is named <name>-<arch>-<channel>, at most 64 characters.
 MAX_NAME = 64 - len("-x86_64-valkey")
 # local/throttle.py lets a capped process run a 20 ms burst at full speed before holding it.

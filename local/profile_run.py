@@ -27,14 +27,14 @@ from local.template import (
 )
 
 if TYPE_CHECKING:
-    from local.emulation import LambdaEmulation
+    from local.lambda_speed import LambdaEmulation
     from local.profile import ProfileOptions
 
 Say = Callable[[str], None]
 MB_PER_VCPU = 1769  # Lambda gives one vCPU per 1769 MB
 PROFILER_HANDLER = "handlers.profiler.handler"
 DEFAULT_PLAN = REPO_ROOT / "infra" / "default_plan.json"
-# State names of infra/profiling.py (not imported: it pulls in aws_cdk).
+# State names of infra/profiling_workflow.py (not imported: it pulls in aws_cdk).
 MACHINE_SUFFIX, MAP_STATE, COLLECT_STATE = "-profiling", "Profile each memory", "Collect samples"
 
 

@@ -22,7 +22,7 @@ import torch
 from fasdl.augment import evaluation_tensors, training_tensors
 from fasdl.classification import Confusion
 from fasdl.data import BatchStream, Partition, plan_partition
-from fasdl.models import build_seeded_model
+from fasdl.networks import build_seeded_model
 from fasdl.optimizers import FlatParameters, build_optimizer
 from fasdl.plan import Plan
 

@@ -44,10 +44,10 @@ from local.adapter import LocalStepFunctions, emulator_router
 from local.cache_plane import CacheStackState
 from local.chaos_faults import StorageFaults, with_storage_faults
 from local.control_plane import AccountOptions, WorkerFunction
-from local.emulation import EmulationError, LambdaEmulation, load_emulation
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.faults import ROLES, InputError, restarting
 from local.jobs import local_job, missing_dataset_hint
+from local.lambda_speed import EmulationError, LambdaEmulation, load_emulation
 from local.layout import BUCKETS
 from local.reference import single_process_reference
 from local.report import Progress

@@ -8,7 +8,7 @@ grid is walked in four levels instead, best lower bound first:
 2. triples (M, W, K) of the blocks that may still win;
 3. for the B^n search (K-REDUCE, K < W): one B^a and a run of up to 64 B^n; every other
    triple's B^a (with its B^n: B^a, or the alignment rule's) form one leaf box;
-4. the configurations of the boxes that may still win, evaluated by planner.model.evaluate
+4. the configurations of the boxes that may still win, evaluated by planner.cost_model.evaluate
    in chunks of at most 65,536.
 
 A level is dropped when its lower bound is above the best configuration found so far (the
@@ -36,8 +36,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from planner.memory import role_max_batch
-from planner.model import (
+from planner.cost_model import (
     SFN_FIXED_TRANSITIONS,
     SFN_TRANSITIONS_PER_SEGMENT,
     SFN_TRANSITIONS_PER_WORKER,
@@ -47,6 +46,7 @@ from planner.model import (
     _exchange_cost,
     aligned_non_aggregator_batch,
 )
+from planner.memory import role_max_batch
 from planner.segment_requests import segment_request_cost
 
 BnRule = Literal["search", "align"]

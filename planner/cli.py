@@ -28,8 +28,8 @@ from planner.cli_inputs import (
     fit_profile_error,
     write_atomically,
 )
+from planner.cost_model import Problem
 from planner.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
-from planner.model import Problem
 from planner.planfile import to_plan
 from planner.profiles import ProfileError
 from planner.quotas import (
@@ -263,7 +263,7 @@ def _infeasible(args: argparse.Namespace, result: SearchResult,
 def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     if args.csv is not None:
         return _command_fit_csv(args, emit)
-    from planner.fit_samples import FitRequest, SampleError, run_fit
+    from planner.profiler_fit import FitRequest, SampleError, run_fit
 
     request = FitRequest(
         samples=args.samples, out=args.out, kind=args.kind, name=args.name,
@@ -281,7 +281,7 @@ def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
 
 
 def _command_fit_csv(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
-    from planner.fit_csv import run_csv_fit, shipped_csv
+    from planner.measurements_fit import run_csv_fit, shipped_csv
 
     csv_path = shipped_csv() if args.csv == "shipped" else Path(args.csv)
     if not csv_path.is_file():

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from fasdl.plan import PlanError
-from planner.model import ModelInputError, Problem
+from planner.cost_model import ModelInputError, Problem
 from planner.profiles import (
     ProfileError,
     WorkloadProfile,

@@ -25,7 +25,7 @@ from planner.bounded import (
     tables,
     triple_bounds,
 )
-from planner.model import (
+from planner.cost_model import (
     Evaluation,
     IntArray,
     Problem,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.model import (
+from planner.cost_model import (
     VIOLATION_TEXT,
     Evaluation,
     Problem,

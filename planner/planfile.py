@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from fasdl.plan import Deployment, Plan, Prediction, Training
-from planner.model import Problem
+from planner.cost_model import Problem
 from planner.quotas import Quotas
 from planner.search import Choice
 

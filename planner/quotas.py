@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from fasdl.account import DEFAULT_ACCOUNT_CONCURRENCY, EXECUTIONS_PER_WORKER
 from fasdl.field_types import is_int_in
-from planner.model import VIOLATION_TEXT, ModelInputError, Problem, Violation
+from planner.cost_model import VIOLATION_TEXT, ModelInputError, Problem, Violation
 from planner.search import Choice, SearchResult
 
 # One definition with the trigger's runtime check (the functions bundle has no planner).

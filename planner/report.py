@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.model import Problem, non_aggregator_times
+from planner.cost_model import Problem, non_aggregator_times
 from planner.search import PATTERNS, Choice, SearchResult, frontier
 
 PATTERN_TITLES = {"kreduce": "K-REDUCE", "scatterreduce": "ScatterReduce",

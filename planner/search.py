@@ -28,10 +28,7 @@ from typing import Literal
 import numpy as np
 
 from planner.bounded import BN_RULES
-from planner.exact_search import Objective, best_index, furthest_structural
-from planner.exact_search import search as bounded_search
-from planner.memory import role_max_batch
-from planner.model import (
+from planner.cost_model import (
     VIOLATION_TEXT,
     Evaluation,
     Problem,
@@ -39,6 +36,9 @@ from planner.model import (
     aligned_non_aggregator_batch,
     evaluate,
 )
+from planner.exact_search import Objective, best_index, furthest_structural
+from planner.exact_search import search as bounded_search
+from planner.memory import role_max_batch
 
 Pattern = Literal["kreduce", "scatterreduce", "allreduce"]
 PATTERNS: tuple[str, ...] = ("kreduce", "scatterreduce", "allreduce")

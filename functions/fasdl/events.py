@@ -1,7 +1,7 @@
 """What each Lambda receives from and returns to the state machine (infra/workflow.py): the
 event contract, once. Stdlib only.
 
-The handlers (functions/handlers/*) parse with these types (fasdl.segments returns RunState,
+The handlers (functions/handlers/*) parse with these types (fasdl.run_state returns RunState,
 fasdl.worker_event checks WorkerEvent field by field); the state machine only reads the
 fields named here; everything else in a return value is ignored or discarded.
 Payloads stay small (a state's input/output must stay below 256 KiB): keys, never tensors.
@@ -30,7 +30,7 @@ Trigger (``handlers.trigger``), four actions, each returns a complete :class:`Ru
   worker crashed (``Runtime.ExitError``), a peer gave up waiting (``ChannelTimeout``,
   ``ChannelError``) or a worker was fenced or started twice (``WorkerFenced``,
   ``WorkerDuplicate``): the same segment, same ``iterations``, ``attempt + 1`` and
-  ``segment.retries + 1``. Raise when the retries (``fasdl.segments.MAX_RETRIES``) or attempts
+  ``segment.retries + 1``. Raise when the retries (``fasdl.run_state.MAX_RETRIES``) or attempts
   are used up.
 
 Every trigger action also sets ``run.cache``: null for S3 plans; for Valkey plans the
@@ -118,6 +118,13 @@ class WorkerEvent(TypedDict):
     segment: Segment
     worker: int
     cache: CacheEndpoint | None
+
+
+# What a worker event carries besides its action, in the order the state machine passes it:
+# each from the run state of the same name, except ``worker`` (the Map item). infra builds
+# the Map's item selector and the worker task's payload from this tuple.
+WORKER_EVENT_FIELDS = tuple(name for name in WorkerEvent.__annotations__ if name != "action")
+TRAIN_ACTION = "train"
 
 
 class FinalizeResult(TypedDict):

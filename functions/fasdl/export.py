@@ -4,7 +4,7 @@
 but not to run a batch-norm network: its running statistics are buffers. The export keeps
 every entry of ``model.state_dict()`` under its own name, plus one reserved entry,
 :data:`META_NAME`, a uint8 array of UTF-8 JSON that says how to rebuild the network from the
-registry (``fasdl.models``): model name, classes, input shape ([C, H, W] for images, [2, L]
+registry (``fasdl.networks``): model name, classes, input shape ([C, H, W] for images, [2, L]
 for text: token ids and attention mask), parameter count, format.
 
 No pickle anywhere: it is written with ``np.savez(..., allow_pickle=False)`` and read with
@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from fasdl.field_types import is_int_at_least
-from fasdl.models import MODELS, InputShape, build_seeded_model
+from fasdl.networks import MODELS, InputShape, build_seeded_model
 from fasdl.plan import AUGMENTATIONS
-from fasdl.text_models import TEXT_MODELS
+from fasdl.text_networks import TEXT_MODELS
 
 META_NAME = "__fasdl_meta__"
 EXPORT_FORMAT = "fasdl-export"

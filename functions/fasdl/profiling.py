@@ -110,7 +110,7 @@ class ProfileRequest:
 
 
 def _model_field(model: object) -> dict[str, Any]:
-    from fasdl.models import MODELS
+    from fasdl.networks import MODELS
 
     if model not in MODELS:
         raise _bad("model", f"must be one of {', '.join(sorted(MODELS))}, got {model!r}")
@@ -190,7 +190,7 @@ def measure_training(request: ProfileRequest, memory_mb: float) -> list[dict[str
     """One ``train`` record per batch size, ascending (see the module docstring)."""
     import torch
 
-    from fasdl.models import build_seeded_model, parameter_mb
+    from fasdl.networks import build_seeded_model, parameter_mb
 
     model = build_seeded_model(request.model, 0, request.num_classes, request.input_shape)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

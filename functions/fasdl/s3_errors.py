@@ -1,7 +1,7 @@
 """Whether an S3 error means "no such object", in one place for every caller.
 
 Stdlib only, and duck-typed on the botocore ClientError's ``response`` dict: the trigger's
-modules (fasdl.segments, fasdl.dataset_check) are passed a client and import no boto3, while
+modules (fasdl.run_state, fasdl.dataset_check) are passed a client and import no boto3, while
 the worker (fasdl.segment_runner) and the S3 channel use the same test on the ClientErrors
 they catch.
 """

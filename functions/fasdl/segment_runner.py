@@ -56,10 +56,10 @@ from fasdl.fault_hooks import NO_FAULTS, FaultHooks
 from fasdl.fencing import Fence, claim_worker
 from fasdl.kreduce import KReduceWorker, StepStats
 from fasdl.metrics import StepMetrics
-from fasdl.models import build_seeded_model
+from fasdl.networks import build_seeded_model
 from fasdl.plan import Plan
+from fasdl.run_state import check_deployment
 from fasdl.s3_errors import is_missing
-from fasdl.segments import check_deployment
 from fasdl.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
 from fasdl.worker_event import WorkerEvent, WorkerEventError
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fasdl.events import TRAIN_ACTION
 from fasdl.field_types import is_int_at_least
 
 
@@ -30,7 +31,7 @@ class WorkerEvent:
 
     @classmethod
     def parse(cls, event: Mapping[str, Any]) -> WorkerEvent:
-        if event.get("action", "train") != "train":
+        if event.get("action", TRAIN_ACTION) != TRAIN_ACTION:
             raise WorkerEventError(f"event field 'action': must be 'train', "
                                    f"got {event.get('action')!r}")
         segment = event.get("segment")

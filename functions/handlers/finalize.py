@@ -21,7 +21,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fasdl import exchange_cache, results, segments
+from fasdl import exchange_cache, results, run_state
 from fasdl.environment import Settings
 from fasdl.metrics import get_logger
 
@@ -48,7 +48,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     execution = str(event.get("execution", ""))
     s3 = settings.s3_client()
     if action == "succeeded":
-        run = segments.parse_run(event.get("run"))
+        run = run_state.parse_run(event.get("run"))
         outcome = results.write_final(s3, settings, run, execution)
         _clean(settings, outcome["run_id"], run)
         logger.info("run finished", extra=outcome)
@@ -60,5 +60,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.error("run failed", extra={"run_id": run_id, "failure_key": key})
         _clean(settings, run_id, state.get("run") if isinstance(state, dict) else None)
         return {"run_id": run_id, "failure_key": key}
-    raise segments.RunStateError(f"event field 'action': must be succeeded or failed, "
+    raise run_state.RunStateError(f"event field 'action': must be succeeded or failed, "
                                  f"got {action!r}")

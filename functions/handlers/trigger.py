@@ -30,7 +30,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fasdl import account, exchange_cache, fencing, keys, memory_report, segments
+from fasdl import account, exchange_cache, fencing, keys, memory_report, run_state
 from fasdl.environment import Settings
 from fasdl.events import RunState
 from fasdl.metrics import get_logger
@@ -53,7 +53,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
         return fencing.issue_epoch(store, run_id)
 
     if action == "start":
-        run = segments.start_run(
+        run = run_state.start_run(
             event, s3, datasets_bucket=settings.datasets_bucket,
             results_bucket=settings.results_bucket, runs_prefix=settings.runs_prefix,
             deployed_json=settings.plan_json, fingerprint=settings.deployment,
@@ -62,22 +62,22 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
         ready = account.before_first_map(len(run["workers"]), context)
         logger.info("worker function ready", extra={"ready": ready})
     elif action == "next":
-        current = segments.parse_run(event.get("run"))
-        plan = segments.load_run_plan(s3, settings.results_bucket, current)
-        run = segments.next_state(current, plan, epoch=issue_epoch(current["run_id"]))
+        current = run_state.parse_run(event.get("run"))
+        plan = run_state.load_run_plan(s3, settings.results_bucket, current)
+        run = run_state.next_state(current, plan, epoch=issue_epoch(current["run_id"]))
     elif action == "shorten":
-        current = segments.parse_run(event.get("run"))
-        run = segments.shorten_state(current, event.get("error"),
+        current = run_state.parse_run(event.get("run"))
+        run = run_state.shorten_state(current, event.get("error"),
                                      epoch=issue_epoch(current["run_id"]))
         _clean_dead_epoch(settings, current)
     elif action == "retry":
-        current = segments.parse_run(event.get("run"))
+        current = run_state.parse_run(event.get("run"))
         _check_memory_of_failed_attempt(settings)
-        run = segments.retry_state(current, event.get("error"),
+        run = run_state.retry_state(current, event.get("error"),
                                    epoch=issue_epoch(current["run_id"]))
         _clean_dead_epoch(settings, current)
     else:
-        raise segments.RunStateError(f"event field 'action': must be start, next, shorten or "
+        raise run_state.RunStateError(f"event field 'action': must be start, next, shorten or "
                                      f"retry, got {action!r}")
     run["cache"] = exchange_cache_of(settings)
     logger.info("run state", extra={"run": run})
@@ -124,7 +124,7 @@ def _check_memory_of_failed_attempt(settings: Settings) -> None:
         return
     import boto3
 
-    timeout_s = float(segments.parse_fingerprint(settings.deployment)["timeout_s"])
+    timeout_s = float(run_state.parse_fingerprint(settings.deployment)["timeout_s"])
     memory_report.check_failed_attempt(
         boto3.client("logs"), log_group, now_ms=int(time.time() * 1000),
         window_s=timeout_s + ATTEMPT_SLACK_S)

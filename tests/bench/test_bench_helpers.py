@@ -18,7 +18,7 @@ from bench.local_runs import (
 )
 from bench.patterns import verdicts
 from bench.readme import MarkerMissing, update_section
-from planner.model import aligned_non_aggregator_batch, evaluate
+from planner.cost_model import aligned_non_aggregator_batch, evaluate
 from planner.profiles import load_platform, load_workload
 
 

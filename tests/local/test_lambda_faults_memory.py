@@ -16,8 +16,8 @@ import pytest
 
 from infra import lambda_errors
 from local.__main__ import build_parser
-from local.emulation import LambdaEmulation
 from local.emulator import FunctionSpec, Invocation, LambdaEmulator
+from local.lambda_speed import LambdaEmulation
 from local.memory_watchdog import MIB, MemoryWatchdog, read_memory
 from local.runner import RunOptions
 from tests.local.conftest import STUBS

@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from planner.model import Problem
+from planner.cost_model import Problem
 from planner.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
 
 PROFILED_MEMORIES = (128.0, 512.0, 1024.0, 2048.0, 3008.0)

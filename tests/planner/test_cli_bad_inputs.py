@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from planner.cli import main
-from planner.model import Problem, non_aggregator_times
+from planner.cost_model import Problem, non_aggregator_times
 from planner.profiles import load_platform, load_prices, load_workload
 from tests.planner.test_cli_inputs import SMALL, workload_file
-from tests.planner.test_fit_samples import fit_args, train_records, write
+from tests.planner.test_profiler_fit import fit_args, train_records, write
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 
 from fasdl.inflight import exchange_memory_mb
+from planner.cost_model import Problem, Violation, aligned_non_aggregator_batch, evaluate
 from planner.memory import role_max_batch, role_memory_mb
-from planner.model import Problem, Violation, aligned_non_aggregator_batch, evaluate
 from planner.profiles import load_platform, load_prices, load_workload
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from planner.model import (
+from planner.cost_model import (
     Problem,
     Violation,
     aligned_non_aggregator_batch,

@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from planner.model import Problem, Violation, communication_times, evaluate
+from planner.cost_model import Problem, Violation, communication_times, evaluate
 from planner.profiles import load_platform, load_prices, load_workload
 from planner.recipe import Recipe
 from planner.search import exact

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from fasdl.plan import Plan
 from planner.cli import main
+from planner.cost_model import Problem, Violation
 from planner.heuristic import lambda_dnn, standalone, two_stage
-from planner.model import Problem, Violation
 from planner.profiles import load_platform, load_prices, load_workload
 from planner.quotas import Quotas, Search, limit_memory, limit_workers, search_within
 from planner.search import SearchResult, exact, exhaustive

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasdl.plan import Plan
+from planner.cost_model import Problem, Violation, evaluate
 from planner.heuristic import lambda_dnn, standalone, two_stage
-from planner.model import Problem, Violation, evaluate
 from planner.planfile import to_plan
 from planner.profiles import load_platform, load_prices, load_workload
 from planner.search import BN_RULES, Choice, Objective, SearchResult, exact, exhaustive, frontier

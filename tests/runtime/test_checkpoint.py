@@ -33,7 +33,7 @@ from fasdl.data import (
 )
 from fasdl.keys import checkpoint_object_key, manifest_key
 from fasdl.kreduce import KReduceWorker
-from fasdl.models import build_model
+from fasdl.networks import build_model
 from fasdl.plan import Plan
 from tests.runtime.test_kreduce import make_plan, run_parallel
 

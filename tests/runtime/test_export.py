@@ -28,7 +28,7 @@ from fasdl.export import (
     export_checkpoint_meta,
     load_export,
 )
-from fasdl.models import build_seeded_model
+from fasdl.networks import build_seeded_model
 from fasdl.segment_runner import _evaluate
 from tests.runtime.conftest import RESULTS, deployed_env
 from tests.runtime.test_kreduce import make_plan

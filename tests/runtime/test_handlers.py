@@ -23,6 +23,7 @@ from fasdl.checkpoint import array_bytes, commit_manifest, put_objects
 from fasdl.environment import Settings, SettingsError
 from fasdl.metrics import StepMetrics
 from fasdl.plan import Plan, PlanError
+from fasdl.run_state import RetriesExhausted, RunStateError
 from fasdl.segment_runner import (
     SegmentTooLong,
     TimeGuard,
@@ -30,7 +31,6 @@ from fasdl.segment_runner import (
     WorkerEventError,
     peer_wait_s,
 )
-from fasdl.segments import RetriesExhausted, RunStateError
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS, deployed_env
 from tests.runtime.test_kreduce import make_plan

@@ -22,7 +22,7 @@ from fasdl.inflight import (
     fetch_in_order,
 )
 from fasdl.kreduce import KReduceWorker
-from fasdl.models import build_model
+from fasdl.networks import build_model
 from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
 
 

@@ -34,7 +34,7 @@ from fasdl.keys import (
     shard_key,
 )
 from fasdl.kreduce import KReduceWorker, StepStats, shard_bounds
-from fasdl.models import build_model
+from fasdl.networks import build_model
 from fasdl.plan import Deployment, Plan, Training, Workload
 
 INPUT_SHAPE = (1, 4, 4)

@@ -28,9 +28,9 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from fasdl.segments import first_state, next_state, retry_state
+from fasdl.run_state import first_state, next_state, retry_state
 from infra.lambda_runtime import PYTHON_RUNTIME, lambda_target
-from tests.runtime.test_segments import plan_with
+from tests.runtime.test_run_state import plan_with
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYER_TOOLS = ROOT / "layers" / "torch"

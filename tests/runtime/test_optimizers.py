@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from fasdl.models import build_model
+from fasdl.networks import build_model
 from fasdl.optimizers import FlatAdamW, FlatParameters, FlatSGD, LearningRateSchedule
 from fasdl.plan import PlanError
 from tests.runtime.test_kreduce import make_plan

@@ -31,7 +31,7 @@ from fasdl.datasets.output import staged_output
 SPLIT_FILES = {"train": "train.tsv", "test": "dev.tsv"}  # runtime split <- CoLA file
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 DEFAULT_MAX_LENGTH = 64  # CoLA's longest sentences are ~45 words; few need more pieces
-DEFAULT_VOCAB_SIZE = 1024  # bert-mini's vocabulary (fasdl.text_models)
+DEFAULT_VOCAB_SIZE = 1024  # bert-mini's vocabulary (fasdl.text_networks)
 MAX_FILE_BYTES = 64 * 2**20
 
 

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from planner.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from planner.fit import DEFAULT_TORCH_LOAD_CPU_S
-from planner.fit_samples import (
+from planner.profiler_fit import (
     FitRequest,
     SampleError,
     fit_transfers,
@@ -21,6 +20,7 @@ from planner.fit_samples import (
     run_fit,
 )
 from planner.profiles import load_platform, load_platform_file, load_workload
+from planner.throughput_fit import DEFAULT_TORCH_LOAD_CPU_S
 
 TRUE = {"a": 37.19, "b": 12.48, "m": -111.46, "k": 5.0, "c": 592.0}  # ResNet-50 shipped
 MEMORIES = (512, 1024, 2048, 4096, 8192)

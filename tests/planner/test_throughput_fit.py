@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from planner.cli import main
-from planner.fit import (
+from planner.profiles import PlatformProfile, load_platform
+from planner.throughput_fit import (
     DEFAULT_INVOCATION_OVERHEAD_S,
     DEFAULT_TORCH_LOAD_CPU_S,
     SaturationFit,
@@ -22,7 +23,6 @@ from planner.fit import (
     relative_time_errors,
     rounded,
 )
-from planner.profiles import PlatformProfile, load_platform
 
 REPO = Path(__file__).resolve().parents[2]
 # shared/ sits beside the repository, in development and in CI alike.

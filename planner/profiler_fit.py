@@ -3,7 +3,8 @@
 Workload: T = a·(B+b)/(M+m) by a grid over m with a weighted linear fit of (a, a·b) at each m
 (the model is linear in them once m is fixed), refined by bounded ``least_squares`` on relative
 errors; M_B = k·B + c by bounded linear least squares on the peak memory. Platform: p, t per
-memory and direction with :func:`planner.fit.fit_series` (the fit of the shipped S3 profile).
+memory and direction with :func:`planner.throughput_fit.fit_series` (the fit of the shipped
+S3 profile).
 
 A parameter the samples cannot identify is refused with :class:`SampleError` naming the missing
 dimension: a·(B+b) needs two batch sizes, m needs two memories, p and t need two object sizes
@@ -26,8 +27,8 @@ from scipy.optimize import least_squares, lsq_linear
 
 from fasdl.field_types import is_number
 from fasdl.json_input import JsonInputError, load_json_bytes
-from planner.fit import SaturationFit, fit_series, platform_from_fits, rounded
 from planner.profiles import DIRECTIONS, LAMBDA_MAX_MEMORY_MB, PlatformProfile, WorkloadProfile
+from planner.throughput_fit import SaturationFit, fit_series, platform_from_fits, rounded
 
 KINDS = ("train", "transfer")
 
@@ -248,7 +249,7 @@ def model_size_mb(fit: WorkloadFit, override: float | None) -> float:
     if fit.model_mb is not None:
         return fit.model_mb
     try:
-        from fasdl.models import MODELS, parameter_mb
+        from fasdl.networks import MODELS, parameter_mb
     except ImportError as error:  # torch missing: the user must say how big the model is
         raise SampleError(f"cannot size model {fit.model!r} ({error}); pass --model-mb",
                           "--model-mb") from error
@@ -261,11 +262,13 @@ def model_size_mb(fit: WorkloadFit, override: float | None) -> float:
 def workload_profile(fit: WorkloadFit, *, name: str, dataset: str, samples: int,
                      dataset_mb: float, model_mb: float, notes: str = "") -> WorkloadProfile:
     return WorkloadProfile(name=name, model=fit.model, dataset=dataset, samples=samples,
-                           dataset_mb=dataset_mb, model_mb=model_mb, a=_g(fit.a), b=_g(fit.b),
-                           m=_g(fit.m), k=_g(fit.k), c=_g(fit.c), notes=notes)
+                           dataset_mb=dataset_mb, model_mb=model_mb,
+                           a=_six_digits(fit.a), b=_six_digits(fit.b), m=_six_digits(fit.m),
+                           k=_six_digits(fit.k), c=_six_digits(fit.c), notes=notes)
 
 
-def _g(value: float) -> float:
+def _six_digits(value: float) -> float:
+    """Six significant digits: profiles keep what the fit can support, no float noise."""
     return float(f"{value:.6g}")
 
 
@@ -335,7 +338,7 @@ class FitRequest:
     channel: str | None = None
     arch: str | None = None
     invocation_overhead_s: float | None = None
-    torch_load_cpu_s: float | None = None  # None: planner.fit's local measurement
+    torch_load_cpu_s: float | None = None  # None: planner.throughput_fit's local measurement
     png: str | None = None
 
 
@@ -352,7 +355,7 @@ def output_paths(out: str, kind: str) -> dict[str, str]:
 def run_fit(request: FitRequest) -> tuple[list[str], dict[str, Any]]:
     """Fit, write the profile JSON file(s) and the optional PNG; returns report lines and a
     JSON summary. Raises :class:`SampleError` naming the argument at fault."""
-    from planner.fit import DEFAULT_INVOCATION_OVERHEAD_S, DEFAULT_TORCH_LOAD_CPU_S
+    from planner.throughput_fit import DEFAULT_INVOCATION_OVERHEAD_S, DEFAULT_TORCH_LOAD_CPU_S
 
     samples = read_samples(request.samples)
     paths = output_paths(request.out, request.kind)
@@ -394,7 +397,7 @@ def run_fit(request: FitRequest) -> tuple[list[str], dict[str, Any]]:
         summary["platform"] = platform.to_dict()
         summary["transfer_fits"] = [vars(fit) for fit in fits]
     if request.png:
-        from planner.fit_plot import render_fit
+        from planner.profiler_fit_plot import render_fit
 
         render_fit(request.png, samples, workload_fit, platform)
         lines.append(f"wrote {request.png}")

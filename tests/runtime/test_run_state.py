@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fasdl.dataset_check import DatasetError, check_dataset, npy_shape
 from fasdl.plan import Plan, PlanError
-from fasdl.segments import (
+from fasdl.run_state import (
     MAX_ATTEMPTS,
     MAX_RETRIES,
     RetriesExhausted,

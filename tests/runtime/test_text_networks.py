@@ -21,7 +21,7 @@ from fasdl.data import to_tensors as data_to_tensors
 from fasdl.evaluate import main as evaluate_main
 from fasdl.export import ExportError, build_from_export, export_bytes
 from fasdl.kreduce import KReduceWorker
-from fasdl.models import build_model, build_seeded_model, parameter_count
+from fasdl.networks import build_model, build_seeded_model, parameter_count
 from fasdl.plan import PlanError
 from fasdl.segment_runner import _confusion
 from tests.runtime.test_kreduce import make_plan, run_parallel

@@ -11,7 +11,7 @@ S/tp(S) against the measured time. Why time and why relative:
   the measured throughput against the predicted one, measured/predicted − 1.
 
 This module is for development (profiling a platform); the planner at run time only reads the
-JSON that ``python -m planner fit --csv`` (planner/fit_csv.py) writes from it.
+JSON that ``python -m planner fit --csv`` (planner/measurements_fit.py) writes from it.
 """
 
 from __future__ import annotations

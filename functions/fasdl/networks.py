@@ -16,7 +16,7 @@ Sizes are reported in MiB of float32 (2^20 bytes), the unit of the paper's Table
 97.49 / 13.37 / 4.71 MB are exactly ResNet-50 / MobileNetV2 / SqueezeNet 1.1 with a 1000-way
 classifier. With a 10-way head the same bodies are smaller (the classifier shrinks).
 
-``bert-base``/``bert-mini`` (fasdl.text_models) take text rows: input shape ``(2, L)``,
+``bert-base``/``bert-mini`` (fasdl.text_networks) take text rows: input shape ``(2, L)``,
 token ids and attention mask, instead of (channels, height, width).
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from fasdl.text_models import TEXT_MODELS, build_text_model
+from fasdl.text_networks import TEXT_MODELS, build_text_model
 
 # images: (channels, height, width); text: (2, sequence length), token ids and attention mask
 InputShape = tuple[int, ...]
@@ -202,7 +202,7 @@ MODELS: dict[str, Builder] = {
     # size-matched stand-ins (S_m of the paper's ResNet-50 / SqueezeNet, MLP compute)
     "mlp-resnet50-size": _sized_mlp(PAPER_MODEL_MB["resnet50"]),
     "mlp-squeezenet-size": _sized_mlp(PAPER_MODEL_MB["squeezenet"]),
-    # text: rows of (2, L) token ids and attention mask (fasdl.text_models)
+    # text: rows of (2, L) token ids and attention mask (fasdl.text_networks)
     "bert-base": lambda classes, shape: build_text_model("bert-base", classes, shape),
     "bert-mini": lambda classes, shape: build_text_model("bert-mini", classes, shape),
 }

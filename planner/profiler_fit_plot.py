@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.fit_samples import Samples, WorkloadFit, distinct
+from planner.profiler_fit import Samples, WorkloadFit, distinct
 from planner.profiles import DIRECTIONS, PlatformProfile
 
 

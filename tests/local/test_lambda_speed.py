@@ -1,5 +1,5 @@
 """Lambda emulation: the CPU cap on real processes, bandwidth shaping on real servers, and both
-through the emulator and the CLI (local/emulation.py, local/throttle.py, local/shaping.py)."""
+through the emulator and the CLI (local/lambda_speed.py, local/throttle.py, local/shaping.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ import pytest
 from fasdl.channel.base import Channel
 from fasdl.channel.factory import build_channel, register_channel_wrapper
 from fasdl.environment import Settings
+from infra.lambda_errors import TIMEOUT
 from local.__main__ import main
-from local.emulation import LAMBDA_MB_PER_VCPU, EmulationError, LambdaEmulation, load_emulation
-from local.emulator import TIMEOUT_ERROR, FunctionSpec, LambdaEmulator
+from local.emulator import FunctionSpec, LambdaEmulator
+from local.lambda_speed import LAMBDA_MB_PER_VCPU, EmulationError, LambdaEmulation, load_emulation
 from local.servers import SeaweedS3Server, ValkeyServer
 from local.shaping import MB, BandwidthShaper, Link, ShapedChannel
 from local.throttle import CpuThrottle
@@ -301,7 +302,7 @@ def test_emulated_invocation_is_capped(handlers: Path) -> None:
 def test_a_held_invocation_still_times_out(handlers: Path) -> None:
     with _emulator(handlers, "busy", 128, LambdaEmulation(), timeout_s=1.5) as emulator:
         invocation = emulator.invoke("Fn", {"seconds": 60})
-    assert invocation.error_type == TIMEOUT_ERROR and invocation.duration_s < 3
+    assert invocation.error_type == TIMEOUT and invocation.duration_s < 3
 
 
 @pytest.mark.parametrize("memory", MEMORIES)

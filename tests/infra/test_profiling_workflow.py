@@ -16,7 +16,7 @@ import pytest
 from moto import mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
 
-from infra import profiling
+from infra import profiling_workflow as profiling
 from infra.settings import SettingsError
 from infra.workflow import NOT_READY_RETRIER, RETRIERS
 from tests.infra.conftest import Synth, state_machine_definition

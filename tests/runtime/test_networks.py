@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from fasdl.models import (
+from fasdl.networks import (
     MODELS,
     PAPER_MODEL_MB,
     PAPER_NUM_CLASSES,
@@ -17,7 +17,7 @@ from fasdl.models import (
     parameter_count,
     parameter_mb,
 )
-from fasdl.text_models import TEXT_MODELS
+from fasdl.text_networks import TEXT_MODELS
 
 # The paper's Table 5.1 sizes are the ImageNet-headed networks in MiB; our CIFAR-stem bodies
 # with the same 1000-way head must land within this relative tolerance.
@@ -67,7 +67,7 @@ def test_cifar10_heads_are_smaller_by_exactly_the_classifier() -> None:
 
 
 # resnet50 runs once (CIFAR shape): building it alone costs seconds
-# (text models take (2, L) token rows: tests/runtime/test_text_models.py)
+# (text models take (2, L) token rows: tests/runtime/test_text_networks.py)
 SHAPE_CASES = [(name, shape) for name in sorted(set(MODELS) - TEXT_MODELS)
                for shape in [(3, 32, 32), (1, 8, 8)]
                if not (name == "resnet50" and shape[0] == 1)

@@ -3,7 +3,7 @@ profile from measured transfer times.
 
 Reads ``memory_mb,object_mb,upload_s,download_s`` (default: the measurements shipped in
 planner/data/measurements, README there), fits tp = p(M)·(1 − e^(−t(M)·S)) per memory and
-direction (planner/fit.py), reports a per-memory table with the fit quality, and writes
+direction (planner/throughput_fit.py), reports a per-memory table with the fit quality, and writes
 ``aws-lambda-x86_64-s3.json`` (fitted) and ``aws-lambda-x86_64-valkey.json`` (derived from it;
 an assumption) into DIR: with ``--out planner/data/platforms`` it refreshes the shipped files.
 """
@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from planner.fit import (
+from planner.profiles import PlatformProfile
+from planner.throughput_fit import (
     DEFAULT_INVOCATION_OVERHEAD_S,
     DEFAULT_TORCH_LOAD_CPU_S,
     DIRECTIONS,
@@ -29,12 +30,11 @@ from planner.fit import (
     relative_time_errors,
     rounded,
 )
-from planner.profiles import PlatformProfile
 
 SHIPPED_CSV = "lambda_s3_transfer_times.csv"
 
 S3_SOURCE = (
-    "Fitted by python -m planner fit --csv (planner/fit.py) from "
+    "Fitted by python -m planner fit --csv (planner/throughput_fit.py) from "
     "lambda_s3_transfer_times.csv: 456 PUT/GET wall-clock times between an x86_64 Lambda and "
     "S3, memories 128-3008 MB, objects 1-100 MB (128-384 MB only to 20 MB), converted from the "
     "bandwidth tables Optimizer/bw_up.xls and bw_down.xls of the public FasDL code (Chen et al., "
