@@ -30,7 +30,7 @@ import aws_cdk as cdk
 from infra.compute import reserved_worker_concurrency
 from infra.nag import add_checks
 from infra.profiling_workflow import CONTEXT_MEMORIES, CONTEXT_PROFILING, profiling_memories
-from infra.settings import PlanError, Settings, SettingsError, load_settings
+from infra.settings import PlanError, SynthSettings, SynthSettingsError, load_settings
 from infra.stack import DEFAULT_STACK_NAME, build_stacks
 
 CONTEXT_KEYS = ("plan", "torch_layer", "worker_packaging", "alarm_email", "nag", "account",
@@ -40,7 +40,7 @@ STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,122}")
 ACCOUNT = re.compile(r"\d{12}")
 
 
-def preflight(app: cdk.App, settings: Settings) -> None:
+def preflight(app: cdk.App, settings: SynthSettings) -> None:
     """The checks the constructs would make later, once assets are staged, made now."""
     reserved_worker_concurrency(settings)
     profiling_memories({key: app.node.try_get_context(key)
@@ -48,10 +48,10 @@ def preflight(app: cdk.App, settings: Settings) -> None:
                        settings.plan.deployment.memory_mb)
     name, account = app.node.try_get_context("stack_name"), app.node.try_get_context("account")
     if name and not STACK_NAME.fullmatch(str(name)):
-        raise SettingsError(f"context 'stack_name' must be a letter then up to 122 letters, "
+        raise SynthSettingsError(f"context 'stack_name' must be a letter then up to 122 letters, "
                             f"digits or '-', got {name!r}")
     if account and not ACCOUNT.fullmatch(str(account)):
-        raise SettingsError(f"context 'account' must be a 12-digit AWS account id, got "
+        raise SynthSettingsError(f"context 'account' must be a 12-digit AWS account id, got "
                             f"{account!r}")
 
 
@@ -61,7 +61,7 @@ def main() -> None:
     try:
         settings = load_settings(context)
         preflight(app, settings)
-    except (PlanError, SettingsError) as error:
+    except (PlanError, SynthSettingsError) as error:
         # One line and exit 2 before any construct exists, so no asset is staged.
         print(f"fasdl: invalid synth input: {error}", file=sys.stderr)
         raise SystemExit(2) from error

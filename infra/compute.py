@@ -40,8 +40,8 @@ from infra.settings import (
     DOCKERFILE,
     FUNCTIONS_DIR,
     REPO_ROOT,
-    Settings,
-    SettingsError,
+    SynthSettings,
+    SynthSettingsError,
 )
 from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX, Storage
 
@@ -87,12 +87,12 @@ def plan_concurrency_quota(plan: Plan) -> int:
     if text is None:
         return DEFAULT_ACCOUNT_CONCURRENCY
     if not str(text).isdigit() or int(text) < 1:
-        raise SettingsError(f"plan field 'provenance.max_concurrency' must be a whole number "
+        raise SynthSettingsError(f"plan field 'provenance.max_concurrency' must be a whole number "
                             f">= 1 (the planner's --max-concurrency), got {text!r}")
     return int(text)
 
 
-def reserved_worker_concurrency(settings: Settings) -> int | None:
+def reserved_worker_concurrency(settings: SynthSettings) -> int | None:
     """2·W reserved for the worker with ``-c reserve_concurrency=true``, else None. Lambda
     keeps 100 of the account's concurrency unreserved (PutFunctionConcurrency), so a
     reservation that would leave less of the plan's quota is refused here, not at deploy."""
@@ -102,7 +102,7 @@ def reserved_worker_concurrency(settings: Settings) -> int | None:
     reserved = EXECUTIONS_PER_WORKER * workers
     quota = plan_concurrency_quota(settings.plan)
     if quota - reserved < MIN_UNRESERVED_CONCURRENCY:
-        raise SettingsError(
+        raise SynthSettingsError(
             f"context '{CONTEXT_RESERVE_CONCURRENCY}=true' reserves 2·W = 2·{workers} = "
             f"{reserved} concurrent executions for the worker, but the plan's concurrency "
             f"quota is {quota} (provenance.max_concurrency, {DEFAULT_ACCOUNT_CONCURRENCY} when "
@@ -142,7 +142,7 @@ class _Spec:
 class Compute(Construct):
     """Functions, their roles, log groups and the torch layer."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings,
+    def __init__(self, scope: Construct, construct_id: str, *, settings: SynthSettings,
                  storage: Storage, stack_name: str, vpc: ec2.IVpc | None = None,
                  security_group: ec2.ISecurityGroup | None = None,
                  cache_name: str | None = None) -> None:

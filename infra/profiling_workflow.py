@@ -39,7 +39,7 @@ from constructs import Construct
 
 from infra import access
 from infra.compute import LONG_TIMEOUT, Compute, ephemeral_storage_mb
-from infra.settings import Settings, SettingsError
+from infra.settings import SynthSettings, SynthSettingsError
 from infra.storage import Storage
 from infra.workflow import LOG_RETENTION, TASK_TIMEOUT_SLACK_S, add_lambda_retries
 
@@ -92,7 +92,7 @@ def profiling_memories(context: dict[str, object], plan_memory_mb: int) -> tuple
         except ValueError:
             memory = 0
         if not MIN_MEMORY_MB <= memory <= MAX_MEMORY_MB:
-            raise SettingsError(f"context '{CONTEXT_MEMORIES}': every memory must be an "
+            raise SynthSettingsError(f"context '{CONTEXT_MEMORIES}': every memory must be an "
                                 f"integer MB in [{MIN_MEMORY_MB}, {MAX_MEMORY_MB}], "
                                 f"got {value!r}")
         memories.add(memory)
@@ -102,7 +102,7 @@ def profiling_memories(context: dict[str, object], plan_memory_mb: int) -> tuple
 class ProfilingWorkflow(Construct):
     """Profiler functions per memory and the state machine that runs and collects them."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings,
+    def __init__(self, scope: Construct, construct_id: str, *, settings: SynthSettings,
                  compute: Compute, storage: Storage, memories: Sequence[int]) -> None:
         super().__init__(scope, construct_id)
         self._trigger = compute.trigger
@@ -172,7 +172,7 @@ class ProfilingWorkflow(Construct):
         return defaults.next(merge).next(find_cache).next(each).next(collect).next(ready)
 
 
-def _add_profiler(compute: Compute, storage: Storage, settings: Settings,
+def _add_profiler(compute: Compute, storage: Storage, settings: SynthSettings,
                   memory_mb: int) -> lambda_.Function:
     """A profiler like the stack's own, at another memory (own role and log group)."""
     function = compute.build_profiler(memory_mb, timeout=LONG_TIMEOUT,

@@ -70,12 +70,12 @@ STUB_WARNING = (
 )
 
 
-class SettingsError(ValueError):
+class SynthSettingsError(ValueError):
     """Invalid synth context (not the plan: that raises PlanError)."""
 
 
 @dataclass(frozen=True)
-class Settings:
+class SynthSettings:
     plan: Plan
     plan_path: Path
     torch_layer_dir: Path
@@ -91,8 +91,8 @@ def _resolve(path: str | Path) -> Path:
     return candidate if candidate.is_absolute() else REPO_ROOT / candidate
 
 
-def load_settings(context: dict[str, object], *, warn: bool = True) -> Settings:
-    """Resolve context values into :class:`Settings`; raises PlanError for a bad plan."""
+def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSettings:
+    """Resolve context values into :class:`SynthSettings`; raises PlanError for a bad plan."""
     plan_arg = context.get(CONTEXT_PLAN)
     plan_path = _resolve(str(plan_arg)) if plan_arg else DEFAULT_PLAN_PATH
     plan = Plan.load(plan_path)  # PlanError propagates unchanged, before any construct
@@ -100,7 +100,7 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> Settings:
 
     packaging = str(context.get(CONTEXT_PACKAGING) or "zip")
     if packaging not in PACKAGINGS:
-        raise SettingsError(
+        raise SynthSettingsError(
             f"context '{CONTEXT_PACKAGING}' must be one of {', '.join(PACKAGINGS)}, "
             f"got {packaging!r}")
 
@@ -114,7 +114,7 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> Settings:
         layer_dir, is_stub = STUB_TORCH_LAYER, True
     if not is_stub:
         _check_layer_target(layer_dir, plan.deployment.arch)
-    return Settings(plan=plan, plan_path=plan_path, torch_layer_dir=layer_dir,
+    return SynthSettings(plan=plan, plan_path=plan_path, torch_layer_dir=layer_dir,
                     torch_layer_is_stub=is_stub, worker_packaging=cast(Packaging, packaging),
                     alarm_email=alarm_email,
                     reserve_concurrency=_flag(context, CONTEXT_RESERVE_CONCURRENCY),
@@ -129,7 +129,7 @@ def _flag(context: dict[str, object], key: str) -> bool:
         return False
     if value is True or str(value).lower() == "true":
         return True
-    raise SettingsError(f"context '{key}' must be true or false, got {value!r}")
+    raise SynthSettingsError(f"context '{key}' must be true or false, got {value!r}")
 
 
 def _inline_map_max_workers(value: object) -> int:
@@ -140,7 +140,7 @@ def _inline_map_max_workers(value: object) -> int:
     except ValueError:
         number = 0
     if not 1 <= number <= INLINE_MAP_LIMIT:
-        raise SettingsError(
+        raise SynthSettingsError(
             f"context '{CONTEXT_INLINE_MAP_MAX_WORKERS}' must be a whole number from 1 to "
             f"{INLINE_MAP_LIMIT}, got {value!r}")
     return number
@@ -151,7 +151,7 @@ def _alarm_email(value: object) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str) or not EMAIL_PATTERN.fullmatch(value.strip()):
-        raise SettingsError(
+        raise SynthSettingsError(
             f"context '{CONTEXT_ALARM_EMAIL}' must be one email address like "
             f"you@example.com, got {value!r}")
     return value.strip()
@@ -162,26 +162,27 @@ def _check_layer_target(layer_dir: Path, arch: str) -> None:
     try:
         manifest = json.loads((layer_dir / LAYER_MANIFEST).read_text())
     except (OSError, ValueError) as error:
-        raise SettingsError(f"unreadable torch layer manifest in {layer_dir}: {error}") from error
+        raise SynthSettingsError(f"unreadable torch layer manifest in {layer_dir}: "
+                                 f"{error}") from error
     rebuild = (f"rebuild with `make layer ARCH={arch}` (layers/torch/build.py) or pass "
                "-c torch_layer=<dir>")
     if manifest.get("arch") != arch:
-        raise SettingsError(
+        raise SynthSettingsError(
             f"torch layer {layer_dir} was built for {manifest.get('arch')!r} but the plan's "
             f"deployment.arch is {arch!r}; rebuild with `python layers/torch/build.py --arch "
             f"{arch}` or pass -c torch_layer=<dir>")
     target = lambda_target(arch)
     built = (manifest.get("runtime"), manifest.get("python"))
     if built != (PYTHON_RUNTIME, target.abi):
-        raise SettingsError(
+        raise SynthSettingsError(
             f"torch layer {layer_dir} was built for runtime {built[0]!r} / {built[1]!r}, but the "
             f"functions run on {target.describe()}; {rebuild}")
     unpacked_mb = int(manifest.get("unpacked_bytes", 0)) / 2**20
     if unpacked_mb > TORCH_TMP_RESERVE_MB:
-        raise SettingsError(
+        raise SynthSettingsError(
             f"torch layer {layer_dir} unpacks to {unpacked_mb:.0f} MiB, over the "
             f"{TORCH_TMP_RESERVE_MB} MiB of /tmp the stack reserves for it "
             "(infra.lambda_runtime.TORCH_TMP_RESERVE_MB); strip more or raise the reserve")
 
 
-__all__ = ["PlanError", "Settings", "SettingsError", "load_settings"]
+__all__ = ["PlanError", "SynthSettings", "SynthSettingsError", "load_settings"]

@@ -20,7 +20,7 @@ from infra.profiling_workflow import (
     ProfilingWorkflow,
     profiling_memories,
 )
-from infra.settings import Settings
+from infra.settings import SynthSettings
 from infra.storage import Storage
 from infra.workflow import TrainingWorkflow
 
@@ -37,7 +37,7 @@ class FasdlStack(Stack):
     """One training deployment: the plan's M, W, channel and arch are baked in."""
 
     def __init__(self, scope: Construct, construct_id: str = DEFAULT_STACK_NAME, *,
-                 settings: Settings, account: str | None = None) -> None:
+                 settings: SynthSettings, account: str | None = None) -> None:
         plan = settings.plan
         # Region from the plan; account left to the CLI's credentials (no lookups at synth).
         super().__init__(scope, construct_id,
@@ -117,7 +117,7 @@ class FasdlStack(Stack):
                 "/profiles/my-profile/samples.jsonl samples.jsonl"]))
 
 
-def build_stacks(scope: Construct, settings: Settings, *, stack_name: str = DEFAULT_STACK_NAME,
+def build_stacks(scope: Construct, settings: SynthSettings, *, stack_name: str = DEFAULT_STACK_NAME,
                  account: str | None = None) -> tuple[FasdlStack, FasdlCacheStack | None]:
     """The training stack and, for Valkey plans, its cache stack (which imports the VPC's
     subnets and the cache security group from it, never the other way)."""

@@ -22,7 +22,7 @@ from aws_cdk import Stack
 from aws_cdk.assertions import Template
 
 from infra.nag import add_checks
-from infra.settings import REPO_ROOT, STUB_TORCH_LAYER, Settings, load_settings
+from infra.settings import REPO_ROOT, STUB_TORCH_LAYER, SynthSettings, load_settings
 from infra.stack import FasdlStack, build_stacks
 
 PLANS = Path(__file__).parent / "plans"
@@ -54,7 +54,7 @@ class StackTemplate:
 @dataclass
 class Synth:
     name: str
-    settings: Settings
+    settings: SynthSettings
     stack: FasdlStack
     template: Template
     json: dict[str, Any]

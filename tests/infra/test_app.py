@@ -20,7 +20,7 @@ from infra.settings import (
     LAYER_MANIFEST,
     REPO_ROOT,
     STUB_TORCH_LAYER,
-    SettingsError,
+    SynthSettingsError,
     load_settings,
 )
 from infra.stack import STAND_IN_REFUSAL
@@ -97,7 +97,7 @@ def test_layer_for_other_arch_is_an_error(tmp_path: Path) -> None:
     settings = load_settings({"torch_layer": str(tmp_path),
                               "plan": str(PLANS / "valkey_arm64.json")})
     assert not settings.torch_layer_is_stub
-    with pytest.raises(SettingsError, match="--arch x86_64"):
+    with pytest.raises(SynthSettingsError, match="--arch x86_64"):
         load_settings({"torch_layer": str(tmp_path)})
 
 
@@ -108,13 +108,13 @@ def test_layer_for_other_arch_is_an_error(tmp_path: Path) -> None:
 def test_layer_for_another_runtime_or_abi_is_an_error(tmp_path: Path, runtime: str,
                                                       python: str) -> None:
     layer = _built_layer(tmp_path, runtime=runtime, python=python)
-    with pytest.raises(SettingsError, match=rf"{python}.*{PYTHON_RUNTIME} \(cp312"):
+    with pytest.raises(SynthSettingsError, match=rf"{python}.*{PYTHON_RUNTIME} \(cp312"):
         load_settings({"torch_layer": str(layer)})
 
 
 def test_layer_that_does_not_fit_the_tmp_reserve_is_an_error(tmp_path: Path) -> None:
     layer = _built_layer(tmp_path, unpacked_bytes=(TORCH_TMP_RESERVE_MB + 1) * 2**20)
-    with pytest.raises(SettingsError, match="TORCH_TMP_RESERVE_MB"):
+    with pytest.raises(SynthSettingsError, match="TORCH_TMP_RESERVE_MB"):
         load_settings({"torch_layer": str(layer)})
 
 
@@ -134,7 +134,7 @@ def test_stand_in_layer_template_cannot_be_deployed(s3_synth: Synth, tmp_path: P
 
 
 def test_unknown_packaging_is_an_error() -> None:
-    with pytest.raises(SettingsError, match="worker_packaging"):
+    with pytest.raises(SynthSettingsError, match="worker_packaging"):
         load_settings({"worker_packaging": "jar"}, warn=False)
 
 
@@ -179,7 +179,7 @@ def test_cdk_cli_synth_offline(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["0", "41", "four", "2.5", True])
 def test_inline_map_max_workers_out_of_range_is_refused(value: object) -> None:
-    with pytest.raises(SettingsError, match=r"inline_map_max_workers.*1 to 40"):
+    with pytest.raises(SynthSettingsError, match=r"inline_map_max_workers.*1 to 40"):
         load_settings({"inline_map_max_workers": value}, warn=False)
 
 
@@ -197,5 +197,5 @@ def test_reserve_concurrency_flag(value: object, expected: bool) -> None:
 
 
 def test_reserve_concurrency_typo_is_refused() -> None:
-    with pytest.raises(SettingsError, match=r"reserve_concurrency.*true or false"):
+    with pytest.raises(SynthSettingsError, match=r"reserve_concurrency.*true or false"):
         load_settings({"reserve_concurrency": "yes please"}, warn=False)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Annotations, Match
 
-from infra.settings import REPO_ROOT, SettingsError, load_settings
+from infra.settings import REPO_ROOT, SynthSettingsError, load_settings
 from infra.storage import EXCHANGE_LOG_PREFIX
 from tests.infra.conftest import PLAN_FILES, Synth, synthesize
 
@@ -138,7 +138,7 @@ def test_alarm_topic_key_is_rotated_scoped_and_deleted_with_the_stack(
                                  "you@example.com,me@example.com", "@example.com", "you@.",
                                  "true"])
 def test_bad_alarm_email_is_a_settings_error(bad: str) -> None:
-    with pytest.raises(SettingsError, match=r"'alarm_email'.*you@example\.com"):
+    with pytest.raises(SynthSettingsError, match=r"'alarm_email'.*you@example\.com"):
         load_settings({"alarm_email": bad}, warn=False)
 
 

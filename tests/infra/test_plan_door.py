@@ -22,7 +22,7 @@ from infra.settings import (
     DEFAULT_PLAN_PATH,
     REPO_ROOT,
     STUB_TORCH_LAYER,
-    SettingsError,
+    SynthSettingsError,
     load_settings,
 )
 
@@ -170,6 +170,6 @@ def test_preflight_refuses_bad_context_before_any_construct(context: dict[str, s
                                                             key: str) -> None:
     settings = load_settings({"torch_layer": str(STUB_TORCH_LAYER)}, warn=False)
     app = cdk.App(context=context)
-    with pytest.raises(SettingsError, match=f"'{key}'"):
+    with pytest.raises(SynthSettingsError, match=f"'{key}'"):
         preflight(app, settings)
     assert not app.node.children  # nothing built, nothing staged

@@ -17,7 +17,7 @@ from moto import mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
 
 from infra import profiling_workflow as profiling
-from infra.settings import SettingsError
+from infra.settings import SynthSettingsError
 from infra.workflow import NOT_READY_RETRIER, RETRIERS
 from tests.infra.conftest import Synth, state_machine_definition
 from tests.infra.test_workflow_moto import MOTO_CONFIG, REGION
@@ -52,7 +52,7 @@ def test_memories_from_context(context: dict[str, object], plan_memory: int,
 
 @pytest.mark.parametrize("value", ["64", "20000", "1024,big"])
 def test_bad_memories_are_refused(value: str) -> None:
-    with pytest.raises(SettingsError, match="profile_memories"):
+    with pytest.raises(SynthSettingsError, match="profile_memories"):
         profiling.profiling_memories({"profile_memories": value}, 2048)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from fasdl.account import WORKER_FUNCTION_ENV
 from infra.compute import TRIGGER_TIMEOUT
-from infra.settings import DEFAULT_PLAN_PATH, SettingsError
+from infra.settings import DEFAULT_PLAN_PATH, SynthSettingsError
 from tests.infra.conftest import Synth, synthesize
 
 
@@ -101,7 +101,7 @@ def _plan(tmp_path: Path, workers: int, max_concurrency: str | None) -> Path:
 @pytest.mark.parametrize(("workers", "quota"), [(4, "107"), (451, None)])
 def test_a_reservation_leaving_under_100_unreserved_is_refused(
         tmp_path: Path, workers: int, quota: str | None) -> None:
-    with pytest.raises(SettingsError) as raised:
+    with pytest.raises(SynthSettingsError) as raised:
         synthesize("too-many", _plan(tmp_path, workers, quota), reserve_concurrency="true")
     message = str(raised.value)
     limit = int(quota or 1000)
@@ -119,5 +119,5 @@ def test_a_reservation_leaving_exactly_100_is_allowed(tmp_path: Path) -> None:
 
 
 def test_a_malformed_quota_in_the_plan_is_named(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match=r"provenance\.max_concurrency.*'lots'"):
+    with pytest.raises(SynthSettingsError, match=r"provenance\.max_concurrency.*'lots'"):
         synthesize("malformed", _plan(tmp_path, 4, "lots"), reserve_concurrency="true")
