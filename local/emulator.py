@@ -137,7 +137,8 @@ class LambdaEmulator:
         self.memory_tick_s = memory_tick_s
         self.extra_env = dict(extra_env or {})
         self._scratch = Path(tempfile.mkdtemp(prefix="fasdl-lambda-"))
-        self.log_dir = log_dir or self._scratch / "logs"
+        # absolute: a sandbox runs in its function's code directory, not in this one
+        self.log_dir = (log_dir or self._scratch / "logs").resolve()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._running: dict[str, subprocess.Popen[bytes]] = {}

@@ -33,6 +33,19 @@ def test_only_the_functions_environment(monkeypatch: pytest.MonkeyPatch) -> None
     assert "LEAKED_SECRET" in os.environ
 
 
+def test_a_relative_log_dir_holds_every_log(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """make run's default report dir is relative (reports/<run id>); a sandbox runs in its
+    function's code directory, so the emulator must not hand it a relative log path."""
+    monkeypatch.chdir(tmp_path)
+    with LambdaEmulator({"Fn": _spec("environment")}, log_dir=Path("reports/run/logs")
+                        ) as emulator:
+        invocation = emulator.invoke("arn:aws:lambda:us-east-1:123456789012:function:Fn",
+                                     {"names": []})
+    assert invocation.function_error is None, invocation.payload
+    assert [p.name for p in (tmp_path / "reports/run/logs").iterdir()]
+
+
 @pytest.mark.parametrize(("handler", "error_type"), [
     ("exits", lambda_errors.EXIT), ("unmarshallable", "Runtime.MarshalError"),
     ("missing", "Runtime.HandlerNotFound")])
