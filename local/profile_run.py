@@ -16,7 +16,7 @@ from fasdl.plan import Plan
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.layout import BUCKETS
 from local.profile_fit import ProfileRunError
-from local.servers import SeaweedS3Server, ValkeyServer
+from local.run_servers import storage_servers
 from local.template import (
     REPO_ROOT,
     LocalTemplate,
@@ -139,9 +139,7 @@ def measure(options: ProfileOptions, template: LocalTemplate, *, config: dict[st
     """Servers up, each memory in turn, collect, download ``samples.jsonl``, servers down."""
     memories = tuple(config["memories"])
     with ExitStack() as stack:
-        s3 = stack.enter_context(SeaweedS3Server(buckets=tuple(BUCKETS.values())))
-        cache = (stack.enter_context(ValkeyServer(cluster=True))  # like ElastiCache Serverless
-                 if options.channel == "valkey" else None)
+        s3, cache = storage_servers(stack, channel=options.channel)
         local_env, servers = local_server_env(s3, cache, work / "lambda-tmp")
         say(f"started {servers}; {emulation_text(emulation)}")
         bindings = {k: v for k, v in {**BUCKETS, **local_env}.items() if v is not None}

