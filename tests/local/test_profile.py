@@ -94,8 +94,7 @@ def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("bad input must stop before synth or servers")
 
     monkeypatch.setattr(profile_run, "synthesize", refuse)
-    monkeypatch.setattr(profile_run, "SeaweedS3Server", refuse)
-    monkeypatch.setattr(profile_run, "ValkeyServer", refuse)
+    monkeypatch.setattr(profile_run, "storage_servers", refuse)
 
 
 @pytest.mark.usefixtures("nothing_starts")
