@@ -126,7 +126,7 @@ def test_bad_input_exits_2(args: list[str], flag: str, words: str, tmp_path: Pat
 def test_cdk_out_without_profiling_exits_2(default_template: LocalTemplate, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(profile_run, "SeaweedS3Server", None)  # would fail loudly if used
+    monkeypatch.setattr(profile_run, "storage_servers", None)  # would fail loudly if used
     code = profile.main(_parser().parse_args([
         "profile", "--no-emulate", "--cdk-out", str(default_template.path.parent),
         "--out", str(tmp_path / "o")]), lambda text: None)
