@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.field_types import is_integral, is_real
+from fasdl.field_types import FieldError, is_integral, is_real
 from planner.memory import memory_exceeded, role_max_batch
 from planner.profiles import PlatformProfile, Prices, WorkloadProfile
 from planner.segment_requests import segment_request_cost
@@ -65,12 +65,13 @@ SFN_FIXED_TRANSITIONS, SFN_TRANSITIONS_PER_SEGMENT, SFN_TRANSITIONS_PER_WORKER =
 MB_PER_GB = KB_PER_MB = 1024.0
 
 
-class ModelInputError(ValueError):
+class ModelInputError(FieldError):
     """A planning problem with an invalid field; the message names it and its range."""
 
+    field: str
+
     def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
+        super().__init__(f"{field_name}: {message}", field_name, message)
 
 
 class Violation(IntEnum):

@@ -9,19 +9,17 @@ import re
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.field_types import is_number
+from fasdl.field_types import FieldError, is_number
 
 
-class ProfileError(ValueError):
+class ProfileError(FieldError):
     """An invalid or unknown profile. ``field`` names the offending field when there is one,
     ``detail`` what is wrong with it (the message without the field's name), so a caller can
     say where the field came from (a file, a fitted value)."""
 
     def __init__(self, message: str, field: str | None = None,
                  detail: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-        self.detail = detail if detail is not None else message
+        super().__init__(message, field, detail if detail is not None else message)
 
 
 def bad(field_name: str, message: str) -> ProfileError:

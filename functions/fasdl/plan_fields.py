@@ -7,7 +7,7 @@ import difflib
 import math
 import re
 
-from fasdl.field_types import is_int, is_number
+from fasdl.field_types import FieldError, is_int, is_number
 
 # \Z, not $: "$" also matches before a trailing newline, so "us-east-1\n" would pass even
 # where a caller uses .match instead of .fullmatch.
@@ -29,12 +29,13 @@ AWS_REGIONS: frozenset[str] = frozenset({
 })
 
 
-class PlanError(ValueError):
+class PlanError(FieldError):
     """An invalid plan. ``field`` is the dotted path of the offending field."""
 
+    field: str
+
     def __init__(self, field_path: str, message: str) -> None:
-        super().__init__(f"plan field '{field_path}': {message}")
-        self.field = field_path
+        super().__init__(f"plan field '{field_path}': {message}", field_path, message)
 
 
 def require_int(path: str, value: object, low: int, high: int | None = None) -> int:

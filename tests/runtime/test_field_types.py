@@ -23,3 +23,17 @@ def test_numpy_integers_and_reals_only_where_asked() -> None:
 def test_ranges() -> None:
     assert is_int_in(5, 1, 5) and not is_int_in(6, 1, 5) and not is_int_in(True, 0, 5)
     assert is_int_at_least(0, 0) and not is_int_at_least(-1, 0)
+
+
+def test_plan_profile_and_problem_errors_share_one_type_naming_the_field() -> None:
+    from fasdl.field_types import FieldError
+    from fasdl.plan import PlanError
+    from planner.cost_model import ModelInputError
+    from planner.profiles import ProfileError
+
+    for error in (PlanError("training.epochs", "must be >= 1"),
+                  ModelInputError("epochs", "must be >= 1"),
+                  ProfileError("field 'epochs': must be >= 1", "epochs", "must be >= 1")):
+        assert isinstance(error, FieldError)
+        assert error.field is not None and error.field.endswith("epochs")
+        assert error.detail == "must be >= 1" and error.field in str(error)
