@@ -29,7 +29,7 @@ The CNNs have no batch norm or dropout: with SGD, bsp is then exactly large-batc
 staleness. AdamW is not linear in the gradient, so for ``text`` even bsp (local AdamW plus
 model averaging) is a different algorithm from the union-batch reference.
 
-    python -m bench.convergence [--case digits] [--epochs N]
+    python -m bench.convergence [--case digits] [--epochs N] [--seeds N]
 
 Prints one JSON object as its last line.
 """
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import sys
 import tempfile
@@ -85,6 +86,7 @@ class Case:
     recipe: tuple[tuple[str, Any], ...] = ()
     warmup_fraction: float = 0.0
     metric: str = "accuracy"  # or "mcc" (two classes)
+    seed: int = 0  # the plan's training.seed: initial weights, data order, augmentation draws
 
 
 COSINE = (("lr_schedule", "cosine"),)
@@ -143,7 +145,8 @@ def _plan(case: Case, train: Partition, aggregators: int, sync: str,
                           batch_non_aggregator=case.batch, max_global_batch=4096,
                           epochs=case.epochs, segment_iterations=10**6, sync=sync,
                           learning_rate=case.learning_rate, momentum=case.momentum,
-                          warmup_iterations=warmup_iterations, **dict(case.recipe)))
+                          warmup_iterations=warmup_iterations, seed=case.seed,
+                          **dict(case.recipe)))
 
 
 def score(model: torch.nn.Module, test: Partition, case: Case, augmentation: str) -> float:
@@ -218,6 +221,22 @@ def run_case(case: Case, folder: Path, say: Any) -> dict[str, Any]:
             "runs": runs}
 
 
+def over_seeds(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case's results over several seeds: the mean reference and mean run metrics, and
+    the gaps between those means (one seed's gap is mostly noise on a small test split)."""
+    if len(per_seed) == 1:
+        return per_seed[0]
+    metric = per_seed[0]["metric"]
+    reference = float(np.mean([result["reference"] for result in per_seed]))
+    runs = {}
+    for name in per_seed[0]["runs"]:
+        value = float(np.mean([result["runs"][name][metric] for result in per_seed]))
+        runs[name] = {metric: round(value, 4),
+                      "gap_points": round(100.0 * (reference - value), 2)}
+    return {**per_seed[0], "reference": round(reference, 4), "runs": runs,
+            "seeds": len(per_seed), "per_seed": per_seed}
+
+
 def summary(results: dict[str, Any]) -> dict[str, Any]:
     worst = {sync: max(run["gap_points"] for case in results.values()
                        for name, run in case["runs"].items() if name.startswith(sync))
@@ -231,18 +250,24 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n", 1)[0])
     parser.add_argument("--case", action="append", choices=sorted(CASES))
     parser.add_argument("--epochs", type=int, help="override every case's epochs (>= 1)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="seeds per case (1-20), gaps taken between the means")
     args = parser.parse_args(argv)
     if args.epochs is not None and args.epochs < 1:
         parser.error(f"--epochs must be >= 1, got {args.epochs}")
+    if not 1 <= args.seeds <= 20:
+        parser.error(f"--seeds must be in [1, 20], got {args.seeds}")
     torch.set_num_threads(1)  # W worker threads share the cores
     results = {}
     with tempfile.TemporaryDirectory() as folder:
         for name in args.case or sorted(CASES):
             case = CASES[name]
             if args.epochs is not None:
-                case = Case(**{**case.__dict__, "epochs": args.epochs})
-            results[name] = run_case(case, Path(folder) / name,
-                                     lambda text: print(text, file=sys.stderr, flush=True))
+                case = dataclasses.replace(case, epochs=args.epochs)
+            results[name] = over_seeds([
+                run_case(dataclasses.replace(case, seed=seed), Path(folder) / f"{name}-{seed}",
+                         lambda text: print(text, file=sys.stderr, flush=True))
+                for seed in range(args.seeds)])
     print(json.dumps(summary(results)))
     return 0
 

@@ -30,6 +30,16 @@ def test_summary_takes_the_worst_gap_per_sync_mode() -> None:
     assert summary["goals_met"] is False  # hap 1.7 > 1.5
 
 
+def test_gaps_over_seeds_are_taken_between_the_means() -> None:
+    per_seed = [{"metric": "accuracy", "reference": ref, "runs": {"hap-K1": {"accuracy": got,
+                                                                          "gap_points": 0}}}
+                for ref, got in ((0.90, 0.88), (0.94, 0.94))]
+    combined = convergence.over_seeds(per_seed)
+    assert combined["reference"] == 0.92 and combined["seeds"] == 2
+    assert combined["runs"]["hap-K1"] == {"accuracy": 0.91, "gap_points": 1.0}
+    assert convergence.over_seeds(per_seed[:1]) is per_seed[0]
+
+
 @pytest.mark.slow
 def test_a_short_case_trains_every_configuration(tmp_path: Path) -> None:
     case = convergence.Case("digits", "cnn", epochs=1)
