@@ -113,8 +113,10 @@ def test_segment_too_long_for_the_timeout_is_shortened(
                  "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.12",
                  "--inject-env", "worker:FASDL_TIME_MARGIN_S=1")
     assert result.code == 0, result.output[-3000:]
-    # a peer of the first worker to stop may give up waiting for its shards instead
-    assert set(errors(result)) <= {"SegmentTooLong", "Sandbox.Timedout", "ChannelTimeout"}
+    # a peer of the first worker to stop may give up waiting for its shards instead, and
+    # says WorkerFenced when the shortened segment's epoch has superseded it by then
+    assert set(errors(result)) <= {"SegmentTooLong", "Sandbox.Timedout", "ChannelTimeout",
+                                   "WorkerFenced"}
     assert len(errors(result)) >= 4  # every worker of the first attempt
     segments = result.report["segments"]
     assert segments[0]["attempt"] >= 1 and sum(s["iterations"] for s in segments) == 176
@@ -135,11 +137,12 @@ def test_killed_worker_segment_is_retried_from_its_checkpoint(
 
 
 def assert_rerun_at_full_length(result: Run, reference: bytes) -> None:
-    """Worker 2 died (exit 137), its peers gave up waiting for its shards within seconds, the
-    segment was rerun once at full length and the weights are the undisturbed run's."""
+    """Worker 2 died (exit 137), its peers gave up waiting for its shards within seconds (and
+    found their epoch superseded once the retry had started), the segment was rerun once at
+    full length and the weights are the undisturbed run's."""
     assert result.code == 0, result.output[-3000:]
     assert "Runtime.ExitError" in errors(result)
-    assert set(errors(result)) <= {"Runtime.ExitError", "ChannelTimeout"}
+    assert set(errors(result)) <= {"Runtime.ExitError", "ChannelTimeout", "WorkerFenced"}
     assert [(s["attempt"], s["iterations"]) for s in result.report["segments"]] == [
         (0, SEGMENT), (1, SEGMENT)]
     assert result.report["summary"]["retried_attempts"] == 1
@@ -313,7 +316,7 @@ def test_distributed_map_out_of_memory_fails_naming_the_workers(
     died = errors(result)
     # children run to their end: a peer of a killed worker may give up waiting for it
     assert lambda_errors.OUT_OF_MEMORY in died, died
-    assert set(died) <= {lambda_errors.OUT_OF_MEMORY, "ChannelTimeout"}, died
+    assert set(died) <= {lambda_errors.OUT_OF_MEMORY, "ChannelTimeout", "WorkerFenced"}, died
     assert len(died) <= report["workers"]  # one attempt: never retried at the same size
     failure = report["failure"]
     assert failure is not None and failure["error"] == segment_states.OUT_OF_MEMORY_ERROR
