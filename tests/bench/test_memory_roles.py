@@ -19,6 +19,11 @@ from local.servers import SeaweedS3Server
 from planner.memory import role_memory_mb
 from planner.profiles import load_workload
 
+# The same worker (squeezenet aggregator, B = 192) peaked at 714 MB in one venv and 752 MB in
+# another on the same machine (file-backed library pages, allocator state): the memory model
+# is held to that resolution, Lambda's own limit (peak <= M) exactly.
+RSS_NOISE_MB = 48.0
+
 
 @pytest.fixture(scope="module")
 def plans() -> dict[str, Any]:
@@ -50,5 +55,6 @@ def test_each_role_peaks_below_its_modelled_memory(workload: str, plans: dict[st
         role_planned = planned_a if row["role"] == "aggregator" else planned_n
         assert row["batch"] == plan.batch_of(row["worker"]), label  # the planner's own batch
         assert row["modelled_mb"] == pytest.approx(float(role_planned)), label
-        assert row["peak_rss_mb"] <= row["modelled_mb"] <= d.memory_mb, label
+        assert row["modelled_mb"] <= d.memory_mb, label
+        assert row["peak_rss_mb"] <= min(row["modelled_mb"] + RSS_NOISE_MB, d.memory_mb), label
         assert row["frames_peak_mb"] <= max(cap_mb, row["frame_mb"]) + 1e-6, label
