@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fasdl.augment import evaluation_tensors, training_tensors
-from fasdl.classification import Confusion
+from fasdl.augment import training_tensors
 from fasdl.data import BatchStream, Partition, plan_partition
+from fasdl.evaluate import confusion_of
 from fasdl.networks import build_seeded_model
 from fasdl.optimizers import FlatParameters, build_optimizer
 from fasdl.plan import Plan
@@ -46,14 +46,9 @@ def classes_of(train: Partition) -> int:
 
 def evaluate(model: torch.nn.Module, test: Partition, classes: int, augmentation: str
              ) -> dict[str, float | None]:
-    """Accuracy (and, for two classes, Matthews correlation) on the test rows."""
-    model.eval()
-    confusion = Confusion(classes)
-    with torch.no_grad():
-        for start in range(0, len(test.y), 1024):
-            x, y = evaluation_tensors(test.x[start:start + 1024], test.y[start:start + 1024],
-                                      augmentation)
-            confusion.add(y.numpy(), model(x).argmax(1).numpy())
+    """Accuracy (and, for two classes, Matthews correlation) on the test rows, batched and
+    normalised as worker 0 and python -m fasdl.evaluate do it."""
+    confusion = confusion_of(model, test.x, test.y, classes, augmentation=augmentation)
     return {"accuracy": confusion.accuracy(), "mcc": confusion.mcc()}
 
 
