@@ -1,12 +1,12 @@
 """Peak resident memory of each K-REDUCE role, measured, against the planner's model.
 
 For a workload the planner plans (W, M, K, B^a, B^n) as in the paper's Table IV problems;
-every worker of that plan then runs in its own fresh interpreter: one training step at its
-batch and one exchange step (upload, aggregate, load the merged shards) through a real
-S3-compatible server (the plans' channel). Each reports its peak resident set (VmHWM: the
-kernel's high-water mark since exec, the figure Lambda's memory limit holds a function to;
-``ru_maxrss`` would also count the parent's size at fork) next to the planner's modelled
-memory of its role, k·B + c + X_role (planner/memory.py). The measured step runs under bsp
+every worker of that plan then runs in its own fresh interpreter for a few iterations, each a
+training step at its batch and an exchange step (upload, aggregate, load the merged shards)
+through a real S3-compatible server (the plans' channel). Each reports its peak resident set
+(VmHWM: the kernel's high-water mark since exec, the figure Lambda's memory limit holds a
+function to; ``ru_maxrss`` would also count the parent's size at fork) next to the planner's
+modelled memory of its role, k·B + c + X_role (planner/memory.py). The measured step runs under bsp
 so that a non-aggregator downloads in it (under hap it moves the same bytes one step later).
 
 ``--batch`` replaces the plan's batches (the exchange term does not depend on them);
@@ -15,6 +15,7 @@ comparison with the workload's k (measured here at B = 64 and 128: resnet50 1.7-
 mobilenet 1.4-1.5, squeezenet 1.9-2.4 MB per sample against k = 5.0, 7.2 and 2.1).
 
     python -m bench.memory_roles [--workload squeezenet-cifar10 ...] [--batch 4] [--slope]
+                                 [--steps 4]
 
 Prints one JSON object as its last line.
 """
@@ -41,6 +42,9 @@ TABLE_IV: dict[str, tuple[float, int, tuple[int, int, int, int, int]]] = {
 }
 WORKLOADS = tuple(TABLE_IV)
 MIB = 1 << 20
+# Iterations each worker runs: under glibc's default allocator the peak grew for six steps
+# (fasdl/heap.py); with the runtime's allocator settings it is flat from the third.
+STEPS = 4
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -86,7 +90,7 @@ def modelled_mb(plan: Any, worker: int) -> tuple[float, float]:
     return float(role), float(default_inflight_mb(d.memory_mb, workload.model_mb))
 
 
-def measure(plans: list[Any], server: Any) -> list[dict[str, Any]]:
+def measure(plans: list[Any], server: Any, steps: int = STEPS) -> list[dict[str, Any]]:
     """Run every worker of every plan at once, each in a fresh interpreter; their reports.
 
     Each process's peak is its own, so running them together only saves wall time.
@@ -101,7 +105,7 @@ def measure(plans: list[Any], server: Any) -> list[dict[str, Any]]:
             run_id = f"mem-{uuid.uuid4().hex[:8]}"
             started += [(plan, worker, subprocess.Popen(
                 [sys.executable, "-m", "bench.memory_roles", "--child", str(path), str(worker),
-                 server.endpoint_url, server.buckets[0], run_id], cwd=ROOT, env=env,
+                 server.endpoint_url, server.buckets[0], run_id, str(steps)], cwd=ROOT, env=env,
                 stdout=subprocess.PIPE, text=True)) for worker in range(plan.deployment.workers)]
         outputs = [process.communicate(timeout=600)[0] for _, _, process in started]
     rows = []
@@ -117,9 +121,9 @@ def measure(plans: list[Any], server: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def child(plan_path: str, worker: int, endpoint: str, bucket: str,
-          run_id: str) -> dict[str, Any]:
-    """One worker: a training step and an exchange step; its peak RSS."""
+def child(plan_path: str, worker: int, endpoint: str, bucket: str, run_id: str,
+          steps: int) -> dict[str, Any]:
+    """One worker: ``steps`` iterations of training and exchange; its peak RSS."""
     import torch
 
     from fasdl import heap
@@ -129,7 +133,7 @@ def child(plan_path: str, worker: int, endpoint: str, bucket: str,
     from fasdl.plan import Plan
     from fasdl.profiling import peak_rss_mb
 
-    heap.limit_arenas()  # as the worker handler does at Init
+    heap.configure_allocator()  # as the worker handler does at Init
     torch.set_num_threads(1)
     plan = Plan.from_json(Path(plan_path).read_text())
     model = build_seeded_model(plan.workload.model, plan.training.seed)
@@ -141,7 +145,8 @@ def child(plan_path: str, worker: int, endpoint: str, bucket: str,
     x = torch.rand(batch, 3, 32, 32, generator=generator)
     y = torch.randint(0, 10, (batch,), generator=generator)
     setup = peak_rss_mb()
-    stats = node.step(x, y, 0)
+    for iteration in range(steps):  # the peak of a step can grow with the steps before it
+        stats = node.step(x, y, iteration)
     peak = peak_rss_mb()
     budget = getattr(node, "budget", None)
     node.close()
@@ -159,20 +164,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, help="replace the plan's batches")
     parser.add_argument("--slope", action="store_true",
                         help="also measure at 2x --batch and report MB per sample")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, default=STEPS,
+                        help=f"iterations per worker (default {STEPS})")
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        path, worker, endpoint, bucket, run_id = args.child
-        print(json.dumps(child(path, int(worker), endpoint, bucket, run_id)))
+        path, worker, endpoint, bucket, run_id, steps = args.child
+        print(json.dumps(child(path, int(worker), endpoint, bucket, run_id, int(steps))))
         return 0
     from local.servers import SeaweedS3Server
 
     names = args.workload or list(WORKLOADS)
     plans = [planned(name) for name in names]
     with SeaweedS3Server() as server:
-        rows = measure([with_batches(plan, args.batch) for plan in plans], server)
+        rows = measure([with_batches(plan, args.batch) for plan in plans], server, args.steps)
         if args.slope and args.batch:
-            doubled = measure([with_batches(plan, 2 * args.batch) for plan in plans], server)
+            doubled = measure([with_batches(plan, 2 * args.batch) for plan in plans], server,
+                              args.steps)
             for row, other in zip(rows, doubled, strict=True):
                 row["mb_per_sample"] = round(
                     (other["peak_rss_mb"] - row["peak_rss_mb"]) / args.batch, 2)

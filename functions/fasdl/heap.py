@@ -1,11 +1,19 @@
-"""Keep a warm sandbox's memory at what the next invocation needs.
+"""Keep a worker's memory at what its batches need, step after step and warm start after warm start.
 
-Lambda reuses an execution environment for the next invocation and holds the whole process
-to the function's memory size, so memory one invocation freed but the C allocator kept (glibc
-keeps freed heap pages and one arena per busy thread) counts against the next one. Measured in
-the local emulator: workers at M = 384 MB peaked at 371 MB cold and were killed at 385 MB in
-their first warm invocation. :func:`limit_arenas` (at import, before the worker starts its
-threads) caps glibc's arenas; :func:`release_memory` (at each invocation's start) collects
+Lambda holds the whole process to the function's memory size, for every step of a segment and
+for the next invocation in a reused sandbox. glibc's default allocator does not: it raises its
+mmap threshold each time a large block is freed, after which activations of every size are
+carved from one heap that fragments step by step. Measured here on squeezenet at B = 192 (the
+planner's plan at M = 768; bench/memory_roles.py): peaks of 792-844 MB after six steps, growing
+from 686-750 MB after the first, never the same twice. With the threshold fixed at 4 MiB (every
+activation above it is its own mapping, unmapped when freed) the same workers peaked at
+707-731 MB, run after run; the price is faulting those pages in again at each step, ~15 %
+of a step there. Freed memory a previous invocation left behind (glibc keeps freed heap
+pages and one arena per busy thread) would also count against the next one: workers at
+M = 384 MB peaked at 371 MB cold and were killed at 385 MB in their first warm invocation.
+
+:func:`configure_allocator` (at import, before the worker starts its threads) caps glibc's
+arenas and fixes its thresholds; :func:`release_memory` (at each invocation's start) collects
 garbage and returns free heap pages to the system. Both are no-ops where glibc is absent.
 """
 
@@ -15,8 +23,16 @@ import ctypes
 import functools
 import gc
 
-M_ARENA_MAX = -8  # glibc's mallopt parameter
+# glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 ARENAS = 2
+# Setting it also turns off glibc's dynamic threshold, the source of the growth above.
+MMAP_THRESHOLD_BYTES = 4 << 20
+# Free heap kept for reuse instead of given back and faulted in again at the next step; a
+# new invocation returns it all (release_memory).
+TRIM_THRESHOLD_BYTES = 256 << 20
 
 
 @functools.cache
@@ -33,11 +49,16 @@ def _libc() -> ctypes.CDLL | None:
     return None
 
 
-def limit_arenas(arenas: int = ARENAS) -> bool:
-    """Cap glibc's malloc arenas (one per concurrently allocating thread by default)."""
+def configure_allocator(arenas: int = ARENAS) -> bool:
+    """Cap glibc's malloc arenas (one per concurrently allocating thread by default) and fix
+    its mmap and trim thresholds. True when glibc took all three."""
     libc = _libc()
     mallopt = getattr(libc, "mallopt", None)
-    return bool(mallopt is not None and mallopt(M_ARENA_MAX, arenas) == 1)
+    if mallopt is None:
+        return False
+    settings = ((M_ARENA_MAX, arenas), (M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES),
+                (M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    return all([mallopt(parameter, value) == 1 for parameter, value in settings])
 
 
 def release_memory() -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fasdl import exchange_cache, profiling  # profiling imports torch only inside functions
+from fasdl import exchange_cache, heap, profiling  # profiling imports torch only inside functions
 from fasdl.channel.base import Channel
 from fasdl.channel.factory import build_channel
 from fasdl.environment import Settings
@@ -26,6 +26,7 @@ from fasdl.metrics import get_logger
 from fasdl.torch_setup import load_torch
 
 logger = get_logger("fasdl-profiler")
+heap.configure_allocator()  # measure memory under the allocator the workers run with
 
 
 def function_memory_mb(context: Any) -> float:

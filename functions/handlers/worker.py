@@ -27,7 +27,7 @@ from fasdl.torch_setup import load_torch
 
 logger = get_logger("fasdl-worker")
 metrics = get_metrics()
-heap.limit_arenas()  # at Init, before any worker thread allocates (fasdl.heap)
+heap.configure_allocator()  # at Init, before any worker thread allocates (fasdl.heap)
 
 
 @logger.inject_lambda_context(clear_state=True)
