@@ -28,10 +28,18 @@ from fasdl.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES, DatasetErro
 from fasdl.export import ExportError, ExportMeta, build_from_export, load_export
 
 EXIT_BAD_INPUT = 2
-EVAL_BATCH = 1024  # segment_runner's: the same batches give the same logits
+EVAL_BATCH = 1024  # worker 0's too (segment_runner): the same batches give the same logits
 PROGRESS_EVERY_S = 2.0
 
 Progress = Callable[[int, int], None]
+
+
+def add_batch(confusion: Confusion, model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
+              augmentation: str) -> None:
+    """Count what ``model`` (in eval mode) predicts for one batch of rows."""
+    with torch.no_grad():
+        features, labels = evaluation_tensors(x, y, augmentation)
+        confusion.add(labels.numpy(), model(features).argmax(1).numpy())
 
 
 def confusion_of(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, classes: int,
@@ -39,13 +47,11 @@ def confusion_of(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, classes: 
     """(true, predicted) counts of ``model`` (in eval mode) on the rows, batch by batch."""
     model.eval()
     confusion = Confusion(classes)
-    with torch.no_grad():
-        for start in range(0, len(y), EVAL_BATCH):
-            features, labels = evaluation_tensors(x[start:start + EVAL_BATCH],
-                                                  y[start:start + EVAL_BATCH], augmentation)
-            confusion.add(labels.numpy(), model(features).argmax(1).numpy())
-            if progress is not None:
-                progress(min(start + EVAL_BATCH, len(y)), len(y))
+    for start in range(0, len(y), EVAL_BATCH):
+        add_batch(confusion, model, x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH],
+                  augmentation)
+        if progress is not None:
+            progress(min(start + EVAL_BATCH, len(y)), len(y))
     return confusion
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from botocore.exceptions import ClientError
 
-from fasdl.augment import AugmentationError, check_rows, evaluation_tensors, training_tensors
+from fasdl.augment import AugmentationError, check_rows, training_tensors
 from fasdl.channel.base import Channel, ChannelTimeout
 from fasdl.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
 from fasdl.classification import Confusion
@@ -51,6 +51,7 @@ from fasdl.data import (
     s3_range_reader,
 )
 from fasdl.environment import Settings
+from fasdl.evaluate import EVAL_BATCH, add_batch
 from fasdl.export import export_checkpoint_meta
 from fasdl.fault_hooks import NO_FAULTS, FaultHooks
 from fasdl.fencing import Fence, claim_worker
@@ -65,7 +66,6 @@ from fasdl.worker_event import WorkerEvent, WorkerEventError
 
 CHECKPOINT_BASE_S = 2.0  # a few small PUTs plus the committer's wait
 CHECKPOINT_BYTES_PER_S = 20e6  # conservative S3 PUT throughput of one Lambda
-EVAL_BATCH = 1024
 __all__ = ["SegmentTooLong", "TimeGuard", "WorkerEvent", "WorkerEventError", "peer_wait_s",
            "run_segment", "write_result"]
 
@@ -128,29 +128,6 @@ def _dataset_version(s3: Any, bucket: str, prefix: str) -> str:
     tags = [s3.head_object(Bucket=bucket, Key=f"{prefix}/{name}.npy").get("ETag", "")
             for name in ("x", "y")]
     return hashlib.sha256(f"{bucket}/{prefix}:{tags}".encode()).hexdigest()[:16]
-
-
-def _predict(model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
-             augmentation: str = "none") -> np.ndarray:
-    """The classes ``model`` (in eval mode) predicts for the rows."""
-    with torch.no_grad():
-        features, _ = evaluation_tensors(x, y, augmentation)
-        predicted: np.ndarray = model(features).argmax(1).numpy()
-        return predicted
-
-
-def _confusion(model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
-               classes: int) -> Confusion:
-    model.eval()
-    confusion = Confusion(classes)
-    for start in range(0, len(y), EVAL_BATCH):
-        chunk = y[start:start + EVAL_BATCH]
-        confusion.add(chunk, _predict(model, x[start:start + EVAL_BATCH], chunk))
-    return confusion
-
-
-def _evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> float:
-    return _confusion(model, x, y, 2).accuracy()
 
 
 def _test_split(read_range: RangeReader, prefix: str,
@@ -322,9 +299,8 @@ def _evaluate_in_time(job: _Job, time_left_s: Callable[[], float],
             result.times["eval_s"] = time.perf_counter() - began
             return
         chunk_began = time.perf_counter()
-        chunk = y[start:start + EVAL_BATCH]
-        confusion.add(chunk, _predict(job.model, x[start:start + EVAL_BATCH], chunk,
-                                      job.plan.training.augmentation))
+        add_batch(confusion, job.model, x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH],
+                  job.plan.training.augmentation)
         slowest = max(slowest, time.perf_counter() - chunk_began)
     result.accuracy, result.test_samples = confusion.correct / max(1, len(y)), len(y)
     result.mcc = confusion.mcc()

@@ -14,6 +14,7 @@ import torch
 from sklearn.metrics import matthews_corrcoef
 
 from fasdl import dataset_check
+from fasdl.augment import evaluation_tensors
 from fasdl.channel.memory import MemoryChannel
 from fasdl.classification import Confusion
 from fasdl.data import LocalFiles, write_dataset
@@ -23,7 +24,6 @@ from fasdl.export import ExportError, build_from_export, export_bytes
 from fasdl.kreduce import KReduceWorker
 from fasdl.networks import build_model, build_seeded_model, parameter_count
 from fasdl.plan import PlanError
-from fasdl.segment_runner import _confusion
 from tests.runtime.test_kreduce import make_plan, run_parallel
 
 LENGTH = 16
@@ -110,7 +110,11 @@ def test_export_and_evaluate_cli_report_the_mcc_worker_zero_computes(
     path = tmp_path / "model.npz"
     path.write_bytes(data)
     x, y = np.load(text_split / "x.npy"), np.load(text_split / "y.npy")
-    expected = _confusion(model, x, y, 2)  # what worker 0 reports for the segment
+    model.eval()
+    with torch.no_grad():  # one batch, as worker 0 evaluates 40 rows
+        predicted = model(evaluation_tensors(x, y, "none")[0]).argmax(1).numpy()
+    expected = Confusion(2)
+    expected.add(y, predicted)
     assert evaluate_main([str(path), str(text_split), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["mcc"] == expected.mcc() and result["accuracy"] == expected.accuracy()
