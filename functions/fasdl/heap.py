@@ -7,8 +7,10 @@ carved from one heap that fragments step by step. Measured here on squeezenet at
 planner's plan at M = 768; bench/memory_roles.py): peaks of 792-844 MB after six steps, growing
 from 686-750 MB after the first, never the same twice. With the threshold fixed at 4 MiB (every
 activation above it is its own mapping, unmapped when freed) the same workers peaked at
-707-731 MB, run after run; the price is faulting those pages in again at each step, ~15 %
-of a step there. Freed memory a previous invocation left behind (glibc keeps freed heap
+707-731 MB, run after run. Faulting those pages in again at each step costs little once freed
+heap is kept (the trim threshold): median step times of squeezenet (B = 192) and resnet50
+(B = 64), six interleaved runs each, stayed within 3 % of the default's (0.742 vs 0.722 s,
+0.889 vs 0.901 s); the threshold alone, with glibc's 128 KiB trim threshold, cost 30-40 %. Freed memory a previous invocation left behind (glibc keeps freed heap
 pages and one arena per busy thread) would also count against the next one: workers at
 M = 384 MB peaked at 371 MB cold and were killed at 385 MB in their first warm invocation.
 
