@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from fasdl.batches import global_batch, partition_sizes
 from fasdl.field_types import is_int
 from fasdl.json_input import JsonInputError, load_json_bytes, read_json_file, unknown_field_message
 from fasdl.plan_fields import DATASET_KEY as DATASET_KEY
@@ -47,6 +48,7 @@ MAX_MEMORY_MB = 10240
 MAX_TIMEOUT_S = 900
 MAX_WORKERS = 1000  # default regional Lambda concurrency
 MAX_EPOCHS = 100_000
+MAX_EXCHANGE_CHUNKS = 1024
 
 Channel = Literal["s3", "valkey"]
 Arch = Literal["x86_64", "arm64"]
@@ -132,6 +134,9 @@ class Training:
     lr_schedule: str = "constant"
     warmup_iterations: int = 0
     augmentation: str = "none"
+    # 1: the paper's K-REDUCE, one phase after another; C >= 2: the pipelined exchange
+    # (fasdl.pipeline), every shard in C chunks, uploads and downloads overlapped
+    exchange_chunks: int = 1
 
     def validate(self, workers: int) -> None:
         require_int("training.aggregators", self.aggregators, 1, workers)
@@ -145,6 +150,7 @@ class Training:
         require_float("training.momentum", self.momentum, 0.0, 1.0, open_high=True)
         require_float("training.weight_decay", self.weight_decay, 0.0, 1.0)
         require_int("training.seed", self.seed, 0, 2**32 - 1)
+        require_int("training.exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
         self._validate_recipe()
         if self.aggregators < workers and self.batch_non_aggregator < self.batch_aggregator:
             raise PlanError(
@@ -344,33 +350,6 @@ class Plan:
         except JsonInputError as error:
             raise PlanError("<file>", str(error)) from error
         return cls.from_dict(data)
-
-
-def global_batch(workers: int, aggregators: int, batch_aggregator: int,
-                 batch_non_aggregator: int) -> int:
-    """B^g = K·B^a + (W−K)·B^n  (FasDL Eq. 6)."""
-    return aggregators * batch_aggregator + (workers - aggregators) * batch_non_aggregator
-
-
-def partition_sizes(samples: int, workers: int, aggregators: int, batch_aggregator: int,
-                    batch_non_aggregator: int) -> list[int]:
-    """Samples per worker, proportional to its batch (thesis Eq. 4-3/4-4, corrected).
-
-    Aggregators get D^a = floor(D·B^a/B^g); the non-aggregators share the rest as evenly as
-    possible, so the sizes always sum to D and every worker holds at least
-    floor(D/B^g)·B_i samples, enough for the epoch's iterations.
-    """
-    batch = global_batch(workers, aggregators, batch_aggregator, batch_non_aggregator)
-    per_aggregator = samples * batch_aggregator // batch
-    sizes = [per_aggregator] * aggregators
-    rest = samples - per_aggregator * aggregators
-    receivers = workers - aggregators
-    if receivers == 0:  # ScatterReduce: spread the remainder over the aggregators
-        for index in range(rest):
-            sizes[index % workers] += 1
-        return sizes
-    base, extra = divmod(rest, receivers)
-    return sizes + [base + (1 if index < extra else 0) for index in range(receivers)]
 
 
 def _section(data: dict[str, Any], name: str) -> dict[str, Any]:

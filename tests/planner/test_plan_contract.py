@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fasdl.batches import global_batch, partition_sizes
 from fasdl.plan import (
     Deployment,
     Plan,
@@ -17,8 +18,6 @@ from fasdl.plan import (
     Prediction,
     Training,
     Workload,
-    global_batch,
-    partition_sizes,
 )
 
 
