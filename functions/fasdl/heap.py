@@ -10,9 +10,10 @@ activation above it is its own mapping, unmapped when freed) the same workers pe
 707-731 MB, run after run. Faulting those pages in again at each step costs little once freed
 heap is kept (the trim threshold): median step times of squeezenet (B = 192) and resnet50
 (B = 64), six interleaved runs each, stayed within 3 % of the default's (0.742 vs 0.722 s,
-0.889 vs 0.901 s); the threshold alone, with glibc's 128 KiB trim threshold, cost 30-40 %. Freed memory a previous invocation left behind (glibc keeps freed heap
-pages and one arena per busy thread) would also count against the next one: workers at
-M = 384 MB peaked at 371 MB cold and were killed at 385 MB in their first warm invocation.
+0.889 vs 0.901 s); the threshold alone, with glibc's 128 KiB trim threshold, cost 30-40 %.
+Freed memory a previous invocation left behind (glibc keeps freed heap pages and one arena per
+busy thread) would also count against the next one: workers at M = 384 MB peaked at 371 MB
+cold and were killed at 385 MB in their first warm invocation.
 
 :func:`configure_allocator` (at import, before the worker starts its threads) caps glibc's
 arenas and fixes its thresholds; :func:`release_memory` (at each invocation's start) collects

@@ -121,6 +121,11 @@ class FrameBudget:
     def release(self, size: int) -> None:
         self.held -= size
 
+    @property
+    def free(self) -> int:
+        """Bytes :meth:`admit` can still grant (spare buffers are dropped to make room)."""
+        return self.cap - self.held + sum(len(spare) for spare in self._spare)
+
     def buffer(self, size: int, *, force: bool = False) -> bytearray | None:
         """An upload buffer of ``size`` bytes: a spare one, a new one if it fits, else None."""
         for index, spare in enumerate(self._spare):

@@ -63,17 +63,27 @@ def iteration_prefix(run: str, epoch: int, iteration: int) -> str:
     return f"{exchange_prefix(run, epoch)}it/{_check_index('iteration', iteration, 10**8):08d}/"
 
 
-def shard_key(run: str, epoch: int, iteration: int, shard: int, worker: int) -> str:
+CHUNK_LIMIT = 10000
+
+
+def _chunk_suffix(chunk: int | None) -> str:
+    """A whole shard has none; chunk c of a pipelined exchange (fasdl.pipeline) ``/chunk/c``."""
+    return "" if chunk is None else f"/chunk/{_check_index('chunk', chunk, CHUNK_LIMIT):04d}"
+
+
+def shard_key(run: str, epoch: int, iteration: int, shard: int, worker: int,
+              chunk: int | None = None) -> str:
     """Shard ``shard`` of worker ``worker``'s locally updated parameters at ``iteration``."""
     return (f"{iteration_prefix(run, epoch, iteration)}"
             f"shard/{_check_index('shard', shard, 1000):03d}/"
-            f"from/{_check_index('worker', worker, 10000):04d}")
+            f"from/{_check_index('worker', worker, 10000):04d}{_chunk_suffix(chunk)}")
 
 
-def merged_key(run: str, epoch: int, iteration: int, shard: int) -> str:
+def merged_key(run: str, epoch: int, iteration: int, shard: int,
+               chunk: int | None = None) -> str:
     """Aggregator ``shard``'s batch-weighted average of shard ``shard`` at ``iteration``."""
     return (f"{iteration_prefix(run, epoch, iteration)}"
-            f"merged/{_check_index('shard', shard, 1000):03d}")
+            f"merged/{_check_index('shard', shard, 1000):03d}{_chunk_suffix(chunk)}")
 
 
 def checkpoint_prefix(run: str, resume_iteration: int) -> str:

@@ -46,6 +46,7 @@ from fasdl.channel.base import Channel
 from fasdl.inflight import Uploads, frame_size
 from fasdl.keys import merged_key, shard_key
 from fasdl.optimizers import FlatParameters, build_optimizer
+from fasdl.pipeline import PipelinedExchange
 from fasdl.plan import Plan
 from fasdl.wire import decode_shard, encode_shard_into
 
@@ -113,10 +114,6 @@ class KReduceWorker:
         batches = np.array([plan.batch_of(i) for i in range(self.workers)], dtype=np.float64)
         self.weights = batches / batches.sum()
         self._frame_run = f"{run_id}/{epoch}"  # frames of another epoch are rejected
-        # only an aggregator sums: 8 bytes per element of its own shard, allocated once
-        own = self.bounds[worker_id] if self.is_aggregator and self.workers > 1 else (0, 0)
-        self._accumulator = np.empty(own[1] - own[0], dtype=np.float64)
-        self._scratch = np.empty(min(own[1] - own[0], _CHUNK), dtype=np.float64)
         # S3 GET/PUT latency dominates small shards: keep several requests in flight
         self._pool = ThreadPoolExecutor(max_in_flight, "kreduce") if max_in_flight > 1 else None
         self._max_in_flight = max_in_flight
@@ -125,6 +122,13 @@ class KReduceWorker:
             inflight_bytes = inflight.cap_bytes(plan.deployment.memory_mb, plan.workload.model_mb)
         self.budget = inflight.FrameBudget(inflight_bytes)
         self._read_copies = inflight.READ_COPIES.get(plan.deployment.channel, 1.0)
+        self.pipeline = self._build_pipeline(plan.training.exchange_chunks)
+        # only an aggregator of the phased exchange sums whole shards: 8 bytes per element of
+        # its own shard (the pipelined one sums a chunk at a time)
+        summing = self.is_aggregator and self.workers > 1 and self.pipeline is None
+        own = self.bounds[worker_id] if summing else (0, 0)
+        self._accumulator = np.empty(own[1] - own[0], dtype=np.float64)
+        self._scratch = np.empty(min(own[1] - own[0], _CHUNK), dtype=np.float64)
         # merged parameters of one iteration handed in by a checkpoint restore (HAP reads
         # merged l−1 at l, which at a segment start lives in the checkpoint, not the store)
         self._restored_merged: tuple[int, np.ndarray] | None = None
@@ -132,11 +136,26 @@ class KReduceWorker:
         self._idle_s = 0.0
         self._bytes_down = 0
 
+    def _build_pipeline(self, chunks: int) -> PipelinedExchange | None:
+        """The pipelined exchange when the plan asks for chunks (and there is an exchange)."""
+        if chunks == 1 or self.workers == 1:
+            return None
+        if self._pool is None:
+            raise ValueError("training.exchange_chunks > 1 needs max_in_flight >= 2")
+        return PipelinedExchange(
+            channel=self.channel, pool=self._pool, threads=self._max_in_flight,
+            budget=self.budget, bounds=self.bounds, chunks=chunks, weights=self.weights,
+            run_id=self.run_id, epoch=self.epoch, worker_id=self.worker_id,
+            read_copies=self._read_copies, fetch=self._fetch,
+            wait_timeout_s=self.wait_timeout_s)
+
     # ---- the iteration -----------------------------------------------------------------
     def step(self, batch_x: torch.Tensor, batch_y: torch.Tensor, iteration: int) -> StepStats:
         started = time.perf_counter()
         loss = self._local_step(batch_x, batch_y, iteration)
         computed = time.perf_counter()
+        if self.pipeline is not None:
+            return self._pipelined_exchange(iteration, loss, computed - started)
         self._idle_s, self._bytes_down = 0.0, 0
         bytes_up = self._upload(iteration)
         uploaded = time.perf_counter()
@@ -159,6 +178,28 @@ class KReduceWorker:
             download_s=downloaded - aggregated - idle_download, idle_s=self._idle_s,
             bytes_up=bytes_up, bytes_down=self._bytes_down,
         )
+
+    def _pipelined_exchange(self, iteration: int, loss: float, compute_s: float) -> StepStats:
+        """The exchange of fasdl.pipeline. Its transfers overlap, so their time (less the
+        folding and the waits for keys) is reported as ``download_s``; ``upload_s`` is 0."""
+        assert self.pipeline is not None
+        began = time.perf_counter()
+        merged: int | None = iteration
+        if self.stale_by_one:
+            merged = iteration - 1 if iteration > 0 else None
+        restored = None
+        if self._restored_merged is not None and self._restored_merged[0] == merged:
+            restored, merged, self._restored_merged = self._restored_merged[1], None, None
+        totals = self.pipeline.run(self.flat.numpy(), iteration, merged)
+        if restored is not None:  # merged l−1 of a segment's start lives in the checkpoint
+            self.flat.numpy()[:] = restored
+        self._last_iteration = iteration
+        elapsed = time.perf_counter() - began
+        return StepStats(
+            iteration=iteration, loss=loss, compute_s=compute_s, upload_s=0.0,
+            aggregate_s=totals.fold_s,
+            download_s=max(0.0, elapsed - totals.fold_s - totals.idle_s), idle_s=totals.idle_s,
+            bytes_up=totals.bytes_up, bytes_down=totals.bytes_down)
 
     def _local_step(self, batch_x: torch.Tensor, batch_y: torch.Tensor, iteration: int
                     ) -> float:

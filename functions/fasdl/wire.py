@@ -2,8 +2,11 @@
 
 Header layout (little-endian, ``HEADER``)::
 
-    magic "FSDL" | version u8 | dtype code u8 | reserved u16 | element count u64
+    magic "FSDL" | version u8 | dtype code u8 | chunk u16 | element count u64
     run digest 16 B | iteration u64 | worker u32 | shard u32 | crc32c u32 | padding 12 B
+
+``chunk`` is the frame's part of its shard in the pipelined exchange (fasdl.pipeline), 0 for a
+whole shard; frames written before it existed held 0 there, so they read as chunk 0.
 
 The CRC-32C (Castagnoli, hardware-accelerated via google-crc32c: ~4x zlib's crc32, which
 cost a third of a Valkey round trip in bench/channel.py) covers the header fields before it
@@ -37,6 +40,7 @@ _CODE_BY_DTYPE: dict[np.dtype[np.floating], int] = {
 }
 _DTYPE_BY_CODE = {code: dtype for dtype, code in _CODE_BY_DTYPE.items()}
 
+_MAX_U16 = 2**16 - 1
 _MAX_U32 = 2**32 - 1
 _MAX_U64 = 2**64 - 1
 
@@ -57,6 +61,7 @@ class FrameHeader:
     worker: int
     shard: int
     crc32: int
+    chunk: int = 0
 
     @property
     def payload_size(self) -> int:
@@ -85,7 +90,7 @@ def _wire_dtype(dtype: np.dtype[np.generic]) -> np.dtype[np.floating]:
 
 
 def _header_prefix(array: np.ndarray, digest: bytes, iteration: int, worker: int,
-                   shard: int) -> tuple[np.ndarray, bytes]:
+                   shard: int, chunk: int = 0) -> tuple[np.ndarray, bytes]:
     """The validated little-endian values and the header bytes the crc starts with."""
     if array.ndim != 1:
         raise ValueError(f"shards must be 1-D, got shape {array.shape}")
@@ -93,26 +98,28 @@ def _header_prefix(array: np.ndarray, digest: bytes, iteration: int, worker: int
     _check_id("iteration", iteration, _MAX_U64)
     _check_id("worker", worker, _MAX_U32)
     _check_id("shard", shard, _MAX_U32)
+    _check_id("chunk", chunk, _MAX_U16)
     values = np.ascontiguousarray(array, dtype=wire_dtype)
     prefix = HEADER.pack(
-        MAGIC, VERSION, _CODE_BY_DTYPE[wire_dtype], 0, values.size, digest,
+        MAGIC, VERSION, _CODE_BY_DTYPE[wire_dtype], int(chunk), values.size, digest,
         int(iteration), int(worker), int(shard), 0,
     )[:_CRC_OFFSET]
     return values, prefix
 
 
 def encode_shard(
-    array: np.ndarray, *, run: str | bytes, iteration: int, worker: int, shard: int
+    array: np.ndarray, *, run: str | bytes, iteration: int, worker: int, shard: int,
+    chunk: int = 0,
 ) -> bytes:
     """Frame a 1-D float32/float64 array (one copy: header + little-endian values)."""
-    return _frame(*_header_prefix(array, run_digest(run), iteration, worker, shard))
+    return _frame(*_header_prefix(array, run_digest(run), iteration, worker, shard, chunk))
 
 
 def reframe(frame: bytes | bytearray | memoryview, values: np.ndarray | None = None, *,
             run: str | bytes | None = None) -> bytes:
     """``frame`` with other ``values`` and/or under another ``run``'s identity, its crc valid.
 
-    Iteration, worker and shard stay the frame's. What a diverged or older attempt would have
+    Iteration, worker, shard and chunk stay the frame's. What a diverged or older attempt would have
     written at a key a reader looks at (fault injection, tests): it decodes as intact, so only
     the key's namespace or the header's identity can keep it out.
     """
@@ -120,7 +127,8 @@ def reframe(frame: bytes | bytearray | memoryview, values: np.ndarray | None = N
     if values is None:
         values = np.frombuffer(frame, dtype=header.dtype, count=header.count, offset=HEADER_SIZE)
     digest = header.run_digest if run is None else run_digest(run)
-    return _frame(*_header_prefix(values, digest, header.iteration, header.worker, header.shard))
+    return _frame(*_header_prefix(values, digest, header.iteration, header.worker, header.shard,
+                                  header.chunk))
 
 
 def _frame(values: np.ndarray, prefix: bytes) -> bytes:
@@ -130,7 +138,7 @@ def _frame(values: np.ndarray, prefix: bytes) -> bytes:
 
 def encode_shard_into(
     buffer: bytearray | None, array: np.ndarray, *, run: str | bytes, iteration: int,
-    worker: int, shard: int,
+    worker: int, shard: int, chunk: int = 0,
 ) -> bytearray:
     """:func:`encode_shard` into ``buffer`` (reused when its size fits, else a new one).
 
@@ -138,7 +146,7 @@ def encode_shard_into(
     the fresh allocation's page faults, ~30 ms of the ~40 ms it takes to frame 50 MB. The
     caller must not reuse the buffer before the channel's put of it has returned.
     """
-    values, prefix = _header_prefix(array, run_digest(run), iteration, worker, shard)
+    values, prefix = _header_prefix(array, run_digest(run), iteration, worker, shard, chunk)
     size = HEADER_SIZE + values.nbytes
     frame = buffer if buffer is not None and len(buffer) == size else bytearray(size)
     payload = np.frombuffer(frame, dtype=np.uint8, offset=HEADER_SIZE)
@@ -159,7 +167,7 @@ def read_header(data: bytes | bytearray | memoryview) -> FrameHeader:
         raise FrameError(
             f"truncated frame: {len(data)} bytes, expected at least the {HEADER_SIZE}-byte header"
         )
-    magic, version, code, _reserved, count, digest, iteration, worker, shard, crc = (
+    magic, version, code, chunk, count, digest, iteration, worker, shard, crc = (
         HEADER.unpack_from(data)
     )
     if magic != MAGIC:
@@ -170,7 +178,7 @@ def read_header(data: bytes | bytearray | memoryview) -> FrameHeader:
     if dtype is None:
         known = ", ".join(f"{c}={d}" for c, d in _DTYPE_BY_CODE.items())
         raise FrameError(f"unknown dtype code {code} in frame, expected one of {known}")
-    header = FrameHeader(version, dtype, count, digest, iteration, worker, shard, crc)
+    header = FrameHeader(version, dtype, count, digest, iteration, worker, shard, crc, chunk)
     found = len(data) - HEADER_SIZE
     if found != header.payload_size:
         state = "truncated" if found < header.payload_size else "oversized"
@@ -190,6 +198,7 @@ def decode_shard(
     worker: int | None = None,
     expected_count: int | None = None,
     dtype: np.typing.DTypeLike | None = None,
+    chunk: int = 0,
 ) -> np.ndarray:
     """The values of a frame, as a view on ``data`` (read-only when ``data`` is bytes).
 
@@ -212,6 +221,9 @@ def decode_shard(
         raise FrameError(f"{kind}: iteration {header.iteration}, expected {iteration}")
     if header.shard != shard:
         raise FrameError(f"wrong shard: frame holds shard {header.shard}, expected {shard}")
+    if header.chunk != chunk:
+        raise FrameError(f"wrong chunk: frame holds chunk {header.chunk} of shard {header.shard}, "
+                         f"expected {chunk}")
     if worker is not None and header.worker != worker:
         raise FrameError(f"wrong worker: frame is from worker {header.worker}, expected {worker}")
     if expected_count is not None and header.count != expected_count:

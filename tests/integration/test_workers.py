@@ -52,7 +52,7 @@ print(json.dumps(handler(event, FakeLambdaContext(int(sys.argv[2])))))
 """
 
 
-def digits_plan(channel: str) -> Plan:
+def digits_plan(channel: str, exchange_chunks: int = 1) -> Plan:
     # 1437 training digits / B^g 48 = 29 iterations per epoch; one epoch per segment
     return Plan(
         workload=Workload(name="digits", model="mlp", dataset=DATASET, samples=1437,
@@ -60,7 +60,7 @@ def digits_plan(channel: str) -> Plan:
         deployment=Deployment(channel=channel, arch="x86_64", memory_mb=1024, workers=WORKERS),
         training=Training(aggregators=2, batch_aggregator=8, batch_non_aggregator=16,
                           max_global_batch=1000, epochs=2, segment_iterations=29, sync="hap",
-                          learning_rate=0.1, momentum=0.9))
+                          learning_rate=0.1, momentum=0.9, exchange_chunks=exchange_chunks))
 
 
 @pytest.fixture(scope="module")
@@ -287,6 +287,20 @@ def test_killed_worker_segment_reruns_from_manifest_bitwise(
     summary = json.loads(s3_stack.read(result["summary_key"]))
     assert summary["retried_attempts"] == 1
     assert [s["attempt"] for s in summary["segments"]] == [0, 1]
+
+
+@pytest.mark.slow
+def test_pipelined_run_trains_the_reference_model_bitwise(
+        s3_store: SeaweedS3Server, tmp_path: Path,
+        reference: tuple[dict[str, Any], dict[str, Any], bytes]) -> None:
+    """Two segments of the pipelined exchange (C = 3) through the handlers: a HAP
+    non-aggregator resumes merged l-1 from the checkpoint, and the model is the phased one's."""
+    stack = Stack(s3_store, digits_plan("s3", exchange_chunks=3), tmp_path)
+    result, summary = stack.train(_run_id("pipelined"))
+    assert [s["iterations"] for s in summary["segments"]] == [29, 29]
+    assert stack.read(result["model_key"]) == reference[2]  # bit for bit
+    assert summary["final_accuracy"] == reference[1]["final_accuracy"]
+    assert stack.exchange_keys(result["run_id"]) == []  # finalize removed the chunks
 
 
 @pytest.mark.slow

@@ -290,6 +290,9 @@ def test_hap_kreduce_learns_the_shipped_digits_dataset(tmp_path: Path) -> None:
 def test_keys_follow_the_architecture_layout() -> None:
     assert shard_key("run-1", 0, 12, 3, 7) == "run-1/0/it/00000012/shard/003/from/0007"
     assert merged_key("run-1", 2, 12, 3) == "run-1/2/it/00000012/merged/003"
+    assert shard_key("run-1", 0, 12, 3, 7, 5) == (
+        "run-1/0/it/00000012/shard/003/from/0007/chunk/0005")
+    assert merged_key("run-1", 2, 12, 3, 0) == "run-1/2/it/00000012/merged/003/chunk/0000"
     assert manifest_key("run-1", 40, 5) == "run-1/checkpoint/it/00000040/epoch/5/manifest.json"
     assert checkpoint_object_key("run-1", 40, 1, "worker/0001/momentum") == (
         "run-1/checkpoint/it/00000040/epoch/1/objects/worker/0001/momentum")
@@ -297,7 +300,8 @@ def test_keys_follow_the_architecture_layout() -> None:
     assert fence_key("run-1") == "run-1/fence.json"
     bad_calls: list[tuple[Callable[..., str], tuple[object, ...]]] = [
         (shard_key, ("run/1", 0, 0, 0, 0)), (merged_key, ("r", -1, 0, 0)),
-        (shard_key, ("r", 0, 0, 1000, 0)), (checkpoint_object_key, ("r", 0, 0, "../x")),
+        (shard_key, ("r", 0, 0, 1000, 0)), (shard_key, ("r", 0, 0, 0, 0, 10000)),
+        (checkpoint_object_key, ("r", 0, 0, "../x")),
         (fence_key, ("r\n",)), (checkpoint_object_key, ("r", 0, 0, "x\n"))]
     for function, arguments in bad_calls:
         with pytest.raises(KeyFormatError):

@@ -136,6 +136,23 @@ def test_wrong_identity_is_refused() -> None:
         decode_shard(frame(), **IDS, worker=4)
 
 
+def test_chunks_carry_their_index_and_the_wrong_one_is_refused() -> None:
+    values = np.arange(4, dtype=np.float32)
+    chunk = encode_shard(values, run=RUN, iteration=5, worker=3, shard=2, chunk=7)
+    assert read_header(chunk).chunk == 7 and read_header(frame()).chunk == 0
+    assert np.array_equal(decode_shard(chunk, **IDS, chunk=7), values)
+    with pytest.raises(FrameError, match="wrong chunk: frame holds chunk 7 of shard 2, expected 6"):
+        decode_shard(chunk, **IDS, chunk=6)
+    with pytest.raises(FrameError, match="wrong chunk: frame holds chunk 0 of shard 2, expected 1"):
+        decode_shard(frame(), **IDS, chunk=1)  # a whole shard is not a chunk
+    with pytest.raises(ValueError, match="chunk must be in"):
+        encode_shard(values, run=RUN, iteration=5, worker=3, shard=2, chunk=1 << 16)
+    flipped = bytearray(chunk)
+    flipped[6] ^= 1  # the chunk index is covered by the crc
+    with pytest.raises(FrameError, match="corrupted frame"):
+        decode_shard(bytes(flipped), **IDS, chunk=6)
+
+
 def test_wrong_length_and_dtype_are_refused() -> None:
     with pytest.raises(FrameError, match="wrong length: frame holds 10 values, expected 11"):
         decode_shard(frame(), **IDS, expected_count=11)

@@ -1,0 +1,51 @@
+"""The pipelined exchange (fasdl.pipeline) over every real store: the phased exchange's weights
+bit for bit, chunk frames under their own keys, nothing left but the last merged chunks."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from fasdl.channel.memory import MemoryChannel
+from fasdl.kreduce import KReduceWorker
+from fasdl.networks import build_model
+from tests.integration.conftest import Backend
+from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
+
+ITERATIONS = 4
+
+
+def _final(workers: list[KReduceWorker]) -> list[np.ndarray]:
+    return [worker.parameters.copy() for worker in workers]
+
+
+def test_pipelined_workers_match_the_phased_exchange_bitwise(backend: Backend,
+                                                              prefix: str) -> None:
+    phased = make_plan(3, 2, 3, 5, "hap")
+    pipelined = make_plan(3, 2, 3, 5, "hap", exchange_chunks=3)
+    model = build_model("mlp", CLASSES, INPUT_SHAPE)
+    batches = random_batches(phased, ITERATIONS)
+    shared = MemoryChannel()
+    reference = [KReduceWorker(phased, w, shared, copy.deepcopy(model), "run-1", 0)
+                 for w in range(3)]
+    drive(reference, batches, range(ITERATIONS))
+    channels = [backend.channel(prefix) for _ in range(3)]  # one connection per function
+    try:
+        workers = [KReduceWorker(pipelined, w, channels[w], copy.deepcopy(model), "run-1", 7,
+                                 wait_timeout_s=60.0) for w in range(3)]
+        drive(workers, batches, range(ITERATIONS))
+        for got, expected in zip(_final(workers), _final(reference), strict=True):
+            assert np.array_equal(got, expected)
+        for worker in workers:
+            worker.close()
+        last = f"run-1/7/it/{ITERATIONS - 1:08d}/"
+        assert channels[0].try_get(f"{last}merged/001/chunk/0002")  # kept for the next segment
+        assert channels[0].try_get(f"{last}merged/001") is None  # chunks only
+        assert channels[0].try_get(f"{last}shard/000/from/0002/chunk/0000") is None  # consumed
+        old = f"run-1/7/it/{ITERATIONS - 3:08d}/merged/000/chunk/0001"
+        assert channels[0].try_get(old) is None  # merged l-2, deleted
+    finally:
+        for channel in channels:
+            channel.delete_prefix("")
+            channel.close()

@@ -1,0 +1,161 @@
+"""fasdl.pipeline: the pipelined exchange gives the phased exchange's weights, bit for bit,
+overlaps its transfers, keeps the store bounded and refuses what it cannot do."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Iterable
+
+import numpy as np
+import pytest
+from torch import nn
+
+from fasdl.channel.memory import MemoryChannel
+from fasdl.kreduce import KReduceWorker
+from fasdl.networks import build_model
+from fasdl.pipeline import chunk_bounds
+from fasdl.plan import PlanError
+from tests.runtime.test_kreduce import (
+    CLASSES,
+    INPUT_SHAPE,
+    drive,
+    make_plan,
+    make_workers,
+    random_batches,
+)
+
+ITERATIONS = 5
+
+
+def _trajectory(workers: list[KReduceWorker], iterations: int,
+                batches: object) -> dict[tuple[int, int], np.ndarray]:
+    seen: dict[tuple[int, int], np.ndarray] = {}
+    drive(workers, batches, range(iterations),  # type: ignore[arg-type]
+          lambda worker, it: seen.__setitem__((worker.worker_id, it), worker.parameters.copy()))
+    return seen
+
+
+@pytest.mark.parametrize(("workers", "aggregators", "sync", "chunks"), [
+    (4, 1, "bsp", 2), (4, 2, "hap", 3), (4, 4, "bsp", 2), (3, 2, "hap", 5), (5, 2, "bsp", 4),
+    (2, 1, "hap", 7)])
+def test_every_worker_holds_the_phased_exchanges_weights_bitwise(
+        workers: int, aggregators: int, sync: str, chunks: int) -> None:
+    batch_a, batch_n = (4, 4) if aggregators == workers else (3, 5)  # unequal: weights matter
+    phased_plan = make_plan(workers, aggregators, batch_a, batch_n, sync)
+    pipelined_plan = make_plan(workers, aggregators, batch_a, batch_n, sync,
+                               exchange_chunks=chunks)
+    model = build_model("mlp", CLASSES, INPUT_SHAPE)
+    batches = random_batches(phased_plan, ITERATIONS)
+    expected = _trajectory(make_workers(phased_plan, model, MemoryChannel()), ITERATIONS,
+                           batches)
+    pipelined = make_workers(pipelined_plan, model, MemoryChannel())
+    assert all(worker.pipeline is not None for worker in pipelined)
+    got = _trajectory(pipelined, ITERATIONS, batches)
+    assert got.keys() == expected.keys()
+    for key, values in expected.items():
+        assert np.array_equal(got[key], values), f"worker {key[0]} after iteration {key[1]}"
+
+
+class RecordingChannel(MemoryChannel):
+    """Records every transfer's (kind, key, start, end) and the most keys ever stored; each
+    transfer takes ``delay_s`` so that overlapping ones show."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.events: list[tuple[str, str, float, float]] = []
+        self.peak_keys = 0
+        self._events_lock = threading.Lock()
+
+    def _record(self, kind: str, key: str, began: float) -> None:
+        with self._events_lock:
+            self.events.append((kind, key, began, time.monotonic()))
+
+    def put(self, key: str, data: bytes | bytearray) -> None:
+        began = time.monotonic()
+        time.sleep(self.delay_s)
+        super().put(key, bytes(data))
+        with self._lock:
+            self.peak_keys = max(self.peak_keys, len(self._store))
+        self._record("put", key, began)
+
+    def try_get(self, key: str) -> bytes | None:
+        began = time.monotonic()
+        data = super().try_get(key)
+        if data is not None:
+            time.sleep(self.delay_s)
+            self._record("get", key, began)
+        return data
+
+    def delete(self, keys: Iterable[str]) -> None:
+        super().delete(list(keys))
+
+
+def test_uploads_and_downloads_overlap_and_merged_chunks_go_out_before_the_shard_is_in() -> None:
+    chunks = 4
+    plan = make_plan(3, 1, 3, 5, "hap", exchange_chunks=chunks)
+    channel = RecordingChannel(delay_s=0.01)
+    workers = make_workers(plan, build_model("mlp", CLASSES, INPUT_SHAPE), channel)
+    drive(workers, random_batches(plan, 3), range(3))
+    puts = [(key, began, ended) for kind, key, began, ended in channel.events if kind == "put"]
+    gets = [(key, began, ended) for kind, key, began, ended in channel.events if kind == "get"]
+    # a HAP non-aggregator downloads merged l−1 while it uploads l (its shard's chunks)
+    own_puts = [(b, e) for key, b, e in puts if "/it/00000002/" in key and "/from/0001/" in key]
+    merged_gets = [(b, e) for key, b, e in gets if "/it/00000001/merged/" in key]
+    assert len(own_puts) == chunks and len(merged_gets) == 2 * chunks  # 2 non-aggregators
+    assert any(g0 < p1 and p0 < g1 for p0, p1 in own_puts for g0, g1 in merged_gets)
+    # the aggregator publishes merged chunk 0 of iteration 1 before the last chunk is in
+    published = min(b for key, b, _ in puts if key.endswith("it/00000001/merged/000/chunk/0000"))
+    last_in = max(e for key, _, e in gets
+                  if "/it/00000001/shard/000/" in key and key.endswith(f"/chunk/{chunks - 1:04d}"))
+    assert published < last_in
+
+
+def test_store_keeps_chunks_of_at_most_three_iterations_and_every_copy_is_consumed() -> None:
+    workers_count, aggregators, chunks, iterations = 4, 2, 3, 8
+    plan = make_plan(workers_count, aggregators, 3, 4, "hap", exchange_chunks=chunks)
+    channel = RecordingChannel()
+    drive(make_workers(plan, build_model("mlp", CLASSES, INPUT_SHAPE), channel),
+          random_batches(plan, iterations), range(iterations))
+    assert channel.peak_keys <= 3 * workers_count * aggregators * chunks
+    left = channel.keys()
+    assert left and all("/merged/" in key and "/chunk/" in key for key in left)
+    assert {key.split("/it/")[1][:8] for key in left} <= {f"{iterations - 2:08d}",
+                                                           f"{iterations - 1:08d}"}
+
+
+def test_resuming_a_hap_non_aggregator_from_a_checkpoint_changes_nothing() -> None:
+    plan = make_plan(3, 1, 3, 5, "hap", exchange_chunks=3)
+    model = build_model("mlp", CLASSES, INPUT_SHAPE)
+    batches = random_batches(plan, 6)
+    expected = _trajectory(make_workers(plan, model, MemoryChannel()), 6, batches)
+    channel = MemoryChannel()
+    first = make_workers(plan, model, channel)
+    drive(first, batches, range(3))
+    merged = first[0].parameters.copy()  # the aggregator holds merged(2)
+    resumed = make_workers(plan, copy.deepcopy(model), MemoryChannel())
+    for worker, before in zip(resumed, first, strict=True):
+        worker.restore(before.parameters.copy(), {k: v.copy() for k, v in
+                                                  before.optimizer_state.items()},
+                       last_iteration=2, merged=merged)
+    seen: dict[tuple[int, int], np.ndarray] = {}
+    drive(resumed, batches, range(3, 6),
+          lambda worker, it: seen.__setitem__((worker.worker_id, it), worker.parameters.copy()))
+    for (worker, it), values in seen.items():
+        assert np.array_equal(values, expected[(worker, it)]), f"worker {worker} at {it}"
+
+
+def test_chunk_bounds_cover_the_shard() -> None:
+    assert chunk_bounds(10, 17, 3) == [(10, 13), (13, 15), (15, 17)]
+    assert chunk_bounds(0, 4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+
+
+def test_more_chunks_than_a_shard_has_parameters_is_refused_naming_the_field() -> None:
+    plan = make_plan(2, 2, 4, 4, "bsp", exchange_chunks=3)
+    model = nn.Linear(5, 1, bias=False)  # shards of 3 and 2 parameters
+    with pytest.raises(ValueError, match=r"training.exchange_chunks: 3 chunks .* \[1, 2\]"):
+        make_workers(plan, model, MemoryChannel())
+    with pytest.raises(PlanError, match=r"training\.exchange_chunks"):
+        make_plan(2, 1, 4, 4, "bsp", exchange_chunks=0)
