@@ -14,8 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from fasdl.json_input import unknown_field_message
-from fasdl.optimizers import OPTIMIZER_STATE
-from fasdl.plan import AUGMENTATIONS, LR_SCHEDULES, OPTIMIZERS, PlanError
+from fasdl.plan import AUGMENTATIONS, LR_SCHEDULES, OPTIMIZER_STATE, OPTIMIZERS, PlanError
 from fasdl.plan_fields import require_choice, require_float
 
 # command-line flag -> recipe field

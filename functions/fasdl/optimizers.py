@@ -25,9 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fasdl.plan import Plan, Training
-
-OPTIMIZER_STATE = {"sgd": ("momentum",), "adamw": ("exp_avg", "exp_avg_sq")}
+from fasdl.plan import OPTIMIZER_STATE, Plan, Training
 
 
 class FlatParameters:

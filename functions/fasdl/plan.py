@@ -40,6 +40,10 @@ CHANNELS: tuple[str, ...] = ("s3", "valkey")
 ARCHITECTURES: tuple[str, ...] = ("x86_64", "arm64")
 SYNC_MODES: tuple[str, ...] = ("hap", "bsp")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")  # fasdl.optimizers
+# The vectors each optimizer keeps per worker (checkpointed by name); the planner's memory
+# model counts them, so they live here, where importing costs no torch.
+OPTIMIZER_STATE: dict[str, tuple[str, ...]] = {"sgd": ("momentum",),
+                                               "adamw": ("exp_avg", "exp_avg_sq")}
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "linear")
 AUGMENTATIONS: tuple[str, ...] = ("none", "cifar")  # fasdl.augment
 
