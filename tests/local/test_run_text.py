@@ -22,6 +22,9 @@ from infra.settings import REPO_ROOT
 
 EPOCHS = 8
 MIN_MCC = 0.2  # chance is 0; measured 0.45-0.66 (module docstring)
+# The valkey case checks the one-command path and the channel, not the metric again (the
+# weights do not depend on the channel: tests/integration/test_workers.py): half the epochs.
+VALKEY_EPOCHS = 4
 RUN_TIMEOUT_S = 480
 
 
@@ -59,7 +62,7 @@ def test_bert_mini_trains_on_the_text_set(tmp_path: Path, request: pytest.Fixtur
         plan, data = request.getfixturevalue("text_job")
         job = ["--plan", str(plan), "--dataset", str(data)]
     else:
-        job = ["--workload", "bert-mini-textset"]
+        job = ["--workload", "bert-mini-textset", "--epochs", str(VALKEY_EPOCHS)]
     report_dir = tmp_path / "report"
     done = subprocess.run(
         [sys.executable, "-m", "local", "run", *job, "--channel", channel,
@@ -72,11 +75,14 @@ def test_bert_mini_trains_on_the_text_set(tmp_path: Path, request: pytest.Fixtur
     assert report["plan"]["workload"]["model"] == "bert-mini"
     summary = report["summary"]  # finalize's summary.json
     segments = summary["segments"]
-    assert len(segments) == 4 and all(-1.0 <= s["mcc"] <= 1.0 for s in segments)
+    epochs = EPOCHS if channel == "s3" else VALKEY_EPOCHS
+    assert len(segments) == epochs // 2 and all(-1.0 <= s["mcc"] <= 1.0 for s in segments)
     assert 0.0 < summary["final_accuracy"] <= 1.0
     assert summary["final_mcc"] == segments[-1]["mcc"]
     assert all(s["loss_mean"] < 1.0 for s in segments)  # trained, not diverged (ln 2 = 0.69)
-    assert summary["final_mcc"] > MIN_MCC, [s["mcc"] for s in segments]
+    assert segments[-1]["loss_mean"] < segments[0]["loss_mean"]
+    if channel == "s3":
+        assert summary["final_mcc"] > MIN_MCC, [s["mcc"] for s in segments]
     assert report["final_mcc"] == summary["final_mcc"]  # the local report names the metric
     assert f"test MCC {summary['final_mcc']:.3f}" in done.stdout
     print(f"{channel}: dev MCC per segment {[s['mcc'] for s in segments]}, accuracy "
