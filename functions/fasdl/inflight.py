@@ -39,7 +39,10 @@ MIB = 1 << 20
 FLOOR_MB = 64.0
 MEMORY_SHARE = 1.0 / 20.0
 CEILING_MB = 256.0
-SCRATCH_MB = 8.0  # fasdl.kreduce scales 2^20 float64 elements at a time
+# An aggregator scales this many elements at a time into a float64 scratch (fasdl.kreduce,
+# fasdl.pipeline), which bounds the scratch to 8 MiB.
+SCALED_AT_ONCE = 1 << 20
+SCRATCH_MB = SCALED_AT_ONCE * 8 / MIB
 # Bytes a GET of an f-byte frame holds at its peak, per channel, measured on a 90 MB value:
 # boto3 reads an S3 body straight into the result; redis-py's pure-Python reply parser
 # buffers the value, then copies it out (3 f). A download is counted at this size until folded.

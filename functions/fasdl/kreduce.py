@@ -43,7 +43,7 @@ from torch import nn
 
 from fasdl import inflight
 from fasdl.channel.base import Channel
-from fasdl.inflight import Uploads, frame_size
+from fasdl.inflight import SCALED_AT_ONCE, Uploads, frame_size
 from fasdl.keys import merged_key, shard_key
 from fasdl.optimizers import FlatParameters, build_optimizer
 from fasdl.pipeline import PipelinedExchange
@@ -51,7 +51,6 @@ from fasdl.plan import Plan
 from fasdl.wire import decode_shard, encode_shard_into
 
 ParamsSource = Literal["merged", "previous", "own"]
-_CHUNK = 1 << 20  # elements scaled at a time: bounds the float64 scratch to 8 MiB
 
 
 @dataclass(frozen=True)
@@ -85,6 +84,11 @@ def shard_bounds(total: int, shards: int) -> list[tuple[int, int]]:
         bounds.append((start, end))
         start = end
     return bounds
+
+
+def chunk_bounds(start: int, end: int, chunks: int) -> list[tuple[int, int]]:
+    """[start, end) cut into ``chunks`` contiguous ranges (the pipelined exchange's chunks)."""
+    return [(start + low, start + high) for low, high in shard_bounds(end - start, chunks)]
 
 
 class KReduceWorker:
@@ -128,7 +132,7 @@ class KReduceWorker:
         summing = self.is_aggregator and self.workers > 1 and self.pipeline is None
         own = self.bounds[worker_id] if summing else (0, 0)
         self._accumulator = np.empty(own[1] - own[0], dtype=np.float64)
-        self._scratch = np.empty(min(own[1] - own[0], _CHUNK), dtype=np.float64)
+        self._scratch = np.empty(min(own[1] - own[0], SCALED_AT_ONCE), dtype=np.float64)
         # merged parameters of one iteration handed in by a checkpoint restore (HAP reads
         # merged l−1 at l, which at a segment start lives in the checkpoint, not the store)
         self._restored_merged: tuple[int, np.ndarray] | None = None
@@ -142,9 +146,14 @@ class KReduceWorker:
             return None
         if self._pool is None:
             raise ValueError("training.exchange_chunks > 1 needs max_in_flight >= 2")
+        smallest = min(end - start for start, end in self.bounds)
+        if chunks > smallest:
+            raise ValueError(f"training.exchange_chunks: {chunks} chunks do not fit a shard of "
+                             f"{smallest} parameters; allowed range is [1, {smallest}]")
         return PipelinedExchange(
             channel=self.channel, pool=self._pool, threads=self._max_in_flight,
-            budget=self.budget, bounds=self.bounds, chunks=chunks, weights=self.weights,
+            budget=self.budget, weights=self.weights,
+            parts=[chunk_bounds(start, end, chunks) for start, end in self.bounds],
             run_id=self.run_id, epoch=self.epoch, worker_id=self.worker_id,
             read_copies=self._read_copies, fetch=self._fetch,
             wait_timeout_s=self.wait_timeout_s)
@@ -245,8 +254,8 @@ class KReduceWorker:
                                     shard=shard, worker=worker, expected_count=count,
                                     dtype=np.float32)
             weight = self.weights[worker]
-            for begin in range(0, count, _CHUNK):
-                stop = min(begin + _CHUNK, count)
+            for begin in range(0, count, SCALED_AT_ONCE):
+                stop = min(begin + SCALED_AT_ONCE, count)
                 chunk = self._scratch[:stop - begin]
                 np.multiply(part[begin:stop], weight, out=chunk)  # in float64
                 total[begin:stop] += chunk

@@ -42,13 +42,12 @@ from typing import Any, Literal
 import numpy as np
 
 from fasdl.channel.base import Channel
-from fasdl.inflight import FrameBudget, frame_size
+from fasdl.inflight import SCALED_AT_ONCE, FrameBudget, frame_size
 from fasdl.keys import merged_key, shard_key
 from fasdl.wire import decode_shard, encode_shard_into
 
 Kind = Literal["fold", "merged"]
 Fetch = Callable[[str, float], tuple[bytes, float]]
-_SCALE_AT_ONCE = 1 << 20  # elements scaled at a time: bounds the float64 scratch to 8 MiB
 
 
 @dataclass(frozen=True)
@@ -73,36 +72,21 @@ class ExchangeTotals:
     fold_s: float = 0.0
 
 
-def chunk_bounds(start: int, end: int, chunks: int) -> list[tuple[int, int]]:
-    """``chunks`` contiguous ranges covering [start, end), sizes differ by <= 1."""
-    base, extra = divmod(end - start, chunks)
-    bounds = []
-    for index in range(chunks):
-        stop = start + base + (1 if index < extra else 0)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
-
-
 class PipelinedExchange:
     """The pipelined exchange of one K-REDUCE worker (:meth:`run` once per iteration)."""
 
     def __init__(self, *, channel: Channel, pool: ThreadPoolExecutor, threads: int,
-                 budget: FrameBudget, bounds: list[tuple[int, int]], chunks: int,
-                 weights: np.ndarray, run_id: str, epoch: int, worker_id: int,
+                 budget: FrameBudget, parts: list[list[tuple[int, int]]], weights: np.ndarray,
+                 run_id: str, epoch: int, worker_id: int,
                  read_copies: float, fetch: Fetch, wait_timeout_s: float) -> None:
-        smallest = min(end - start for start, end in bounds)
-        if not 1 <= chunks <= smallest:
-            raise ValueError(f"training.exchange_chunks: {chunks} chunks do not fit a shard of "
-                             f"{smallest} parameters; allowed range is [1, {smallest}]")
         if threads < 2:
             raise ValueError("the pipelined exchange needs at least 2 requests in flight")
         self.channel, self.pool, self.budget = channel, pool, budget
-        self.parts = [chunk_bounds(start, end, chunks) for start, end in bounds]
+        self.parts = parts  # per shard, its C chunk ranges in the flat vector
         self.weights = weights
         self.run_id, self.epoch, self.frame_run = run_id, epoch, f"{run_id}/{epoch}"
         self.worker_id = worker_id
-        self.workers, self.aggregators = len(weights), len(bounds)
+        self.workers, self.aggregators = len(weights), len(parts)
         self.is_aggregator = worker_id < self.aggregators
         self.read_copies = read_copies
         self.fetch, self.wait_timeout_s = fetch, wait_timeout_s
@@ -112,7 +96,7 @@ class PipelinedExchange:
         own = self.parts[worker_id] if self.is_aggregator else [(0, 0)]
         longest = max(end - start for start, end in own)
         self.accumulator = np.empty(longest, dtype=np.float64)
-        self.scratch = np.empty(min(longest, _SCALE_AT_ONCE), dtype=np.float64)
+        self.scratch = np.empty(min(longest, SCALED_AT_ONCE), dtype=np.float64)
 
     def sends(self, iteration: int) -> list[Part]:
         """This worker's chunks of ``iteration`` (an aggregator keeps its own shard)."""
@@ -261,8 +245,8 @@ class _Iteration:
         """accumulator += weight·part, in float64 (the unchunked exchange's operations)."""
         weight = self.x.weights[worker]
         total = self.x.accumulator
-        for begin in range(0, len(part), _SCALE_AT_ONCE):
-            stop = min(begin + _SCALE_AT_ONCE, len(part))
+        for begin in range(0, len(part), SCALED_AT_ONCE):
+            stop = min(begin + SCALED_AT_ONCE, len(part))
             scaled = self.x.scratch[:stop - begin]
             np.multiply(part[begin:stop], weight, out=scaled)
             total[begin:stop] += scaled

@@ -13,9 +13,8 @@ import pytest
 from torch import nn
 
 from fasdl.channel.memory import MemoryChannel
-from fasdl.kreduce import KReduceWorker
+from fasdl.kreduce import KReduceWorker, chunk_bounds
 from fasdl.networks import build_model
-from fasdl.pipeline import chunk_bounds
 from fasdl.plan import PlanError
 from tests.runtime.test_kreduce import (
     CLASSES,
