@@ -43,6 +43,20 @@ CEILING_MB = 256.0
 # fasdl.pipeline), which bounds the scratch to 8 MiB.
 SCALED_AT_ONCE = 1 << 20
 SCRATCH_MB = SCALED_AT_ONCE * 8 / MIB
+
+
+def add_weighted(total: np.ndarray, part: np.ndarray, weight: float,
+                 scratch: np.ndarray) -> None:
+    """total += weight·part in float64, SCALED_AT_ONCE values at a time through scratch.
+
+    The one batch-weighted fold of K-REDUCE: phased and pipelined exchanges call it in the
+    same worker order, so both produce the same bits.
+    """
+    for begin in range(0, len(part), SCALED_AT_ONCE):
+        stop = min(begin + SCALED_AT_ONCE, len(part))
+        scaled = scratch[:stop - begin]
+        np.multiply(part[begin:stop], weight, out=scaled)
+        total[begin:stop] += scaled
 # Bytes a GET of an f-byte frame holds at its peak, per channel, measured on a 90 MB value:
 # boto3 reads an S3 body straight into the result; redis-py's pure-Python reply parser
 # buffers the value, then copies it out (3 f). A download is counted at this size until folded.

@@ -43,7 +43,7 @@ from torch import nn
 
 from fasdl import inflight
 from fasdl.channel.base import Channel
-from fasdl.inflight import SCALED_AT_ONCE, Uploads, frame_size
+from fasdl.inflight import SCALED_AT_ONCE, Uploads, add_weighted, frame_size
 from fasdl.keys import merged_key, shard_key
 from fasdl.optimizers import FlatParameters, build_optimizer
 from fasdl.pipeline import PipelinedExchange
@@ -253,12 +253,7 @@ class KReduceWorker:
                 part = decode_shard(next(frames), run=self._frame_run, iteration=iteration,
                                     shard=shard, worker=worker, expected_count=count,
                                     dtype=np.float32)
-            weight = self.weights[worker]
-            for begin in range(0, count, SCALED_AT_ONCE):
-                stop = min(begin + SCALED_AT_ONCE, count)
-                chunk = self._scratch[:stop - begin]
-                np.multiply(part[begin:stop], weight, out=chunk)  # in float64
-                total[begin:stop] += chunk
+            add_weighted(total, part, self.weights[worker], self._scratch)
             del part  # a view of the frame: gone before the next fetch, as the budget counts
         frames.close()
         values[start:end] = total  # float64 → float32, once

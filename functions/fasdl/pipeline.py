@@ -42,7 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fasdl.channel.base import Channel
-from fasdl.inflight import SCALED_AT_ONCE, FrameBudget, frame_size
+from fasdl.inflight import SCALED_AT_ONCE, FrameBudget, add_weighted, frame_size
 from fasdl.keys import merged_key, shard_key
 from fasdl.wire import decode_shard, encode_shard_into
 
@@ -242,14 +242,7 @@ class _Iteration:
         self.totals.fold_s += time.perf_counter() - began
 
     def _fold(self, worker: int, part: np.ndarray) -> None:
-        """accumulator += weight·part, in float64 (the unchunked exchange's operations)."""
-        weight = self.x.weights[worker]
-        total = self.x.accumulator
-        for begin in range(0, len(part), SCALED_AT_ONCE):
-            stop = min(begin + SCALED_AT_ONCE, len(part))
-            scaled = self.x.scratch[:stop - begin]
-            np.multiply(part[begin:stop], weight, out=scaled)
-            total[begin:stop] += scaled
+        add_weighted(self.x.accumulator, part, self.x.weights[worker], self.x.scratch)
 
     def _publish_and_clean(self, part: Part) -> None:
         x, it, shard, chunk = self.x, part.iteration, part.shard, part.chunk
