@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.profiler_fit import FitRequest, SampleError, run_fit
+from planner.profiler_fit import FitRequest, run_fit
+from planner.profiler_samples import SampleError
 from planner.profiles import PlatformProfile, ProfileError, WorkloadProfile
 
 

@@ -43,9 +43,9 @@ from planner.cost_model import (
     FloatArray,
     IntArray,
     Problem,
-    _exchange_cost,
     aligned_non_aggregator_batch,
 )
+from planner.exchange_cost import exchange_cost
 from planner.memory import role_max_batch
 from planner.segment_requests import segment_request_cost
 
@@ -124,7 +124,8 @@ def run_cost(problem: Problem, memory: IntArray | int, workers: FloatArray | Int
     transitions = SFN_FIXED_TRANSITIONS + segments * (
         SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w)
     requests = (segments * w + 2) * prices.lambda_request + transitions * prices.sfn_transition
-    exchange = _exchange_cost(problem, w, k, iterations, time_s)
+    exchange = exchange_cost(prices, problem.channel, problem.workload.model_mb, w, k,
+                             iterations, time_s)
     checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time_s)
     return np.asarray(compute + requests + exchange + checkpoint, dtype=np.float64)
 

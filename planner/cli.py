@@ -263,7 +263,8 @@ def _infeasible(args: argparse.Namespace, result: SearchResult,
 def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     if args.csv is not None:
         return _command_fit_csv(args, emit)
-    from planner.profiler_fit import FitRequest, SampleError, run_fit
+    from planner.profiler_fit import FitRequest, run_fit
+    from planner.profiler_samples import SampleError
 
     request = FitRequest(
         samples=args.samples, out=args.out, kind=args.kind, name=args.name,

@@ -52,6 +52,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fasdl.field_types import FieldError, is_integral, is_real
+from planner.exchange_cost import exchange_cost
 from planner.memory import memory_exceeded, role_max_batch
 from planner.profiles import PlatformProfile, Prices, WorkloadProfile
 from planner.segment_requests import segment_request_cost
@@ -62,7 +63,6 @@ IntArray = NDArray[np.int64]
 # Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
 # the loop bookkeeping plus two per worker iteration (task scheduled and succeeded).
 SFN_FIXED_TRANSITIONS, SFN_TRANSITIONS_PER_SEGMENT, SFN_TRANSITIONS_PER_WORKER = 4, 4, 2
-MB_PER_GB = KB_PER_MB = 1024.0
 
 
 class ModelInputError(FieldError):
@@ -325,7 +325,8 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     transitions = (SFN_FIXED_TRANSITIONS
                    + segments * (SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w))
     cost_requests = invocations * prices.lambda_request + transitions * prices.sfn_transition
-    cost_exchange = _exchange_cost(problem, w, k, total_iterations, time)
+    cost_exchange = exchange_cost(prices, problem.channel, wl.model_mb, w, k,
+                                  total_iterations, time)
     cost_checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time)
     cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
 
@@ -342,37 +343,6 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint, cost_usd=cost,
         violation=violation,
     )
-
-
-def exchange_bytes_per_iteration_mb(model_mb: float, workers: ArrayLike) -> FloatArray:
-    """Bytes moved through the channel per iteration, S_m·(3W − 2) (thesis 3-27)."""
-    w = np.asarray(workers, dtype=np.float64)
-    return np.where(w <= 1, 0.0, model_mb * (3.0 * w - 2.0))
-
-
-def s3_requests_per_iteration(workers: ArrayLike, aggregators: ArrayLike
-                              ) -> tuple[FloatArray, FloatArray]:
-    """(PUT, GET) per iteration: R_up = K·W, R_down = 2K(W−1) (thesis 3-24, 3-25)."""
-    w = np.asarray(workers, dtype=np.float64)
-    k = np.asarray(aggregators, dtype=np.float64)
-    alone = w <= 1
-    return np.where(alone, 0.0, k * w), np.where(alone, 0.0, 2.0 * k * (w - 1.0))
-
-
-def _exchange_cost(problem: Problem, w: IntArray, k: IntArray, total_iterations: FloatArray,
-                   time: FloatArray) -> FloatArray:
-    prices = problem.prices
-    if problem.channel == "s3":
-        puts, gets = s3_requests_per_iteration(w, k)
-        return total_iterations * (prices.s3_put * puts + prices.s3_get * gets)
-    traffic_mb = exchange_bytes_per_iteration_mb(problem.workload.model_mb, w)
-    ecpus = total_iterations * traffic_mb * KB_PER_MB / prices.valkey_kb_per_ecpu
-    # Two iterations of shards live at once: W uploads of S_m plus the merged S_m, twice.
-    # A single worker exchanges nothing but the cache still meters its minimum.
-    live_gb = np.where(w <= 1, 0.0, 2.0 * (w + 1) * problem.workload.model_mb / MB_PER_GB)
-    stored_gb = np.maximum(prices.valkey_min_gb, live_gb)
-    stored = stored_gb * time / 3600.0 * prices.valkey_gb_hour
-    return np.asarray(ecpus * prices.valkey_ecpu + stored, dtype=np.float64)
 
 
 def _violations(problem: Problem, w: IntArray, mem: IntArray, k: IntArray, ba: IntArray,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.profiler_fit import Samples, WorkloadFit, distinct
+from planner.profiler_fit import WorkloadFit, distinct
+from planner.profiler_samples import Samples
 from planner.profiles import DIRECTIONS, PlatformProfile
 
 

@@ -11,14 +11,8 @@ import numpy as np
 import pytest
 
 from planner.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from planner.profiler_fit import (
-    FitRequest,
-    SampleError,
-    fit_transfers,
-    fit_workload,
-    read_samples,
-    run_fit,
-)
+from planner.profiler_fit import FitRequest, fit_transfers, fit_workload, run_fit
+from planner.profiler_samples import SampleError, read_samples
 from planner.profiles import load_platform, load_platform_file, load_workload
 from planner.throughput_fit import DEFAULT_TORCH_LOAD_CPU_S
 
