@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from fasdl.augment import training_tensors
-from fasdl.data import BatchStream, Partition, plan_partition
+from fasdl.data import BatchStream, Partition, class_count, plan_partition
 from fasdl.evaluate import confusion_of
 from fasdl.networks import build_seeded_model
 from fasdl.optimizers import FlatParameters, build_optimizer
@@ -37,11 +37,6 @@ def worker_streams(plan: Plan, train: Partition) -> list[BatchStream]:
         streams.append(BatchStream.for_plan(
             plan, worker, Partition(train.x[start:end], train.y[start:end])))
     return streams
-
-
-def classes_of(train: Partition) -> int:
-    """The classes the workers build their head for (fasdl.segment_runner: max label + 1)."""
-    return max(2, int(train.y.max()) + 1)
 
 
 def evaluate(model: torch.nn.Module, test: Partition, classes: int, augmentation: str
@@ -64,7 +59,7 @@ def reference_curve(plan: Plan, train: Partition, test: Partition | None,
     previous end, and the test metrics there (None without a test split)."""
     t = plan.training
     shape = tuple(int(n) for n in train.x.shape[1:])
-    classes = classes_of(train)
+    classes = class_count(train.y)
     model = build_seeded_model(plan.workload.model, t.seed, classes, shape)
     optimizer = build_optimizer(FlatParameters(model), plan)
     loss_fn = torch.nn.CrossEntropyLoss()

@@ -128,6 +128,11 @@ def s3_range_reader(client: _S3Client, bucket: str) -> RangeReader:
     return read_range
 
 
+def class_count(labels: np.ndarray) -> int:
+    """Outputs of the network's head: max label + 1, at least 2 (labels are 0..n−1)."""
+    return max(2, int(labels.max()) + 1)
+
+
 def partition_bounds(sizes: Sequence[int], worker: int) -> tuple[int, int]:
     """Worker ``worker``'s rows [start, end) when partitions are laid out in worker order."""
     if not 0 <= worker < len(sizes):

@@ -43,6 +43,7 @@ from fasdl.data import (
     DataCursor,
     DatasetError,
     RangeReader,
+    class_count,
     input_shape_of,
     load_partition,
     plan_partition,
@@ -198,7 +199,7 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
         check_rows(plan.training.augmentation, layout.row_shape, layout.dtype)
     except (DatasetError, AugmentationError) as error:
         raise WorkerEventError(str(error)) from error
-    num_classes = max(2, int(_cached_labels(read_range, f"{prefix}/y.npy", cache_dir).max()) + 1)
+    num_classes = class_count(_cached_labels(read_range, f"{prefix}/y.npy", cache_dir))
     model = build_seeded_model(plan.workload.model, plan.training.seed, num_classes,
                                input_shape)
     worker = KReduceWorker(plan, event.worker, exchange, model, event.run_id, event.epoch,
