@@ -47,6 +47,7 @@ from planner.cost_model import (
 )
 from planner.exchange_cost import exchange_cost
 from planner.memory import role_max_batch
+from planner.pipelined import pipelined_terms
 from planner.segment_requests import segment_request_cost
 
 BnRule = Literal["search", "align"]
@@ -68,6 +69,7 @@ class Tables:
     memory: IntArray      # memories where a batch fits and M + m > 0
     alpha: FloatArray     # a/(M + m), seconds per sample of training
     batch_max: IntArray   # B_M, the grid's largest batch at M
+    floor_a: FloatArray   # aggregator comm's floor in W (0 phased; pipelined: its uploads)
     fixed_a: FloatArray   # aggregator comm without the (W−1) shard downloads
     per_peer: FloatArray  # seconds per peer shard an aggregator downloads
     non_agg: FloatArray   # a non-aggregator's comm
@@ -97,19 +99,33 @@ def tables(problem: Problem, pattern: str, rule: str) -> Tables:
     batch_max = wl.max_batch(memory)
     usable = (memory + wl.m > 0) & (batch_max >= problem.batch_step)
     memory, batch_max = memory[usable], batch_max[usable]
-    shard = wl.model_mb / np.arange(1, problem.worker_limit() + 1, dtype=np.float64)
+    aggregators = np.arange(1, problem.worker_limit() + 1, dtype=np.float64)
+    shard = wl.model_mb / aggregators
     at = memory[:, None].astype(np.float64)
-    up = platform.throughput("up", at, shard[None, :])
-    down = platform.throughput("down", at, shard[None, :])
-    moved = wl.model_mb - shard if problem.own_shard_local else np.full_like(shard, wl.model_mb)
     load = platform.transfer_time("down", memory, 2.0 * wl.model_mb)
     return Tables(
         problem=problem, pattern=pattern, rule=rule, memory=memory,
         alpha=np.asarray(wl.a / (memory + wl.m), dtype=np.float64), batch_max=batch_max,
-        fixed_a=moved / up + shard / up + moved / down, per_peer=shard / down,
-        non_agg=wl.model_mb / up + wl.model_mb / down,
+        **_communication_tables(problem, at, aggregators[None, :]),
         segment_io=load[:, None] + platform.transfer_time("up", at, wl.model_mb + shard),
         cold_fixed=platform.cold_start_s(memory))
+
+
+def _communication_tables(problem: Problem, at: FloatArray, k: FloatArray
+                          ) -> dict[str, FloatArray]:
+    """c_a = max(floor_a, fixed_a + (W−1)·per_peer) and c_n per (memory, K), as evaluate()."""
+    wl, platform = problem.workload, problem.platform
+    if problem.exchange_chunks > 1:
+        terms = pipelined_terms(platform, at, wl.model_mb, k, problem.exchange_chunks)
+        return {"floor_a": terms.floor_a, "fixed_a": terms.fixed_a,
+                "per_peer": terms.per_peer, "non_agg": terms.non_aggregator}
+    shard = wl.model_mb / k
+    up = platform.throughput("up", at, shard)
+    down = platform.throughput("down", at, shard)
+    moved = wl.model_mb - shard if problem.own_shard_local else np.full_like(shard, wl.model_mb)
+    fixed_a = moved / up + shard / up + moved / down
+    return {"floor_a": np.zeros_like(fixed_a), "fixed_a": fixed_a, "per_peer": shard / down,
+            "non_agg": wl.model_mb / up + wl.model_mb / down}
 
 
 def run_cost(problem: Problem, memory: IntArray | int, workers: FloatArray | IntArray | int,
@@ -125,14 +141,16 @@ def run_cost(problem: Problem, memory: IntArray | int, workers: FloatArray | Int
         SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w)
     requests = (segments * w + 2) * prices.lambda_request + transitions * prices.sfn_transition
     exchange = exchange_cost(prices, problem.channel, problem.workload.model_mb, w, k,
-                             iterations, time_s)
+                             iterations, time_s, problem.exchange_chunks)
     checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time_s)
     return np.asarray(compute + requests + exchange + checkpoint, dtype=np.float64)
 
 
 def _weighted_comm(t: Tables, index: int | slice, workers: NDArray[np.float64],
                    aggregators: IntArray) -> FloatArray:
-    """c̄ = (K·c_a + (W−K)·c_n)/W = K·g + f_n + K·(f_a − g − f_n)/W for W > 1, 0 alone."""
+    """c̄ = (K·c_a + (W−K)·c_n)/W = K·g + f_n + K·(f_a − g − f_n)/W for W > 1, 0 alone.
+
+    With c_a's affine part only (its floor left out), so c̄ stays monotone in W: a floor."""
     col = aggregators - 1
     f_a, g, f_n = t.fixed_a[index, col], t.per_peer[index, col], t.non_agg[index, col]
     value = aggregators * g + f_n + aggregators * (f_a - g - f_n) / workers
@@ -162,7 +180,8 @@ def _block_floors(t: Tables, low: int, high: int) -> tuple[FloatArray, FloatArra
     balanced = alpha / high + np.where(rising, numerator / g_high, numerator / (step * low))
     balanced_rate = alpha + np.where(rising, low * numerator / g_low, numerator / step)
     col = ks - 1
-    comm_a = np.where(first > 1, t.fixed_a[:, col] + (first - 1) * t.per_peer[:, col], 0.0)
+    comm_a = np.where(first > 1, np.maximum(t.floor_a[:, col], t.fixed_a[:, col]
+                                            + (first - 1) * t.per_peer[:, col]), 0.0)
     aggregator = alpha * (step + b) + comm_a
     per_sample = np.maximum(balanced, aggregator / g_high).min(axis=1)
     rate = np.maximum(balanced_rate, low * aggregator / g_low).min(axis=1)
@@ -283,7 +302,8 @@ def triple_bounds(t: Tables, index: int, low: int, high: int, relaxed: bool) -> 
     w, k = _pairs(t.pattern, low, high)
     alpha = float(t.alpha[index])
     others = k < w
-    comm_a = np.where(w > 1, t.fixed_a[index, k - 1] + (w - 1) * t.per_peer[index, k - 1], 0.0)
+    comm_a = np.where(w > 1, np.maximum(t.floor_a[index, k - 1], t.fixed_a[index, k - 1]
+                                        + (w - 1) * t.per_peer[index, k - 1]), 0.0)
     comm_n = np.where(others, t.non_agg[index, k - 1], 0.0)
     max_a, max_n = role_max_batch(wl, t.memory[index], w, k, p.channel, p.exchange_memory)
     x_top = np.minimum(np.minimum(p.max_global_batch // w, t.batch_max[index]), max_a)

@@ -189,6 +189,7 @@ def comparison(problem: Problem, quotas: Quotas | None = None,
     kreduce = partial(exact, bn_rule=bn_rule)
     runs: list[tuple[Problem, Search]] = [
         (distributed, kreduce), (distributed, two_stage),
+        (distributed, partial(exact, pattern="kreduce-pipelined", bn_rule=bn_rule)),
         (distributed, partial(exact, pattern="scatterreduce")),
         (distributed, partial(exact, pattern="allreduce")), (distributed, lambda_dnn),
         (problem, standalone), (problem, kreduce)]

@@ -52,8 +52,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fasdl.field_types import FieldError, is_integral, is_real
+from fasdl.plan import MAX_EXCHANGE_CHUNKS
 from planner.exchange_cost import exchange_cost
+from planner.exchange_time import communication_times, iteration_times
 from planner.memory import memory_exceeded, role_max_batch
+from planner.pipelined import pipelined_terms
 from planner.profiles import PlatformProfile, Prices, WorkloadProfile
 from planner.segment_requests import segment_request_cost
 
@@ -126,6 +129,7 @@ class Problem:
     clip_bn: bool = True
     own_shard_local: bool = True  # the runtime's traffic; False: the paper's Eq. 3-2/3-4
     exchange_memory: bool = True  # exchange buffers in M_B per role; False: paper's 4-1
+    exchange_chunks: int = 1  # C > 1: the pipelined exchange (planner/pipelined.py)
 
     def __post_init__(self) -> None:
         _check_int("epochs", self.epochs, 1, 100_000)
@@ -139,6 +143,7 @@ class Problem:
         _check_int("batch_step", self.batch_step, 1, 4096)
         _check_int("max_workers", self.max_workers, 1, 1000)
         _check_int("min_workers", self.min_workers, 1, self.max_workers)
+        _check_int("exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
 
     @property
     def channel(self) -> str:
@@ -217,10 +222,15 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
     """
     w, mem, k, ba = (np.asarray(x, dtype=np.int64) for x in
                      (workers, memory_mb, aggregators, batch_aggregator))
-    _, aggregate_s, _ = communication_times(problem, w, mem, k)
+    if problem.exchange_chunks > 1:  # the aggregator's extra seconds: c_a − c_n
+        terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k,
+                                problem.exchange_chunks)
+        lag = terms.aggregator(w) - terms.non_aggregator
+    else:
+        _, lag, _ = communication_times(problem, w, mem, k)
     wl = problem.workload
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        align = np.floor(ba + aggregate_s * (mem + wl.m) / wl.a)
+        align = np.floor(ba + lag * (mem + wl.m) / wl.a)
         align = np.where(np.isfinite(align), align, 0.0)
         bn = align.astype(np.int64)
         if problem.clip_bn:
@@ -229,33 +239,6 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
             _, max_n = role_max_batch(wl, mem, w, k, problem.channel, problem.exchange_memory)
             bn = np.minimum(np.minimum(bn, budget), max_n)
     return np.where(k >= w, ba, bn)
-
-
-def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray,
-                        aggregators: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """An aggregator's (T_up, T_agg, T_down) per iteration; all zero for a single worker."""
-    model_mb = problem.workload.model_mb
-    shard_mb = model_mb / aggregators
-    platform = problem.platform
-    tp_up = platform.throughput("up", memory_mb, shard_mb)
-    tp_down = platform.throughput("down", memory_mb, shard_mb)
-    alone = workers <= 1
-    # the shards an aggregator ships: all K (paper) or all but its own (runtime)
-    moved_mb = model_mb - shard_mb if problem.own_shard_local else model_mb
-    upload = np.where(alone, 0.0, moved_mb / tp_up)
-    aggregate = np.where(alone, 0.0, (workers - 1) * shard_mb / tp_down + shard_mb / tp_up)
-    download = np.where(alone, 0.0, moved_mb / tp_down)
-    return upload, aggregate, download
-
-
-def non_aggregator_times(problem: Problem, memory_mb: IntArray,
-                         aggregators: IntArray) -> tuple[FloatArray, FloatArray]:
-    """A non-aggregator's (T_up, T_down): all K shards up, all K merged shards down."""
-    model_mb = problem.workload.model_mb
-    shard_mb = model_mb / aggregators
-    upload = model_mb / problem.platform.throughput("up", memory_mb, shard_mb)
-    download = model_mb / problem.platform.throughput("down", memory_mb, shard_mb)
-    return upload, download
 
 
 def _segment_load_and_checkpoint(problem: Problem, mem: IntArray, k: IntArray, ba: IntArray,
@@ -299,19 +282,9 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     global_batch = k * ba + (w - k) * bn
     iterations = wl.samples / global_batch
 
-    upload, aggregate, download = communication_times(problem, w, mem, k)
-    upload_n, download_n = non_aggregator_times(problem, mem, k)
     train_a, train_n = wl.train_time(ba, mem), wl.train_time(bn, mem)
-    # K = W has no non-aggregator: its terms must not bind
-    others = k < w
-    comm_a = upload + aggregate + download
-    hap_iteration = np.maximum(train_a + comm_a,
-                               np.where(others, train_n + upload_n + download_n, 0.0))
-    # BSP: the merged shards exist once every upload is in and aggregated
-    uploads_in = np.maximum(train_a + upload, np.where(others, train_n + upload_n, 0.0))
-    bsp_iteration = uploads_in + aggregate + np.maximum(
-        download, np.where(others, download_n, 0.0))
-    iteration = np.where(sync_bsp, bsp_iteration, hap_iteration)
+    upload, aggregate, download, iteration = iteration_times(problem, w, mem, k, train_a,
+                                                             train_n, sync_bsp)
 
     cold, load, checkpoint = _segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
     # any segment may start cold (the first, a retry): each must fit one
@@ -326,7 +299,7 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
                    + segments * (SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w))
     cost_requests = invocations * prices.lambda_request + transitions * prices.sfn_transition
     cost_exchange = exchange_cost(prices, problem.channel, wl.model_mb, w, k,
-                                  total_iterations, time)
+                                  total_iterations, time, problem.exchange_chunks)
     cost_checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time)
     cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
 

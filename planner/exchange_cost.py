@@ -1,6 +1,7 @@
 """What the exchange itself costs: S3 requests, or ElastiCache Serverless ECPUs and storage.
 
-- S3 exchange requests per iteration: R_up = K·W PUTs, R_down = 2K(W−1) GETs   (3-24..3-26)
+- S3 exchange requests per iteration: R_up = K·W PUTs, R_down = 2K(W−1) GETs   (3-24..3-26),
+  each times C when the exchange is pipelined in C chunks per shard
 - Valkey: ECPUs for S_m·(3W−2) MB per iteration (3-27) at 1 ECPU per KB, plus data stored
   (two iterations of shards, at least the metered minimum) in GB-hours for the run's duration.
 """
@@ -23,26 +24,31 @@ def exchange_bytes_per_iteration_mb(model_mb: float, workers: ArrayLike) -> Floa
     return np.where(w <= 1, 0.0, model_mb * (3.0 * w - 2.0))
 
 
-def s3_requests_per_iteration(workers: ArrayLike, aggregators: ArrayLike
+def s3_requests_per_iteration(workers: ArrayLike, aggregators: ArrayLike, chunks: int = 1
                               ) -> tuple[FloatArray, FloatArray]:
-    """(PUT, GET) per iteration: R_up = K·W, R_down = 2K(W−1) (thesis 3-24, 3-25)."""
+    """(PUT, GET) per iteration: R_up = K·W·C, R_down = 2K(W−1)·C (thesis 3-24, 3-25; every
+    shard is C requests when the exchange is pipelined)."""
     w = np.asarray(workers, dtype=np.float64)
     k = np.asarray(aggregators, dtype=np.float64)
     alone = w <= 1
-    return np.where(alone, 0.0, k * w), np.where(alone, 0.0, 2.0 * k * (w - 1.0))
+    return (np.where(alone, 0.0, k * w * chunks),
+            np.where(alone, 0.0, 2.0 * k * (w - 1.0) * chunks))
 
 
 def exchange_cost(prices: Prices, channel: str, model_mb: float, w: IntArray, k: IntArray,
-                  total_iterations: FloatArray, time: FloatArray) -> FloatArray:
+                  total_iterations: FloatArray, time: FloatArray, chunks: int = 1
+                  ) -> FloatArray:
     """USD of the exchange over the run: S3 requests, or Valkey ECPUs and storage."""
     if channel == "s3":
-        puts, gets = s3_requests_per_iteration(w, k)
+        puts, gets = s3_requests_per_iteration(w, k, chunks)
         return total_iterations * (prices.s3_put * puts + prices.s3_get * gets)
     traffic_mb = exchange_bytes_per_iteration_mb(model_mb, w)
     ecpus = total_iterations * traffic_mb * KB_PER_MB / prices.valkey_kb_per_ecpu
-    # Two iterations of shards live at once: W uploads of S_m plus the merged S_m, twice.
-    # A single worker exchanges nothing but the cache still meters its minimum.
-    live_gb = np.where(w <= 1, 0.0, 2.0 * (w + 1) * model_mb / MB_PER_GB)
+    # Two iterations of shards live at once (three when pipelined: fasdl/pipeline.py deletes
+    # in the background): W uploads of S_m plus the merged S_m each. A single worker
+    # exchanges nothing but the cache still meters its minimum.
+    live_iterations = 2.0 if chunks == 1 else 3.0
+    live_gb = np.where(w <= 1, 0.0, live_iterations * (w + 1) * model_mb / MB_PER_GB)
     stored_gb = np.maximum(prices.valkey_min_gb, live_gb)
     stored = stored_gb * time / 3600.0 * prices.valkey_gb_hour
     return np.asarray(ecpus * prices.valkey_ecpu + stored, dtype=np.float64)

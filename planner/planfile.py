@@ -46,6 +46,7 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             segment_iterations=segment_iterations,
             sync=choice.sync,
             seed=seed,
+            exchange_chunks=choice.exchange_chunks,
             **problem.workload.recipe.training_fields(total_iterations),
         ),
         prediction=Prediction(time_s=round(choice.time_s, 3), cost_usd=round(choice.cost_usd, 6),

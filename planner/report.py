@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from planner.cost_model import Problem, non_aggregator_times
+from planner.cost_model import Problem
+from planner.exchange_time import non_aggregator_times
 from planner.search import PATTERNS, Choice, SearchResult, frontier
 
-PATTERN_TITLES = {"kreduce": "K-REDUCE", "scatterreduce": "ScatterReduce",
+PATTERN_TITLES = {"kreduce": "K-REDUCE", "kreduce-pipelined": "K-REDUCE pipelined",
+                  "scatterreduce": "ScatterReduce",
                   "allreduce": "AllReduce", "standalone": "standalone"}
 METHOD_TITLES = {"lambda-dnn": "λDNN-style provisioning", "standalone": "standalone (W=1)",
                  "exact, any W": "optimum, any W (exact)"}
@@ -27,7 +30,8 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
         f"{result.elapsed_s * 1000:.0f} ms)",
         f"  workers W={choice.workers}  memory M={choice.memory_mb} MB  aggregators "
         f"K={choice.aggregators}  batch B^a={choice.batch_aggregator} "
-        f"B^n={choice.batch_non_aggregator}  sync {choice.sync}",
+        f"B^n={choice.batch_non_aggregator}  sync {choice.sync}"
+        + (f"  chunks C={choice.exchange_chunks}" if choice.exchange_chunks > 1 else ""),
         f"  global batch {choice.global_batch} (cap {problem.max_global_batch}), "
         f"{choice.iterations_per_epoch:.1f} iterations/epoch x {problem.epochs} epochs, "
         f"{choice.segments} segment(s) of <= {choice.segment_iterations} iterations",
@@ -54,7 +58,8 @@ def _iteration_lines(problem: Problem, choice: Choice) -> list[str]:
                    f"{b['download_s']:.3f} s"]
     if choice.aggregators >= choice.workers:
         return [*lines, "      non-aggregator  none (K = W)"]
-    upload, download = non_aggregator_times(problem, np.array([choice.memory_mb]),
+    chunked = replace(problem, exchange_chunks=choice.exchange_chunks)
+    upload, download = non_aggregator_times(chunked, np.array([choice.memory_mb]),
                                             np.array([choice.aggregators]))
     return [*lines, f"      non-aggregator  train {b['train_non_aggregator_s']:.3f} s (B^n), "
                     f"upload {float(upload[0]):.3f} s, download {float(download[0]):.3f} s"]

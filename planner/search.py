@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -39,9 +40,11 @@ from planner.cost_model import (
 from planner.exact_search import Objective, best_index, furthest_structural
 from planner.exact_search import search as bounded_search
 from planner.memory import role_max_batch
+from planner.pipelined import CHUNK_CHOICES, chunk_choices
 
-Pattern = Literal["kreduce", "scatterreduce", "allreduce"]
-PATTERNS: tuple[str, ...] = ("kreduce", "scatterreduce", "allreduce")
+Pattern = Literal["kreduce", "kreduce-pipelined", "scatterreduce", "allreduce"]
+PATTERNS: tuple[str, ...] = ("kreduce", "kreduce-pipelined", "scatterreduce", "allreduce")
+PIPELINED = "kreduce-pipelined"  # K-REDUCE in C chunks per shard (planner/pipelined.py)
 SEARCHES: tuple[str, ...] = ("exact", "two-stage", "exhaustive")
 __all__ = ["BN_RULES", "Choice", "Objective", "SearchResult", "best_index", "choice_from",
            "exact", "exhaustive", "frontier", "infeasibility"]
@@ -64,20 +67,23 @@ class Choice:
     segment_iterations: int
     segments: int
     breakdown: dict[str, float] = field(default_factory=dict)
+    exchange_chunks: int = 1
 
     @property
     def pattern(self) -> str:
         if self.workers == 1:
             return "standalone"
+        if self.exchange_chunks > 1:
+            return PIPELINED
         if self.aggregators == self.workers:
             return "scatterreduce"
         if self.aggregators == 1 and self.sync == "bsp":
             return "allreduce"
         return "kreduce"
 
-    def key(self) -> tuple[float, float, int, int, int, int, int]:
+    def key(self) -> tuple[float, float, int, int, int, int, int, int]:
         return (self.cost_usd, self.time_s, self.workers, self.memory_mb, self.aggregators,
-                self.batch_aggregator, self.batch_non_aggregator)
+                self.batch_aggregator, self.batch_non_aggregator, self.exchange_chunks)
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ class SearchResult:
         return self.choice is not None
 
 
-def choice_from(evaluation: Evaluation, index: int) -> Choice:
+def choice_from(evaluation: Evaluation, index: int, exchange_chunks: int = 1) -> Choice:
     row = evaluation.row(index)
     breakdown = {
         "lambda_compute_usd": row["cost_lambda_usd"],
@@ -121,19 +127,24 @@ def choice_from(evaluation: Evaluation, index: int) -> Choice:
         sync="bsp" if row["bsp"] else "hap", time_s=row["time_s"], cost_usd=row["cost_usd"],
         global_batch=row["global_batch"], iterations_per_epoch=row["iterations_per_epoch"],
         segment_iterations=row["segment_iterations"], segments=int(row["segments"]),
-        breakdown=breakdown,
+        breakdown=breakdown, exchange_chunks=exchange_chunks if row["workers"] > 1 else 1,
     )
 
 
 def exact(problem: Problem, pattern: str = "kreduce", objective: Objective = "cost",
           bn_rule: str = "search") -> SearchResult:
     """The grid's optimum by branch and bound (planner/bounded.py): the exhaustive reference's
-    result in bounded memory at any B^g_max the CLI allows."""
+    result in bounded memory at any B^g_max the CLI allows. The pipelined pattern is the best
+    of one K-REDUCE search per chunk count (planner.pipelined.CHUNK_CHOICES)."""
+    if pattern == PIPELINED:
+        return _best_over_chunks(problem, partial(exact, objective=objective, bn_rule=bn_rule),
+                                 "exact", objective)
     started = time.perf_counter()
     best = bounded_search(problem, pattern, objective, bn_rule)
     if best.evaluation is not None:
-        return SearchResult("exact", pattern, choice_from(best.evaluation, 0), None,
-                            best.evaluated, time.perf_counter() - started)
+        return SearchResult("exact", pattern, choice_from(best.evaluation, 0,
+                                                          problem.exchange_chunks),
+                            None, best.evaluated, time.perf_counter() - started)
     # Nothing feasible: the furthest check any configuration passes binds. The fastest
     # configuration that misses only the deadline says by how much it binds.
     fastest = bounded_search(problem, pattern, "time", bn_rule, relaxed=True)
@@ -153,6 +164,33 @@ def exact(problem: Problem, pattern: str = "kreduce", objective: Objective = "co
             violation, reason = furthest, VIOLATION_TEXT[furthest]
     return SearchResult("exact", pattern, None, reason, evaluated,
                         time.perf_counter() - started, violation)
+
+
+def _best_over_chunks(problem: Problem, run: Callable[..., SearchResult], method: str,
+                      objective: Objective) -> SearchResult:
+    """The pipelined pattern: one K-REDUCE search per chunk count a shard can hold, the best
+    of them (ties: fewer chunks); infeasible with the first count's reason."""
+    started = time.perf_counter()
+    chunk_counts = chunk_choices(problem.workload.model_mb, problem.worker_limit())
+    if not chunk_counts:
+        return SearchResult(method, PIPELINED, None, "exchange-chunks: a shard of this model "
+                            f"cannot be cut into {CHUNK_CHOICES[0]} chunks at "
+                            f"K = {problem.worker_limit()}", 0, 0.0, Violation.MEMORY)
+    results = [run(replace(problem, exchange_chunks=c), pattern="kreduce")
+               for c in chunk_counts]
+    evaluated = sum(result.evaluated for result in results)
+    feasible = [result.choice for result in results if result.choice is not None]
+    elapsed = time.perf_counter() - started
+    if not feasible:
+        first = results[0]
+        return SearchResult(method, PIPELINED, None, first.reason, evaluated, elapsed,
+                            first.violation)
+
+    def rank(choice: Choice) -> tuple[float, ...]:
+        key = choice.key()
+        return (key[1], key[0], *key[2:]) if objective == "time" else key
+
+    return SearchResult(method, PIPELINED, min(feasible, key=rank), None, evaluated, elapsed)
 
 
 def infeasibility(problem: Problem, evaluation: Evaluation) -> tuple[Violation, str]:
@@ -207,6 +245,9 @@ def _exhaustive_bn(problem: Problem, pattern: str, bn_rule: str, w: int, memory:
 def exhaustive(problem: Problem, pattern: str = "kreduce", objective: Objective = "cost",
                bn_rule: str = "search") -> SearchResult:
     """One configuration at a time; the reference for ``exact``."""
+    if pattern == PIPELINED:
+        return _best_over_chunks(problem, partial(exhaustive, objective=objective,
+                                                  bn_rule=bn_rule), "exhaustive", objective)
     started = time.perf_counter()
     best: Choice | None = None
     best_key: tuple[float, ...] | None = None
@@ -224,7 +265,7 @@ def exhaustive(problem: Problem, pattern: str = "kreduce", objective: Objective 
                 fastest_missing_deadline = min(fastest_missing_deadline,
                                                float(evaluation.time_s[0]))
             continue
-        candidate = choice_from(evaluation, 0)
+        candidate = choice_from(evaluation, 0, problem.exchange_chunks)
         key = candidate.key()
         if objective == "time":
             key = (key[1], key[0], *key[2:])

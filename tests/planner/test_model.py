@@ -9,13 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from planner.cost_model import (
-    Problem,
-    Violation,
-    aligned_non_aggregator_batch,
-    communication_times,
-    evaluate,
-)
+from planner.cost_model import Problem, Violation, aligned_non_aggregator_batch, evaluate
+from planner.exchange_time import communication_times
 from planner.profiles import lambda_vcpus, load_platform, load_prices, load_workload
 from tests.planner.problems import problems, without_storage_price
 

@@ -12,7 +12,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from planner.cost_model import Problem, Violation, communication_times, evaluate
+from planner.cost_model import Problem, Violation, evaluate
+from planner.exchange_time import communication_times
 from planner.profiles import load_platform, load_prices, load_workload
 from planner.recipe import Recipe
 from planner.search import exact

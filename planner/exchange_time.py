@@ -1,0 +1,92 @@
+"""Seconds of an iteration's exchange per role, and of the iteration, HAP or BSP.
+
+Phased (C = 1), the paper's equations with the thesis corrections (planner/cost_model.py's
+docstring lists them):
+
+- upload        T_up = S_m / tp_up(S_s)  (an aggregator: (K−1)·S_s with own_shard_local)
+- aggregation   T_agg = (W−1)·S_s/tp_down(S_s) + S_s/tp_up(S_s)
+- download      T_down = S_m / tp_down(S_s)
+- HAP           T = max(T_train^a + T_up + T_agg + T_down, T_train^n + T_up^n + T_down^n)
+- BSP           T = max(T_train^a + T_up, T_train^n + T_up^n) + T_agg + max(T_down, T_down^n)
+
+Pipelined (C > 1): planner/pipelined.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from planner.pipelined import pipelined_terms
+
+if TYPE_CHECKING:
+    from planner.cost_model import Problem
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray,
+                        aggregators: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """An aggregator's (T_up, T_agg, T_down) per iteration; all zero for a single worker."""
+    model_mb = problem.workload.model_mb
+    shard_mb = model_mb / aggregators
+    platform = problem.platform
+    tp_up = platform.throughput("up", memory_mb, shard_mb)
+    tp_down = platform.throughput("down", memory_mb, shard_mb)
+    alone = workers <= 1
+    # the shards an aggregator ships: all K (paper) or all but its own (runtime)
+    moved_mb = model_mb - shard_mb if problem.own_shard_local else model_mb
+    upload = np.where(alone, 0.0, moved_mb / tp_up)
+    aggregate = np.where(alone, 0.0, (workers - 1) * shard_mb / tp_down + shard_mb / tp_up)
+    download = np.where(alone, 0.0, moved_mb / tp_down)
+    return upload, aggregate, download
+
+
+def non_aggregator_times(problem: Problem, memory_mb: IntArray,
+                         aggregators: IntArray) -> tuple[FloatArray, FloatArray]:
+    """A non-aggregator's (T_up, T_down): all K shards up, all K merged shards down
+    (pipelined: K·C chunks each way, overlapped; the iteration counts the longer)."""
+    model_mb = problem.workload.model_mb
+    if problem.exchange_chunks > 1:
+        chunks = problem.exchange_chunks
+        terms = pipelined_terms(problem.platform, memory_mb, model_mb, aggregators, chunks)
+        k = np.asarray(aggregators, dtype=np.float64)
+        return k * chunks * terms.chunk_up_s, k * chunks * terms.chunk_down_s
+    shard_mb = model_mb / aggregators
+    upload = model_mb / problem.platform.throughput("up", memory_mb, shard_mb)
+    download = model_mb / problem.platform.throughput("down", memory_mb, shard_mb)
+    return upload, download
+
+
+def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
+                    train_a: FloatArray, train_n: FloatArray, bsp: NDArray[np.bool_]
+                    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """An aggregator's (upload, aggregate, download) seconds and the iteration's, HAP or BSP.
+
+    Pipelined (C > 1): upload and download are its K·C and (W+K−2)·C chunk requests and
+    aggregate what the pipeline adds to the longer of the two (planner/pipelined.py)."""
+    others = k < w  # K = W has no non-aggregator: its terms must not bind
+    if problem.exchange_chunks > 1:
+        chunks = problem.exchange_chunks
+        terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks)
+        comm_a, comm_n = terms.aggregator(w), terms.non_aggregator
+        alone = w <= 1
+        upload = np.where(alone, 0.0, k * chunks * terms.chunk_up_s)
+        download = np.where(alone, 0.0, (w + k - 2) * chunks * terms.chunk_down_s)
+        aggregate = comm_a - np.maximum(upload, download)
+        hap = np.maximum(train_a + comm_a, np.where(others, train_n + comm_n, 0.0))
+        bsp_iteration = (np.maximum(train_a, np.where(others, train_n, 0.0)) + comm_a
+                         + np.where(others, terms.chunk_down_s, 0.0))
+        return upload, aggregate, download, np.where(bsp, bsp_iteration, hap)
+    upload, aggregate, download = communication_times(problem, w, mem, k)
+    upload_n, download_n = non_aggregator_times(problem, mem, k)
+    comm_a = upload + aggregate + download
+    hap = np.maximum(train_a + comm_a, np.where(others, train_n + upload_n + download_n, 0.0))
+    # BSP: the merged shards exist once every upload is in and aggregated
+    uploads_in = np.maximum(train_a + upload, np.where(others, train_n + upload_n, 0.0))
+    bsp_iteration = uploads_in + aggregate + np.maximum(
+        download, np.where(others, download_n, 0.0))
+    return upload, aggregate, download, np.where(bsp, bsp_iteration, hap)

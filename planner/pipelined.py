@@ -1,0 +1,85 @@
+"""The pipelined K-REDUCE's communication per role and iteration (runtime: fasdl/pipeline.py).
+
+Every shard travels in C chunks (``training.exchange_chunks``) of s_c = S_m/(K·C) MB. With
+t_u = s_c/tp_up(M, s_c) and t_d = s_c/tp_down(M, s_c), one chunk's request each way:
+
+- a function's upload and download overlap (full duplex: the profile measures each direction
+  on its own, and the emulator shapes them on two links); requests in one direction follow
+  each other, as the paper's Eq. 3-2..3-4 take them;
+- a non-aggregator uploads its K·C chunks of iteration l while it downloads the K·C merged
+  chunks of l−1 (HAP):                       c_n = K·C·max(t_u, t_d)
+- an aggregator uploads its K−1 other shards and its merged shard (K·C chunks) and downloads
+  its shard's W−1 copies and the K−1 other merged shards ((W+K−2)·C chunks). Its last merged
+  chunk goes up after its last copy came down, and that copy after its sender's K·C uploads:
+                                              c_a = max(K·C·t_u + t_d, (W+K−2)·C·t_d) + t_u
+- HAP:  T = max(T_train^a + c_a, T_train^n + c_n)
+  BSP:  T = max(T_train^a, T_train^n) + c_a + t_d  (merged l is loaded in iteration l: the
+        last merged chunk is downloaded after it is published)
+
+c_a = max(floor_a, fixed_a + (W−1)·per_peer) with floor_a = K·C·t_u + t_d + t_u,
+fixed_a = (K−1)·C·t_d + t_u and per_peer = C·t_d: the form planner/bounded.py bounds.
+C = 1 is the paper's phased exchange (planner.cost_model.communication_times), not this one.
+The exchange's memory is the phased exchange's at most (chunk frames within the same cap, a
+one-chunk accumulator), so the planner keeps the phased term (planner/memory.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from planner.profiles import PlatformProfile
+
+FloatArray = NDArray[np.float64]
+# The chunk counts the pipelined pattern's search tries: each doubles the requests of the one
+# before; past 16 a ResNet-50 chunk is under 6 MB, where latency, not bytes, sets the time.
+CHUNK_CHOICES: tuple[int, ...] = (2, 4, 8, 16)
+VALUES_PER_MB = 2**20 // 4  # float32 parameters
+
+
+@dataclass(frozen=True)
+class PipelinedTerms:
+    """Per-iteration seconds of the pipelined exchange (arrays over configurations)."""
+
+    chunk_up_s: FloatArray     # t_u
+    chunk_down_s: FloatArray   # t_d
+    floor_a: FloatArray        # K·C·t_u + t_d + t_u
+    fixed_a: FloatArray        # (K−1)·C·t_d + t_u
+    per_peer: FloatArray       # C·t_d
+    non_aggregator: FloatArray  # c_n = K·C·max(t_u, t_d)
+
+    def aggregator(self, workers: ArrayLike) -> FloatArray:
+        """c_a for W workers; 0 for a single worker."""
+        w = np.asarray(workers, dtype=np.float64)
+        value = np.maximum(self.floor_a, self.fixed_a + (w - 1.0) * self.per_peer)
+        return np.asarray(np.where(w > 1, value, 0.0), dtype=np.float64)
+
+
+def pipelined_terms(platform: PlatformProfile, memory_mb: ArrayLike, model_mb: float,
+                    aggregators: ArrayLike, chunks: int) -> PipelinedTerms:
+    """The terms at memory M with K aggregators and C chunks per shard (broadcasting)."""
+    k = np.asarray(aggregators, dtype=np.float64)
+    chunk_mb = model_mb / (k * chunks)
+    up = np.asarray(platform.transfer_time("up", memory_mb, chunk_mb), dtype=np.float64)
+    down = np.asarray(platform.transfer_time("down", memory_mb, chunk_mb), dtype=np.float64)
+    per_shard = float(chunks)
+    return PipelinedTerms(
+        chunk_up_s=up, chunk_down_s=down,
+        floor_a=k * per_shard * up + down + up,
+        fixed_a=(k - 1.0) * per_shard * down + up,
+        per_peer=np.asarray(per_shard * down, dtype=np.float64),
+        non_aggregator=np.asarray(k * per_shard * np.maximum(up, down), dtype=np.float64),
+    )
+
+
+def largest_chunks(model_mb: float, most_aggregators: int) -> int:
+    """The most chunks every shard of the grid can be cut into (one value each at least)."""
+    return max(0, int(model_mb * VALUES_PER_MB) // max(1, most_aggregators))
+
+
+def chunk_choices(model_mb: float, most_aggregators: int) -> tuple[int, ...]:
+    """CHUNK_CHOICES a shard of S_m/K for every K up to ``most_aggregators`` can hold."""
+    limit = largest_chunks(model_mb, most_aggregators)
+    return tuple(c for c in CHUNK_CHOICES if c <= limit)

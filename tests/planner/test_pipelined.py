@@ -1,0 +1,152 @@
+"""The pipelined K-REDUCE pattern: its time model, its requests, its search and its plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fasdl.plan import Plan
+from planner.cli import main
+from planner.cost_model import Problem, evaluate
+from planner.exchange_cost import exchange_cost
+from planner.pipelined import CHUNK_CHOICES, chunk_choices
+from planner.profiles import load_platform, load_prices, load_workload
+from planner.search import BN_RULES, PIPELINED, exact, exhaustive
+from tests.planner.problems import problems
+from tests.planner.test_search import assert_satisfies_constraints, same_optimum, same_time
+
+SEARCH_SETTINGS = settings(max_examples=40, deadline=None,
+                           suppress_health_check=[HealthCheck.too_slow])
+
+
+def paper(name: str, deadline: float, cap: int, epochs: int, channel: str = "s3") -> Problem:
+    return Problem(workload=load_workload(name), platform=load_platform(channel),
+                   prices=load_prices(), epochs=epochs, deadline_s=deadline,
+                   max_global_batch=cap)
+
+
+def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, bn: int,
+                       bsp: bool) -> float:
+    """The pipelined iteration written out from one chunk's transfer times (module doc)."""
+    c, wl, platform = problem.exchange_chunks, problem.workload, problem.platform
+    chunk_mb = wl.model_mb / (k * c)
+    up = float(platform.transfer_time("up", memory, chunk_mb))
+    down = float(platform.transfer_time("down", memory, chunk_mb))
+    train_a = float(wl.train_time(ba, memory))
+    train_n = float(wl.train_time(bn, memory))
+    if w == 1:
+        return train_a
+    comm_a = max(k * c * up + down, (w + k - 2) * c * down) + up
+    comm_n = k * c * max(up, down)
+    if bsp:
+        return max(train_a, train_n if k < w else 0.0) + comm_a + (down if k < w else 0.0)
+    return max(train_a + comm_a, train_n + comm_n if k < w else 0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(problem=problems(), w=st.integers(1, 40), k_share=st.floats(0.0, 1.0),
+       memory=st.integers(1, 80).map(lambda step: 128 * step), ba=st.integers(1, 256),
+       extra=st.integers(0, 256), chunks=st.sampled_from(CHUNK_CHOICES), bsp=st.booleans())
+def test_iteration_follows_the_chunk_formula(problem: Problem, w: int, k_share: float,
+                                             memory: int, ba: int, extra: int, chunks: int,
+                                             bsp: bool) -> None:
+    k = max(1, round(k_share * w))
+    chunked = dataclasses.replace(problem, exchange_chunks=chunks)
+    bn = ba if k == w else ba + extra
+    ev = evaluate(chunked, w, memory, k, ba, bn, bsp=bsp)
+    assert float(ev.iteration_s[0]) == pytest.approx(
+        expected_iteration(chunked, w, memory, k, ba, bn, bsp), rel=1e-9, abs=1e-12)
+
+
+def test_duplex_and_streaming_beat_the_phases_on_a_large_model() -> None:
+    """ResNet-50 at W = 3, K = 2, M = 1024 on the shipped S3 profile: overlapping upload with
+    download must shorten the aggregator's exchange (3.0 s phased) by a quarter at least, even
+    though each chunk pays its own request time; 16 chunks of 3 MB pay too much of it."""
+    problem = paper("resnet50-cifar10", 8000, 1024, 19)
+
+    def aggregator_exchange(chunks: int) -> float:
+        ev = evaluate(dataclasses.replace(problem, exchange_chunks=chunks), 3, 1024, 2, 16, 16)
+        if chunks == 1:
+            return float(ev.upload_s[0] + ev.aggregate_s[0] + ev.download_s[0])
+        return float(ev.aggregate_s[0] + max(ev.upload_s[0], ev.download_s[0]))
+
+    phased = aggregator_exchange(1)
+    assert aggregator_exchange(2) < 0.75 * phased and aggregator_exchange(4) < 0.75 * phased
+    assert aggregator_exchange(16) > phased
+
+
+def test_s3_requests_and_their_cost_scale_with_the_chunks() -> None:
+    prices = load_prices()
+    w, k, iterations, time_s = np.array([5]), np.array([2]), np.array([100.0]), np.array([60.0])
+    one = exchange_cost(prices, "s3", 97.5, w, k, iterations, time_s)
+    for chunks in CHUNK_CHOICES:
+        chunked = exchange_cost(prices, "s3", 97.5, w, k, iterations, time_s, chunks)
+        assert chunked[0] == pytest.approx(chunks * one[0])
+        # K·W·C PUTs and 2K(W−1)·C GETs per iteration
+        assert chunked[0] == pytest.approx(100 * chunks * (prices.s3_put * 10
+                                                             + prices.s3_get * 16))
+
+
+@SEARCH_SETTINGS
+@given(problem=problems(small=True), rule=st.sampled_from(BN_RULES),
+       chunks=st.sampled_from(CHUNK_CHOICES), objective=st.sampled_from(["cost", "time"]))
+def test_exact_equals_exhaustive_for_every_chunk_count(problem: Problem, rule: str,
+                                                       chunks: int, objective: str) -> None:
+    """The branch-and-bound floors hold for the pipelined terms (its c_a has a floor in W)."""
+    chunked = dataclasses.replace(problem, exchange_chunks=chunks)
+    fast = exact(chunked, "kreduce", objective, bn_rule=rule)  # type: ignore[arg-type]
+    slow = exhaustive(chunked, "kreduce", objective, bn_rule=rule)  # type: ignore[arg-type]
+    assert (same_optimum if objective == "cost" else same_time)(fast, slow), (fast, slow)
+    if fast.choice is not None:
+        assert fast.choice.exchange_chunks == (chunks if fast.choice.workers > 1 else 1)
+        assert_satisfies_constraints(chunked, fast.choice)
+        assert fast.evaluated <= slow.evaluated
+
+
+@SEARCH_SETTINGS
+@given(problem=problems(small=True))
+def test_the_pattern_is_the_best_chunk_count(problem: Problem) -> None:
+    result = exact(problem, PIPELINED)
+    counts = chunk_choices(problem.workload.model_mb, problem.worker_limit())
+    singles = [exact(dataclasses.replace(problem, exchange_chunks=c)) for c in counts]
+    feasible = [s.choice for s in singles if s.choice is not None]
+    if not feasible:
+        assert result.choice is None and result.reason
+        return
+    assert result.choice is not None and result.pattern == PIPELINED
+    best = min(feasible, key=lambda choice: choice.key())
+    assert result.choice.key() == best.key()
+    chunked = dataclasses.replace(problem, exchange_chunks=result.choice.exchange_chunks)
+    assert_satisfies_constraints(chunked, result.choice)
+
+
+def test_a_toy_model_gets_a_clean_reason() -> None:
+    problem = paper("squeezenet-cifar10", 3000, 384, 20)
+    tiny = dataclasses.replace(problem, workload=dataclasses.replace(problem.workload,
+                                                                     model_mb=1e-5))
+    result = exact(tiny, PIPELINED)
+    assert result.choice is None and "exchange-chunks" in (result.reason or "")
+
+
+def test_cli_plans_compares_and_writes_the_chunks(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan.json"
+    args = ["--workload", "resnet50-cifar10", "--deadline", "8000", "--max-global-batch",
+            "1024", "--epochs", "19", "--min-workers", "2"]
+    assert main(["plan", *args, "--pattern", PIPELINED, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    plan = Plan.from_json(out.read_text())
+    assert plan.training.exchange_chunks in CHUNK_CHOICES
+    assert f"chunks C={plan.training.exchange_chunks}" in text
+    assert plan.provenance["pattern"] == PIPELINED
+    assert main(["compare", *args[:-2]]) == 0
+    assert "K-REDUCE pipelined (exact)" in capsys.readouterr().out
+    assert main(["plan", *args, "--pattern", PIPELINED, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["plan"]["training"]["exchange_chunks"] == plan.training.exchange_chunks
