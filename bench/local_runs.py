@@ -56,6 +56,7 @@ class Config:
     sync: str = "hap"
     model: str = "cnn"
     epochs: int = 1
+    chunks: int = 1  # training.exchange_chunks: > 1 runs the pipelined exchange
 
 
 def problem_for(workload: WorkloadProfile, platform: PlatformProfile, *, epochs: int,
@@ -71,7 +72,8 @@ def problem_for(workload: WorkloadProfile, platform: PlatformProfile, *, epochs:
 
 
 def fixed_choice(problem: Problem, config: Config) -> Choice:
-    """The model's prediction for exactly ``config`` (B^n by the alignment rule)."""
+    """The model's prediction for exactly ``config`` (B^n by the alignment rule); ``problem``
+    must carry the config's chunk count (:func:`chunked`)."""
     w, m, k, ba = ([value] for value in (config.workers, config.memory_mb, config.aggregators,
                                          config.batch_aggregator))
     bn = aligned_non_aggregator_batch(problem, w, m, k, ba)
@@ -79,7 +81,7 @@ def fixed_choice(problem: Problem, config: Config) -> Choice:
     violation = Violation(int(evaluation.violation[0]))
     if violation is not Violation.NONE:
         raise BenchError(f"{config.label}: the model rejects it: {VIOLATION_TEXT[violation]}")
-    return choice_from(evaluation, 0)
+    return choice_from(evaluation, 0, problem.exchange_chunks)
 
 
 def best_choice(problem: Problem, pattern: str) -> Choice:

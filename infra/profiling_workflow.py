@@ -49,7 +49,7 @@ DEFAULT_MEMORIES: tuple[int, ...] = (1024, 2048, 4096, 6144, 8192, 10240)
 MIN_MEMORY_MB, MAX_MEMORY_MB = 128, 10_240
 DEFAULT_INPUT: dict[str, Any] = {
     "model": "cnn", "dataset": "cifar10", "batches": [16, 32, 64, 128],
-    "sizes_mb": [0.25, 1, 4, 16, 64], "warmup": 2, "repeats": 5, "transfer_repeats": 3,
+    "sizes_mb": [0.0625, 0.25, 1, 4, 16, 64], "warmup": 2, "repeats": 5, "transfer_repeats": 3,
     "channels": None,  # every channel the deployment can reach
 }
 MEMORY_NOT_DEPLOYED_ERROR = "FasDL.MemoryNotDeployed"

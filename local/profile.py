@@ -50,7 +50,7 @@ from local.template import TemplateError
 Say = Callable[[str], None]
 DEFAULT_MEMORIES: tuple[int, ...] = (512, 1024, 1769)
 DEFAULT_BATCHES: tuple[int, ...] = (8, 16, 32, 64)
-DEFAULT_SIZES_MB: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+DEFAULT_SIZES_MB: tuple[float, ...] = (0.0625, 0.5, 1.0, 2.0, 4.0, 8.0)
 MIN_MEMORY_MB, MAX_MEMORY_MB = 128, 10_240  # Lambda's range, as infra/profiling_workflow checks
 # The platform profile is named <name>-<arch>-<channel>, at most 64 characters.
 MAX_NAME = 64 - len("-x86_64-valkey")

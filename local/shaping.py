@@ -7,7 +7,9 @@ and makes every transfer last at least that long: ``put`` uses the upload direct
 
 Each direction is one link (:class:`Link`): transfers reserve consecutive slots on it
 (start = max(call start, link free), free = start + target), so concurrent transfers in one
-direction take about the sum of their targets, like one function's NIC. The call returns at the
+direction take about the sum of their targets, like one function's NIC. The two directions
+overlap as far as the profile's ``duplex`` says (1, full duplex, unless the profiler measured
+less): both also hold a shared link (:meth:`BandwidthShaper.reserve`). The call returns at the
 end of its slot, sleeping whatever the real operation left. Shaping only slows down: when the
 local server is slower than the target, the real time stands.
 
@@ -50,6 +52,39 @@ class Link:
             return self._free_at
 
 
+class SharedLink:
+    """What both directions share below full duplex: a reservation fills the free time from its
+    start on, across gaps, like a share of a link used while other transfers run (a
+    :class:`Link` keeps only its end, so later slots would block earlier ones). Thread-safe."""
+
+    HISTORY_S = 60.0  # intervals that ended this long before a request are forgotten
+
+    def __init__(self) -> None:
+        self._busy: list[tuple[float, float]] = []  # sorted, disjoint
+        self._lock = threading.Lock()
+
+    def reserve(self, began: float, seconds: float) -> float:
+        """The moment ``seconds`` of free time after ``began`` have been used."""
+        with self._lock:
+            busy = [(a, b) for a, b in self._busy if b > began - self.HISTORY_S]
+            now, remaining, pieces = began, seconds, []
+            for low, high in busy:
+                if high <= now:
+                    continue
+                if low > now:  # a gap: use it
+                    take = min(remaining, low - now)
+                    pieces.append((now, now + take))
+                    remaining, now = remaining - take, now + take
+                    if remaining <= 0:
+                        break
+                now = max(now, high)
+            if remaining > 0:
+                pieces.append((now, now + remaining))
+                now += remaining
+            self._busy = sorted(busy + pieces)
+            return now
+
+
 class BandwidthShaper:
     """Targets from the profile at one memory size, one :class:`Link` per direction.
 
@@ -62,6 +97,8 @@ class BandwidthShaper:
         self.platform = platform
         self.memory_mb = float(memory_mb)
         self.links: dict[Direction, Link] = {"up": Link(), "down": Link()}
+        self.shared = SharedLink()  # what the two directions share (the profile's duplex)
+        self.duplex = float(platform.duplex_at(self.memory_mb))
         self.clock = clock
         self.sleep = sleep
 
@@ -69,8 +106,18 @@ class BandwidthShaper:
         return float(self.platform.transfer_time(direction, self.memory_mb, size_bytes / MB))
 
     def reserve(self, direction: Direction, began: float, size_bytes: int) -> float:
-        """The end of this transfer's slot on the ``direction`` link (shaper clock)."""
-        return self.links[direction].reserve(began, self.target_s(direction, size_bytes))
+        """The end of this transfer's slot (shaper clock): on its direction's link for its
+        target time T, and on the link both directions share for (1 − d/2)·T, d the profile's
+        duplex. An upload of U seconds beside a download of D then takes
+        max(U, D, (1 − d/2)·(U + D)), the planner's U ∥ D (planner/pipelined.py); at d = 1
+        the shared link never binds."""
+        target = self.target_s(direction, size_bytes)
+        own = self.links[direction].reserve(began, target)
+        if self.duplex >= 1.0:
+            return own  # full duplex: the shared link could never bind
+        # the shared part is used during the transfer's own slot, not queued ahead of it
+        shared = self.shared.reserve(own - target, (1.0 - self.duplex / 2.0) * target)
+        return max(own, shared)
 
     def sleep_until(self, moment: float) -> None:
         remaining = moment - self.clock()
@@ -79,7 +126,7 @@ class BandwidthShaper:
 
     def settle(self, direction: Direction, began: float, size_bytes: int) -> None:
         """Called after a real transfer that began at ``began``: wait out the rest of its slot."""
-        done_at = self.links[direction].reserve(began, self.target_s(direction, size_bytes))
+        done_at = self.reserve(direction, began, size_bytes)
         remaining = done_at - self.clock()
         if remaining > 0:
             self.sleep(remaining)

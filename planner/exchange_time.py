@@ -72,7 +72,7 @@ def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
     if problem.exchange_chunks > 1:
         chunks = problem.exchange_chunks
         terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks)
-        comm_a, comm_n = terms.aggregator(w), terms.non_aggregator
+        comm_a, comm_n = terms.aggregator(w, k), terms.non_aggregator
         alone = w <= 1
         upload = np.where(alone, 0.0, k * chunks * terms.chunk_up_s)
         download = np.where(alone, 0.0, (w + k - 2) * chunks * terms.chunk_down_s)

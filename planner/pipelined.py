@@ -1,24 +1,26 @@
 """The pipelined K-REDUCE's communication per role and iteration (runtime: fasdl/pipeline.py).
 
 Every shard travels in C chunks (``training.exchange_chunks``) of s_c = S_m/(K·C) MB. With
-t_u = s_c/tp_up(M, s_c) and t_d = s_c/tp_down(M, s_c), one chunk's request each way:
+t_u = s_c/tp_up(M, s_c) and t_d = s_c/tp_down(M, s_c), one chunk's request each way, and d the
+platform's duplex (1: a function's upload and download overlap fully, the default; 0: they
+share one link; the profiler measures it), running U seconds of uploads beside D seconds of
+downloads takes U ∥ D = max(U, D, (1 − d/2)·(U + D)): both directions share a link of which
+each alone gets all (for U = D, d is the share of one hidden by the other). Requests in one
+direction follow each other, as the paper's Eq. 3-2..3-4 take them.
 
-- a function's upload and download overlap (full duplex: the profile measures each direction
-  on its own, and the emulator shapes them on two links); requests in one direction follow
-  each other, as the paper's Eq. 3-2..3-4 take them;
 - a non-aggregator uploads its K·C chunks of iteration l while it downloads the K·C merged
-  chunks of l−1 (HAP):                       c_n = K·C·max(t_u, t_d)
-- an aggregator uploads its K−1 other shards and its merged shard (K·C chunks) and downloads
-  its shard's W−1 copies and the K−1 other merged shards ((W+K−2)·C chunks). Its last merged
-  chunk goes up after its last copy came down, and that copy after its sender's K·C uploads:
-                                              c_a = max(K·C·t_u + t_d, (W+K−2)·C·t_d) + t_u
+  chunks of l−1 (HAP):                c_n = (K·C·t_u) ∥ (K·C·t_d)
+- an aggregator uploads its K−1 other shards and its merged shard (U_a = K·C·t_u) and
+  downloads its shard's W−1 copies and the K−1 other merged shards (D_a = (W+K−2)·C·t_d).
+  Its last merged chunk goes up after its last copy came down, and that copy after its
+  sender's K·C uploads:               c_a = max(U_a + t_d, U_a ∥ D_a) + t_u
 - HAP:  T = max(T_train^a + c_a, T_train^n + c_n)
   BSP:  T = max(T_train^a, T_train^n) + c_a + t_d  (merged l is loaded in iteration l: the
         last merged chunk is downloaded after it is published)
 
-c_a = max(floor_a, fixed_a + (W−1)·per_peer) with floor_a = K·C·t_u + t_d + t_u,
-fixed_a = (K−1)·C·t_d + t_u and per_peer = C·t_d: the form planner/bounded.py bounds.
-C = 1 is the paper's phased exchange (planner.cost_model.communication_times), not this one.
+For planner/bounded.py, c_a >= max(floor_a, fixed_a + (W−1)·per_peer) with
+floor_a = K·C·t_u + t_d + t_u, fixed_a = (K−1)·C·t_d + t_u and per_peer = C·t_d (equal at
+d = 1). C = 1 is the paper's phased exchange (planner.cost_model.communication_times).
 The exchange's memory is the phased exchange's at most (chunk frames within the same cap, a
 one-chunk accumulator), so the planner keeps the phased term (planner/memory.py).
 """
@@ -43,17 +45,23 @@ VALUES_PER_MB = 2**20 // 4  # float32 parameters
 class PipelinedTerms:
     """Per-iteration seconds of the pipelined exchange (arrays over configurations)."""
 
+    chunks: int
+    duplex: FloatArray         # d at each configuration's memory
     chunk_up_s: FloatArray     # t_u
     chunk_down_s: FloatArray   # t_d
     floor_a: FloatArray        # K·C·t_u + t_d + t_u
     fixed_a: FloatArray        # (K−1)·C·t_d + t_u
     per_peer: FloatArray       # C·t_d
-    non_aggregator: FloatArray  # c_n = K·C·max(t_u, t_d)
+    non_aggregator: FloatArray  # c_n = (K·C·t_u) ∥ (K·C·t_d)
 
-    def aggregator(self, workers: ArrayLike) -> FloatArray:
+    def aggregator(self, workers: ArrayLike, aggregators: ArrayLike) -> FloatArray:
         """c_a for W workers; 0 for a single worker."""
         w = np.asarray(workers, dtype=np.float64)
-        value = np.maximum(self.floor_a, self.fixed_a + (w - 1.0) * self.per_peer)
+        k = np.asarray(aggregators, dtype=np.float64)
+        up = k * self.chunks * self.chunk_up_s
+        down = (w + k - 2.0) * self.chunks * self.chunk_down_s
+        value = np.maximum(up + self.chunk_down_s, both_ways(up, down, self.duplex))
+        value = value + self.chunk_up_s
         return np.asarray(np.where(w > 1, value, 0.0), dtype=np.float64)
 
 
@@ -65,13 +73,25 @@ def pipelined_terms(platform: PlatformProfile, memory_mb: ArrayLike, model_mb: f
     up = np.asarray(platform.transfer_time("up", memory_mb, chunk_mb), dtype=np.float64)
     down = np.asarray(platform.transfer_time("down", memory_mb, chunk_mb), dtype=np.float64)
     per_shard = float(chunks)
+    uploads, downloads = k * per_shard * up, k * per_shard * down
+    duplex = platform.duplex_at(memory_mb)
+    both = both_ways(uploads, downloads, duplex)
     return PipelinedTerms(
-        chunk_up_s=up, chunk_down_s=down,
+        chunks=chunks, duplex=duplex, chunk_up_s=up, chunk_down_s=down,
         floor_a=k * per_shard * up + down + up,
         fixed_a=(k - 1.0) * per_shard * down + up,
         per_peer=np.asarray(per_shard * down, dtype=np.float64),
-        non_aggregator=np.asarray(k * per_shard * np.maximum(up, down), dtype=np.float64),
+        non_aggregator=np.asarray(both, dtype=np.float64),
     )
+
+
+def both_ways(up: ArrayLike, down: ArrayLike, duplex: ArrayLike) -> FloatArray:
+    """U ∥ D: seconds of ``up`` of uploads beside ``down`` of downloads, max(U, D,
+    (1 − d/2)·(U + D)); the local emulator shapes the same (local/shaping.py)."""
+    u, v = np.asarray(up, dtype=np.float64), np.asarray(down, dtype=np.float64)
+    d = np.asarray(duplex, dtype=np.float64)
+    return np.asarray(np.maximum(np.maximum(u, v), (1.0 - d / 2.0) * (u + v)),
+                      dtype=np.float64)
 
 
 def largest_chunks(model_mb: float, most_aggregators: int) -> int:

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import MISSING, fields
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fasdl.field_types import FieldError, is_number
+from fasdl.json_input import JsonInputError, load_json_bytes, read_json_file, unknown_field_message
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 class ProfileError(FieldError):
@@ -81,3 +89,43 @@ def short(value: object) -> str:
         return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
     shown = repr(value)
     return shown if len(shown) <= 80 else f"{shown[:60]}... ({len(shown)} characters)"
+
+
+_Profile = TypeVar("_Profile", bound="DataclassInstance")
+
+
+def construct(kind: type[_Profile], data: object) -> _Profile:
+    """Build a profile from a JSON object: unknown and missing fields are named, then the
+    dataclass's own validation names any bad value."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"a {kind.__name__} must be a JSON object, got {type(data).__name__}",
+                           "<root>")
+    known = [f.name for f in fields(kind)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise bad(str(unknown[0]), unknown_field_message(str(unknown[0]), known))
+    required = [f.name for f in fields(kind)
+                if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise bad(missing[0], f"is missing; required fields: {', '.join(required)}")
+    return kind(**data)
+
+
+# Profiles are a few KB (a platform profile lists some memories); the limits stop hostile or
+# broken files before they cost memory or a traceback.
+PROFILE_MAX_BYTES = 1024 * 1024
+PROFILE_MAX_DEPTH = 4  # a platform profile's lists are at depth 2
+
+
+def read_profile_json(resource: Traversable | Path, what: str) -> object:
+    try:
+        if isinstance(resource, Path):
+            return read_json_file(resource, what=what, max_bytes=PROFILE_MAX_BYTES,
+                                  max_depth=PROFILE_MAX_DEPTH)
+        return load_json_bytes(resource.read_bytes(), what=f"{what} {resource}",
+                               max_bytes=PROFILE_MAX_BYTES, max_depth=PROFILE_MAX_DEPTH)
+    except OSError as error:
+        raise ProfileError(f"cannot read {what} {resource}: {error}", "<file>") from error
+    except JsonInputError as error:
+        raise ProfileError(str(error), "<file>") from error

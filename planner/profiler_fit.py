@@ -17,7 +17,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,13 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares, lsq_linear
 
-from planner.profiler_samples import SampleError, TrainSample, TransferRecord, read_samples
+from planner.profiler_samples import (
+    DuplexRecord,
+    SampleError,
+    TrainSample,
+    TransferRecord,
+    read_samples,
+)
 from planner.profiles import DIRECTIONS, LAMBDA_MAX_MEMORY_MB, PlatformProfile, WorkloadProfile
 from planner.throughput_fit import SaturationFit, fit_series, platform_from_fits, rounded
 
@@ -211,11 +217,27 @@ def fit_transfers(transfer: Sequence[TransferRecord], channel: str) -> list[Satu
 
 def platform_profile(fits: Sequence[SaturationFit], *, name: str, channel: str, arch: str,
                      source: str, invocation_overhead_s: float,
-                     torch_load_cpu_s: float) -> PlatformProfile:
-    return rounded(platform_from_fits(fits, name=name, channel=channel, arch=arch,
-                                      source=source,
-                                      invocation_overhead_s=invocation_overhead_s,
-                                      torch_load_cpu_s=torch_load_cpu_s))
+                     torch_load_cpu_s: float,
+                     duplex: Sequence[DuplexRecord] = ()) -> PlatformProfile:
+    profile = platform_from_fits(fits, name=name, channel=channel, arch=arch, source=source,
+                                 invocation_overhead_s=invocation_overhead_s,
+                                 torch_load_cpu_s=torch_load_cpu_s)
+    return rounded(replace(profile, duplex=fit_duplex(duplex, channel, profile.memory_mb)))
+
+
+def fit_duplex(records: Sequence[DuplexRecord], channel: str,
+               memories: Sequence[float]) -> tuple[float, ...]:
+    """d per memory: the median of ``channel``'s records there (a memory without any takes the
+    median of all); () without any record (the profile then assumes full duplex)."""
+    mine = [record for record in records if record.channel == channel]
+    if not mine:
+        return ()
+    overall = float(np.median([record.duplex() for record in mine]))
+    fitted = []
+    for memory in memories:
+        here = [record.duplex() for record in mine if record.memory_mb == memory]
+        fitted.append(round(float(np.median(here)), 3) if here else round(overall, 3))
+    return tuple(fitted)
 
 
 def sample_arch(transfer: Sequence[TransferRecord]) -> str | None:
@@ -287,9 +309,13 @@ def run_fit(request: FitRequest) -> tuple[list[str], dict[str, Any]]:
                                    if request.invocation_overhead_s is None
                                    else request.invocation_overhead_s),
             torch_load_cpu_s=(DEFAULT_TORCH_LOAD_CPU_S if request.torch_load_cpu_s is None
-                              else request.torch_load_cpu_s))
+                              else request.torch_load_cpu_s),
+            duplex=samples.duplex)
         Path(paths["platform"]).write_text(json.dumps(platform.to_dict(), indent=2) + "\n")
-        lines.append(f"platform {platform.name}:")
+        lines.append(f"platform {platform.name}: duplex "
+                     + (", ".join(f"{d:g}" for d in platform.duplex) + " (1 = upload and "
+                        "download overlap fully)" if platform.duplex else
+                        "1 (assumed: no duplex samples)"))
         for fit in fits:
             lines.append(f"  {fit.memory_mb:>7g} MB {fit.direction:<4} p={fit.peak:.4g} MB/s "
                          f"t={fit.rate:.4g}/MB R² {fit.r_squared:.4f} max relative error "

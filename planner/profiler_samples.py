@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from fasdl.field_types import is_number
 from fasdl.json_input import JsonInputError, load_json_bytes
 from planner.profiles import DIRECTIONS
 
-KINDS = ("train", "transfer")
+KINDS = ("train", "transfer", "duplex")
 
 
 class SampleError(ValueError):
@@ -46,10 +46,28 @@ class TransferRecord:
     arch: str | None = None
 
 
+@dataclass(frozen=True)
+class DuplexRecord:
+    """An upload and downloads of about the same time, one after the other and at once."""
+
+    memory_mb: float
+    channel: str
+    size_mb: float
+    seconds: float  # both at once
+    up_s: float
+    down_s: float
+
+    def duplex(self) -> float:
+        """d of U ∥ D = max(U, D, (1 − d/2)·(U + D)) (planner/pipelined.py): for U = D the
+        share of one hidden by the other; 2·(1 − T/(U + D)) in [0, 1]."""
+        return min(1.0, max(0.0, 2.0 * (1.0 - self.seconds / (self.up_s + self.down_s))))
+
+
 @dataclass
 class Samples:
     train: list[TrainSample]
     transfer: list[TransferRecord]
+    duplex: list[DuplexRecord] = field(default_factory=list)
 
 
 def _positive(record: dict[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
@@ -61,7 +79,7 @@ def _positive(record: dict[str, Any], name: str, where: str, *, optional: bool =
     return value
 
 
-def parse_record(record: object, where: str) -> TrainSample | TransferRecord:
+def parse_record(record: object, where: str) -> TrainSample | TransferRecord | DuplexRecord:
     if not isinstance(record, dict) or record.get("kind") not in KINDS:
         raise SampleError(f"{where}: expected an object with kind {' or '.join(KINDS)}")
     memory = float(_positive(record, "memory_mb", where))
@@ -80,6 +98,10 @@ def parse_record(record: object, where: str) -> TrainSample | TransferRecord:
     channel, direction = record.get("channel"), record.get("direction")
     if channel not in ("s3", "valkey"):
         raise SampleError(f"{where}: field 'channel' must be s3 or valkey, got {channel!r}")
+    if record["kind"] == "duplex":
+        return DuplexRecord(memory, str(channel), float(_positive(record, "size_mb", where)),
+                            seconds, float(_positive(record, "up_s", where)),
+                            float(_positive(record, "down_s", where)))
     if direction not in DIRECTIONS:
         raise SampleError(f"{where}: field 'direction' must be up or down, got {direction!r}")
     arch = record.get("arch")
@@ -107,6 +129,8 @@ def read_samples(paths: Sequence[str | Path]) -> Samples:
             parsed = parse_record(record, f"{path}:{number}")
             if isinstance(parsed, TrainSample):
                 samples.train.append(parsed)
+            elif isinstance(parsed, DuplexRecord):
+                samples.duplex.append(parsed)
             else:
                 samples.transfer.append(parsed)
     if not samples.train and not samples.transfer:

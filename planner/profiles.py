@@ -15,20 +15,29 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.json_input import JsonInputError, load_json_bytes, read_json_file, unknown_field_message
 from fasdl.plan import ARCHITECTURES, CHANNELS, IDENTIFIER, REGION, PlanError, Workload
 from planner.profile_fields import ProfileError as ProfileError
-from planner.profile_fields import bad, choice, number, series, set_field, sizes, text
+from planner.profile_fields import (
+    bad,
+    choice,
+    construct,
+    number,
+    read_profile_json,
+    series,
+    set_field,
+    sizes,
+    text,
+)
 from planner.recipe import Recipe
 
 Direction = Literal["up", "down"]
@@ -36,7 +45,6 @@ DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
 
 _DATA: Traversable = resources.files("planner") / "data"
 
-_Profile = TypeVar("_Profile", "WorkloadProfile", "PlatformProfile", "Prices")
 
 # Lambda's CPU: one vCPU per 1,769 MB, linear in memory, at most 6 (10,240 MB); AWS
 # resource-model.html. local/lambda_speed.py caps emulated invocations with the same numbers.
@@ -142,7 +150,7 @@ class WorkloadProfile:
 
     @classmethod
     def from_dict(cls, data: object) -> WorkloadProfile:
-        return _construct(cls, data)
+        return construct(cls, data)
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,9 @@ class PlatformProfile:
     down_rate: tuple[float, ...]
     invocation_overhead_s: float  # per invocation: Lambda's own init and the first request
     torch_load_cpu_s: float  # per cold start: torch unpack + import, CPU-s at one vCPU
+    # Per memory, how far an upload and a download overlap (planner/pipelined.py's d: 1 =
+    # full duplex, 0 = one shared link); () = full duplex everywhere (not profiled).
+    duplex: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
@@ -180,6 +191,14 @@ class PlatformProfile:
              number("invocation_overhead_s", self.invocation_overhead_s, low=0.0))
         set_field(self, "torch_load_cpu_s",
              number("torch_load_cpu_s", self.torch_load_cpu_s, low=0.0))
+        if isinstance(self.duplex, (list, tuple)) and not self.duplex:
+            set_field(self, "duplex", ())  # not profiled: full duplex
+        else:
+            duplex = series("duplex", self.duplex, positive=False)
+            if len(duplex) != len(memories) or not all(d <= 1.0 for d in duplex):
+                raise bad("duplex", f"must have one value in [0, 1] per memory "
+                                    f"({len(memories)}), got {list(duplex)}")
+            set_field(self, "duplex", duplex)
 
     def cold_start_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
         """Overhead + torch load: a run is charged one (its later segments start warm)."""
@@ -204,6 +223,13 @@ class PlatformProfile:
         return (np.asarray(np.interp(memory, self.memory_mb, peaks), dtype=np.float64),
                 np.asarray(np.interp(memory, self.memory_mb, rates), dtype=np.float64))
 
+    def duplex_at(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """d at memory M: linear between profiled memories, 1 (full duplex) if not profiled."""
+        memory = np.asarray(memory_mb, dtype=float)
+        if not self.duplex:
+            return np.ones_like(memory)
+        return np.asarray(np.interp(memory, self.memory_mb, self.duplex), dtype=np.float64)
+
     def throughput(self, direction: Direction, memory_mb: ArrayLike,
                    size_mb: ArrayLike) -> NDArray[np.float64]:
         """MB/s for one object of ``size_mb`` at memory M; broadcasts over both arrays."""
@@ -226,12 +252,14 @@ class PlatformProfile:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        if not self.duplex:
+            del data["duplex"]  # not profiled: the files stay as they were
         return {key: list(value) if isinstance(value, tuple) else value
                 for key, value in data.items()}
 
     @classmethod
     def from_dict(cls, data: object) -> PlatformProfile:
-        return _construct(cls, data)
+        return construct(cls, data)
 
 
 def lambda_vcpus(memory_mb: ArrayLike) -> NDArray[np.float64]:
@@ -288,25 +316,7 @@ class Prices:
 
     @classmethod
     def from_dict(cls, data: object) -> Prices:
-        return _construct(cls, data)
-
-
-def _construct(kind: type[_Profile], data: object) -> _Profile:
-    """Build a profile from a JSON object: unknown and missing fields are named, then the
-    dataclass's own validation names any bad value."""
-    if not isinstance(data, dict):
-        raise ProfileError(f"a {kind.__name__} must be a JSON object, got {type(data).__name__}",
-                           "<root>")
-    known = [f.name for f in fields(kind)]
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise bad(str(unknown[0]), unknown_field_message(str(unknown[0]), known))
-    required = [f.name for f in fields(kind)
-                if f.default is MISSING and f.default_factory is MISSING]
-    missing = [name for name in required if name not in data]
-    if missing:
-        raise bad(missing[0], f"is missing; required fields: {', '.join(required)}")
-    return kind(**data)
+        return construct(cls, data)
 
 
 # ---- shipped profiles ------------------------------------------------------------------------
@@ -314,25 +324,6 @@ def _construct(kind: type[_Profile], data: object) -> _Profile:
 def _names(folder: str) -> list[str]:
     return sorted(entry.name.removesuffix(".json") for entry in (_DATA / folder).iterdir()
                   if entry.name.endswith(".json"))
-
-
-# Profiles are a few KB (a platform profile lists some memories); the limits stop hostile or
-# broken files before they cost memory or a traceback.
-PROFILE_MAX_BYTES = 1024 * 1024
-PROFILE_MAX_DEPTH = 4  # a platform profile's lists are at depth 2
-
-
-def _read_json(resource: Traversable | Path, what: str) -> object:
-    try:
-        if isinstance(resource, Path):
-            return read_json_file(resource, what=what, max_bytes=PROFILE_MAX_BYTES,
-                                  max_depth=PROFILE_MAX_DEPTH)
-        return load_json_bytes(resource.read_bytes(), what=f"{what} {resource}",
-                               max_bytes=PROFILE_MAX_BYTES, max_depth=PROFILE_MAX_DEPTH)
-    except OSError as error:
-        raise ProfileError(f"cannot read {what} {resource}: {error}", "<file>") from error
-    except JsonInputError as error:
-        raise ProfileError(str(error), "<file>") from error
 
 
 def known_workloads() -> list[str]:
@@ -359,12 +350,12 @@ def load_workload(name_or_path: str) -> WorkloadProfile:
     else:
         raise ProfileError(f"unknown workload {name_or_path!r}: not a shipped name "
                            f"({', '.join(known_workloads())}) nor a JSON file path", "workload")
-    return WorkloadProfile.from_dict(_read_json(resource, "workload profile"))
+    return WorkloadProfile.from_dict(read_profile_json(resource, "workload profile"))
 
 
 def load_platform_file(path: str | Path) -> PlatformProfile:
     """A platform profile JSON (e.g. one profiled in your own account)."""
-    return PlatformProfile.from_dict(_read_json(Path(path), "platform profile"))
+    return PlatformProfile.from_dict(read_profile_json(Path(path), "platform profile"))
 
 
 def load_platform(channel: str, arch: str = "x86_64") -> PlatformProfile:
@@ -382,7 +373,7 @@ def load_platform(channel: str, arch: str = "x86_64") -> PlatformProfile:
     name = f"aws-lambda-{arch}-{channel}"
     if name in known_platforms():
         return PlatformProfile.from_dict(
-            _read_json(_DATA / "platforms" / f"{name}.json", "platform profile"))
+            read_profile_json(_DATA / "platforms" / f"{name}.json", "platform profile"))
     measured = load_platform(channel, "x86_64")
     return replace(measured, name=name, arch=arch, source=(
         f"{measured.source} | {arch}: no {arch} transfer measurements exist; reuses the x86_64 "
@@ -394,7 +385,7 @@ def load_prices(region: str = "us-east-1") -> Prices:
     if region not in known_regions():
         raise ProfileError(f"no prices for region {region!r}; known regions: "
                            f"{', '.join(known_regions())}", "region")
-    return Prices.from_dict(_read_json(_DATA / "prices" / f"{region}.json", "prices"))
+    return Prices.from_dict(read_profile_json(_DATA / "prices" / f"{region}.json", "prices"))
 
 
 __all__ = [

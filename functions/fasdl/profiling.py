@@ -16,7 +16,11 @@ Per invocation (one M, the function's configured memory):
 * **transfer time** of shard frames of each size through the exchange channel(s): encode +
   ``put`` (up) and ``get`` + decode (down) of random float32 values, as workers exchange
   them, ``transfer_repeats`` times, after one untimed round trip that opens the connection
-  (workers reuse theirs).
+  (workers reuse theirs);
+* **duplex**: an upload of one size (the largest profiled size up to 16 MB) and as many
+  downloads of it as take about as long, first one after the other, then both at once,
+  ``transfer_repeats`` times: whether a function's upload and download overlap, which the
+  pipelined exchange relies on.
 
 Samples are JSON lines (one object each) written to ``profiles/<profile_id>/memory-<M>.jsonl``
 in the results bucket::
@@ -26,6 +30,8 @@ in the results bucket::
      "repeats": 5, "threads": 2, "peak_method": "VmHWM-reset"}
     {"kind": "transfer", "memory_mb": 2048, "channel": "s3", "direction": "up",
      "size_mb": 4.0, "seconds": 0.094, "arch": "x86_64"}
+    {"kind": "duplex", "memory_mb": 2048, "channel": "s3", "size_mb": 16.0, "downloads": 2,
+     "seconds": 0.31, "up_s": 0.29, "down_s": 0.27, "arch": "x86_64"}
 
 ``collect`` concatenates the per-memory files into ``profiles/<profile_id>/samples.jsonl``.
 """
@@ -40,7 +46,9 @@ import resource
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +65,7 @@ DATASET_SHAPES: dict[str, tuple[tuple[int, int, int], int]] = {
 }
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
 MAX_OBJECT_MB = 512.0
+DUPLEX_MAX_MB = 16.0
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
@@ -93,7 +102,7 @@ class ProfileRequest:
     batches: tuple[int, ...] = (16, 32, 64, 128)
     warmup: int = 2
     repeats: int = 5
-    sizes_mb: tuple[float, ...] = (0.25, 1.0, 4.0, 16.0, 64.0)
+    sizes_mb: tuple[float, ...] = (0.0625, 0.25, 1.0, 4.0, 16.0, 64.0)
     transfer_repeats: int = 3
     channels: tuple[str, ...] | None = None  # None: every channel the function can reach
 
@@ -270,6 +279,61 @@ def measure_transfers(channel: Channel, name: str, memory_mb: float, sizes_mb: S
     return records
 
 
+def duplex_size_mb(sizes_mb: Sequence[float]) -> float:
+    """The size the duplex test moves: the largest profiled size up to 16 MB (a chunk's)."""
+    small = [size for size in sizes_mb if size <= DUPLEX_MAX_MB]
+    return max(small) if small else min(sizes_mb)
+
+
+def measure_duplex(channel: Channel, name: str, memory_mb: float, size_mb: float,
+                   repeats: int, prefix: str) -> list[dict[str, Any]]:
+    """``duplex`` records: an upload of ``size_mb`` and n downloads of it (n balances the two
+    times), one after the other, then both at once. A function whose upload and download
+    overlap fully takes the longer of the two at once; one shared link, their sum."""
+    payload = os.urandom(int(size_mb * 2**20))
+    source, keys = f"{prefix}duplex-source", [f"{prefix}duplex-source"]
+    channel.put(source, payload)
+    records: list[dict[str, Any]] = []
+
+    def downloads(count: int) -> None:
+        for _ in range(count):
+            _read(channel, source)
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            for attempt in range(repeats):
+                up_key, both_key = f"{prefix}duplex-up-{attempt}", f"{prefix}duplex-both-{attempt}"
+                keys += [up_key, both_key]
+                up = _timed(partial(channel.put, up_key, payload))
+                count = max(1, round(up / _timed(partial(downloads, 1))))
+                down = _timed(partial(downloads, count))
+                start = time.perf_counter()
+                upload = pool.submit(channel.put, both_key, payload)
+                download = pool.submit(downloads, count)
+                upload.result()
+                download.result()
+                records.append({"kind": "duplex", "memory_mb": memory_mb, "channel": name,
+                                "size_mb": size_mb, "downloads": count,
+                                "seconds": time.perf_counter() - start, "up_s": up,
+                                "down_s": down, "arch": lambda_arch()})
+    finally:
+        channel.delete(keys)
+    return records
+
+
+def _timed(action: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def _read(channel: Channel, key: str) -> bytes:
+    data = channel.try_get(key)
+    if data is None:
+        raise RuntimeError(f"read back {key!r} missing")
+    return data
+
+
 # ---- results bucket -----------------------------------------------------------------------
 
 def to_jsonl(records: Iterable[Mapping[str, Any]]) -> str:
@@ -292,6 +356,8 @@ def run_profile(request: ProfileRequest, memory_mb: float, channels: Mapping[str
     for name, channel in channels.items():
         records += measure_transfers(channel, name, memory_mb, request.sizes_mb,
                                      request.transfer_repeats, transfer_prefix)
+        records += measure_duplex(channel, name, memory_mb, duplex_size_mb(request.sizes_mb),
+                                  request.transfer_repeats, transfer_prefix)
     key = memory_key(prefix, request.profile_id, memory_mb)
     s3.put_object(Bucket=bucket, Key=key, Body=to_jsonl(records).encode(),
                   ContentType="application/x-ndjson")

@@ -57,9 +57,14 @@ def problems(draw: Any, channel: str | None = None, small: bool = False) -> Prob
         own_shard_local=draw(st.booleans()), **fields)
 
 
+def with_duplex(platform: PlatformProfile, duplex: float) -> PlatformProfile:
+    """``platform`` with the same duplex d at every profiled memory."""
+    return dataclasses.replace(platform, duplex=(duplex,) * len(platform.memory_mb))
+
+
 def without_storage_price(problem: Problem) -> Problem:
     return dataclasses.replace(problem, prices=dataclasses.replace(problem.prices,
                                                                    valkey_gb_hour=0.0))
 
 
-__all__ = ["Prices", "problems", "without_storage_price"]
+__all__ = ["Prices", "problems", "with_duplex", "without_storage_price"]

@@ -18,7 +18,7 @@ from planner.exchange_cost import exchange_cost
 from planner.pipelined import CHUNK_CHOICES, chunk_choices
 from planner.profiles import load_platform, load_prices, load_workload
 from planner.search import BN_RULES, PIPELINED, exact, exhaustive
-from tests.planner.problems import problems
+from tests.planner.problems import problems, with_duplex
 from tests.planner.test_search import assert_satisfies_constraints, same_optimum, same_time
 
 SEARCH_SETTINGS = settings(max_examples=40, deadline=None,
@@ -42,8 +42,14 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
     train_n = float(wl.train_time(bn, memory))
     if w == 1:
         return train_a
-    comm_a = max(k * c * up + down, (w + k - 2) * c * down) + up
-    comm_n = k * c * max(up, down)
+    d = float(platform.duplex_at(memory))
+
+    def both(u: float, v: float) -> float:  # U ∥ D
+        return max(u, v, (1 - d / 2) * (u + v))
+
+    up_a, down_a = k * c * up, (w + k - 2) * c * down
+    comm_a = max(up_a + down, both(up_a, down_a)) + up
+    comm_n = both(k * c * up, k * c * down)
     if bsp:
         return max(train_a, train_n if k < w else 0.0) + comm_a + (down if k < w else 0.0)
     return max(train_a + comm_a, train_n + comm_n if k < w else 0.0)
@@ -52,12 +58,14 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
 @settings(max_examples=200, deadline=None)
 @given(problem=problems(), w=st.integers(1, 40), k_share=st.floats(0.0, 1.0),
        memory=st.integers(1, 80).map(lambda step: 128 * step), ba=st.integers(1, 256),
-       extra=st.integers(0, 256), chunks=st.sampled_from(CHUNK_CHOICES), bsp=st.booleans())
+       extra=st.integers(0, 256), chunks=st.sampled_from(CHUNK_CHOICES), bsp=st.booleans(),
+       duplex=st.sampled_from([1.0, 0.5, 0.0]))
 def test_iteration_follows_the_chunk_formula(problem: Problem, w: int, k_share: float,
                                              memory: int, ba: int, extra: int, chunks: int,
-                                             bsp: bool) -> None:
+                                             bsp: bool, duplex: float) -> None:
     k = max(1, round(k_share * w))
-    chunked = dataclasses.replace(problem, exchange_chunks=chunks)
+    platform = with_duplex(problem.platform, duplex)
+    chunked = dataclasses.replace(problem, exchange_chunks=chunks, platform=platform)
     bn = ba if k == w else ba + extra
     ev = evaluate(chunked, w, memory, k, ba, bn, bsp=bsp)
     assert float(ev.iteration_s[0]) == pytest.approx(
@@ -95,11 +103,15 @@ def test_s3_requests_and_their_cost_scale_with_the_chunks() -> None:
 
 @SEARCH_SETTINGS
 @given(problem=problems(small=True), rule=st.sampled_from(BN_RULES),
-       chunks=st.sampled_from(CHUNK_CHOICES), objective=st.sampled_from(["cost", "time"]))
+       chunks=st.sampled_from(CHUNK_CHOICES), objective=st.sampled_from(["cost", "time"]),
+       duplex=st.sampled_from([1.0, 0.3]))
 def test_exact_equals_exhaustive_for_every_chunk_count(problem: Problem, rule: str,
-                                                       chunks: int, objective: str) -> None:
-    """The branch-and-bound floors hold for the pipelined terms (its c_a has a floor in W)."""
-    chunked = dataclasses.replace(problem, exchange_chunks=chunks)
+                                                       chunks: int, objective: str,
+                                                       duplex: float) -> None:
+    """The branch-and-bound floors hold for the pipelined terms (its c_a has a floor in W,
+    and below full duplex the floors are below c_a)."""
+    platform = with_duplex(problem.platform, duplex)
+    chunked = dataclasses.replace(problem, exchange_chunks=chunks, platform=platform)
     fast = exact(chunked, "kreduce", objective, bn_rule=rule)  # type: ignore[arg-type]
     slow = exhaustive(chunked, "kreduce", objective, bn_rule=rule)  # type: ignore[arg-type]
     assert (same_optimum if objective == "cost" else same_time)(fast, slow), (fast, slow)

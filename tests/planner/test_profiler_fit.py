@@ -127,6 +127,8 @@ def test_one_object_size_per_memory_is_refused(tmp_path: Path,
     ('{"kind": "transfer", "memory_mb": 1024, "channel": "s3", "direction": "sideways", '
      '"size_mb": 1, "seconds": 1}', "direction"),
     ('{"kind": "train", "memory_mb": -1}', "memory_mb"),
+    ('{"kind": "duplex", "memory_mb": 1024, "channel": "s3", "size_mb": 4, "seconds": 1, '
+     '"up_s": 1}', "down_s"),
     ("not json", "not valid JSON"),
 ])
 def test_malformed_lines_name_file_line_and_field(tmp_path: Path, line: str,
@@ -178,3 +180,30 @@ def test_fit_writes_the_torch_load_it_is_given(tmp_path: Path) -> None:
     platform = load_platform_file(out)
     assert (platform.torch_load_cpu_s, platform.invocation_overhead_s) == (7.5, 0.25)
     assert summary["platform"]["torch_load_cpu_s"] == 7.5
+
+
+def duplex_records(hidden: float, memories: tuple[float, ...] = (1024.0, 2048.0, 4096.0)
+                   ) -> list[dict[str, Any]]:
+    """Up 0.3 s and downloads 0.3 s alone; at once (2 − d)·0.3."""
+    return [{"kind": "duplex", "memory_mb": memory, "channel": "s3", "size_mb": 16.0,
+             "seconds": (2 - hidden) * 0.3, "up_s": 0.3, "down_s": 0.3}
+            for memory in memories for _ in range(3)]
+
+
+@pytest.mark.parametrize("hidden", [1.0, 0.5, 0.0])
+def test_the_fit_measures_how_far_upload_and_download_overlap(tmp_path: Path,
+                                                              hidden: float) -> None:
+    samples = write(tmp_path / "s.jsonl", transfer_records(0.0) + duplex_records(hidden))
+    out = tmp_path / "p.json"
+    assert main(fit_args(samples, out, "--kind", "platform")) == EXIT_OK
+    assert load_platform_file(out).duplex == pytest.approx((hidden,) * 3, abs=1e-9)
+
+
+def test_without_duplex_samples_full_duplex_is_assumed(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    samples = write(tmp_path / "s.jsonl", transfer_records(0.0))
+    out = tmp_path / "p.json"
+    assert main(fit_args(samples, out, "--kind", "platform")) == EXIT_OK
+    assert load_platform_file(out).duplex == ()
+    assert load_platform_file(out).duplex_at(2048) == 1.0
+    assert "duplex 1 (assumed: no duplex samples)" in capsys.readouterr().out

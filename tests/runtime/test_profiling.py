@@ -72,12 +72,13 @@ def test_profile_collect_and_fit(seaweed: SeaweedS3Server, tmp_path: Path,
             torch.set_num_threads(count)
             summary = invoke({**EVENT, "memory_mb": memory}, memory)
             assert summary["key"] == f"profiles/smoke/memory-{memory}.jsonl"
-            assert summary["records"] == 3 + 3 * 2 * 2  # 3 batches + sizes x repeats x up/down
+            # 3 batches + sizes x repeats x up/down + repeats duplex tests
+            assert summary["records"] == 3 + 3 * 2 * 2 + 2
     finally:
         torch.set_num_threads(threads)
     collected = invoke({"action": "collect", "profile_id": "smoke", "memories": [2048, 1024]})
     assert collected["samples_key"] == "profiles/smoke/samples.jsonl"
-    assert collected["lines"] == 2 * 15
+    assert collected["lines"] == 2 * 17
     client = seaweed.client()
     text = client.get_object(Bucket=RESULTS, Key=collected["samples_key"])["Body"].read()
     assert not client.list_objects_v2(Bucket=EXCHANGE).get("Contents")  # transfers cleaned up
@@ -98,6 +99,9 @@ def test_profile_collect_and_fit(seaweed: SeaweedS3Server, tmp_path: Path,
     platform = load_platform_file(tmp_path / "smoke-platform.json")
     assert workload.model == "cnn" and workload.k > 0
     assert platform.channel == "s3" and platform.memory_mb == (1024.0, 2048.0)
+    duplex = [r for r in records if r["kind"] == "duplex"]
+    assert len(duplex) == 4 and all(r["seconds"] > 0 and r["downloads"] >= 1 for r in duplex)
+    assert len(platform.duplex) == 2 and all(0.0 <= d <= 1.0 for d in platform.duplex)
 
 
 @pytest.mark.usefixtures("lambda_env")
