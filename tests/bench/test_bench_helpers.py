@@ -74,10 +74,17 @@ def _row(case: str, pattern: str, predicted: float, measured: float) -> dict[str
 
 def test_pattern_verdicts_compare_with_the_better_baseline() -> None:
     rows = [_row("a", "kreduce", 1.0, 2.0), _row("a", "scatterreduce", 2.0, 3.0),
-            _row("a", "allreduce", 3.0, 1.5),
+            _row("a", "allreduce", 3.0, 1.5), _row("a", "pipelined-same", 0.8, 1.2),
+            _row("a", "kreduce-pipelined", 0.7, 1.0),
             _row("b", "kreduce", 1.0, 1.0), _row("b", "scatterreduce", 2.0, 1.02),
-            _row("b", "allreduce", 3.0, 4.0)]
+            _row("b", "allreduce", 3.0, 4.0), _row("b", "pipelined-same", 0.9, 0.9),
+            _row("b", "kreduce-pipelined", 0.9, 0.95)]
     found = verdicts(rows)
     assert not found["a"]["kreduce_not_slower"] and not found["a"]["ranking_holds"]
     assert found["a"]["kreduce_vs_best_baseline"] == pytest.approx(2.0 / 1.5, abs=1e-3)
     assert found["b"]["kreduce_not_slower"] and found["b"]["ranking_holds"]
+    # the pipelined ratios are over K-REDUCE's measured epoch, same config and planned
+    assert found["a"]["pipelined_vs_kreduce_epoch_ratio"] == pytest.approx(0.6)
+    assert found["a"]["planned_pipelined_vs_kreduce_epoch_ratio"] == pytest.approx(0.5)
+    assert found["b"]["pipelined_vs_kreduce_epoch_ratio"] == pytest.approx(0.9)
+    assert found["a"]["pipelined_goal"] is None and not found["a"]["pipelined_met"]
