@@ -91,6 +91,14 @@ def best_choice(problem: Problem, pattern: str) -> Choice:
     return choice
 
 
+def configuration_fields(choice: Choice) -> dict[str, Any]:
+    """The configuration columns every bench row reports."""
+    return {"workers": choice.workers, "memory_mb": choice.memory_mb,
+            "aggregators": choice.aggregators, "chunks": choice.exchange_chunks,
+            "batch_aggregator": choice.batch_aggregator,
+            "batch_non_aggregator": choice.batch_non_aggregator, "sync": choice.sync}
+
+
 def predicted_epoch_s(choice: Choice, plan: Plan) -> float:
     return plan.iterations_per_epoch * choice.breakdown["iteration_s"]
 

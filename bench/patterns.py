@@ -31,6 +31,7 @@ from typing import Any
 
 from bench.local_runs import (
     best_choice,
+    configuration_fields,
     local_workload,
     predicted_epoch_s,
     problem_for,
@@ -135,11 +136,7 @@ def measure(case: Case, problem: Problem, pattern: str, choice: Choice, model_mb
             + choice.breakdown["exchange_usd"])
     print(f"   {label}: measured {epoch_s:.2f} s/epoch, ${cost:.6f}", flush=True)
     return {"case": case.name, "model": case.model, "model_mb": model_mb,
-            "pattern": pattern, "workers": choice.workers,
-            "memory_mb": choice.memory_mb, "aggregators": choice.aggregators,
-            "batch_aggregator": choice.batch_aggregator,
-            "batch_non_aggregator": choice.batch_non_aggregator,
-            "sync": choice.sync, "chunks": choice.exchange_chunks,
+            "pattern": pattern, **configuration_fields(choice),
             "iterations_per_epoch": plan.iterations_per_epoch,
             "predicted_s": round(predicted, 3), "measured_s": round(epoch_s, 3),
             "gb_s": round(gb_s, 2), "cost_usd": round(cost, 7)}

@@ -28,6 +28,7 @@ from typing import Any
 
 from bench.local_runs import (
     Config,
+    configuration_fields,
     fixed_choice,
     local_workload,
     predicted_epoch_s,
@@ -115,11 +116,7 @@ def measure(config: Config, profiles: Path, work: Path) -> dict[str, Any]:
     print(f"   {config.label}: predicted {predicted:.2f} s, measured {measured_epoch:.2f} s, "
           f"error {error:.1%}", flush=True)
     return {"config": config.label, "model": config.model, "model_mb": workload.model_mb,
-            "channel": config.channel, "workers": config.workers,
-            "memory_mb": config.memory_mb, "aggregators": config.aggregators,
-            "chunks": config.chunks,
-            "batch_aggregator": choice.batch_aggregator,
-            "batch_non_aggregator": choice.batch_non_aggregator, "sync": choice.sync,
+            "channel": config.channel, **configuration_fields(choice),
             "iterations_per_epoch": plan.iterations_per_epoch,
             "predicted_s": round(predicted, 3), "measured_s": round(measured_epoch, 3),
             "error": round(error, 4), "steady_iterations": measured.iterations_measured}
