@@ -52,6 +52,9 @@ class Link:
             return self._free_at
 
 
+SHARED_PIECES = 8  # pieces a transfer's use of the shared link is spread in
+
+
 class SharedLink:
     """What both directions share below full duplex: a reservation fills the free time from its
     start on, across gaps, like a share of a link used while other transfers run (a
@@ -115,8 +118,11 @@ class BandwidthShaper:
         own = self.links[direction].reserve(began, target)
         if self.duplex >= 1.0:
             return own  # full duplex: the shared link could never bind
-        # the shared part is used during the transfer's own slot, not queued ahead of it
-        shared = self.shared.reserve(own - target, (1.0 - self.duplex / 2.0) * target)
+        # The shared part is used along the transfer's own slot, in pieces released one after
+        # another, so transfers in both directions progress together (not one after the other).
+        start, share = own - target, (1.0 - self.duplex / 2.0) * target / SHARED_PIECES
+        shared = max(self.shared.reserve(start + piece * target / SHARED_PIECES, share)
+                     for piece in range(SHARED_PIECES))
         return max(own, shared)
 
     def sleep_until(self, moment: float) -> None:

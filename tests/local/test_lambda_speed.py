@@ -11,7 +11,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,12 +23,10 @@ from infra.lambda_errors import TIMEOUT
 from local.__main__ import main
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.lambda_speed import LAMBDA_MB_PER_VCPU, EmulationError, LambdaEmulation, load_emulation
-from local.servers import SeaweedS3Server, ValkeyServer
-from local.shaping import MB, BandwidthShaper, Link, ShapedChannel, SharedLink
+from local.servers import ValkeyServer
+from local.shaping import MB, BandwidthShaper, Link, ShapedChannel
 from local.throttle import CpuThrottle
-from planner.pipelined import both_ways
 from planner.profiles import Direction, PlatformProfile, load_platform
-from tests.planner.problems import with_duplex
 
 SIZES_MB = (1, 4, 16)
 MEMORIES = (512, 2048)
@@ -69,18 +67,6 @@ HANDLERS = textwrap.dedent("""
 def _within(measured: float, target: float, slack_s: float = 0.0) -> bool:
     """Never early; at most 15% (or 5 ms, for tiny targets) + ``slack_s`` late."""
     return target - 1e-3 <= measured <= target + max(0.15 * target, 0.005) + slack_s
-
-
-@pytest.fixture(scope="module")
-def seaweed() -> Iterator[SeaweedS3Server]:
-    with SeaweedS3Server(buckets=("fasdl-emulation",)) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def valkey() -> Iterator[ValkeyServer]:
-    with ValkeyServer() as server:
-        yield server
 
 
 # ---- CPU share and profile choice -------------------------------------------------------------
@@ -182,14 +168,6 @@ def test_link_queues_transfers() -> None:
     assert link.reserve(20.0, 1.0) == 21.0  # an idle link is not banked
 
 
-def test_shared_link_fills_gaps_before_later_reservations() -> None:
-    link = SharedLink()
-    assert link.reserve(10.0, 1.0) == 11.0
-    assert link.reserve(13.0, 1.0) == 14.0  # reserved ahead, leaving [11, 13] free
-    assert link.reserve(10.5, 2.5) == 14.5  # 2 s of the gap, then 0.5 s after [13, 14]
-    assert link.reserve(100.0, 1.0) == 101.0
-
-
 def test_shaper_sleeps_only_the_rest() -> None:
     clock = FakeClock()
     platform = load_platform("s3")
@@ -207,26 +185,6 @@ def test_shaper_sleeps_only_the_rest() -> None:
     began = clock.now
     shaper.settle("down", began, 4 * MB)  # the other direction has its own link
     assert clock.now == pytest.approx(began + shaper.target_s("down", 4 * MB))
-
-
-@pytest.mark.parametrize("duplex", [1.0, 0.5, 0.0])
-def test_upload_and_download_at_once_share_the_link_by_the_profiles_duplex(
-        duplex: float) -> None:
-    clock = FakeClock()
-    platform = with_duplex(load_platform("s3"), duplex)
-    shaper = BandwidthShaper(platform, 512, clock=clock, sleep=clock.sleep)
-    up, down = shaper.target_s("up", 8 * MB), shaper.target_s("down", 8 * MB)
-    began = clock.now
-    both = max(shaper.reserve("up", began, 8 * MB), shaper.reserve("down", began, 8 * MB))
-    assert both - began == pytest.approx(float(both_ways(up, down, duplex)))
-    later = both + 10.0  # one after the other: nothing shared
-    assert shaper.reserve("down", later, 8 * MB) == pytest.approx(later + down)
-    # a long download queue does not delay an upload that starts while it runs (full duplex)
-    full = BandwidthShaper(load_platform("s3"), 512, clock=clock, sleep=clock.sleep)
-    start = clock.now + 100.0
-    for _ in range(10):
-        full.reserve("down", start, 8 * MB)
-    assert full.reserve("up", start + 4 * down, 8 * MB) == pytest.approx(start + 4 * down + up)
 
 
 def test_build_channel_applies_registered_wrappers(valkey: ValkeyServer) -> None:
@@ -249,19 +207,6 @@ def test_build_channel_applies_registered_wrappers(valkey: ValkeyServer) -> None
 
 
 # ---- bandwidth shaping on real servers --------------------------------------------------------
-@pytest.fixture(params=["s3", "valkey"])
-def real(request: pytest.FixtureRequest) -> Iterator[tuple[Channel, PlatformProfile]]:
-    if request.param == "s3":
-        server: SeaweedS3Server = request.getfixturevalue("seaweed")
-        channel = build_channel(server.channel_config(prefix="shape/"), session=server.session())
-    else:
-        store: ValkeyServer = request.getfixturevalue("valkey")
-        channel = build_channel(store.channel_config(prefix="shape/"))
-    yield channel, load_platform(request.param)
-    channel.delete_prefix("")
-    channel.close()
-
-
 def _timed(action: Callable[..., object], *args: object) -> float:
     began = time.monotonic()
     action(*args)
@@ -385,21 +330,3 @@ def test_a_peer_sees_an_upload_only_when_its_slot_ends(
     assert arrived >= up  # not before the writer's transfer is over
     assert _within(arrived, up + down, 0.03)
 
-
-@pytest.mark.parametrize("duplex", [1.0, 0.5])
-def test_the_profiler_measures_the_shaped_duplex(real: tuple[Channel, PlatformProfile],
-                                                 duplex: float) -> None:
-    """fasdl.profiling.measure_duplex through a shaped real channel finds the profile's d:
-    the profiler would find a real function's the same way."""
-    from fasdl.profiling import measure_duplex
-    from planner.profiler_samples import DuplexRecord
-
-    inner, platform = real
-    channel = ShapedChannel(inner, with_duplex(platform, duplex), 512)
-    channel.put("warm", b"w")
-    records = measure_duplex(channel, platform.channel, 512, 8.0, 3, "duplex/")
-    assert len(records) == 3 and all(r["kind"] == "duplex" for r in records)
-    found = sorted(DuplexRecord(r["memory_mb"], r["channel"], r["size_mb"], r["seconds"],
-                                r["up_s"], r["down_s"]).duplex() for r in records)
-    assert found[1] == pytest.approx(duplex, abs=0.2), records
-    assert inner.try_get("duplex/duplex-source") is None  # its objects are deleted
