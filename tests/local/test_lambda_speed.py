@@ -24,7 +24,7 @@ from local.__main__ import main
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.lambda_speed import LAMBDA_MB_PER_VCPU, EmulationError, LambdaEmulation, load_emulation
 from local.servers import ValkeyServer
-from local.shaping import MB, BandwidthShaper, Link, ShapedChannel
+from local.shaping import MB, VISIBLE_SUFFIX, BandwidthShaper, Link, ShapedChannel
 from local.throttle import CpuThrottle
 from planner.profiles import Direction, PlatformProfile, load_platform
 
@@ -330,3 +330,20 @@ def test_a_peer_sees_an_upload_only_when_its_slot_ends(
     assert arrived >= up  # not before the writer's transfer is over
     assert _within(arrived, up + down, 0.03)
 
+
+
+def test_a_shaped_value_is_stored_as_is_with_its_time_beside_it(
+        real: tuple[Channel, PlatformProfile]) -> None:
+    """No prefix is prepended or stripped (each would copy a whole frame, memory Lambda never
+    spends); the slot's end lives under a marker key, which delete removes with the value."""
+    inner, platform = real
+    channel = ShapedChannel(inner, platform, 2048)
+    data = bytearray(os.urandom(1 * MB))
+    channel.put("frame", data)
+    assert inner.try_get("frame") == data
+    assert inner.try_get("frame" + VISIBLE_SUFFIX) is not None
+    assert channel.try_get("frame") == data
+    inner.put("plain", b"written unshaped")  # no marker: passes through
+    assert channel.try_get("plain") == b"written unshaped"
+    channel.delete(["frame"])
+    assert inner.try_get("frame") is None and inner.try_get("frame" + VISIBLE_SUFFIX) is None
