@@ -37,10 +37,13 @@ class Backoff:
 
     def delays(self, rng: random.Random | None = None) -> Iterable[float]:
         rng = rng or random.Random()
-        attempt = 0
+        window = self.first_s
         while True:
-            yield rng.uniform(0.0, min(self.cap_s, self.first_s * self.factor**attempt))
-            attempt += 1
+            window = min(self.cap_s, window)
+            yield rng.uniform(0.0, window)
+            # grown by multiplying, not factor**attempt: 2.0**1024 raised OverflowError after
+            # about two minutes of polling, failing a run that waited on a restarting peer
+            window *= self.factor
 
 
 class Channel(ABC):
