@@ -225,7 +225,7 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
     if problem.exchange_chunks > 1:  # the aggregator's extra seconds: c_a − c_n
         terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k,
                                 problem.exchange_chunks)
-        lag = terms.aggregator(w, k) - terms.non_aggregator
+        lag = terms.aggregator(w) - terms.non_aggregator
     else:
         _, lag, _ = communication_times(problem, w, mem, k)
     wl = problem.workload

@@ -53,8 +53,7 @@ def non_aggregator_times(problem: Problem, memory_mb: IntArray,
     if problem.exchange_chunks > 1:
         chunks = problem.exchange_chunks
         terms = pipelined_terms(problem.platform, memory_mb, model_mb, aggregators, chunks)
-        k = np.asarray(aggregators, dtype=np.float64)
-        return k * chunks * terms.chunk_up_s, k * chunks * terms.chunk_down_s
+        return terms.uploads_n, terms.downloads_n
     shard_mb = model_mb / aggregators
     upload = model_mb / problem.platform.throughput("up", memory_mb, shard_mb)
     download = model_mb / problem.platform.throughput("down", memory_mb, shard_mb)
@@ -72,10 +71,8 @@ def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
     if problem.exchange_chunks > 1:
         chunks = problem.exchange_chunks
         terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks)
-        comm_a, comm_n = terms.aggregator(w, k), terms.non_aggregator
-        alone = w <= 1
-        upload = np.where(alone, 0.0, k * chunks * terms.chunk_up_s)
-        download = np.where(alone, 0.0, (w + k - 2) * chunks * terms.chunk_down_s)
+        comm_a, comm_n = terms.aggregator(w), terms.non_aggregator
+        upload, download = terms.aggregator_transfers(w)
         aggregate = comm_a - np.maximum(upload, download)
         hap = np.maximum(train_a + comm_a, np.where(others, train_n + comm_n, 0.0))
         bsp_iteration = (np.maximum(train_a, np.where(others, train_n, 0.0)) + comm_a

@@ -46,23 +46,32 @@ class PipelinedTerms:
     """Per-iteration seconds of the pipelined exchange (arrays over configurations)."""
 
     chunks: int
+    aggregators: FloatArray    # K
     duplex: FloatArray         # d at each configuration's memory
     chunk_up_s: FloatArray     # t_u
     chunk_down_s: FloatArray   # t_d
+    uploads_n: FloatArray      # a non-aggregator's K·C·t_u
+    downloads_n: FloatArray    # a non-aggregator's K·C·t_d
     floor_a: FloatArray        # K·C·t_u + t_d + t_u
     fixed_a: FloatArray        # (K−1)·C·t_d + t_u
     per_peer: FloatArray       # C·t_d
     non_aggregator: FloatArray  # c_n = (K·C·t_u) ∥ (K·C·t_d)
 
-    def aggregator(self, workers: ArrayLike, aggregators: ArrayLike) -> FloatArray:
-        """c_a for W workers; 0 for a single worker."""
+    def aggregator_transfers(self, workers: ArrayLike) -> tuple[FloatArray, FloatArray]:
+        """An aggregator's (U_a, D_a) = (K·C·t_u, (W+K−2)·C·t_d); 0 for a single worker."""
         w = np.asarray(workers, dtype=np.float64)
-        k = np.asarray(aggregators, dtype=np.float64)
-        up = k * self.chunks * self.chunk_up_s
-        down = (w + k - 2.0) * self.chunks * self.chunk_down_s
-        value = np.maximum(up + self.chunk_down_s, both_ways(up, down, self.duplex))
-        value = value + self.chunk_up_s
-        return np.asarray(np.where(w > 1, value, 0.0), dtype=np.float64)
+        up = self.uploads_n  # its K−1 other shards and its merged one: K·C chunks too
+        down = (w + self.aggregators - 2.0) * self.chunks * self.chunk_down_s
+        alone = w <= 1
+        return (np.asarray(np.where(alone, 0.0, up), dtype=np.float64),
+                np.asarray(np.where(alone, 0.0, down), dtype=np.float64))
+
+    def aggregator(self, workers: ArrayLike) -> FloatArray:
+        """c_a for W workers; 0 for a single worker."""
+        up, down = self.aggregator_transfers(workers)
+        value = (np.maximum(up + self.chunk_down_s, both_ways(up, down, self.duplex))
+                 + self.chunk_up_s)
+        return np.asarray(np.where(np.asarray(workers) > 1, value, 0.0), dtype=np.float64)
 
 
 def pipelined_terms(platform: PlatformProfile, memory_mb: ArrayLike, model_mb: float,
@@ -75,13 +84,13 @@ def pipelined_terms(platform: PlatformProfile, memory_mb: ArrayLike, model_mb: f
     per_shard = float(chunks)
     uploads, downloads = k * per_shard * up, k * per_shard * down
     duplex = platform.duplex_at(memory_mb)
-    both = both_ways(uploads, downloads, duplex)
     return PipelinedTerms(
-        chunks=chunks, duplex=duplex, chunk_up_s=up, chunk_down_s=down,
-        floor_a=k * per_shard * up + down + up,
+        chunks=chunks, aggregators=k, duplex=duplex, chunk_up_s=up, chunk_down_s=down,
+        uploads_n=uploads, downloads_n=downloads,
+        floor_a=uploads + down + up,
         fixed_a=(k - 1.0) * per_shard * down + up,
         per_peer=np.asarray(per_shard * down, dtype=np.float64),
-        non_aggregator=np.asarray(both, dtype=np.float64),
+        non_aggregator=both_ways(uploads, downloads, duplex),
     )
 
 
