@@ -136,10 +136,7 @@ class BandwidthShaper:
 
     def settle(self, direction: Direction, began: float, size_bytes: int) -> None:
         """Called after a real transfer that began at ``began``: wait out the rest of its slot."""
-        done_at = self.reserve(direction, began, size_bytes)
-        remaining = done_at - self.clock()
-        if remaining > 0:
-            self.sleep(remaining)
+        self.sleep_until(self.reserve(direction, began, size_bytes))
 
 
 class ShapedChannel(Channel):
