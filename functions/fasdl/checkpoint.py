@@ -29,8 +29,9 @@ import hashlib
 import io
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,11 @@ from fasdl.keys import checkpoint_object_key, checkpoint_part_key, manifest_key
 from fasdl.kreduce import KReduceWorker
 
 CHECKPOINT_FORMAT = 1
+# An object's bytes, or a function that makes them when it is their turn to be written: a
+# worker's checkpoint share is a few model-sized arrays, and holding them all at once pushed
+# worker 0 past its memory size at the end of a segment.
+ObjectBytes = bytes
+ObjectSource = ObjectBytes | Callable[[], ObjectBytes]
 
 
 class CheckpointError(RuntimeError):
@@ -104,19 +110,22 @@ def _records(data: Mapping[str, Any]) -> dict[str, ObjectRecord]:
             for name, r in data.items()}
 
 
-def _record(key: str, data: bytes) -> ObjectRecord:
+def _record(key: str, data: ObjectBytes) -> ObjectRecord:
     return ObjectRecord(key, hashlib.sha256(data).hexdigest(), len(data))
 
 
 # ---- generic: objects, part records, manifest ---------------------------------------------
 def put_objects(store: Channel, run: str, resume_iteration: int, epoch: int, worker: int,
-                objects: Mapping[str, bytes]) -> None:
-    """Write a worker's objects, then its part record (the committer waits for it)."""
+                objects: Mapping[str, ObjectSource]) -> None:
+    """Write a worker's objects one at a time (only one is made and held at once), then its
+    part record (the committer waits for it)."""
     records: dict[str, ObjectRecord] = {}
-    for name, data in objects.items():
+    for name, source in objects.items():
         key = checkpoint_object_key(run, resume_iteration, epoch, name)
+        data = source() if callable(source) else source
         store.put(key, data)
         records[name] = _record(key, data)
+        del data  # before the next object is made
     part = {name: {"key": r.key, "sha256": r.sha256, "size": r.size}
             for name, r in records.items()}
     store.put(checkpoint_part_key(run, resume_iteration, epoch, worker),
@@ -175,12 +184,15 @@ def read_object(store: Channel, manifest: Manifest, name: str) -> bytes:
 
 # ---- array and RNG encodings ----------------------------------------------------------------
 def array_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    return buffer.getvalue()
+    """``array`` as .npy bytes (what ``np.save`` writes), joined straight into one object of
+    their size: one copy of the array, not a growing stream's."""
+    array = np.ascontiguousarray(array)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    return b"".join((header.getvalue(), array.reshape(-1).view(np.uint8).data))
 
 
-def array_from_bytes(data: bytes) -> np.ndarray:
+def array_from_bytes(data: ObjectBytes) -> np.ndarray:
     loaded: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
     return loaded
 
@@ -205,9 +217,9 @@ def _restore_buffers(model: torch.nn.Module, data: bytes) -> None:
 # ---- a K-REDUCE worker's part of a segment checkpoint ---------------------------------------
 def save_worker(store: Channel, run: str, epoch: int, worker: KReduceWorker,
                 cursor: DataCursor, numpy_rng: np.random.Generator | None = None, *,
-                extra_objects: Mapping[str, bytes] | None = None) -> int:
+                extra_objects: Mapping[str, ObjectSource] | None = None) -> int:
     """Write ``worker``'s share of the checkpoint after its last step, plus
-    ``extra_objects`` (e.g. ``export``) under their own names.
+    ``extra_objects`` (e.g. ``export``) under their own names, one object at a time.
 
     Returns the resume iteration the checkpoint is keyed by (last step + 1).
     """
@@ -217,14 +229,14 @@ def save_worker(store: Channel, run: str, epoch: int, worker: KReduceWorker,
     index = worker.worker_id
     prefix = f"worker/{index:04d}"
     source = worker.params_source
-    objects: dict[str, bytes] = {f"{prefix}/{name}": array_bytes(vector)
-                                 for name, vector in worker.optimizer_state.items()}
+    objects: dict[str, ObjectSource] = {f"{prefix}/{name}": partial(array_bytes, vector)
+                                        for name, vector in worker.optimizer_state.items()}
     if index == 0:  # always an aggregator: holds the merged model
-        objects["model"] = array_bytes(worker.parameters)
+        objects["model"] = partial(array_bytes, worker.parameters)
     if source == "previous" and index == worker.aggregators:
-        objects["model_previous"] = array_bytes(worker.parameters)
+        objects["model_previous"] = partial(array_bytes, worker.parameters)
     if source == "own":
-        objects[f"{prefix}/params"] = array_bytes(worker.parameters)
+        objects[f"{prefix}/params"] = partial(array_bytes, worker.parameters)
     buffers = _buffers_bytes(worker.model)
     if buffers is not None:
         objects[f"{prefix}/buffers"] = buffers

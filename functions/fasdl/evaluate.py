@@ -5,8 +5,9 @@ prints its accuracy on ``DATASET_DIR/x.npy`` + ``y.npy`` (one split of the impor
 e.g. ``data/cifar10/test``), and for a two-class model its Matthews correlation (``mcc``,
 CoLA's metric). Inputs are scaled and normalised exactly as the workers do it
 (fasdl.augment.evaluation_tensors, with the run's augmentation from the export's metadata) and
-batched as worker 0 batches its held-out evaluation, so the accuracy (and MCC) of a run's final
-export equals the one its summary reports for the last segment.
+batched as worker 0 batched its held-out evaluation (the export's ``eval_batch``), so the
+accuracy (and MCC) of a run's final export equals the one its summary reports for the last
+segment.
 Exit 0 with the result (``--json``: one JSON line), or 2 with ``fasdl.evaluate: <why>``.
 """
 
@@ -25,10 +26,15 @@ import torch
 from fasdl.augment import evaluation_tensors
 from fasdl.classification import Confusion
 from fasdl.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES, DatasetError
-from fasdl.export import ExportError, ExportMeta, build_from_export, load_export
+from fasdl.export import (
+    MAX_EVAL_BATCH,
+    ExportError,
+    ExportMeta,
+    build_from_export,
+    load_export,
+)
 
 EXIT_BAD_INPUT = 2
-EVAL_BATCH = 1024  # worker 0's too (segment_runner): the same batches give the same logits
 PROGRESS_EVERY_S = 2.0
 
 Progress = Callable[[int, int], None]
@@ -43,15 +49,16 @@ def add_batch(confusion: Confusion, model: torch.nn.Module, x: np.ndarray, y: np
 
 
 def confusion_of(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, classes: int,
-                 progress: Progress | None = None, *, augmentation: str = "none") -> Confusion:
+                 progress: Progress | None = None, *, augmentation: str = "none",
+                 batch: int = MAX_EVAL_BATCH) -> Confusion:
     """(true, predicted) counts of ``model`` (in eval mode) on the rows, batch by batch."""
     model.eval()
     confusion = Confusion(classes)
-    for start in range(0, len(y), EVAL_BATCH):
-        add_batch(confusion, model, x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH],
+    for start in range(0, len(y), batch):
+        add_batch(confusion, model, x[start:start + batch], y[start:start + batch],
                   augmentation)
         if progress is not None:
-            progress(min(start + EVAL_BATCH, len(y)), len(y))
+            progress(min(start + batch, len(y)), len(y))
     return confusion
 
 
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fasdl.evaluate: {_one_line(error, args.model_file)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     confusion = confusion_of(model, x, y, meta.num_classes, _progress_printer(),
-                             augmentation=meta.augmentation)
+                             augmentation=meta.augmentation, batch=meta.eval_batch)
     correct, mcc = confusion.correct, confusion.mcc()
     result = {"accuracy": correct / len(y), "correct": correct, "samples": len(y),
               "mcc": mcc, "model": meta.model, "num_classes": meta.num_classes,

@@ -32,6 +32,10 @@ from fasdl.text_networks import TEXT_MODELS
 META_NAME = "__fasdl_meta__"
 EXPORT_FORMAT = "fasdl-export"
 EXPORT_VERSION = 1
+# Held-out evaluation batches (worker 0 and python -m fasdl.evaluate batch alike, so a run's
+# final export gives the logits its summary counted): at most this, and never more than the
+# worker's training batch, whose activations its memory size was planned for.
+MAX_EVAL_BATCH = 1024
 # np.savez takes these as its own keyword arguments, so they cannot name an entry
 _SAVEZ_ARGUMENTS = frozenset({"file", "allow_pickle"})
 
@@ -48,13 +52,15 @@ class ExportMeta:
     parameters: int  # trainable parameters (the length of model.npy)
     version: int = EXPORT_VERSION
     augmentation: str = "none"  # the plan's: evaluation normalises inputs as training did
+    eval_batch: int = MAX_EVAL_BATCH  # the batch worker 0 evaluated in (evaluation_batch)
 
     def to_json(self) -> str:
         return json.dumps({"format": EXPORT_FORMAT, "version": self.version,
                            "model": self.model, "num_classes": self.num_classes,
                            "input_shape": list(self.input_shape),
                            "parameters": self.parameters,
-                           "augmentation": self.augmentation}, sort_keys=True)
+                           "augmentation": self.augmentation,
+                           "eval_batch": self.eval_batch}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ExportMeta:
@@ -78,7 +84,8 @@ class ExportMeta:
             wanted = "[2, L] (token ids; attention mask)" if is_text else "[C, H, W]"
             raise ExportError(f"metadata {META_NAME!r}: input_shape must be {wanted} positive "
                               f"integers for {model}, got {shape!r}")
-        for name in ("num_classes", "parameters"):
+        data.setdefault("eval_batch", MAX_EVAL_BATCH)  # exports before it batched at 1024
+        for name in ("num_classes", "parameters", "eval_batch"):
             if not _positive_int(data.get(name)):
                 raise ExportError(f"metadata {META_NAME!r}: {name} must be a positive integer, "
                                   f"got {data.get(name)!r}")
@@ -87,7 +94,13 @@ class ExportMeta:
             raise ExportError(f"metadata {META_NAME!r}: augmentation must be one of "
                               f"{', '.join(AUGMENTATIONS)}, got {augmentation!r}")
         return cls(model, int(data["num_classes"]), tuple(int(n) for n in shape),
-                   int(data["parameters"]), augmentation=augmentation)
+                   int(data["parameters"]), augmentation=augmentation,
+                   eval_batch=int(data["eval_batch"]))
+
+
+def evaluation_batch(training_batch: int) -> int:
+    """The held-out evaluation's batch: forward passes never need more memory than training."""
+    return max(1, min(MAX_EVAL_BATCH, training_batch))
 
 
 def _positive_int(value: object) -> bool:
@@ -109,13 +122,14 @@ def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 def export_bytes(model: torch.nn.Module, *, model_name: str, num_classes: int,
-                 input_shape: InputShape, augmentation: str = "none") -> bytes:
+                 input_shape: InputShape, augmentation: str = "none",
+                 eval_batch: int = MAX_EVAL_BATCH) -> bytes:
     """The ``.npz`` bytes of ``model``'s complete state, with the metadata to rebuild it."""
     if model_name not in MODELS:
         raise ExportError(f"unknown model {model_name!r}; known: {', '.join(sorted(MODELS))}")
     parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
     meta = ExportMeta(model_name, int(num_classes), tuple(int(n) for n in input_shape),
-                      int(parameters), augmentation=augmentation)
+                      int(parameters), augmentation=augmentation, eval_batch=eval_batch)
     arrays = state_arrays(model)
     arrays[META_NAME] = np.frombuffer(meta.to_json().encode(), dtype=np.uint8)
     stream = io.BytesIO()
@@ -125,14 +139,16 @@ def export_bytes(model: torch.nn.Module, *, model_name: str, num_classes: int,
 
 def export_checkpoint_meta(model: torch.nn.Module, meta: Mapping[str, str]) -> bytes:
     """:func:`export_bytes` from a checkpoint manifest's meta (model, num_classes, input_shape
-    as "C,H,W" or, for text, "2,L"), which the worker has built already."""
+    as "C,H,W" or, for text, "2,L"; augmentation and eval_batch when the run set them),
+    which the worker has built already."""
     try:
         shape = tuple(int(n) for n in meta["input_shape"].split(","))
         if len(shape) != (2 if meta["model"] in TEXT_MODELS else 3):
             raise ValueError(f"input_shape {meta['input_shape']!r} is not C,H,W (images) or "
                              "2,L (text models)")
         return export_bytes(model, model_name=meta["model"], num_classes=int(meta["num_classes"]),
-                            input_shape=shape, augmentation=meta.get("augmentation", "none"))
+                            input_shape=shape, augmentation=meta.get("augmentation", "none"),
+                            eval_batch=int(meta.get("eval_batch", MAX_EVAL_BATCH)))
     except (KeyError, ValueError) as error:
         raise ExportError(f"checkpoint meta {dict(meta)!r} cannot describe an export: "
                           f"{error}") from error

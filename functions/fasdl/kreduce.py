@@ -129,10 +129,8 @@ class KReduceWorker:
         self.pipeline = self._build_pipeline(plan.training.exchange_chunks)
         # only an aggregator of the phased exchange sums whole shards: 8 bytes per element of
         # its own shard (the pipelined one sums a chunk at a time)
-        summing = self.is_aggregator and self.workers > 1 and self.pipeline is None
-        own = self.bounds[worker_id] if summing else (0, 0)
-        self._accumulator = np.empty(own[1] - own[0], dtype=np.float64)
-        self._scratch = np.empty(min(own[1] - own[0], SCALED_AT_ONCE), dtype=np.float64)
+        # (made at its first sum, given back by release_step_buffers)
+        self._accumulator = self._scratch = np.empty(0, dtype=np.float64)
         # merged parameters of one iteration handed in by a checkpoint restore (HAP reads
         # merged l−1 at l, which at a segment start lives in the checkpoint, not the store)
         self._restored_merged: tuple[int, np.ndarray] | None = None
@@ -240,7 +238,7 @@ class KReduceWorker:
         start, end = self.bounds[shard]
         count = end - start
         values = self.flat.numpy()
-        total = self._accumulator[:count]
+        total = self._sum_buffer(count)
         total.fill(0.0)
         others = [worker for worker in range(self.workers) if worker != shard]
         consumed = [shard_key(self.run_id, self.epoch, iteration, shard, worker)
@@ -267,6 +265,23 @@ class KReduceWorker:
                                    shard=shard)
         publish.send(merged_key(self.run_id, self.epoch, iteration, shard), merged)
         publish.finish()
+
+    def _sum_buffer(self, count: int) -> np.ndarray:
+        """The float64 accumulator of this aggregator's shard (and the scratch of one chunk)."""
+        if self._accumulator.size < count:
+            self._accumulator = np.empty(count, dtype=np.float64)
+            self._scratch = np.empty(min(count, SCALED_AT_ONCE), dtype=np.float64)
+        return self._accumulator[:count]
+
+    def release_step_buffers(self) -> None:
+        """Give back what only a step needs: the shard accumulator and the gradients.
+
+        A segment's end writes model-sized checkpoint objects; without this they came on top
+        of the training peak and took worker 0 past its memory size. A later step makes both
+        again, with the same results (gradients are fresh each step anyway).
+        """
+        self._accumulator = self._scratch = np.empty(0, dtype=np.float64)
+        self.optimizer.zero_grad()
 
     def _load_merged(self, iteration: int) -> None:
         values = self.flat.numpy()

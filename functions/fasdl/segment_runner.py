@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,8 @@ from fasdl.data import (
     s3_range_reader,
 )
 from fasdl.environment import Settings
-from fasdl.evaluate import EVAL_BATCH, add_batch
-from fasdl.export import export_checkpoint_meta
+from fasdl.evaluate import add_batch
+from fasdl.export import evaluation_batch, export_checkpoint_meta
 from fasdl.fault_hooks import NO_FAULTS, FaultHooks
 from fasdl.fencing import Fence, claim_worker
 from fasdl.kreduce import KReduceWorker, StepStats
@@ -208,7 +209,8 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
     meta = {"model": plan.workload.model, "num_classes": str(num_classes),
             "input_shape": ",".join(str(n) for n in input_shape),
             "parameters": str(worker.parameters.size),
-            "augmentation": plan.training.augmentation}
+            "augmentation": plan.training.augmentation,
+            "eval_batch": str(evaluation_batch(plan.batch_of(0)))}  # worker 0 evaluates
     return _Job(plan, read_range, prefix, cache_dir, meta, model, worker)
 
 
@@ -258,10 +260,11 @@ def _checkpoint(job: _Job, store: Channel, event: WorkerEvent, settings: Setting
     """This worker's part of the checkpoint; worker 0 then commits the manifest."""
     assert job.stream is not None
     saved = time.perf_counter()
+    job.worker.release_step_buffers()  # the checkpoint's objects take their place
     # the run's end: worker 0's merged parameters with its own batch-norm statistics, a
     # model complete for inference (finalize publishes it as model.npz)
     last = event.start_iteration + event.iterations == job.plan.total_iterations
-    extra = ({"export": export_checkpoint_meta(job.model, job.meta)}
+    extra = ({"export": partial(export_checkpoint_meta, job.model, job.meta)}
              if event.worker == 0 and last else None)
     fence.check(force=True)
     result.resume_iteration = save_worker(store, event.run_id, event.epoch, job.worker,
@@ -284,23 +287,23 @@ def _evaluate_in_time(job: _Job, time_left_s: Callable[[], float],
     The first chunk is predicted from the training step (a forward pass costs less than a
     step); the slowest chunk seen predicts the next. Out of time: both stay None.
     """
-    began = time.perf_counter()
+    began, batch = time.perf_counter(), int(job.meta["eval_batch"])
     trained = result.iterations_done * job.plan.batch_of(job.worker.worker_id)
     per_sample_s = result.times.get("compute_s", 0.0) / max(1, trained)
-    if time_left_s() < per_sample_s * EVAL_BATCH:
+    if time_left_s() < per_sample_s * batch:
         return
     test = _test_split(job.read_range, job.prefix, job.cache_dir)
     if test is None:
         return
     x, y = test
     job.model.eval()
-    confusion, slowest = Confusion(int(job.meta["num_classes"])), per_sample_s * EVAL_BATCH
-    for start in range(0, len(y), EVAL_BATCH):
+    confusion, slowest = Confusion(int(job.meta["num_classes"])), per_sample_s * batch
+    for start in range(0, len(y), batch):
         if time_left_s() < slowest:
             result.times["eval_s"] = time.perf_counter() - began
             return
         chunk_began = time.perf_counter()
-        add_batch(confusion, job.model, x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH],
+        add_batch(confusion, job.model, x[start:start + batch], y[start:start + batch],
                   job.plan.training.augmentation)
         slowest = max(slowest, time.perf_counter() - chunk_began)
     result.accuracy, result.test_samples = confusion.correct / max(1, len(y)), len(y)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -243,3 +244,36 @@ def test_missing_object_and_unfinished_parts_are_errors() -> None:
     assert read_object(store, load_manifest(store, RUN, 5, 1), "other") == b"w"
     with pytest.raises(CheckpointError, match="no checkpoint manifest of epoch 0"):
         load_manifest(store, RUN, 5, 0)  # epoch 0's parts never became a checkpoint
+
+
+class _DiscardingStore(MemoryChannel):
+    """Keeps only the sizes of large objects, so what save_worker holds is all that's traced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: dict[str, int] = {}
+
+    def put(self, key: str, data: bytes | bytearray) -> None:
+        self.sizes[key] = len(data)
+        super().put(key, data if len(data) < 1 << 16 else b"")
+
+
+def test_a_worker_writes_its_share_one_object_at_a_time() -> None:
+    """Worker 0's share is its momentum, the merged model and, at the run's end, the export,
+    each the model's size: made and written one after the other, at most one is held (all at
+    once took worker 0 past its memory size at the end of a segment)."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 16_384), nn.Linear(16_384, 4))  # 6.3 MB
+    worker = KReduceWorker(make_plan(1, 1, 4, 4, "bsp"), 0, MemoryChannel(), model, RUN, 0)
+    worker.step(torch.randn(4, *SHAPE), torch.randint(0, 4, (4,)), 0)
+    model_bytes = worker.parameters.nbytes
+    store = _DiscardingStore()
+    tracemalloc.start()
+    try:
+        save_worker(store, RUN, 0, worker, DataCursor(0, 1),
+                    extra_objects={"export": lambda: bytes(model_bytes)})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    large = [size for size in store.sizes.values() if size >= model_bytes]
+    assert len(large) == 3  # momentum, model, export
+    assert peak < 1.5 * model_bytes, (peak, model_bytes)

@@ -15,16 +15,18 @@ import numpy as np
 import pytest
 import torch
 
-from fasdl import results
+from fasdl import evaluate, results
 from fasdl.augment import evaluation_tensors
 from fasdl.data import to_tensors
 from fasdl.datasets import build_digits
 from fasdl.environment import Settings
-from fasdl.evaluate import EVAL_BATCH, main
+from fasdl.evaluate import main
 from fasdl.export import (
+    MAX_EVAL_BATCH,
     META_NAME,
     ExportError,
     build_from_export,
+    evaluation_batch,
     export_bytes,
     export_checkpoint_meta,
     load_export,
@@ -36,6 +38,7 @@ from tests.runtime.test_kreduce import make_plan
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = (1, 8, 8)
 MODEL = "mobilenet"  # the smallest registry network with batch norm
+EVAL_BATCH = 32  # the export's: worker 0 trained at batch 32; the split has 150 rows
 
 
 def _npz(arrays: dict[str, np.ndarray], *, allow_pickle: bool = False) -> bytes:
@@ -93,7 +96,8 @@ def trained(digits: Path) -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def exported(trained: torch.nn.Module) -> bytes:
-    return export_bytes(trained, model_name=MODEL, num_classes=10, input_shape=SHAPE)
+    return export_bytes(trained, model_name=MODEL, num_classes=10, input_shape=SHAPE,
+                        eval_batch=EVAL_BATCH)
 
 
 def test_round_trip_keeps_buffers_and_gives_bitwise_equal_outputs(
@@ -135,6 +139,7 @@ def test_export_does_not_disturb_the_global_rng(exported: bytes) -> None:
     (lambda data: _with_meta(data, model="resnet1000"), "unknown model 'resnet1000'"),
     (lambda data: _with_meta(data, version=99), "version 99 is not supported"),
     (lambda data: _with_meta(data, input_shape=[1, 8]), "input_shape must be"),
+    (lambda data: _with_meta(data, eval_batch=0), "eval_batch must be a positive integer"),
     (lambda data: _npz({**load_export(data)[1], META_NAME: np.frombuffer(b"{nope", np.uint8)}),
      "is not JSON"),
     (lambda data: np.lib.format.magic(1, 0) + b"junk", "not a model export"),
@@ -195,6 +200,38 @@ def test_cli_reports_the_accuracy_worker_zero_computes(
     assert main([str(model_file), str(test)]) == 0
     assert f"accuracy {expected:.4f} ({result['correct']}/{len(y)} samples)" in (
         capsys.readouterr().out)
+
+
+def test_cli_batches_as_the_export_says(exported: bytes, split: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker 0 evaluates in batches of at most its training batch (its memory was planned
+    for that batch's activations); the CLI batches the same way, so the logits are the same."""
+    batches: list[int] = []
+    original = evaluate.add_batch
+
+    def counted(confusion: Any, model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
+                augmentation: str) -> None:
+        batches.append(len(y))
+        original(confusion, model, x, y, augmentation)
+
+    monkeypatch.setattr(evaluate, "add_batch", counted)
+    model_file = tmp_path / "model.npz"
+    model_file.write_bytes(exported)
+    assert main([str(model_file), str(split), "--json"]) == 0
+    assert batches == [32, 32, 32, 32, 22]
+    # an export from before eval_batch was recorded evaluates at the old fixed batch
+    old_fields = json.loads(load_export(exported)[0].to_json())
+    del old_fields["eval_batch"]
+    _, arrays = load_export(exported)
+    old = _npz({**arrays, META_NAME: np.frombuffer(json.dumps(old_fields).encode(), np.uint8)})
+    assert load_export(old)[0].eval_batch == MAX_EVAL_BATCH
+
+
+@pytest.mark.parametrize(("training", "expected"), [(1, 1), (32, 32), (1024, 1024),
+                                                    (4096, MAX_EVAL_BATCH)])
+def test_evaluation_batch_never_exceeds_the_training_batch(training: int,
+                                                           expected: int) -> None:
+    assert evaluation_batch(training) == expected
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(exported: bytes, digits: Path, split: Path,

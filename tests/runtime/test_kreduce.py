@@ -205,6 +205,30 @@ class PeakTrackingChannel(MemoryChannel):
             self.peak_keys = max(self.peak_keys, len(self._store))
 
 
+@pytest.mark.parametrize("sync", ["bsp", "hap"])
+def test_released_step_buffers_are_made_again_with_the_same_results(sync: str) -> None:
+    """A segment's end gives back the accumulator and the gradients before writing its
+    checkpoint; steps after that (a warm sandbox's next segment) give the same weights."""
+    plan = make_plan(3, 1, 4, 4, sync)
+    torch.manual_seed(0)
+    model = build_model("mlp", CLASSES, INPUT_SHAPE)
+    batches = random_batches(plan, 4)
+    kept, released = (make_workers(plan, model, MemoryChannel()) for _ in range(2))
+    drive(kept, batches, range(4))
+
+    def release_after_one(worker: KReduceWorker, iteration: int) -> None:
+        if iteration == 1:
+            worker.release_step_buffers()
+            assert worker._accumulator.size == 0
+            assert all(p.grad is None for p in worker.flat.params)
+
+    drive(released, batches, range(4), after_step=release_after_one)
+    for a, b in zip(kept, released, strict=True):
+        assert np.array_equal(a.parameters, b.parameters)
+        assert all(np.array_equal(a.optimizer_state[n], b.optimizer_state[n])
+                   for n in a.optimizer_state)
+
+
 @pytest.mark.parametrize(("aggregators", "sync"), [(2, "hap"), (1, "bsp"), (4, "bsp")])
 def test_store_holds_at_most_two_iterations(aggregators: int, sync: str) -> None:
     workers_count = 4
