@@ -11,6 +11,11 @@ when both roles fit:
     non-aggregator  k·B^n + c + X_n(S_m, M, W, K)  <=  M    (only when K < W)
 
 ``Problem.exchange_memory=False`` drops X (the paper's model as printed).
+
+A segment's end needs no term of its own: the worker gives back its shard accumulator and
+gradients, then writes its checkpoint objects (each at most ~S_m) one at a time, and worker
+0 evaluates at most at its training batch without gradients (fasdl.segment_runner), all
+under the training peak (measured: 882 MB at the end vs 882 MB training, 97.5 MB model).
 """
 
 from __future__ import annotations
