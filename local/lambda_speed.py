@@ -19,11 +19,15 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasdl.plan import ARCHITECTURES, CHANNELS
 from local.invoke import SHAPING_ENV
 from planner.profiles import PlatformProfile, ProfileError, load_platform, load_platform_file
+
+if TYPE_CHECKING:
+    from fasdl.channel.base import Channel
+    from fasdl.channel.factory import ChannelConfig
 
 LAMBDA_MB_PER_VCPU = 1769  # AWS: 1,769 MB = one vCPU; up to 6 vCPUs at 10,240 MB
 LAMBDA_MAX_VCPUS = 6
@@ -101,15 +105,25 @@ def load_emulation(platform: str | None, *, channel: str, cpu: bool = True) -> L
 
 
 def install_shaping(text: str) -> None:
-    """In the invocation's process: shape every channel ``build_channel`` makes from now on."""
-    from fasdl.channel.factory import register_channel_wrapper
+    """In the invocation's process, before the handler's import: every channel
+    ``build_channel`` makes from now on goes through one shaped link (one NIC per sandbox).
+
+    The product has no hook for this: the factory function itself is replaced, so the
+    handlers' own imports (``from fasdl.channel.factory import build_channel``) get it.
+    """
+    from fasdl.channel import factory
     from local.shaping import BandwidthShaper, ShapedChannel
 
     spec: dict[str, Any] = json.loads(text)
     platform = PlatformProfile.from_dict(spec["platform"])
-    shaper = BandwidthShaper(platform, float(spec["memory_mb"]))  # one NIC per invocation
-    register_channel_wrapper(
-        lambda channel, config: ShapedChannel(channel, platform, shaper.memory_mb, shaper=shaper))
+    shaper = BandwidthShaper(platform, float(spec["memory_mb"]))
+    unshaped = factory.build_channel
+
+    def build_shaped_channel(config: ChannelConfig, *, session: Any | None = None) -> Channel:
+        return ShapedChannel(unshaped(config, session=session), platform, shaper.memory_mb,
+                             shaper=shaper)
+
+    factory.build_channel = build_shaped_channel
 
 
 __all__ = ["FLAG", "LAMBDA_MB_PER_VCPU", "SHAPING_ENV", "EmulationError", "LambdaEmulation",

@@ -16,13 +16,19 @@ from pathlib import Path
 
 import pytest
 
+from fasdl.channel import factory
 from fasdl.channel.base import Channel
-from fasdl.channel.factory import build_channel, register_channel_wrapper
 from fasdl.environment import Settings
 from infra.lambda_errors import TIMEOUT
 from local.__main__ import main
 from local.emulator import FunctionSpec, LambdaEmulator
-from local.lambda_speed import LAMBDA_MB_PER_VCPU, EmulationError, LambdaEmulation, load_emulation
+from local.lambda_speed import (
+    LAMBDA_MB_PER_VCPU,
+    EmulationError,
+    LambdaEmulation,
+    install_shaping,
+    load_emulation,
+)
 from local.servers import ValkeyServer
 from local.shaping import MB, VISIBLE_SUFFIX, BandwidthShaper, Link, ShapedChannel
 from local.throttle import CpuThrottle
@@ -187,23 +193,22 @@ def test_shaper_sleeps_only_the_rest() -> None:
     assert clock.now == pytest.approx(began + shaper.target_s("down", 4 * MB))
 
 
-def test_build_channel_applies_registered_wrappers(valkey: ValkeyServer) -> None:
-    seen: list[str] = []
-
-    def wrap(channel: Channel, config: object) -> Channel:
-        seen.append(type(channel).__name__)
-        return ShapedChannel(channel, load_platform("valkey"), 512)
-
-    unregister = register_channel_wrapper(wrap)
-    try:
-        channel = build_channel(valkey.channel_config(prefix="w/"))
-        assert isinstance(channel, ShapedChannel) and seen == ["ValkeyChannel"]
-        channel.close()
-    finally:
-        unregister()
-    plain = build_channel(valkey.channel_config())
+def test_shaping_replaces_the_channel_factory_before_the_handler_imports_it(
+        valkey: ValkeyServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator's sandbox shapes every channel the handlers build, through their own
+    imports of build_channel, with no hook in the product code."""
+    monkeypatch.setattr(factory, "build_channel", factory.build_channel)  # restored after
+    plain = factory.build_channel(valkey.channel_config())
     assert type(plain).__name__ == "ValkeyChannel"
     plain.close()
+    install_shaping(json.dumps({"platform": load_platform("valkey").to_dict(),
+                                "memory_mb": 512}))
+    from fasdl.channel.factory import build_channel  # as a handler module imports it
+
+    channel = build_channel(valkey.channel_config(prefix="w/"))
+    assert isinstance(channel, ShapedChannel)
+    assert type(channel.inner).__name__ == "ValkeyChannel"
+    channel.close()
 
 
 # ---- bandwidth shaping on real servers --------------------------------------------------------

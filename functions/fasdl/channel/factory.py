@@ -2,11 +2,14 @@
 
 The functions get theirs from their settings (fasdl.environment: ``Settings.exchange_config``),
 the only environment form; S3 credentials come from the usual AWS chain.
+
+No hook here for tests or emulation: the local Lambda emulator shapes bandwidth from outside,
+replacing :func:`build_channel` in its sandbox process before the handler's module is imported
+(local/lambda_speed.py ``install_shaping``), as Lambda's own runtime sits outside a handler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -54,27 +57,8 @@ class ChannelConfig:
             raise ChannelConfigError(f"channel field 'ttl_s': must be > 0, got {self.ttl_s}")
 
 
-# Wrappers applied to every channel build_channel makes. Product code never registers one;
-# the local Lambda emulator does, to shape bandwidth without the handlers knowing.
-ChannelWrapper = Callable[[Channel, ChannelConfig], Channel]
-_WRAPPERS: list[ChannelWrapper] = []
-
-
-def register_channel_wrapper(wrapper: ChannelWrapper) -> Callable[[], None]:
-    """Wrap every channel built from now on; returns a function that unregisters it."""
-    _WRAPPERS.append(wrapper)
-    return lambda: _WRAPPERS.remove(wrapper)
-
-
 def build_channel(config: ChannelConfig, *, session: Any | None = None) -> Channel:
     """The channel the config describes (``session``: an optional boto3 Session for S3)."""
-    channel = _build(config, session)
-    for wrapper in _WRAPPERS:
-        channel = wrapper(channel, config)
-    return channel
-
-
-def _build(config: ChannelConfig, session: Any | None) -> Channel:
     if config.kind == "s3":
         from fasdl.channel.s3 import S3Channel  # boto3 only when S3 is used
 
@@ -90,5 +74,4 @@ def _build(config: ChannelConfig, session: Any | None) -> Channel:
     )
 
 
-__all__ = ["ChannelConfig", "ChannelConfigError", "ChannelWrapper", "build_channel",
-           "register_channel_wrapper"]
+__all__ = ["ChannelConfig", "ChannelConfigError", "build_channel"]
