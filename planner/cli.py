@@ -41,7 +41,15 @@ from planner.quotas import (
 )
 from planner.recipe import add_recipe_arguments
 from planner.report import choice_table, describe_choice, render_frontier
-from planner.search import BN_RULES, PATTERNS, SEARCHES, SearchResult, exact, exhaustive
+from planner.search import (
+    AUTO,
+    BN_RULES,
+    PLAN_PATTERNS,
+    SEARCHES,
+    SearchResult,
+    exact,
+    exhaustive,
+)
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
 
@@ -93,7 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="choose the cheapest configuration; write plan.json")
     _add_problem_arguments(plan)
     plan.add_argument("--search", choices=SEARCHES, default="exact")
-    plan.add_argument("--pattern", choices=PATTERNS, default="kreduce")
+    plan.add_argument("--pattern", choices=PLAN_PATTERNS, default=AUTO,
+                      help="auto (default): K-REDUCE phased as in the paper or pipelined "
+                           "(shards in chunks), whichever is cheaper; two-stage searches "
+                           "the phased one only")
     plan.add_argument("--gamma-min", type=float, default=DEFAULT_GAMMA_MIN,
                       help="two-stage only: γ_min of the batch lower bound (0-1)")
     plan.add_argument("--literal-early-stop", action="store_true",
@@ -139,7 +150,7 @@ def _run_search(args: argparse.Namespace, problem: Problem, quotas: Quotas) -> S
         if args.bn_rule == "search":
             raise CliError("--bn-rule", "two-stage reproduces the paper, whose B^n is the "
                                         "alignment rule's; use --search exact to search B^n")
-        if args.pattern != "kreduce":
+        if args.pattern not in ("kreduce", AUTO):
             raise CliError("--search", "two-stage searches K-REDUCE only; use --search exact "
                                        f"for --pattern {args.pattern}")
         if not 0.0 < args.gamma_min < 1.0:

@@ -45,6 +45,9 @@ from planner.pipelined import CHUNK_CHOICES, chunk_choices
 Pattern = Literal["kreduce", "kreduce-pipelined", "scatterreduce", "allreduce"]
 PATTERNS: tuple[str, ...] = ("kreduce", "kreduce-pipelined", "scatterreduce", "allreduce")
 PIPELINED = "kreduce-pipelined"  # K-REDUCE in C chunks per shard (planner/pipelined.py)
+# plan's default: K-REDUCE phased (the paper's) or pipelined, whichever is cheaper
+AUTO = "auto"
+PLAN_PATTERNS: tuple[str, ...] = (AUTO, *PATTERNS)
 SEARCHES: tuple[str, ...] = ("exact", "two-stage", "exhaustive")
 __all__ = ["BN_RULES", "Choice", "Objective", "SearchResult", "best_index", "choice_from",
            "exact", "exhaustive", "frontier", "infeasibility"]
@@ -135,10 +138,11 @@ def exact(problem: Problem, pattern: str = "kreduce", objective: Objective = "co
           bn_rule: str = "search") -> SearchResult:
     """The grid's optimum by branch and bound (planner/bounded.py): the exhaustive reference's
     result in bounded memory at any B^g_max the CLI allows. The pipelined pattern is the best
-    of one K-REDUCE search per chunk count (planner.pipelined.CHUNK_CHOICES)."""
-    if pattern == PIPELINED:
-        return _best_over_chunks(problem, partial(exact, objective=objective, bn_rule=bn_rule),
-                                 "exact", objective)
+    of one K-REDUCE search per chunk count (planner.pipelined.CHUNK_CHOICES); ``auto`` the
+    better of the phased and the pipelined K-REDUCE."""
+    combined = _of_kreduce_searches(exact, problem, pattern, objective, bn_rule)
+    if combined is not None:
+        return combined
     started = time.perf_counter()
     best = bounded_search(problem, pattern, objective, bn_rule)
     if best.evaluation is not None:
@@ -186,11 +190,38 @@ def _best_over_chunks(problem: Problem, run: Callable[..., SearchResult], method
         return SearchResult(method, PIPELINED, None, first.reason, evaluated, elapsed,
                             first.violation)
 
-    def rank(choice: Choice) -> tuple[float, ...]:
-        key = choice.key()
-        return (key[1], key[0], *key[2:]) if objective == "time" else key
+    return SearchResult(method, PIPELINED, min(feasible, key=partial(_rank, objective=objective)),
+                        None, evaluated, elapsed)
 
-    return SearchResult(method, PIPELINED, min(feasible, key=rank), None, evaluated, elapsed)
+
+def _of_kreduce_searches(search: Callable[..., SearchResult], problem: Problem, pattern: str,
+                         objective: Objective, bn_rule: str) -> SearchResult | None:
+    """The patterns made of K-REDUCE searches (``auto``, the pipelined one); None otherwise."""
+    run = partial(search, objective=objective, bn_rule=bn_rule)
+    if pattern == AUTO:
+        return _better_kreduce(partial(run, problem), objective)
+    if pattern == PIPELINED:
+        return _best_over_chunks(problem, run, search.__name__, objective)
+    return None
+
+
+def _rank(choice: Choice, objective: Objective) -> tuple[float, ...]:
+    key = choice.key()
+    return (key[1], key[0], *key[2:]) if objective == "time" else key
+
+
+def _better_kreduce(run: Callable[..., SearchResult], objective: Objective) -> SearchResult:
+    """``auto``: the phased and the pipelined K-REDUCE's optima, the better one (ties: the
+    phased, with fewer requests); infeasible with the phased search's reason."""
+    phased, pipelined = run(pattern="kreduce"), run(pattern=PIPELINED)
+    evaluated = phased.evaluated + pipelined.evaluated
+    elapsed = phased.elapsed_s + pipelined.elapsed_s
+    best = phased
+    if pipelined.choice is not None and (
+            phased.choice is None
+            or _rank(pipelined.choice, objective) < _rank(phased.choice, objective)):
+        best = pipelined
+    return replace(best, evaluated=evaluated, elapsed_s=elapsed)
 
 
 def infeasibility(problem: Problem, evaluation: Evaluation) -> tuple[Violation, str]:
@@ -245,9 +276,9 @@ def _exhaustive_bn(problem: Problem, pattern: str, bn_rule: str, w: int, memory:
 def exhaustive(problem: Problem, pattern: str = "kreduce", objective: Objective = "cost",
                bn_rule: str = "search") -> SearchResult:
     """One configuration at a time; the reference for ``exact``."""
-    if pattern == PIPELINED:
-        return _best_over_chunks(problem, partial(exhaustive, objective=objective,
-                                                  bn_rule=bn_rule), "exhaustive", objective)
+    combined = _of_kreduce_searches(exhaustive, problem, pattern, objective, bn_rule)
+    if combined is not None:
+        return combined
     started = time.perf_counter()
     best: Choice | None = None
     best_key: tuple[float, ...] | None = None

@@ -17,7 +17,7 @@ from planner.cost_model import Problem, evaluate
 from planner.exchange_cost import exchange_cost
 from planner.pipelined import CHUNK_CHOICES, chunk_choices
 from planner.profiles import load_platform, load_prices, load_workload
-from planner.search import BN_RULES, PIPELINED, exact, exhaustive
+from planner.search import AUTO, BN_RULES, PIPELINED, exact, exhaustive
 from tests.planner.problems import problems, with_duplex
 from tests.planner.test_search import assert_satisfies_constraints, same_optimum, same_time
 
@@ -136,6 +136,53 @@ def test_the_pattern_is_the_best_chunk_count(problem: Problem) -> None:
     assert result.choice.key() == best.key()
     chunked = dataclasses.replace(problem, exchange_chunks=result.choice.exchange_chunks)
     assert_satisfies_constraints(chunked, result.choice)
+
+
+@settings(SEARCH_SETTINGS, max_examples=15)  # two searches of each kind per example
+@given(problem=problems(small=True), objective=st.sampled_from(["cost", "time"]))
+def test_auto_is_the_better_of_phased_and_pipelined(problem: Problem, objective: str) -> None:
+    """plan's default: whichever K-REDUCE is cheaper (faster for the time objective), the
+    phased one on a tie; exact and exhaustive agree on it."""
+    phased = exact(problem, "kreduce", objective)  # type: ignore[arg-type]
+    pipelined = exact(problem, PIPELINED, objective)  # type: ignore[arg-type]
+    chosen = exact(problem, AUTO, objective)  # type: ignore[arg-type]
+    slow = exhaustive(problem, AUTO, objective)  # type: ignore[arg-type]
+    assert (same_optimum if objective == "cost" else same_time)(chosen, slow), (chosen, slow)
+    feasible = [r for r in (phased, pipelined) if r.choice is not None]
+    if not feasible:
+        assert chosen.choice is None and chosen.reason == phased.reason
+        return
+    index = 1 if objective == "time" else 0
+    ranked = sorted((r.choice.key()[index], r.choice.exchange_chunks, r.pattern)
+                    for r in feasible if r.choice is not None)
+    assert chosen.choice is not None and chosen.pattern == ranked[0][2]
+    assert chosen.choice.key()[index] == ranked[0][0]
+    assert chosen.evaluated == phased.evaluated + pipelined.evaluated
+
+
+def test_plan_considers_the_pipelined_pattern_by_default(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """BERT-base's 417 MB model at a tight deadline: the pipelined exchange is cheaper, so
+    plain ``plan`` takes it; ``--pattern kreduce`` keeps the paper's phased one, and so
+    does the two-stage heuristic, which searches only that."""
+    args = ["--workload", "bert-base-cola", "--deadline", "3000", "--max-global-batch", "1024",
+            "--epochs", "3", "--min-workers", "2", "--json"]
+    runs = {}
+    for name, extra in {"auto": [], "phased": ["--pattern", "kreduce"],
+                        "two-stage": ["--search", "two-stage"]}.items():
+        assert main(["plan", *args, *extra]) == 0
+        runs[name] = json.loads(capsys.readouterr().out)
+    auto, phased = runs["auto"], runs["phased"]
+    assert auto["search"]["pattern"] == PIPELINED
+    assert auto["plan"]["training"]["exchange_chunks"] in CHUNK_CHOICES
+    assert auto["plan"]["prediction"]["cost_usd"] < phased["plan"]["prediction"]["cost_usd"]
+    assert phased["search"]["pattern"] == "kreduce"
+    assert phased["plan"]["training"]["exchange_chunks"] == 1
+    assert runs["two-stage"]["plan"]["training"]["exchange_chunks"] == 1
+    # the local demo's tiny CNN pays for the chunks' extra requests: phased stays
+    assert main(["plan", "--workload", "cnn-digits", "--deadline", "900", "--max-global-batch",
+                 "64", "--epochs", "10", "--min-workers", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["search"]["pattern"] == "kreduce"
 
 
 def test_a_toy_model_gets_a_clean_reason() -> None:
