@@ -226,7 +226,8 @@ def test_plan_shows_both_roles_transfers(capsys: pytest.CaptureFixture[str]) -> 
     """K = 1: the aggregator keeps its shard (0 s up and down); the non-aggregators' transfers,
     which set the iteration, are shown too."""
     argv = ["plan", "--workload", "resnet50-cifar10", "--deadline", "8000",
-            "--max-global-batch", "1024", "--epochs", "19", "--min-workers", "2"]
+            "--max-global-batch", "1024", "--epochs", "19", "--min-workers", "2",
+            "--pattern", "kreduce"]  # the phased transfers
     assert main([*argv, "--json"]) == 0
     choice = json.loads(capsys.readouterr().out)["plan"]
     assert choice["training"]["aggregators"] == 1 < choice["deployment"]["workers"]

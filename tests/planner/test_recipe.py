@@ -70,7 +70,7 @@ def test_adamw_plans_more_memory_than_sgd() -> None:
     for optimizer in ("sgd", "adamw"):
         code, out, err = cli("plan", "--workload", "bert-base-cola", "--deadline", "2500",
                              "--max-global-batch", "640", "--epochs", "3",
-                             "--optimizer", optimizer, "--json")
+                             "--optimizer", optimizer, "--pattern", "kreduce", "--json")
         assert code == 0, err
         plan = json.loads(out)["plan"]
         memory[optimizer] = plan["deployment"]["memory_mb"]
