@@ -17,6 +17,11 @@ at K-REDUCE's own configuration (the model's best C) and the planner's own pipel
 issue 14's goal is the first at <= 0.7× K-REDUCE's epoch (ResNet-size), <= 0.85× (SqueezeNet).
 
     .venv/bin/python -m bench.patterns [--models resnet50-size ...] [--profile-dir DIR]
+        [--channel s3|valkey]
+
+``--channel valkey`` measures the same cases through Valkey (its own profiles, README section
+and docs/results/patterns-valkey.*): a store whose server is not the bottleneck here, where
+SeaweedFS's ~10 ms of CPU per MB on the machine's two shared cores sets the S3 exchange.
 """
 
 from __future__ import annotations
@@ -78,20 +83,20 @@ CASES = (
 )
 
 
-def profile(case: Case, out: Path) -> None:
+def profile(case: Case, out: Path, channel: str) -> None:
     if (out / "workload.json").is_file() and (out / "platform.json").is_file():
         print(f"reusing the {case.name} profile in {out}", flush=True)
         return
-    command = [sys.executable, "-m", "local", "profile", "--channel", "s3", "--model",
+    command = [sys.executable, "-m", "local", "profile", "--channel", channel, "--model",
                case.model, "--dataset", "digits", "--name", f"local-{case.name}",
                "--memories", *map(str, case.profile_memories), "--out", str(out)]
     print("$ " + " ".join(command[1:]), flush=True)
     subprocess.run(command, check=True)
 
 
-def run_case(case: Case, profiles: Path, work: Path) -> list[dict[str, Any]]:
-    out = profiles / case.name
-    profile(case, out)
+def run_case(case: Case, profiles: Path, work: Path, channel: str) -> list[dict[str, Any]]:
+    out = profiles / (case.name if channel == "s3" else f"{case.name}-{channel}")
+    profile(case, out, channel)
     workload = local_workload(load_workload(str(out / "workload.json")))
     platform = load_platform_file(out / "platform.json")
     prices = load_prices()
@@ -100,7 +105,7 @@ def run_case(case: Case, profiles: Path, work: Path) -> list[dict[str, Any]]:
     choices = {pattern: best_choice(problem, pattern) for pattern in PATTERNS}
     choices[PIPELINED_SAME] = same_config_pipelined(problem, choices["kreduce"])
     choices[PIPELINED_PLANNED] = best_choice(problem, PIPELINED_PLANNED)
-    return [measure(case, problem, pattern, choice, workload.model_mb, work)
+    return [measure(case, problem, pattern, choice, workload.model_mb, work, channel)
             for pattern, choice in choices.items()]
 
 
@@ -118,11 +123,11 @@ def same_config_pipelined(problem: Problem, kreduce: Choice) -> Choice:
 
 
 def measure(case: Case, problem: Problem, pattern: str, choice: Choice, model_mb: float,
-            work: Path) -> dict[str, Any]:
-    label = f"{case.name}-{pattern}"
+            work: Path, channel: str) -> dict[str, Any]:
+    label = f"{case.name}-{pattern}-{channel}"
     plan_path = work / f"{label}.plan.json"
     chunked = replace(problem, exchange_chunks=choice.exchange_chunks)
-    plan = write_plan(chunked, choice, plan_path, channel="s3")
+    plan = write_plan(chunked, choice, plan_path, channel=channel)
     predicted = predicted_epoch_s(choice, plan)
     print(f"\n== {label}: W={choice.workers} M={choice.memory_mb} K={choice.aggregators} "
           f"B^a={choice.batch_aggregator} B^n={choice.batch_non_aggregator} {choice.sync} "
@@ -135,7 +140,7 @@ def measure(case: Case, problem: Problem, pattern: str, choice: Choice, model_mb
     cost = (prices.lambda_mb_s(problem.arch) * choice.memory_mb * choice.workers * epoch_s
             + choice.breakdown["exchange_usd"])
     print(f"   {label}: measured {epoch_s:.2f} s/epoch, ${cost:.6f}", flush=True)
-    return {"case": case.name, "model": case.model, "model_mb": model_mb,
+    return {"case": case.name, "channel": channel, "model": case.model, "model_mb": model_mb,
             "pattern": pattern, **configuration_fields(choice),
             "iterations_per_epoch": plan.iterations_per_epoch,
             "predicted_s": round(predicted, 3), "measured_s": round(epoch_s, 3),
@@ -196,19 +201,39 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
+def write_results(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]],
+                  summary: dict[str, Any], channel: str) -> None:
+    """docs/results/patterns[-valkey].{png,json} and the README section of the channel."""
+    name = "patterns" if channel == "s3" else f"patterns-{channel}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    plot(rows, RESULTS / f"{name}.png")
+    (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=1))
+    notes = "\n".join(
+        f"- {case}: K-REDUCE's measured epoch is {v['kreduce_vs_best_baseline']:.2f}× the "
+        f"better baseline's; the model's order of the three patterns "
+        f"{'holds' if v['ranking_holds'] else 'does not hold'} in measurement. Pipelined, "
+        f"same config: {v['pipelined_vs_kreduce_epoch_ratio']:.2f}× K-REDUCE's epoch "
+        f"(goal <= {v['pipelined_goal']}); the planner's pipelined choice: "
+        f"{v['planned_pipelined_vs_kreduce_epoch_ratio']:.2f}×."
+        for case, v in found.items())
+    update_section(name, table(rows) + "\n\n" + notes + f"\n\n![{name}](docs/results/{name}.png)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=[c.name for c in CASES],
                         help="only these models (default: both)")
     parser.add_argument("--profile-dir", type=Path, help="reuse (or write) the profiles here")
+    parser.add_argument("--channel", choices=("s3", "valkey"), default="s3",
+                        help="the exchange channel (default s3, the table the README leads with)")
     parser.add_argument("--no-readme", action="store_true", help="do not update README.md")
     args = parser.parse_args()
     cases = [c for c in CASES if args.models is None or c.name in args.models]
     work = scratch("fasdl-bench-patterns-")
     profiles = args.profile_dir or work / "profiles"
-    rows = [row for case in cases for row in run_case(case, profiles, work)]
+    rows = [row for case in cases for row in run_case(case, profiles, work, args.channel)]
     found = verdicts(rows)
-    summary = {"bench": "patterns", "rows": rows, "verdicts": found,
+    summary = {"bench": "patterns", "channel": args.channel, "rows": rows, "verdicts": found,
                "goal": "K-REDUCE never slower than the better baseline",
                "met": all(v["kreduce_not_slower"] for v in found.values())}
     print("\n" + table(rows))
@@ -217,19 +242,7 @@ def main() -> None:
               f"model ranking {'holds' if verdict['ranking_holds'] else 'does not hold'} "
               f"(predicted {verdict['predicted_order']}, measured {verdict['measured_order']})")
     if not args.no_readme and args.models is None:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        plot(rows, RESULTS / "patterns.png")
-        (RESULTS / "patterns.json").write_text(json.dumps(summary, indent=1))
-        notes = "\n".join(
-            f"- {case}: K-REDUCE's measured epoch is {v['kreduce_vs_best_baseline']:.2f}× the "
-            f"better baseline's; the model's order of the three patterns "
-            f"{'holds' if v['ranking_holds'] else 'does not hold'} in measurement. Pipelined, "
-            f"same config: {v['pipelined_vs_kreduce_epoch_ratio']:.2f}× K-REDUCE's epoch "
-            f"(goal <= {v['pipelined_goal']}); the planner's pipelined choice: "
-            f"{v['planned_pipelined_vs_kreduce_epoch_ratio']:.2f}×."
-            for case, v in found.items())
-        update_section("patterns", table(rows) + "\n\n" + notes
-                       + "\n\n![patterns](docs/results/patterns.png)")
+        write_results(rows, found, summary, args.channel)
     print(json.dumps(summary))
 
 
