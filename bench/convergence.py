@@ -30,6 +30,7 @@ staleness. AdamW is not linear in the gradient, so for ``text`` even bsp (local 
 model averaging) is a different algorithm from the union-batch reference.
 
     python -m bench.convergence [--case digits] [--epochs N] [--seeds N]
+        [--exchange-dtype bfloat16]
 
 Prints one JSON object as its last line.
 """
@@ -64,7 +65,7 @@ from fasdl.datasets.digits import build_digits
 from fasdl.datasets.textset import write_textset
 from fasdl.kreduce import KReduceWorker
 from fasdl.networks import build_seeded_model
-from fasdl.plan import Deployment, Plan, Training, Workload
+from fasdl.plan import EXCHANGE_DTYPES, Deployment, Plan, Training, Workload
 from local.reference import evaluate, reference_curve, worker_streams
 
 GOALS = {"bsp": 0.5, "hap": 1.5}  # points
@@ -254,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, help="override every case's epochs (>= 1)")
     parser.add_argument("--seeds", type=int, default=1,
                         help="seeds per case (1-20), gaps taken between the means")
+    parser.add_argument("--exchange-dtype", choices=EXCHANGE_DTYPES, default="float32",
+                        help="what the K-REDUCE runs upload (bfloat16: differences with error "
+                             "feedback, fasdl.exchange_codec); the reference is unchanged")
     args = parser.parse_args(argv)
     if args.epochs is not None and args.epochs < 1:
         parser.error(f"--epochs must be >= 1, got {args.epochs}")
@@ -266,11 +270,13 @@ def main(argv: list[str] | None = None) -> int:
             case = CASES[name]
             if args.epochs is not None:
                 case = dataclasses.replace(case, epochs=args.epochs)
+            case = dataclasses.replace(
+                case, recipe=(*case.recipe, ("exchange_dtype", args.exchange_dtype)))
             results[name] = over_seeds([
                 run_case(dataclasses.replace(case, seed=seed), Path(folder) / f"{name}-{seed}",
                          lambda text: print(text, file=sys.stderr, flush=True))
                 for seed in range(args.seeds)])
-    print(json.dumps(summary(results)))
+    print(json.dumps({**summary(results), "exchange_dtype": args.exchange_dtype}))
     return 0
 
 

@@ -102,12 +102,13 @@ def tables(problem: Problem, pattern: str, rule: str) -> Tables:
     aggregators = np.arange(1, problem.worker_limit() + 1, dtype=np.float64)
     shard = wl.model_mb / aggregators
     at = memory[:, None].astype(np.float64)
-    load = platform.transfer_time("down", memory, 2.0 * wl.model_mb)
+    load = platform.transfer_time("down", memory, 2.0 * wl.model_mb + problem.codec_state_mb)
     return Tables(
         problem=problem, pattern=pattern, rule=rule, memory=memory,
         alpha=np.asarray(wl.a / (memory + wl.m), dtype=np.float64), batch_max=batch_max,
         **_communication_tables(problem, at, aggregators[None, :]),
-        segment_io=load[:, None] + platform.transfer_time("up", at, wl.model_mb + shard),
+        segment_io=load[:, None] + platform.transfer_time(
+            "up", at, wl.model_mb + shard + problem.codec_state_mb),
         cold_fixed=platform.cold_start_s(memory))
 
 
@@ -116,16 +117,18 @@ def _communication_tables(problem: Problem, at: FloatArray, k: FloatArray
     """c_a = max(floor_a, fixed_a + (W−1)·per_peer) and c_n per (memory, K), as evaluate()."""
     wl, platform = problem.workload, problem.platform
     if problem.exchange_chunks > 1:
-        terms = pipelined_terms(platform, at, wl.model_mb, k, problem.exchange_chunks)
+        terms = pipelined_terms(platform, at, wl.model_mb, k, problem.exchange_chunks,
+                                problem.upload_share)
         return {"floor_a": terms.floor_a, "fixed_a": terms.fixed_a,
                 "per_peer": terms.per_peer, "non_agg": terms.non_aggregator}
-    shard = wl.model_mb / k
-    up = platform.throughput("up", at, shard)
-    down = platform.throughput("down", at, shard)
+    shard, u = wl.model_mb / k, problem.upload_share
+    up, down = platform.throughput("up", at, shard), platform.throughput("down", at, shard)
+    up_u, down_u = (platform.throughput(way, at, shard * u) for way in ("up", "down"))
     moved = wl.model_mb - shard if problem.own_shard_local else np.full_like(shard, wl.model_mb)
-    fixed_a = moved / up + shard / up + moved / down
-    return {"floor_a": np.zeros_like(fixed_a), "fixed_a": fixed_a, "per_peer": shard / down,
-            "non_agg": wl.model_mb / up + wl.model_mb / down}
+    fixed_a = moved * u / up_u + shard / up + moved / down
+    return {"floor_a": np.zeros_like(fixed_a), "fixed_a": fixed_a,
+            "per_peer": shard * u / down_u,
+            "non_agg": wl.model_mb * u / up_u + wl.model_mb / down}
 
 
 def run_cost(problem: Problem, memory: IntArray | int, workers: FloatArray | IntArray | int,
@@ -141,7 +144,7 @@ def run_cost(problem: Problem, memory: IntArray | int, workers: FloatArray | Int
         SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w)
     requests = (segments * w + 2) * prices.lambda_request + transitions * prices.sfn_transition
     exchange = exchange_cost(prices, problem.channel, problem.workload.model_mb, w, k,
-                             iterations, time_s, problem.exchange_chunks)
+                             iterations, time_s, problem.exchange_chunks, problem.upload_share)
     checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time_s)
     return np.asarray(compute + requests + exchange + checkpoint, dtype=np.float64)
 
@@ -305,7 +308,8 @@ def triple_bounds(t: Tables, index: int, low: int, high: int, relaxed: bool) -> 
     comm_a = np.where(w > 1, np.maximum(t.floor_a[index, k - 1], t.fixed_a[index, k - 1]
                                         + (w - 1) * t.per_peer[index, k - 1]), 0.0)
     comm_n = np.where(others, t.non_agg[index, k - 1], 0.0)
-    max_a, max_n = role_max_batch(wl, t.memory[index], w, k, p.channel, p.exchange_memory)
+    max_a, max_n = role_max_batch(wl, t.memory[index], w, k, p.channel, p.exchange_memory,
+                                  p.exchange_dtype)
     x_top = np.minimum(np.minimum(p.max_global_batch // w, t.batch_max[index]), max_a)
     x_top = x_top // step * step
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-from fasdl.plan import PlanError
+from fasdl.plan import EXCHANGE_DTYPES, PlanError
 from planner.cli_inputs import (
     BATCH_STEP,
     MAX_GLOBAL_BATCH,
@@ -71,6 +71,9 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"B^g_max, {BATCH_STEP}-{MAX_GLOBAL_BATCH}")
     parser.add_argument("--epochs", type=int, required=True, help="E, training epochs")
     parser.add_argument("--channel", choices=("s3", "valkey"), default="s3")
+    parser.add_argument("--exchange-dtype", choices=EXCHANGE_DTYPES, default="float32",
+                        help="what uploaded shards carry: float32 (the paper's) or bfloat16 "
+                             "differences with error feedback (half the upload bytes)")
     parser.add_argument("--arch", choices=("x86_64", "arm64"), default="x86_64")
     parser.add_argument("--region", default="us-east-1", help="price table (default us-east-1)")
     parser.add_argument("--platform", help="platform profile JSON (default: shipped profile)")

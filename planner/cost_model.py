@@ -52,7 +52,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fasdl.field_types import FieldError, is_integral, is_real
-from fasdl.plan import MAX_EXCHANGE_CHUNKS
+from fasdl.plan import EXCHANGE_DTYPES, MAX_EXCHANGE_CHUNKS, UPLOAD_BYTES_PER_VALUE
 from planner.exchange_cost import exchange_cost
 from planner.exchange_time import communication_times, iteration_times
 from planner.memory import memory_exceeded, role_max_batch
@@ -130,6 +130,8 @@ class Problem:
     own_shard_local: bool = True  # the runtime's traffic; False: the paper's Eq. 3-2/3-4
     exchange_memory: bool = True  # exchange buffers in M_B per role; False: paper's 4-1
     exchange_chunks: int = 1  # C > 1: the pipelined exchange (planner/pipelined.py)
+    # bfloat16: uploaded shards are bf16 differences (fasdl.exchange_codec), half the bytes
+    exchange_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         _check_int("epochs", self.epochs, 1, 100_000)
@@ -144,6 +146,20 @@ class Problem:
         _check_int("max_workers", self.max_workers, 1, 1000)
         _check_int("min_workers", self.min_workers, 1, self.max_workers)
         _check_int("exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
+        if self.exchange_dtype not in EXCHANGE_DTYPES:
+            raise ModelInputError("exchange_dtype", f"must be one of "
+                                  f"{', '.join(EXCHANGE_DTYPES)}, got {self.exchange_dtype!r}")
+
+    @property
+    def upload_share(self) -> float:
+        """Bytes of an uploaded shard over its float32 bytes (merged shards stay float32)."""
+        return UPLOAD_BYTES_PER_VALUE[self.exchange_dtype] / 4.0
+
+    @property
+    def codec_state_mb(self) -> float:
+        """MB a bfloat16 worker keeps beyond float32's (fasdl.exchange_codec): the last merged
+        model and the residual; an aggregator's previous merged shard is counted by memory."""
+        return 0.0 if self.exchange_dtype == "float32" else 2.0 * self.workload.model_mb
 
     @property
     def channel(self) -> str:
@@ -224,7 +240,7 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
                      (workers, memory_mb, aggregators, batch_aggregator))
     if problem.exchange_chunks > 1:  # the aggregator's extra seconds: c_a − c_n
         terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k,
-                                problem.exchange_chunks)
+                                problem.exchange_chunks, problem.upload_share)
         lag = terms.aggregator(w) - terms.non_aggregator
     else:
         _, lag, _ = communication_times(problem, w, mem, k)
@@ -236,7 +252,8 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
         if problem.clip_bn:
             others = np.maximum(w - k, 1)
             budget = (problem.max_global_batch - k * ba) // others
-            _, max_n = role_max_batch(wl, mem, w, k, problem.channel, problem.exchange_memory)
+            _, max_n = role_max_batch(wl, mem, w, k, problem.channel, problem.exchange_memory,
+                                      problem.exchange_dtype)
             bn = np.minimum(np.minimum(bn, budget), max_n)
     return np.where(k >= w, ba, bn)
 
@@ -252,8 +269,9 @@ def _segment_load_and_checkpoint(problem: Problem, mem: IntArray, k: IntArray, b
     # configurations infeasible, so only keep their sizes valid here.
     partition_mb = np.maximum(wl.dataset_mb * np.maximum(ba, bn) / global_batch, 0.0)
     cold = platform.cold_start_s(mem) + platform.transfer_time("down", mem, partition_mb)
-    load = platform.transfer_time("down", mem, 2.0 * wl.model_mb)
-    checkpoint = platform.transfer_time("up", mem, wl.model_mb + wl.model_mb / k)
+    load = platform.transfer_time("down", mem, 2.0 * wl.model_mb + problem.codec_state_mb)
+    checkpoint = platform.transfer_time("up", mem, wl.model_mb + wl.model_mb / k
+                                        + problem.codec_state_mb)
     return cold, load, checkpoint
 
 
@@ -299,7 +317,8 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
                    + segments * (SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w))
     cost_requests = invocations * prices.lambda_request + transitions * prices.sfn_transition
     cost_exchange = exchange_cost(prices, problem.channel, wl.model_mb, w, k,
-                                  total_iterations, time, problem.exchange_chunks)
+                                  total_iterations, time, problem.exchange_chunks,
+                                  problem.upload_share)
     cost_checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time)
     cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
 
@@ -329,7 +348,8 @@ def _violations(problem: Problem, w: IntArray, mem: IntArray, k: IntArray, ba: I
         (Violation.ALIGNMENT, (k < w) & (bn < ba)),
         (Violation.GLOBAL_BATCH, global_batch > problem.max_global_batch),
         (Violation.MEMORY, memory_exceeded(wl, mem, w, k, ba, bn, problem.channel,
-                                           problem.exchange_memory) | (mem + wl.m <= 0)),
+                                           problem.exchange_memory, problem.exchange_dtype)
+         | (mem + wl.m <= 0)),
     ]
     violation = np.zeros(w.shape, dtype=np.int8)
     for code, broken in checks:  # last assignment wins: MEMORY binds before DEADLINE

@@ -6,6 +6,9 @@ docstring lists them):
 - upload        T_up = S_m / tp_up(S_s)  (an aggregator: (K−1)·S_s with own_shard_local)
 - aggregation   T_agg = (W−1)·S_s/tp_down(S_s) + S_s/tp_up(S_s)
 - download      T_down = S_m / tp_down(S_s)
+
+With bfloat16 uploads (``Problem.upload_share`` u = 1/2) the shards a worker uploads and an
+aggregator downloads are u·S_s each (tp at that size); merged shards stay S_s.
 - HAP           T = max(T_train^a + T_up + T_agg + T_down, T_train^n + T_up^n + T_down^n)
 - BSP           T = max(T_train^a + T_up, T_train^n + T_up^n) + T_agg + max(T_down, T_down^n)
 
@@ -33,14 +36,17 @@ def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray
     """An aggregator's (T_up, T_agg, T_down) per iteration; all zero for a single worker."""
     model_mb = problem.workload.model_mb
     shard_mb = model_mb / aggregators
+    sent_mb = shard_mb * problem.upload_share  # a worker's shard as it travels
     platform = problem.platform
     tp_up = platform.throughput("up", memory_mb, shard_mb)
     tp_down = platform.throughput("down", memory_mb, shard_mb)
     alone = workers <= 1
     # the shards an aggregator ships: all K (paper) or all but its own (runtime)
     moved_mb = model_mb - shard_mb if problem.own_shard_local else model_mb
-    upload = np.where(alone, 0.0, moved_mb / tp_up)
-    aggregate = np.where(alone, 0.0, (workers - 1) * shard_mb / tp_down + shard_mb / tp_up)
+    upload = np.where(alone, 0.0, moved_mb * problem.upload_share
+                      / platform.throughput("up", memory_mb, sent_mb))
+    aggregate = np.where(alone, 0.0, (workers - 1) * sent_mb
+                         / platform.throughput("down", memory_mb, sent_mb) + shard_mb / tp_up)
     download = np.where(alone, 0.0, moved_mb / tp_down)
     return upload, aggregate, download
 
@@ -52,10 +58,13 @@ def non_aggregator_times(problem: Problem, memory_mb: IntArray,
     model_mb = problem.workload.model_mb
     if problem.exchange_chunks > 1:
         chunks = problem.exchange_chunks
-        terms = pipelined_terms(problem.platform, memory_mb, model_mb, aggregators, chunks)
+        terms = pipelined_terms(problem.platform, memory_mb, model_mb, aggregators, chunks,
+                                problem.upload_share)
         return terms.uploads_n, terms.downloads_n
     shard_mb = model_mb / aggregators
-    upload = model_mb / problem.platform.throughput("up", memory_mb, shard_mb)
+    sent_mb = shard_mb * problem.upload_share
+    upload = model_mb * problem.upload_share / problem.platform.throughput("up", memory_mb,
+                                                                           sent_mb)
     download = model_mb / problem.platform.throughput("down", memory_mb, shard_mb)
     return upload, download
 
@@ -70,7 +79,8 @@ def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
     others = k < w  # K = W has no non-aggregator: its terms must not bind
     if problem.exchange_chunks > 1:
         chunks = problem.exchange_chunks
-        terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks)
+        terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks,
+                                problem.upload_share)
         comm_a, comm_n = terms.aggregator(w), terms.non_aggregator
         upload, download = terms.aggregator_transfers(w)
         aggregate = comm_a - np.maximum(upload, download)

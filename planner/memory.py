@@ -31,44 +31,45 @@ IntArray = NDArray[np.int64]
 
 
 def exchange_terms(workload: WorkloadProfile, memory_mb: ArrayLike, workers: ArrayLike,
-                   aggregators: ArrayLike, channel: str = "s3", enabled: bool = True
-                   ) -> tuple[FloatArray, FloatArray]:
+                   aggregators: ArrayLike, channel: str = "s3", enabled: bool = True,
+                   exchange_dtype: str = "float32") -> tuple[FloatArray, FloatArray]:
     """(X_a, X_n) in MB: the exchange buffers of an aggregator and of a non-aggregator."""
     if not enabled:
         zero = np.zeros(np.broadcast(np.asarray(memory_mb), np.asarray(workers),
                                      np.asarray(aggregators)).shape)
         return zero, zero
-    return exchange_memory_mb(workload.model_mb, memory_mb, workers, aggregators, channel)
+    return exchange_memory_mb(workload.model_mb, memory_mb, workers, aggregators, channel,
+                              exchange_dtype=exchange_dtype)
 
 
 def role_memory_mb(workload: WorkloadProfile, memory_mb: ArrayLike, workers: ArrayLike,
                    aggregators: ArrayLike, batch_aggregator: ArrayLike,
-                   batch_non_aggregator: ArrayLike, channel: str = "s3", enabled: bool = True
-                   ) -> tuple[FloatArray, FloatArray]:
+                   batch_non_aggregator: ArrayLike, channel: str = "s3", enabled: bool = True,
+                   exchange_dtype: str = "float32") -> tuple[FloatArray, FloatArray]:
     """Modelled peak memory (MB) of an aggregator and of a non-aggregator."""
     extra_a, extra_n = exchange_terms(workload, memory_mb, workers, aggregators, channel,
-                                      enabled)
+                                      enabled, exchange_dtype)
     return (workload.min_memory(batch_aggregator) + extra_a,
             workload.min_memory(batch_non_aggregator) + extra_n)
 
 
 def role_max_batch(workload: WorkloadProfile, memory_mb: ArrayLike, workers: ArrayLike,
-                   aggregators: ArrayLike, channel: str = "s3", enabled: bool = True
-                   ) -> tuple[IntArray, IntArray]:
+                   aggregators: ArrayLike, channel: str = "s3", enabled: bool = True,
+                   exchange_dtype: str = "float32") -> tuple[IntArray, IntArray]:
     """Largest batch of each role, floor((M − c − X)/k); <= 0 means nothing fits."""
     extra_a, extra_n = exchange_terms(workload, memory_mb, workers, aggregators, channel,
-                                      enabled)
+                                      enabled, exchange_dtype)
     memory = np.asarray(memory_mb, dtype=np.float64)
     return (workload.max_batch(memory - extra_a), workload.max_batch(memory - extra_n))
 
 
 def memory_exceeded(workload: WorkloadProfile, memory_mb: IntArray, workers: IntArray,
                     aggregators: IntArray, batch_aggregator: IntArray,
-                    batch_non_aggregator: IntArray, channel: str = "s3", enabled: bool = True
-                    ) -> NDArray[np.bool_]:
+                    batch_non_aggregator: IntArray, channel: str = "s3", enabled: bool = True,
+                    exchange_dtype: str = "float32") -> NDArray[np.bool_]:
     """Where a role's batch does not fit its memory (the MEMORY violation)."""
     max_a, max_n = role_max_batch(workload, memory_mb, workers, aggregators, channel,
-                                  enabled)
+                                  enabled, exchange_dtype)
     non_aggregators = aggregators < workers
     return np.asarray((batch_aggregator > max_a)
                       | (non_aggregators & (batch_non_aggregator > max_n)), dtype=bool)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from planner.profiles import PlatformProfile
+from planner.profiles import Direction, PlatformProfile
 
 FloatArray = NDArray[np.float64]
 # The chunk counts the pipelined pattern's search tries: each doubles the requests of the one
@@ -43,25 +43,34 @@ VALUES_PER_MB = 2**20 // 4  # float32 parameters
 
 @dataclass(frozen=True)
 class PipelinedTerms:
-    """Per-iteration seconds of the pipelined exchange (arrays over configurations)."""
+    """Per-iteration seconds of the pipelined exchange (arrays over configurations).
+
+    t_u, t_d move a float32 chunk (merged chunks always); t'_u, t'_d a worker's chunk as it
+    travels (bfloat16 uploads: half its bytes; float32: t' = t).
+    """
 
     chunks: int
     aggregators: FloatArray    # K
     duplex: FloatArray         # d at each configuration's memory
     chunk_up_s: FloatArray     # t_u
     chunk_down_s: FloatArray   # t_d
-    uploads_n: FloatArray      # a non-aggregator's K·C·t_u
+    sent_up_s: FloatArray      # t'_u
+    sent_down_s: FloatArray    # t'_d
+    uploads_n: FloatArray      # a non-aggregator's K·C·t'_u
     downloads_n: FloatArray    # a non-aggregator's K·C·t_d
-    floor_a: FloatArray        # K·C·t_u + t_d + t_u
+    floor_a: FloatArray        # K·C·t'_u + t'_d + t_u
     fixed_a: FloatArray        # (K−1)·C·t_d + t_u
-    per_peer: FloatArray       # C·t_d
-    non_aggregator: FloatArray  # c_n = (K·C·t_u) ∥ (K·C·t_d)
+    per_peer: FloatArray       # C·t'_d
+    non_aggregator: FloatArray  # c_n = (K·C·t'_u) ∥ (K·C·t_d)
 
     def aggregator_transfers(self, workers: ArrayLike) -> tuple[FloatArray, FloatArray]:
-        """An aggregator's (U_a, D_a) = (K·C·t_u, (W+K−2)·C·t_d); 0 for a single worker."""
+        """An aggregator's (U_a, D_a) = ((K−1)·C·t'_u + C·t_u, (W−1)·C·t'_d + (K−1)·C·t_d):
+        its K−1 other shards and its merged one up, its shard's W−1 copies and the K−1 other
+        merged shards down; 0 for a single worker."""
         w = np.asarray(workers, dtype=np.float64)
-        up = self.uploads_n  # its K−1 other shards and its merged one: K·C chunks too
-        down = (w + self.aggregators - 2.0) * self.chunks * self.chunk_down_s
+        others = (self.aggregators - 1.0) * self.chunks
+        up = others * self.sent_up_s + self.chunks * self.chunk_up_s
+        down = (w - 1.0) * self.chunks * self.sent_down_s + others * self.chunk_down_s
         alone = w <= 1
         return (np.asarray(np.where(alone, 0.0, up), dtype=np.float64),
                 np.asarray(np.where(alone, 0.0, down), dtype=np.float64))
@@ -69,27 +78,35 @@ class PipelinedTerms:
     def aggregator(self, workers: ArrayLike) -> FloatArray:
         """c_a for W workers; 0 for a single worker."""
         up, down = self.aggregator_transfers(workers)
-        value = (np.maximum(up + self.chunk_down_s, both_ways(up, down, self.duplex))
-                 + self.chunk_up_s)
+        chain = self.uploads_n + self.sent_down_s  # the last copy, after its sender's uploads
+        value = np.maximum(chain, both_ways(up, down, self.duplex)) + self.chunk_up_s
         return np.asarray(np.where(np.asarray(workers) > 1, value, 0.0), dtype=np.float64)
 
 
 def pipelined_terms(platform: PlatformProfile, memory_mb: ArrayLike, model_mb: float,
-                    aggregators: ArrayLike, chunks: int) -> PipelinedTerms:
-    """The terms at memory M with K aggregators and C chunks per shard (broadcasting)."""
+                    aggregators: ArrayLike, chunks: int, upload_share: float = 1.0
+                    ) -> PipelinedTerms:
+    """The terms at memory M with K aggregators and C chunks per shard (broadcasting);
+    ``upload_share``: a worker's chunk's bytes over float32's (Problem.upload_share)."""
     k = np.asarray(aggregators, dtype=np.float64)
     chunk_mb = model_mb / (k * chunks)
-    up = np.asarray(platform.transfer_time("up", memory_mb, chunk_mb), dtype=np.float64)
-    down = np.asarray(platform.transfer_time("down", memory_mb, chunk_mb), dtype=np.float64)
+
+    def seconds(way: Direction, megabytes: FloatArray) -> FloatArray:
+        return np.asarray(platform.transfer_time(way, memory_mb, megabytes), dtype=np.float64)
+
+    up, down = seconds("up", chunk_mb), seconds("down", chunk_mb)
+    sent_up, sent_down = ((up, down) if upload_share == 1.0 else
+                          (seconds("up", chunk_mb * upload_share),
+                           seconds("down", chunk_mb * upload_share)))
     per_shard = float(chunks)
-    uploads, downloads = k * per_shard * up, k * per_shard * down
+    uploads, downloads = k * per_shard * sent_up, k * per_shard * down
     duplex = platform.duplex_at(memory_mb)
     return PipelinedTerms(
         chunks=chunks, aggregators=k, duplex=duplex, chunk_up_s=up, chunk_down_s=down,
-        uploads_n=uploads, downloads_n=downloads,
-        floor_a=uploads + down + up,
+        sent_up_s=sent_up, sent_down_s=sent_down, uploads_n=uploads, downloads_n=downloads,
+        floor_a=uploads + sent_down + up,
         fixed_a=(k - 1.0) * per_shard * down + up,
-        per_peer=np.asarray(per_shard * down, dtype=np.float64),
+        per_peer=np.asarray(per_shard * sent_down, dtype=np.float64),
         non_aggregator=both_ways(uploads, downloads, duplex),
     )
 

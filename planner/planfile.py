@@ -47,6 +47,7 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             sync=choice.sync,
             seed=seed,
             exchange_chunks=choice.exchange_chunks,
+            exchange_dtype=problem.exchange_dtype,
             **problem.workload.recipe.training_fields(total_iterations),
         ),
         prediction=Prediction(time_s=round(choice.time_s, 3), cost_usd=round(choice.cost_usd, 6),

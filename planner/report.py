@@ -31,7 +31,8 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
         f"  workers W={choice.workers}  memory M={choice.memory_mb} MB  aggregators "
         f"K={choice.aggregators}  batch B^a={choice.batch_aggregator} "
         f"B^n={choice.batch_non_aggregator}  sync {choice.sync}"
-        + (f"  chunks C={choice.exchange_chunks}" if choice.exchange_chunks > 1 else ""),
+        + (f"  chunks C={choice.exchange_chunks}" if choice.exchange_chunks > 1 else "")
+        + ("  uploads bfloat16" if problem.exchange_dtype == "bfloat16" else ""),
         f"  global batch {choice.global_batch} (cap {problem.max_global_batch}), "
         f"{choice.iterations_per_epoch:.1f} iterations/epoch x {problem.epochs} epochs, "
         f"{choice.segments} segment(s) of <= {choice.segment_iterations} iterations",

@@ -267,7 +267,7 @@ def _exhaustive_bn(problem: Problem, pattern: str, bn_rule: str, w: int, memory:
     if bn_rule == "align":
         return [aligned]
     _, max_n = role_max_batch(problem.workload, memory, w, k, problem.channel,
-                              problem.exchange_memory)
+                              problem.exchange_memory, problem.exchange_dtype)
     top = min((problem.max_global_batch - k * ba) // (w - k), int(max_n))
     values = list(range(ba, max(ba, top) + 1, problem.batch_step))
     return values if aligned in values else [*values, aligned]

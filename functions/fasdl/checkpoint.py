@@ -17,7 +17,9 @@ Contents (arrays as .npy bytes, state as JSON — never pickle):
   HAP non-aggregator's parameters are merged(l−1) (staleness 1);
 * ``worker/{i}/params`` only for a HAP non-aggregator still on its own update (l = 0);
 * ``worker/{i}/<optimizer state>`` (fasdl.optimizers: ``momentum`` for sgd, ``exp_avg`` and
-  ``exp_avg_sq`` for adamw), ``worker/{i}/buffers`` (batch-norm statistics, .npz),
+  ``exp_avg_sq`` for adamw), ``worker/{i}/exchange_*`` with bfloat16 uploads
+  (fasdl.exchange_codec: the last merged model, the rounding residual, an aggregator's
+  previous merged shard), ``worker/{i}/buffers`` (batch-norm statistics, .npz),
   ``worker/{i}/torch_rng`` and ``worker/{i}/state.json`` (data cursor, numpy RNG state);
 * ``export`` in the run's last checkpoint only: worker 0's complete state dict
   (fasdl.export), which finalize publishes as ``model.npz``.
@@ -229,8 +231,9 @@ def save_worker(store: Channel, run: str, epoch: int, worker: KReduceWorker,
     index = worker.worker_id
     prefix = f"worker/{index:04d}"
     source = worker.params_source
+    vectors = {**worker.optimizer_state, **worker.exchange_state}
     objects: dict[str, ObjectSource] = {f"{prefix}/{name}": partial(array_bytes, vector)
-                                        for name, vector in worker.optimizer_state.items()}
+                                        for name, vector in vectors.items()}
     if index == 0:  # always an aggregator: holds the merged model
         objects["model"] = partial(array_bytes, worker.parameters)
     if source == "previous" and index == worker.aggregators:
@@ -266,11 +269,12 @@ def restore_worker(store: Channel, manifest: Manifest, worker: KReduceWorker,
     merged = array_from_bytes(read_object(store, manifest, "model"))
     parameters = (merged if params_object == "model"
                   else array_from_bytes(read_object(store, manifest, params_object)))
-    optimizer_state = {name: array_from_bytes(read_object(store, manifest, f"{prefix}/{name}"))
-                       for name in worker.optimizer_state}
+    optimizer_state, exchange_state = (
+        {name: array_from_bytes(read_object(store, manifest, f"{prefix}/{name}"))
+         for name in names} for names in (worker.optimizer_state, worker.exchange_state))
     try:
         worker.restore(parameters, optimizer_state, last_iteration=manifest.last_iteration,
-                       merged=merged)
+                       merged=merged, exchange_state=exchange_state)
     except ValueError as error:
         raise CheckpointError(f"checkpoint does not fit this model: {error}") from error
     if f"{prefix}/buffers" in manifest.objects:

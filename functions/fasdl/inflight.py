@@ -81,7 +81,8 @@ def cap_bytes(memory_mb: float, model_mb: float, setting_mb: float = 0.0) -> int
 
 def exchange_memory_mb(model_mb: ArrayLike, memory_mb: ArrayLike, workers: ArrayLike,
                        aggregators: ArrayLike, channel: str = "s3",
-                       cap_mb: ArrayLike | None = None) -> tuple[FloatArray, FloatArray]:
+                       cap_mb: ArrayLike | None = None, exchange_dtype: str = "float32"
+                       ) -> tuple[FloatArray, FloatArray]:
     """Bytes (MB) of exchange buffers an (aggregator, non-aggregator) holds at its peak.
 
     With S_s = S_m/K, a frame f = S_s + its 64-byte header, r the channel's READ_COPIES (a
@@ -92,6 +93,8 @@ def exchange_memory_mb(model_mb: ArrayLike, memory_mb: ArrayLike, workers: Array
       its shard; the float64 scratch of one chunk)
     - non-aggregator: min(max(C, r·f), K·(1 + r)·f)  (K upload buffers, K merged shards)
 
+    bfloat16 uploads (fasdl.exchange_codec) add the last merged model and the residual,
+    2·S_m, and the bits of one shard, S_s/2; an aggregator also its previous merged shard, S_s.
     A single worker exchanges nothing: both are 0.
     """
     model = np.asarray(model_mb, dtype=np.float64)
@@ -105,6 +108,9 @@ def exchange_memory_mb(model_mb: ArrayLike, memory_mb: ArrayLike, workers: Array
     aggregator = (np.minimum(held, (k + (w - 1.0) * copies) * frame) + 2.0 * shard
                   + np.minimum(2.0 * shard, SCRATCH_MB))
     non_aggregator = np.minimum(held, k * (1.0 + copies) * frame)
+    if exchange_dtype != "float32":
+        codec = 2.0 * model + shard / 2.0
+        aggregator, non_aggregator = aggregator + codec + shard, non_aggregator + codec
     alone = w <= 1
     return (np.asarray(np.where(alone, 0.0, aggregator), dtype=np.float64),
             np.asarray(np.where(alone, 0.0, non_aggregator), dtype=np.float64))

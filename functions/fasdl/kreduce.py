@@ -43,11 +43,13 @@ from torch import nn
 
 from fasdl import inflight
 from fasdl.channel.base import Channel
+from fasdl.exchange_codec import build_codec
 from fasdl.inflight import SCALED_AT_ONCE, Uploads, add_weighted, frame_size
 from fasdl.keys import merged_key, shard_key
 from fasdl.optimizers import FlatParameters, build_optimizer
 from fasdl.pipeline import PipelinedExchange
 from fasdl.plan import Plan
+from fasdl.shard_layout import chunk_bounds, shard_bounds
 from fasdl.wire import decode_shard, encode_shard_into
 
 ParamsSource = Literal["merged", "previous", "own"]
@@ -70,25 +72,6 @@ class StepStats:
     @property
     def total_s(self) -> float:
         return self.compute_s + self.upload_s + self.aggregate_s + self.download_s + self.idle_s
-
-
-def shard_bounds(total: int, shards: int) -> list[tuple[int, int]]:
-    """K contiguous [start, end) ranges covering ``total`` elements, sizes differ by <= 1."""
-    if shards < 1 or total < shards:
-        raise ValueError(f"cannot cut {total} parameters into {shards} non-empty shards")
-    base, extra = divmod(total, shards)
-    bounds: list[tuple[int, int]] = []
-    start = 0
-    for index in range(shards):
-        end = start + base + (1 if index < extra else 0)
-        bounds.append((start, end))
-        start = end
-    return bounds
-
-
-def chunk_bounds(start: int, end: int, chunks: int) -> list[tuple[int, int]]:
-    """[start, end) cut into ``chunks`` contiguous ranges (the pipelined exchange's chunks)."""
-    return [(start + low, start + high) for low, high in shard_bounds(end - start, chunks)]
 
 
 class KReduceWorker:
@@ -126,6 +109,9 @@ class KReduceWorker:
             inflight_bytes = inflight.cap_bytes(plan.deployment.memory_mb, plan.workload.model_mb)
         self.budget = inflight.FrameBudget(inflight_bytes)
         self._read_copies = inflight.READ_COPIES.get(plan.deployment.channel, 1.0)
+        # what uploads carry (fasdl.exchange_codec); every worker starts from the same model
+        self.codec = build_codec(plan.training.exchange_dtype, self.flat.numpy(),
+                                 self.bounds[worker_id] if self.is_aggregator else None)
         self.pipeline = self._build_pipeline(plan.training.exchange_chunks)
         # only an aggregator of the phased exchange sums whole shards: 8 bytes per element of
         # its own shard (the pipelined one sums a chunk at a time)
@@ -154,7 +140,9 @@ class KReduceWorker:
             parts=[chunk_bounds(start, end, chunks) for start, end in self.bounds],
             run_id=self.run_id, epoch=self.epoch, worker_id=self.worker_id,
             read_copies=self._read_copies, fetch=self._fetch,
-            wait_timeout_s=self.wait_timeout_s)
+            wait_timeout_s=self.wait_timeout_s, codec=self.codec,
+            stale=[self.plan.training.sync == "hap" and peer >= self.aggregators
+                   for peer in range(self.workers)])
 
     # ---- the iteration -----------------------------------------------------------------
     def step(self, batch_x: torch.Tensor, batch_y: torch.Tensor, iteration: int) -> StepStats:
@@ -200,6 +188,7 @@ class KReduceWorker:
         totals = self.pipeline.run(self.flat.numpy(), iteration, merged)
         if restored is not None:  # merged l−1 of a segment's start lives in the checkpoint
             self.flat.numpy()[:] = restored
+            self.codec.loaded(self.flat.numpy(), 0, self.flat.count)
         self._last_iteration = iteration
         elapsed = time.perf_counter() - began
         return StepStats(
@@ -224,9 +213,10 @@ class KReduceWorker:
             if shard == self.worker_id:  # an aggregator keeps its own shard locally
                 continue
             # buffers are reused across iterations while the budget keeps them
-            frame = encode_shard_into(uploads.buffer(frame_size(end - start)),
-                                      values[start:end], run=self._frame_run,
-                                      iteration=iteration, worker=self.worker_id, shard=shard)
+            frame = encode_shard_into(uploads.buffer(frame_size(end - start, self.codec.itemsize)),
+                                      self.codec.frame_values(values, start, end),
+                                      run=self._frame_run, iteration=iteration,
+                                      worker=self.worker_id, shard=shard)
             uploads.send(shard_key(self.run_id, self.epoch, iteration, shard, self.worker_id),
                          frame)
         return uploads.finish()
@@ -243,18 +233,20 @@ class KReduceWorker:
         others = [worker for worker in range(self.workers) if worker != shard]
         consumed = [shard_key(self.run_id, self.epoch, iteration, shard, worker)
                     for worker in others]
-        frames = self._fetch_in_order(consumed, [count] * len(consumed))
+        frames = self._fetch_in_order(consumed, [count] * len(consumed), self.codec.itemsize)
         for worker in range(self.workers):  # fixed order: bitwise reproducible sums
             if worker == shard:
-                part = values[start:end]
-            else:
-                part = decode_shard(next(frames), run=self._frame_run, iteration=iteration,
-                                    shard=shard, worker=worker, expected_count=count,
-                                    dtype=np.float32)
-            add_weighted(total, part, self.weights[worker], self._scratch)
+                add_weighted(total, values[start:end], self.weights[worker], self._scratch)
+                continue
+            part = decode_shard(next(frames), run=self._frame_run, iteration=iteration,
+                                shard=shard, worker=worker, expected_count=count,
+                                dtype=self.codec.wire_dtype)
+            self.codec.fold_peer(total, part, self.weights[worker], start=start,
+                                 stale=self._is_stale(worker), scratch=self._scratch)
             del part  # a view of the frame: gone before the next fetch, as the budget counts
         frames.close()
         values[start:end] = total  # float64 → float32, once
+        self.codec.merged_own(values, start, end)
         if iteration >= 2:  # every worker has loaded merged l−2 before uploading l
             consumed.append(merged_key(self.run_id, self.epoch, iteration - 2, shard))
         # delete before publishing: once merged l is visible, nothing of l or l−2 is left
@@ -265,6 +257,10 @@ class KReduceWorker:
                                    shard=shard)
         publish.send(merged_key(self.run_id, self.epoch, iteration, shard), merged)
         publish.finish()
+
+    def _is_stale(self, worker: int) -> bool:
+        """Whether ``worker``'s parameters lag a merge behind (a HAP non-aggregator)."""
+        return self.plan.training.sync == "hap" and worker >= self.aggregators
 
     def _sum_buffer(self, count: int) -> np.ndarray:
         """The float64 accumulator of this aggregator's shard (and the scratch of one chunk)."""
@@ -288,6 +284,7 @@ class KReduceWorker:
         if self._restored_merged is not None and self._restored_merged[0] == iteration:
             values[:] = self._restored_merged[1]
             self._restored_merged = None
+            self.codec.loaded(values, 0, self.flat.count)
             return
         if self.workers == 1:
             return
@@ -301,16 +298,18 @@ class KReduceWorker:
             values[start:end] = decode_shard(next(frames), run=self._frame_run,
                                              iteration=iteration, shard=shard, worker=shard,
                                              expected_count=end - start, dtype=np.float32)
+            self.codec.loaded(values, start, end)
         frames.close()
 
-    def _fetch_in_order(self, keys: list[str], counts: list[int]) -> Generator[bytes]:
-        """The values of ``keys`` (frames of ``counts`` float32 values) in order, up to
-        ``max_in_flight`` GETs at once and within the frame budget.
+    def _fetch_in_order(self, keys: list[str], counts: list[int], itemsize: int = 4
+                        ) -> Generator[bytes]:
+        """The values of ``keys`` (frames of ``counts`` values of ``itemsize`` bytes) in
+        order, up to ``max_in_flight`` GETs at once and within the frame budget.
 
         Time the caller spends blocked on a key that was not there yet counts as idle.
         """
         deadline = time.monotonic() + self.wait_timeout_s
-        sizes = [int(frame_size(count) * self._read_copies) for count in counts]
+        sizes = [int(frame_size(count, itemsize) * self._read_copies) for count in counts]
         frames = inflight.fetch_in_order(self.budget, self._pool,
                                          lambda key: self._fetch(key, deadline), keys, sizes,
                                          self._max_in_flight)
@@ -349,6 +348,11 @@ class KReduceWorker:
         return {name: vector.numpy() for name, vector in self.optimizer.state.items()}
 
     @property
+    def exchange_state(self) -> dict[str, np.ndarray]:
+        """The exchange codec's arrays by name (views; none for float32 uploads)."""
+        return self.codec.state()
+
+    @property
     def last_iteration(self) -> int | None:
         """The iteration of the last completed step (or restored checkpoint)."""
         return self._last_iteration
@@ -366,22 +370,29 @@ class KReduceWorker:
         return "own" if self._last_iteration == 0 else "previous"
 
     def restore(self, parameters: np.ndarray, optimizer_state: Mapping[str, np.ndarray], *,
-                last_iteration: int, merged: np.ndarray | None) -> None:
+                last_iteration: int, merged: np.ndarray | None,
+                exchange_state: Mapping[str, np.ndarray] | None = None) -> None:
         """Resume after ``last_iteration`` from checkpointed state.
 
         ``merged`` is the merged model of ``last_iteration``; a HAP non-aggregator loads it
         during the next step instead of fetching it from the store.
         """
-        state = self.optimizer_state
-        if set(optimizer_state) != set(state):
-            raise ValueError(f"optimizer state holds {sorted(optimizer_state)}, this "
-                             f"optimizer needs {sorted(state)}")
-        for name, array in (("parameters", parameters), *optimizer_state.items()):
-            if array.shape != (self.flat.count,):
-                raise ValueError(f"{name} has shape {array.shape}, expected ({self.flat.count},)")
-        self.flat.numpy()[:] = parameters
-        for name, array in optimizer_state.items():
-            state[name][:] = array
+        state, codec = self.optimizer_state, self.exchange_state
+        exchange_state = exchange_state or {}
+        for given, needed, what in ((optimizer_state, state, "optimizer"),
+                                    (exchange_state, codec, "exchange")):
+            if set(given) != set(needed):
+                raise ValueError(f"{what} state holds {sorted(given)}, this worker needs "
+                                 f"{sorted(needed)}")
+        targets = {"parameters": self.flat.numpy(), **state, **codec}
+        for name, array in (("parameters", parameters), *optimizer_state.items(),
+                            *exchange_state.items()):
+            if array.shape != targets[name].shape:
+                raise ValueError(f"{name} has shape {array.shape}, expected "
+                                 f"{targets[name].shape}")
+        for name, array in (("parameters", parameters), *optimizer_state.items(),
+                            *exchange_state.items()):
+            targets[name][:] = array
         self._last_iteration = last_iteration
         self._restored_merged = None
         if self.stale_by_one:

@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fasdl.channel.base import Channel
+from fasdl.exchange_codec import ExchangeCodec
 from fasdl.inflight import SCALED_AT_ONCE, FrameBudget, add_weighted, frame_size
 from fasdl.keys import merged_key, shard_key
 from fasdl.wire import decode_shard, encode_shard_into
@@ -78,7 +79,8 @@ class PipelinedExchange:
     def __init__(self, *, channel: Channel, pool: ThreadPoolExecutor, threads: int,
                  budget: FrameBudget, parts: list[list[tuple[int, int]]], weights: np.ndarray,
                  run_id: str, epoch: int, worker_id: int,
-                 read_copies: float, fetch: Fetch, wait_timeout_s: float) -> None:
+                 read_copies: float, fetch: Fetch, wait_timeout_s: float,
+                 codec: ExchangeCodec, stale: list[bool]) -> None:
         if threads < 2:
             raise ValueError("the pipelined exchange needs at least 2 requests in flight")
         self.channel, self.pool, self.budget = channel, pool, budget
@@ -90,6 +92,7 @@ class PipelinedExchange:
         self.is_aggregator = worker_id < self.aggregators
         self.read_copies = read_copies
         self.fetch, self.wait_timeout_s = fetch, wait_timeout_s
+        self.codec, self.stale = codec, stale  # what uploads carry; which peers lag a merge
         self.get_window = threads // 2
         self.put_window = threads - self.get_window
         self.reserve = frame_size(max(end - start for start, end in self.parts[0]))
@@ -163,10 +166,15 @@ class _Iteration:
         budget = self.x.budget
         while self.sends and len(self.puts) < self.x.put_window:
             part = self.sends[0]
-            buffer = budget.buffer(frame_size(part.end - part.start), force=not self.puts)
+            merged = part.worker == part.shard  # merged chunks travel in float32
+            itemsize = 4 if merged else self.x.codec.itemsize
+            buffer = budget.buffer(frame_size(part.end - part.start, itemsize),
+                                   force=not self.puts)
             if buffer is None:
                 return
-            frame = encode_shard_into(buffer, self.values[part.start:part.end],
+            values = (self.values[part.start:part.end] if merged
+                      else self.x.codec.frame_values(self.values, part.start, part.end))
+            frame = encode_shard_into(buffer, values,
                                       run=self.x.frame_run, iteration=part.iteration,
                                       worker=part.worker, shard=part.shard, chunk=part.chunk)
             self.sends.popleft()
@@ -196,7 +204,8 @@ class _Iteration:
             kind, part = self.receives[self.started]
             if kind == "merged" and (part.shard, part.chunk) not in self.framed:
                 return  # rule 1: our own upload of this range goes first
-            size = int(frame_size(part.end - part.start) * self.x.read_copies)
+            itemsize = 4 if kind == "merged" else self.x.codec.itemsize
+            size = int(frame_size(part.end - part.start, itemsize) * self.x.read_copies)
             if self.gets and budget.free - size < self.x.reserve:
                 return  # rule 2: room for an upload frame stays free
             budget.admit(size, force=True)
@@ -220,9 +229,11 @@ class _Iteration:
     def _consume(self, kind: Kind, part: Part, data: bytes) -> None:
         received = decode_shard(data, run=self.x.frame_run, iteration=part.iteration,
                                 shard=part.shard, worker=part.worker, chunk=part.chunk,
-                                expected_count=part.end - part.start, dtype=np.float32)
+                                expected_count=part.end - part.start,
+                                dtype=np.float32 if kind == "merged" else self.x.codec.wire_dtype)
         if kind == "merged":
             self.values[part.start:part.end] = received
+            self.x.codec.loaded(self.values, part.start, part.end)
             return
         began = time.perf_counter()
         own = self.x.worker_id
@@ -230,13 +241,16 @@ class _Iteration:
             self.x.accumulator[:part.end - part.start].fill(0.0)
         if self.folded_up_to < part.worker:  # the only worker not received is this one
             self._fold(own, self.values[part.start:part.end])
-        self._fold(part.worker, received)
+        total = self.x.accumulator[:part.end - part.start]
+        self.x.codec.fold_peer(total, received, self.x.weights[part.worker], start=part.start,
+                               stale=self.x.stale[part.worker], scratch=self.x.scratch)
         self.folded_up_to = part.worker + 1
         last_peer = self.x.workers - 1 if own != self.x.workers - 1 else self.x.workers - 2
         if part.worker == last_peer:
             if self.folded_up_to <= own:
                 self._fold(own, self.values[part.start:part.end])
-            self.values[part.start:part.end] = self.x.accumulator[:part.end - part.start]
+            self.values[part.start:part.end] = total
+            self.x.codec.merged_own(self.values, part.start, part.end)
             self._publish_and_clean(part)
             self.folded_up_to = 0
         self.totals.fold_s += time.perf_counter() - began

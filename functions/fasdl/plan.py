@@ -46,6 +46,10 @@ OPTIMIZER_STATE: dict[str, tuple[str, ...]] = {"sgd": ("momentum",),
                                                "adamw": ("exp_avg", "exp_avg_sq")}
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "linear")
 AUGMENTATIONS: tuple[str, ...] = ("none", "cifar")  # fasdl.augment
+# What uploaded shards carry (fasdl.exchange_codec): float32 values, or their bfloat16
+# difference from the last merged model with error feedback (half the upload bytes)
+EXCHANGE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
+UPLOAD_BYTES_PER_VALUE: dict[str, int] = {"float32": 4, "bfloat16": 2}
 
 MIN_MEMORY_MB = 128
 MAX_MEMORY_MB = 10240
@@ -141,6 +145,7 @@ class Training:
     # 1: the paper's K-REDUCE, one phase after another; C >= 2: the pipelined exchange
     # (fasdl.pipeline), every shard in C chunks, uploads and downloads overlapped
     exchange_chunks: int = 1
+    exchange_dtype: str = "float32"
 
     def validate(self, workers: int) -> None:
         require_int("training.aggregators", self.aggregators, 1, workers)
@@ -155,6 +160,7 @@ class Training:
         require_float("training.weight_decay", self.weight_decay, 0.0, 1.0)
         require_int("training.seed", self.seed, 0, 2**32 - 1)
         require_int("training.exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
+        require_choice("training.exchange_dtype", self.exchange_dtype, EXCHANGE_DTYPES)
         self._validate_recipe()
         if self.aggregators < workers and self.batch_non_aggregator < self.batch_aggregator:
             raise PlanError(

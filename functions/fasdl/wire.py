@@ -6,7 +6,9 @@ Header layout (little-endian, ``HEADER``)::
     run digest 16 B | iteration u64 | worker u32 | shard u32 | crc32c u32 | padding 12 B
 
 ``chunk`` is the frame's part of its shard in the pipelined exchange (fasdl.pipeline), 0 for a
-whole shard; frames written before it existed held 0 there, so they read as chunk 0.
+whole shard; frames written before it existed held 0 there, so they read as chunk 0. The dtype
+codes are 1 float32, 2 float64 and 3 bfloat16, whose values travel as the upper 16 bits of
+their float32 (``BFLOAT16_BITS``, uint16: fasdl.exchange_codec makes and reads them).
 
 The CRC-32C (Castagnoli, hardware-accelerated via google-crc32c: ~4x zlib's crc32, which
 cost a third of a Valkey round trip in bench/channel.py) covers the header fields before it
@@ -34,9 +36,11 @@ HEADER_SIZE = HEADER.size  # 64: keeps the payload 16-byte aligned inside a byte
 _CRC_OFFSET = HEADER_SIZE - 16  # the crc covers the header bytes before this offset
 RUN_DIGEST_SIZE = 16
 
-_CODE_BY_DTYPE: dict[np.dtype[np.floating], int] = {
+BFLOAT16_BITS: np.dtype[np.generic] = np.dtype("<u2")
+_CODE_BY_DTYPE: dict[np.dtype[np.generic], int] = {
     np.dtype("<f4"): 1,
     np.dtype("<f8"): 2,
+    BFLOAT16_BITS: 3,
 }
 _DTYPE_BY_CODE = {code: dtype for dtype, code in _CODE_BY_DTYPE.items()}
 
@@ -54,7 +58,7 @@ class FrameHeader:
     """The parsed header of a shard frame."""
 
     version: int
-    dtype: np.dtype[np.floating]
+    dtype: np.dtype[np.generic]
     count: int
     run_digest: bytes
     iteration: int
@@ -81,12 +85,12 @@ def _check_id(name: str, value: int, maximum: int) -> None:
         raise ValueError(f"{name} must be in [0, {maximum}], got {value}")
 
 
-def _wire_dtype(dtype: np.dtype[np.generic]) -> np.dtype[np.floating]:
+def _wire_dtype(dtype: np.dtype[np.generic]) -> np.dtype[np.generic]:
     little = dtype.newbyteorder("<")
     for wire_dtype in _CODE_BY_DTYPE:
         if wire_dtype == little:
             return wire_dtype
-    raise TypeError(f"shards must be float32 or float64, got {dtype}")
+    raise TypeError(f"shards must be float32, float64 or bfloat16 bits (uint16), got {dtype}")
 
 
 def _header_prefix(array: np.ndarray, digest: bytes, iteration: int, worker: int,

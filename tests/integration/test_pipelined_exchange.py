@@ -1,11 +1,13 @@
 """The pipelined exchange (fasdl.pipeline) over every real store: the phased exchange's weights
-bit for bit, chunk frames under their own keys, nothing left but the last merged chunks."""
+bit for bit, chunk frames under their own keys, nothing left but the last merged chunks; with
+float32 or bfloat16 uploads."""
 
 from __future__ import annotations
 
 import copy
 
 import numpy as np
+import pytest
 
 from fasdl.channel.memory import MemoryChannel
 from fasdl.kreduce import KReduceWorker
@@ -20,10 +22,13 @@ def _final(workers: list[KReduceWorker]) -> list[np.ndarray]:
     return [worker.parameters.copy() for worker in workers]
 
 
-def test_pipelined_workers_match_the_phased_exchange_bitwise(backend: Backend,
-                                                              prefix: str) -> None:
-    phased = make_plan(3, 2, 3, 5, "hap")
-    pipelined = make_plan(3, 2, 3, 5, "hap", exchange_chunks=3)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_pipelined_workers_match_the_phased_exchange_bitwise(backend: Backend, prefix: str,
+                                                              dtype: str) -> None:
+    """bfloat16 uploads (fasdl.exchange_codec) too: their frames carry their own dtype code
+    through every store, and the fold order is the phased one."""
+    phased = make_plan(3, 2, 3, 5, "hap", exchange_dtype=dtype)
+    pipelined = make_plan(3, 2, 3, 5, "hap", exchange_chunks=3, exchange_dtype=dtype)
     model = build_model("mlp", CLASSES, INPUT_SHAPE)
     batches = random_batches(phased, ITERATIONS)
     shared = MemoryChannel()

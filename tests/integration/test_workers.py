@@ -27,9 +27,9 @@ import pytest
 from fasdl import keys
 from fasdl.datasets import build_digits
 from fasdl.keys import manifest_key, shard_key
-from fasdl.kreduce import shard_bounds
 from fasdl.networks import parameter_count
 from fasdl.plan import Deployment, Plan, Training, Workload
+from fasdl.shard_layout import shard_bounds
 from fasdl.wire import encode_shard
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from tests.lambda_context import FakeLambdaContext

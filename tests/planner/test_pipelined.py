@@ -38,6 +38,9 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
     chunk_mb = wl.model_mb / (k * c)
     up = float(platform.transfer_time("up", memory, chunk_mb))
     down = float(platform.transfer_time("down", memory, chunk_mb))
+    # a worker's chunk as it travels: half the bytes with bfloat16 uploads
+    sent_up = float(platform.transfer_time("up", memory, chunk_mb * problem.upload_share))
+    sent_down = float(platform.transfer_time("down", memory, chunk_mb * problem.upload_share))
     train_a = float(wl.train_time(ba, memory))
     train_n = float(wl.train_time(bn, memory))
     if w == 1:
@@ -47,9 +50,10 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
     def both(u: float, v: float) -> float:  # U ∥ D
         return max(u, v, (1 - d / 2) * (u + v))
 
-    up_a, down_a = k * c * up, (w + k - 2) * c * down
-    comm_a = max(up_a + down, both(up_a, down_a)) + up
-    comm_n = both(k * c * up, k * c * down)
+    up_a = (k - 1) * c * sent_up + c * up  # its other shards, then its merged one
+    down_a = (w - 1) * c * sent_down + (k - 1) * c * down  # its shard's copies, merged others
+    comm_a = max(k * c * sent_up + sent_down, both(up_a, down_a)) + up
+    comm_n = both(k * c * sent_up, k * c * down)
     if bsp:
         return max(train_a, train_n if k < w else 0.0) + comm_a + (down if k < w else 0.0)
     return max(train_a + comm_a, train_n + comm_n if k < w else 0.0)
@@ -59,13 +63,14 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
 @given(problem=problems(), w=st.integers(1, 40), k_share=st.floats(0.0, 1.0),
        memory=st.integers(1, 80).map(lambda step: 128 * step), ba=st.integers(1, 256),
        extra=st.integers(0, 256), chunks=st.sampled_from(CHUNK_CHOICES), bsp=st.booleans(),
-       duplex=st.sampled_from([1.0, 0.5, 0.0]))
+       duplex=st.sampled_from([1.0, 0.5, 0.0]), dtype=st.sampled_from(["float32", "bfloat16"]))
 def test_iteration_follows_the_chunk_formula(problem: Problem, w: int, k_share: float,
                                              memory: int, ba: int, extra: int, chunks: int,
-                                             bsp: bool, duplex: float) -> None:
+                                             bsp: bool, duplex: float, dtype: str) -> None:
     k = max(1, round(k_share * w))
     platform = with_duplex(problem.platform, duplex)
-    chunked = dataclasses.replace(problem, exchange_chunks=chunks, platform=platform)
+    chunked = dataclasses.replace(problem, exchange_chunks=chunks, platform=platform,
+                                  exchange_dtype=dtype)
     bn = ba if k == w else ba + extra
     ev = evaluate(chunked, w, memory, k, ba, bn, bsp=bsp)
     assert float(ev.iteration_s[0]) == pytest.approx(
@@ -104,14 +109,15 @@ def test_s3_requests_and_their_cost_scale_with_the_chunks() -> None:
 @SEARCH_SETTINGS
 @given(problem=problems(small=True), rule=st.sampled_from(BN_RULES),
        chunks=st.sampled_from(CHUNK_CHOICES), objective=st.sampled_from(["cost", "time"]),
-       duplex=st.sampled_from([1.0, 0.3]))
+       duplex=st.sampled_from([1.0, 0.3]), dtype=st.sampled_from(["float32", "bfloat16"]))
 def test_exact_equals_exhaustive_for_every_chunk_count(problem: Problem, rule: str,
                                                        chunks: int, objective: str,
-                                                       duplex: float) -> None:
+                                                       duplex: float, dtype: str) -> None:
     """The branch-and-bound floors hold for the pipelined terms (its c_a has a floor in W,
-    and below full duplex the floors are below c_a)."""
+    and below full duplex the floors are below c_a), with float32 or bfloat16 uploads."""
     platform = with_duplex(problem.platform, duplex)
-    chunked = dataclasses.replace(problem, exchange_chunks=chunks, platform=platform)
+    chunked = dataclasses.replace(problem, exchange_chunks=chunks, platform=platform,
+                                  exchange_dtype=dtype)
     fast = exact(chunked, "kreduce", objective, bn_rule=rule)  # type: ignore[arg-type]
     slow = exhaustive(chunked, "kreduce", objective, bn_rule=rule)  # type: ignore[arg-type]
     assert (same_optimum if objective == "cost" else same_time)(fast, slow), (fast, slow)

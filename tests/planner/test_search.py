@@ -53,9 +53,11 @@ def assert_satisfies_constraints(problem: Problem, choice: Choice) -> None:
 
 @SEARCH_SETTINGS
 @given(problem=problems(small=True), rule=st.sampled_from(BN_RULES),
-       objective=st.sampled_from(["cost", "time"]))
+       objective=st.sampled_from(["cost", "time"]),
+       dtype=st.sampled_from(["float32", "bfloat16"]))
 def test_exact_equals_exhaustive_on_random_problems(problem: Problem, rule: str,
-                                                    objective: Objective) -> None:
+                                                    objective: Objective, dtype: str) -> None:
+    problem = dataclasses.replace(problem, exchange_dtype=dtype)  # bf16: the bounds still hold
     for pattern in ("kreduce", "scatterreduce", "allreduce"):
         fast = exact(problem, pattern, objective, bn_rule=rule)
         slow = exhaustive(problem, pattern, objective, bn_rule=rule)

@@ -6,6 +6,7 @@ import json
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -119,11 +120,16 @@ class Cluster:
             stream.cursor = restore_worker(store, manifest, worker)
 
 
-@pytest.mark.parametrize(("aggregators", "sync", "first_segment"),
-                         [(1, "hap", 3), (2, "hap", 1), (2, "bsp", 2)])
+@pytest.mark.parametrize(("aggregators", "sync", "first_segment", "exchange"), [
+    (1, "hap", 3, {}), (2, "hap", 1, {}), (2, "bsp", 2, {}),
+    # bfloat16 uploads: the reference, residual and previous merged shard resume too
+    (1, "hap", 3, {"exchange_dtype": "bfloat16"}), (2, "bsp", 2, {"exchange_dtype": "bfloat16"}),
+    (2, "hap", 1, {"exchange_dtype": "bfloat16", "exchange_chunks": 2}),
+])
 def test_restart_from_manifest_reproduces_the_undisturbed_run_bitwise(
-        dataset: Path, tmp_path: Path, aggregators: int, sync: str, first_segment: int) -> None:
-    plan = make_plan(3, aggregators, 4, 6, sync, samples=64, model="cnn")
+        dataset: Path, tmp_path: Path, aggregators: int, sync: str, first_segment: int,
+        exchange: dict[str, Any]) -> None:
+    plan = make_plan(3, aggregators, 4, 6, sync, samples=64, model="cnn", **exchange)
     total = 6  # 4 iterations per epoch: the restart lands mid-epoch and crosses an epoch
     undisturbed = Cluster(plan, dataset, tmp_path / "cache", epoch=1, model_seed=1)
     undisturbed.run(range(total))
@@ -140,6 +146,9 @@ def test_restart_from_manifest_reproduces_the_undisturbed_run_bitwise(
         assert np.array_equal(expected.parameters, actual.parameters)
         for name, vector in expected.optimizer_state.items():
             assert np.array_equal(vector, actual.optimizer_state[name]), name
+        assert expected.exchange_state.keys() == actual.exchange_state.keys()
+        for name, vector in expected.exchange_state.items():
+            assert np.array_equal(vector, actual.exchange_state[name]), name
     assert [s.cursor for s in resumed.streams] == [s.cursor for s in undisturbed.streams]
 
 

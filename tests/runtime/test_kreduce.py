@@ -33,9 +33,10 @@ from fasdl.keys import (
     merged_key,
     shard_key,
 )
-from fasdl.kreduce import KReduceWorker, StepStats, shard_bounds
+from fasdl.kreduce import KReduceWorker, StepStats
 from fasdl.networks import build_model
 from fasdl.plan import Deployment, Plan, Training, Workload
+from fasdl.shard_layout import shard_bounds
 
 INPUT_SHAPE = (1, 4, 4)
 CLASSES = 3

@@ -13,9 +13,10 @@ import pytest
 from torch import nn
 
 from fasdl.channel.memory import MemoryChannel
-from fasdl.kreduce import KReduceWorker, chunk_bounds
+from fasdl.kreduce import KReduceWorker
 from fasdl.networks import build_model
 from fasdl.plan import PlanError
+from fasdl.shard_layout import chunk_bounds
 from tests.runtime.test_kreduce import (
     CLASSES,
     INPUT_SHAPE,
