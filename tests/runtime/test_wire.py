@@ -74,8 +74,8 @@ def test_header_fields() -> None:
     ("values", "message"),
     [
         (np.zeros((2, 3), np.float32), "1-D"),
-        (np.zeros(3, np.int32), "float32 or float64"),
-        (np.zeros(3, np.float16), "float32 or float64"),
+        (np.zeros(3, np.int32), "float32, float64 or bfloat16 bits"),
+        (np.zeros(3, np.float16), "float32, float64 or bfloat16 bits"),
     ],
 )
 def test_encode_refuses_bad_arrays(values: np.ndarray, message: str) -> None:
