@@ -94,7 +94,7 @@ class KReduceWorker:
         self.loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
         self.wait_timeout_s = wait_timeout_s
         self.is_aggregator = worker_id < self.aggregators
-        self.stale_by_one = plan.training.sync == "hap" and not self.is_aggregator
+        self.stale_by_one = self._is_stale(worker_id)
         self.flat = FlatParameters(model)
         self.optimizer = build_optimizer(self.flat, plan)  # this worker's own state
         self.bounds = shard_bounds(self.flat.count, self.aggregators)
@@ -141,8 +141,7 @@ class KReduceWorker:
             run_id=self.run_id, epoch=self.epoch, worker_id=self.worker_id,
             read_copies=self._read_copies, fetch=self._fetch,
             wait_timeout_s=self.wait_timeout_s, codec=self.codec,
-            stale=[self.plan.training.sync == "hap" and peer >= self.aggregators
-                   for peer in range(self.workers)])
+            stale=[self._is_stale(peer) for peer in range(self.workers)])
 
     # ---- the iteration -----------------------------------------------------------------
     def step(self, batch_x: torch.Tensor, batch_y: torch.Tensor, iteration: int) -> StepStats:
@@ -379,19 +378,18 @@ class KReduceWorker:
         """
         state, codec = self.optimizer_state, self.exchange_state
         exchange_state = exchange_state or {}
-        for given, needed, what in ((optimizer_state, state, "optimizer"),
-                                    (exchange_state, codec, "exchange")):
-            if set(given) != set(needed):
-                raise ValueError(f"{what} state holds {sorted(given)}, this worker needs "
+        for provided, needed, what in ((optimizer_state, state, "optimizer"),
+                                       (exchange_state, codec, "exchange")):
+            if set(provided) != set(needed):
+                raise ValueError(f"{what} state holds {sorted(provided)}, this worker needs "
                                  f"{sorted(needed)}")
         targets = {"parameters": self.flat.numpy(), **state, **codec}
-        for name, array in (("parameters", parameters), *optimizer_state.items(),
-                            *exchange_state.items()):
+        given = {"parameters": parameters, **optimizer_state, **exchange_state}
+        for name, array in given.items():
             if array.shape != targets[name].shape:
                 raise ValueError(f"{name} has shape {array.shape}, expected "
                                  f"{targets[name].shape}")
-        for name, array in (("parameters", parameters), *optimizer_state.items(),
-                            *exchange_state.items()):
+        for name, array in given.items():  # all checked first: nothing half-restored
             targets[name][:] = array
         self._last_iteration = last_iteration
         self._restored_merged = None

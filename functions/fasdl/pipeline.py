@@ -48,6 +48,7 @@ from fasdl.keys import merged_key, shard_key
 from fasdl.wire import decode_shard, encode_shard_into
 
 Kind = Literal["fold", "merged"]
+MERGED_DTYPE = np.dtype(np.float32)  # merged chunks always travel as float32 values
 Fetch = Callable[[str, float], tuple[bytes, float]]
 
 
@@ -100,6 +101,10 @@ class PipelinedExchange:
         longest = max(end - start for start, end in own)
         self.accumulator = np.empty(longest, dtype=np.float64)
         self.scratch = np.empty(min(longest, SCALED_AT_ONCE), dtype=np.float64)
+
+    def itemsize(self, merged: bool) -> int:
+        """Bytes per value of a frame: merged chunks are float32, uploads the codec's."""
+        return MERGED_DTYPE.itemsize if merged else self.codec.itemsize
 
     def sends(self, iteration: int) -> list[Part]:
         """This worker's chunks of ``iteration`` (an aggregator keeps its own shard)."""
@@ -166,9 +171,8 @@ class _Iteration:
         budget = self.x.budget
         while self.sends and len(self.puts) < self.x.put_window:
             part = self.sends[0]
-            merged = part.worker == part.shard  # merged chunks travel in float32
-            itemsize = 4 if merged else self.x.codec.itemsize
-            buffer = budget.buffer(frame_size(part.end - part.start, itemsize),
+            merged = part.worker == part.shard  # an aggregator's merged chunk
+            buffer = budget.buffer(frame_size(part.end - part.start, self.x.itemsize(merged)),
                                    force=not self.puts)
             if buffer is None:
                 return
@@ -204,8 +208,8 @@ class _Iteration:
             kind, part = self.receives[self.started]
             if kind == "merged" and (part.shard, part.chunk) not in self.framed:
                 return  # rule 1: our own upload of this range goes first
-            itemsize = 4 if kind == "merged" else self.x.codec.itemsize
-            size = int(frame_size(part.end - part.start, itemsize) * self.x.read_copies)
+            size = int(frame_size(part.end - part.start, self.x.itemsize(kind == "merged"))
+                       * self.x.read_copies)
             if self.gets and budget.free - size < self.x.reserve:
                 return  # rule 2: room for an upload frame stays free
             budget.admit(size, force=True)
@@ -230,7 +234,7 @@ class _Iteration:
         received = decode_shard(data, run=self.x.frame_run, iteration=part.iteration,
                                 shard=part.shard, worker=part.worker, chunk=part.chunk,
                                 expected_count=part.end - part.start,
-                                dtype=np.float32 if kind == "merged" else self.x.codec.wire_dtype)
+                                dtype=MERGED_DTYPE if kind == "merged" else self.x.codec.wire_dtype)
         if kind == "merged":
             self.values[part.start:part.end] = received
             self.x.codec.loaded(self.values, part.start, part.end)
