@@ -46,6 +46,7 @@ from planner.cost_model import (
     aligned_non_aggregator_batch,
 )
 from planner.exchange_cost import exchange_cost
+from planner.exchange_time import shard_throughputs
 from planner.memory import role_max_batch
 from planner.pipelined import pipelined_terms
 from planner.segment_requests import segment_request_cost
@@ -122,8 +123,7 @@ def _communication_tables(problem: Problem, at: FloatArray, k: FloatArray
         return {"floor_a": terms.floor_a, "fixed_a": terms.fixed_a,
                 "per_peer": terms.per_peer, "non_agg": terms.non_aggregator}
     shard, u = wl.model_mb / k, problem.upload_share
-    up, down = platform.throughput("up", at, shard), platform.throughput("down", at, shard)
-    up_u, down_u = (platform.throughput(way, at, shard * u) for way in ("up", "down"))
+    up, down, up_u, down_u = shard_throughputs(problem, at, shard)
     moved = wl.model_mb - shard if problem.own_shard_local else np.full_like(shard, wl.model_mb)
     fixed_a = moved * u / up_u + shard / up + moved / down
     return {"floor_a": np.zeros_like(fixed_a), "fixed_a": fixed_a,

@@ -6,11 +6,11 @@ docstring lists them):
 - upload        T_up = S_m / tp_up(S_s)  (an aggregator: (K−1)·S_s with own_shard_local)
 - aggregation   T_agg = (W−1)·S_s/tp_down(S_s) + S_s/tp_up(S_s)
 - download      T_down = S_m / tp_down(S_s)
+- HAP           T = max(T_train^a + T_up + T_agg + T_down, T_train^n + T_up^n + T_down^n)
+- BSP           T = max(T_train^a + T_up, T_train^n + T_up^n) + T_agg + max(T_down, T_down^n)
 
 With bfloat16 uploads (``Problem.upload_share`` u = 1/2) the shards a worker uploads and an
 aggregator downloads are u·S_s each (tp at that size); merged shards stay S_s.
-- HAP           T = max(T_train^a + T_up + T_agg + T_down, T_train^n + T_up^n + T_down^n)
-- BSP           T = max(T_train^a + T_up, T_train^n + T_up^n) + T_agg + max(T_down, T_down^n)
 
 Pipelined (C > 1): planner/pipelined.py.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from planner.pipelined import pipelined_terms
 
@@ -31,22 +31,31 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 
+def shard_throughputs(problem: Problem, memory_mb: ArrayLike, shard_mb: ArrayLike
+                      ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """(tp_up, tp_down) of a float32 shard (merged shards) and of a worker's shard as it
+    travels, at ``upload_share`` of those bytes: the same two at float32."""
+    platform = problem.platform
+    up, down = (platform.throughput(way, memory_mb, shard_mb) for way in ("up", "down"))
+    if problem.upload_share == 1.0:
+        return up, down, up, down
+    sent = np.asarray(shard_mb) * problem.upload_share
+    return (up, down, platform.throughput("up", memory_mb, sent),
+            platform.throughput("down", memory_mb, sent))
+
+
 def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray,
                         aggregators: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     """An aggregator's (T_up, T_agg, T_down) per iteration; all zero for a single worker."""
     model_mb = problem.workload.model_mb
     shard_mb = model_mb / aggregators
     sent_mb = shard_mb * problem.upload_share  # a worker's shard as it travels
-    platform = problem.platform
-    tp_up = platform.throughput("up", memory_mb, shard_mb)
-    tp_down = platform.throughput("down", memory_mb, shard_mb)
+    tp_up, tp_down, sent_up, sent_down = shard_throughputs(problem, memory_mb, shard_mb)
     alone = workers <= 1
     # the shards an aggregator ships: all K (paper) or all but its own (runtime)
     moved_mb = model_mb - shard_mb if problem.own_shard_local else model_mb
-    upload = np.where(alone, 0.0, moved_mb * problem.upload_share
-                      / platform.throughput("up", memory_mb, sent_mb))
-    aggregate = np.where(alone, 0.0, (workers - 1) * sent_mb
-                         / platform.throughput("down", memory_mb, sent_mb) + shard_mb / tp_up)
+    upload = np.where(alone, 0.0, moved_mb * problem.upload_share / sent_up)
+    aggregate = np.where(alone, 0.0, (workers - 1) * sent_mb / sent_down + shard_mb / tp_up)
     download = np.where(alone, 0.0, moved_mb / tp_down)
     return upload, aggregate, download
 
@@ -61,12 +70,8 @@ def non_aggregator_times(problem: Problem, memory_mb: IntArray,
         terms = pipelined_terms(problem.platform, memory_mb, model_mb, aggregators, chunks,
                                 problem.upload_share)
         return terms.uploads_n, terms.downloads_n
-    shard_mb = model_mb / aggregators
-    sent_mb = shard_mb * problem.upload_share
-    upload = model_mb * problem.upload_share / problem.platform.throughput("up", memory_mb,
-                                                                           sent_mb)
-    download = model_mb / problem.platform.throughput("down", memory_mb, shard_mb)
-    return upload, download
+    _, tp_down, sent_up, _ = shard_throughputs(problem, memory_mb, model_mb / aggregators)
+    return model_mb * problem.upload_share / sent_up, model_mb / tp_down
 
 
 def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
