@@ -52,7 +52,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fasdl.field_types import FieldError, is_integral, is_real
-from fasdl.plan import EXCHANGE_DTYPES, MAX_EXCHANGE_CHUNKS, UPLOAD_BYTES_PER_VALUE
+from fasdl.plan import (
+    EXCHANGE_DTYPES,
+    EXCHANGE_STATE_MODELS,
+    MAX_EXCHANGE_CHUNKS,
+    UPLOAD_BYTES_PER_VALUE,
+)
 from planner.exchange_cost import exchange_cost
 from planner.exchange_time import communication_times, iteration_times
 from planner.memory import memory_exceeded, role_max_batch
@@ -159,7 +164,7 @@ class Problem:
     def codec_state_mb(self) -> float:
         """MB a bfloat16 worker keeps beyond float32's (fasdl.exchange_codec): the last merged
         model and the residual; an aggregator's previous merged shard is counted by memory."""
-        return 0.0 if self.exchange_dtype == "float32" else 2.0 * self.workload.model_mb
+        return EXCHANGE_STATE_MODELS[self.exchange_dtype] * self.workload.model_mb
 
     @property
     def channel(self) -> str:

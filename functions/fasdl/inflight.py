@@ -33,6 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fasdl.plan import EXCHANGE_STATE_MODELS
 from fasdl.wire import HEADER_SIZE
 
 MIB = 1 << 20
@@ -109,7 +110,7 @@ def exchange_memory_mb(model_mb: ArrayLike, memory_mb: ArrayLike, workers: Array
                   + np.minimum(2.0 * shard, SCRATCH_MB))
     non_aggregator = np.minimum(held, k * (1.0 + copies) * frame)
     if exchange_dtype != "float32":
-        codec = 2.0 * model + shard / 2.0
+        codec = EXCHANGE_STATE_MODELS[exchange_dtype] * model + shard / 2.0
         aggregator, non_aggregator = aggregator + codec + shard, non_aggregator + codec
     alone = w <= 1
     return (np.asarray(np.where(alone, 0.0, aggregator), dtype=np.float64),

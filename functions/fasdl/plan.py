@@ -50,6 +50,8 @@ AUGMENTATIONS: tuple[str, ...] = ("none", "cifar")  # fasdl.augment
 # difference from the last merged model with error feedback (half the upload bytes)
 EXCHANGE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 UPLOAD_BYTES_PER_VALUE: dict[str, int] = {"float32": 4, "bfloat16": 2}
+# model-sized float32 vectors the codec keeps per worker (the last merged model, the residual)
+EXCHANGE_STATE_MODELS: dict[str, int] = {"float32": 0, "bfloat16": 2}
 
 MIN_MEMORY_MB = 128
 MAX_MEMORY_MB = 10240
