@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from torch import nn
 
+from fasdl import pipeline
 from fasdl.channel.memory import MemoryChannel
 from fasdl.kreduce import KReduceWorker
 from fasdl.networks import build_model
@@ -111,6 +112,54 @@ def test_uploads_and_downloads_overlap_and_merged_chunks_go_out_before_the_shard
     last_in = max(e for key, _, e in gets
                   if "/it/00000001/shard/000/" in key and key.endswith(f"/chunk/{chunks - 1:04d}"))
     assert published < last_in
+
+
+class SlowFirstChunkChannel(RecordingChannel):
+    """Uploads of chunk 0 take ``delay_s``; every later chunk's upload finishes at once, so
+    puts finish out of the order they were started in."""
+
+    def put(self, key: str, data: bytes | bytearray) -> None:
+        if "/from/" in key and key.endswith("/chunk/0000"):
+            time.sleep(self.delay_s)
+        super().put(key, data)
+
+
+def test_the_loop_sleeps_while_an_earlier_put_runs_and_later_ones_are_done(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Reaping only the oldest put left later finished ones pending, so every wait returned at
+    # once: thousands of loop turns per iteration, CPU a 0.29-vCPU Lambda does not have.
+    waits = 0
+    real_wait = pipeline.wait
+
+    def counting_wait(*args: object, **kwargs: object) -> object:
+        nonlocal waits
+        waits += 1
+        return real_wait(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "wait", counting_wait)
+    plan = make_plan(3, 2, 3, 5, "bsp", exchange_chunks=4)
+    channel = SlowFirstChunkChannel(delay_s=0.2)
+    drive(make_workers(plan, build_model("mlp", CLASSES, INPUT_SHAPE), channel),
+          random_batches(plan, 2), range(2))
+    transfers = len(channel.events)
+    assert transfers > 0
+    assert waits <= 2 * transfers, f"{waits} waits for {transfers} transfers: the loop spins"
+
+
+def test_an_aggregator_reads_every_copy_of_its_shard_before_any_merged_chunk() -> None:
+    plan = make_plan(4, 2, 3, 5, "hap", exchange_chunks=3)
+    workers = make_workers(plan, build_model("mlp", CLASSES, INPUT_SHAPE), MemoryChannel())
+    exchange = workers[0].pipeline
+    assert exchange is not None
+    kinds = [kind for kind, _ in exchange.receives(iteration=5, merged=5)]
+    assert kinds == ["fold"] * (3 * 3) + ["merged"] * 3  # 3 peers x 3 chunks, 1 shard x 3
+    folds = [(part.chunk, part.worker) for kind, part in exchange.receives(5, 5)
+             if kind == "fold"]
+    assert folds == sorted(folds)  # chunk by chunk, each in worker order (the fold's order)
+    non_aggregator = workers[3].pipeline
+    assert non_aggregator is not None
+    merged = [(part.chunk, part.shard) for _, part in non_aggregator.receives(5, 4)]
+    assert merged == sorted(merged) and len(merged) == 2 * 3
 
 
 def test_store_keeps_chunks_of_at_most_three_iterations_and_every_copy_is_consumed() -> None:
