@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from redis.cluster import RedisCluster
 
 from fasdl.channel.base import Channel, ChannelError, ChannelTimeout
 from fasdl.channel.factory import (
@@ -139,6 +140,24 @@ def test_frames_damaged_in_the_store_are_rejected(
     backend.raw_put(prefix + "stale", stale)
     with pytest.raises(FrameError, match="stale frame: iteration 4, expected 5"):
         decode_shard(channel.get("stale", soon(5)), run=RUN, iteration=5, shard=1)
+
+
+@pytest.mark.parametrize("backend", VALKEY_BACKENDS, indirect=True)
+def test_valkey_replies_are_parsed_by_hiredis_and_values_sent_unpacked(
+        backend: Backend, channel: Channel) -> None:
+    assert isinstance(channel, ValkeyChannel)
+    channel.put("parsed", b"x" * 100_000)
+    assert channel.get("parsed", soon(5)) == b"x" * 100_000
+    client = channel._client
+    pools = ([node.redis_connection.connection_pool for node in client.get_nodes()]
+             if isinstance(client, RedisCluster) else [client.connection_pool])
+    for pool in pools:
+        connection = pool.get_connection()
+        try:
+            assert type(connection._parser).__name__ == "_HiredisParser"
+            assert type(connection._command_packer).__name__ == "PythonRespSerializer"
+        finally:
+            pool.release(connection)
 
 
 @pytest.fixture

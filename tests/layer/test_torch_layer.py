@@ -244,7 +244,9 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy, redis, aws_lambda_powertools, google_crc32c, boto3, botocore
 from aws_lambda_powertools import Logger, Metrics
+from redis.utils import HIREDIS_AVAILABLE
 assert google_crc32c.implementation == "c", "the slow pure-Python CRC fallback was picked"
+assert HIREDIS_AVAILABLE, "redis parses replies in Python: hiredis is missing from the layer"
 print(json.dumps({m.__name__: [m.__file__, getattr(m, "__version__", "")]
                   for m in (numpy, redis, aws_lambda_powertools, google_crc32c, boto3, botocore)}))
 """
