@@ -55,9 +55,12 @@ PATTERNS = ("kreduce", "scatterreduce", "allreduce")
 # The pipelined exchange: at K-REDUCE's own W, M, K and batches with the model's best C, and
 # the planner's own pipelined choice at the case's W and M.
 PIPELINED_SAME, PIPELINED_PLANNED = "pipelined-same", "kreduce-pipelined"
+# The same again with bfloat16 uploads (training.exchange_dtype), the model's best C for it.
+PIPELINED_BF16 = "pipelined-bf16-same"
 TITLES = {"kreduce": "K-REDUCE (K*)", "scatterreduce": "ScatterReduce", "allreduce": "AllReduce",
           PIPELINED_SAME: "K-REDUCE pipelined, same config",
-          PIPELINED_PLANNED: "K-REDUCE pipelined (planner)"}
+          PIPELINED_PLANNED: "K-REDUCE pipelined (planner)",
+          PIPELINED_BF16: "K-REDUCE pipelined, bf16 uploads, same config"}
 # Goals of issue 14: the pipelined epoch over the paper-faithful K-REDUCE's, same config.
 PIPELINED_GOALS = {"resnet50-size": 0.7, "squeezenet-size": 0.85}
 MAX_GLOBAL_BATCH = 128
@@ -102,11 +105,15 @@ def run_case(case: Case, profiles: Path, work: Path, channel: str) -> list[dict[
     prices = load_prices()
     problem = problem_for(workload, platform, epochs=1, max_global_batch=MAX_GLOBAL_BATCH,
                           workers=case.workers, memory_mb=case.memory_mb, prices=prices)
-    choices = {pattern: best_choice(problem, pattern) for pattern in PATTERNS}
-    choices[PIPELINED_SAME] = same_config_pipelined(problem, choices["kreduce"])
-    choices[PIPELINED_PLANNED] = best_choice(problem, PIPELINED_PLANNED)
-    return [measure(case, problem, pattern, choice, workload.model_mb, work, channel)
-            for pattern, choice in choices.items()]
+    bf16 = replace(problem, exchange_dtype="bfloat16")
+    kreduce = best_choice(problem, "kreduce")
+    rows: dict[str, tuple[Problem, Choice]] = {
+        pattern: (problem, best_choice(problem, pattern)) for pattern in PATTERNS}
+    rows[PIPELINED_SAME] = (problem, same_config_pipelined(problem, kreduce))
+    rows[PIPELINED_PLANNED] = (problem, best_choice(problem, PIPELINED_PLANNED))
+    rows[PIPELINED_BF16] = (bf16, same_config_pipelined(bf16, kreduce))
+    return [measure(case, row_problem, pattern, choice, workload.model_mb, work, channel)
+            for pattern, (row_problem, choice) in rows.items()]
 
 
 def same_config_pipelined(problem: Problem, kreduce: Choice) -> Choice:
@@ -131,7 +138,8 @@ def measure(case: Case, problem: Problem, pattern: str, choice: Choice, model_mb
     predicted = predicted_epoch_s(choice, plan)
     print(f"\n== {label}: W={choice.workers} M={choice.memory_mb} K={choice.aggregators} "
           f"B^a={choice.batch_aggregator} B^n={choice.batch_non_aggregator} {choice.sync} "
-          f"C={choice.exchange_chunks}; predicted {predicted:.2f} s/epoch", flush=True)
+          f"C={choice.exchange_chunks} {problem.exchange_dtype}; predicted {predicted:.2f} "
+          "s/epoch", flush=True)
     measured = run_plan(plan_path, plan, report_dir=work / label, emulate="default",
                         say=lambda text: print("   " + text, flush=True))
     epoch_s = plan.iterations_per_epoch * measured.iteration_s
@@ -142,6 +150,7 @@ def measure(case: Case, problem: Problem, pattern: str, choice: Choice, model_mb
     print(f"   {label}: measured {epoch_s:.2f} s/epoch, ${cost:.6f}", flush=True)
     return {"case": case.name, "channel": channel, "model": case.model, "model_mb": model_mb,
             "pattern": pattern, **configuration_fields(choice),
+            "exchange_dtype": problem.exchange_dtype,
             "iterations_per_epoch": plan.iterations_per_epoch,
             "predicted_s": round(predicted, 3), "measured_s": round(epoch_s, 3),
             "gb_s": round(gb_s, 2), "cost_usd": round(cost, 7)}
@@ -156,8 +165,11 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         predicted_order = sorted(PATTERNS, key=lambda p: by[p]["predicted_s"])
         measured_order = sorted(PATTERNS, key=lambda p: by[p]["measured_s"])
         pipelined = by[PIPELINED_SAME]["measured_s"] / by["kreduce"]["measured_s"]
+        bf16 = by.get(PIPELINED_BF16)
         found[case] = {
             "pipelined_vs_kreduce_epoch_ratio": round(pipelined, 3),
+            "pipelined_bf16_vs_kreduce_epoch_ratio": None if bf16 is None else round(
+                bf16["measured_s"] / by["kreduce"]["measured_s"], 3),
             "planned_pipelined_vs_kreduce_epoch_ratio": round(
                 by[PIPELINED_PLANNED]["measured_s"] / by["kreduce"]["measured_s"], 3),
             "pipelined_goal": PIPELINED_GOALS.get(case),
@@ -214,7 +226,8 @@ def write_results(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]],
         f"{'holds' if v['ranking_holds'] else 'does not hold'} in measurement. Pipelined, "
         f"same config: {v['pipelined_vs_kreduce_epoch_ratio']:.2f}× K-REDUCE's epoch "
         f"(goal <= {v['pipelined_goal']}); the planner's pipelined choice: "
-        f"{v['planned_pipelined_vs_kreduce_epoch_ratio']:.2f}×."
+        f"{v['planned_pipelined_vs_kreduce_epoch_ratio']:.2f}×; pipelined with bfloat16 "
+        f"uploads, same config: {v['pipelined_bf16_vs_kreduce_epoch_ratio']:.2f}×."
         for case, v in found.items())
     update_section(name, table(rows) + "\n\n" + notes + f"\n\n![{name}](docs/results/{name}.png)")
 

@@ -78,7 +78,7 @@ def test_pattern_verdicts_compare_with_the_better_baseline() -> None:
             _row("a", "kreduce-pipelined", 0.7, 1.0),
             _row("b", "kreduce", 1.0, 1.0), _row("b", "scatterreduce", 2.0, 1.02),
             _row("b", "allreduce", 3.0, 4.0), _row("b", "pipelined-same", 0.9, 0.9),
-            _row("b", "kreduce-pipelined", 0.9, 0.95)]
+            _row("b", "kreduce-pipelined", 0.9, 0.95), _row("b", "pipelined-bf16-same", 0.6, 0.7)]
     found = verdicts(rows)
     assert not found["a"]["kreduce_not_slower"] and not found["a"]["ranking_holds"]
     assert found["a"]["kreduce_vs_best_baseline"] == pytest.approx(2.0 / 1.5, abs=1e-3)
@@ -88,3 +88,6 @@ def test_pattern_verdicts_compare_with_the_better_baseline() -> None:
     assert found["a"]["planned_pipelined_vs_kreduce_epoch_ratio"] == pytest.approx(0.5)
     assert found["b"]["pipelined_vs_kreduce_epoch_ratio"] == pytest.approx(0.9)
     assert found["a"]["pipelined_goal"] is None and not found["a"]["pipelined_met"]
+    # the bfloat16 row is over K-REDUCE's too; a run without it says None
+    assert found["b"]["pipelined_bf16_vs_kreduce_epoch_ratio"] == pytest.approx(0.7)
+    assert found["a"]["pipelined_bf16_vs_kreduce_epoch_ratio"] is None
