@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.local_runs import (
+    BenchError,
     best_choice,
     configuration_fields,
     local_workload,
@@ -52,6 +53,7 @@ from planner.search import Choice, choice_from
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 PATTERNS = ("kreduce", "scatterreduce", "allreduce")
+BASELINES = PATTERNS[1:]
 # The pipelined exchange: at K-REDUCE's own W, M, K and batches with the model's best C, and
 # the planner's own pipelined choice at the case's W and M.
 PIPELINED_SAME, PIPELINED_PLANNED = "pipelined-same", "kreduce-pipelined"
@@ -107,13 +109,21 @@ def run_case(case: Case, profiles: Path, work: Path, channel: str) -> list[dict[
                           workers=case.workers, memory_mb=case.memory_mb, prices=prices)
     bf16 = replace(problem, exchange_dtype="bfloat16")
     kreduce = best_choice(problem, "kreduce")
-    rows: dict[str, tuple[Problem, Choice]] = {
-        pattern: (problem, best_choice(problem, pattern)) for pattern in PATTERNS}
+    rows: dict[str, tuple[Problem, Choice]] = {"kreduce": (problem, kreduce)}
+    missing: list[dict[str, Any]] = []
+    for baseline in BASELINES:
+        try:
+            rows[baseline] = (problem, best_choice(problem, baseline))
+        except BenchError as error:  # e.g. AllReduce's aggregator past M with Valkey's copies
+            print(f"   {case.name}-{baseline}-{channel}: {error}", flush=True)
+            missing.append({"case": case.name, "channel": channel, "model": case.model,
+                            "model_mb": workload.model_mb, "pattern": baseline,
+                            "infeasible": str(error)})
     rows[PIPELINED_SAME] = (problem, same_config_pipelined(problem, kreduce))
     rows[PIPELINED_PLANNED] = (problem, best_choice(problem, PIPELINED_PLANNED))
     rows[PIPELINED_BF16] = (bf16, same_config_pipelined(bf16, kreduce))
-    return [measure(case, row_problem, pattern, choice, workload.model_mb, work, channel)
-            for pattern, (row_problem, choice) in rows.items()]
+    return [*(measure(case, row_problem, pattern, choice, workload.model_mb, work, channel)
+              for pattern, (row_problem, choice) in rows.items()), *missing]
 
 
 def same_config_pipelined(problem: Problem, kreduce: Choice) -> Choice:
@@ -160,10 +170,11 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per case: is K-REDUCE within noise of the best baseline, does the model's order hold."""
     found: dict[str, dict[str, Any]] = {}
     for case in dict.fromkeys(r["case"] for r in rows):
-        by = {r["pattern"]: r for r in rows if r["case"] == case}
-        best_baseline = min(by["scatterreduce"]["measured_s"], by["allreduce"]["measured_s"])
-        predicted_order = sorted(PATTERNS, key=lambda p: by[p]["predicted_s"])
-        measured_order = sorted(PATTERNS, key=lambda p: by[p]["measured_s"])
+        by = {r["pattern"]: r for r in rows if r["case"] == case and "infeasible" not in r}
+        best_baseline = min(by[p]["measured_s"] for p in BASELINES if p in by)
+        ran = [p for p in PATTERNS if p in by]  # a baseline that does not fit has no row
+        predicted_order = sorted(ran, key=lambda p: by[p]["predicted_s"])
+        measured_order = sorted(ran, key=lambda p: by[p]["measured_s"])
         pipelined = by[PIPELINED_SAME]["measured_s"] / by["kreduce"]["measured_s"]
         bf16 = by.get(PIPELINED_BF16)
         found[case] = {
@@ -187,10 +198,11 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| model (S_m) | pattern | W, M, K, B^a/B^n, sync, C | predicted (s/epoch) | "
              "measured | cost/epoch (measured) |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['case']} ({r['model_mb']:.1f} MB) | {TITLES[r['pattern']]} | "
-              f"{r['workers']}, {r['memory_mb']}, {r['aggregators']}, "
-              f"{r['batch_aggregator']}/{r['batch_non_aggregator']}, {r['sync']}, "
-              f"{r['chunks']} | "
-              f"{r['predicted_s']:.2f} | {r['measured_s']:.2f} | ${r['cost_usd']:.6f} |"
+              + (f"{r['infeasible']} | - | - | - |" if "infeasible" in r else
+                 f"{r['workers']}, {r['memory_mb']}, {r['aggregators']}, "
+                 f"{r['batch_aggregator']}/{r['batch_non_aggregator']}, {r['sync']}, "
+                 f"{r['chunks']} | "
+                 f"{r['predicted_s']:.2f} | {r['measured_s']:.2f} | ${r['cost_usd']:.6f} |")
               for r in rows]
     return "\n".join(lines)
 
@@ -204,7 +216,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     cases = list(dict.fromkeys(r["case"] for r in rows))
     figure, axes = plt.subplots(1, len(cases), figsize=(4.5 * len(cases), 3.8), squeeze=False)
     for axis, case in zip(axes[0], cases, strict=True):
-        mine = [r for r in rows if r["case"] == case]
+        mine = [r for r in rows if r["case"] == case and "infeasible" not in r]
         predicted_vs_measured(axis, [TITLES[r["pattern"]] for r in mine],
                               [r["predicted_s"] for r in mine], [r["measured_s"] for r in mine])
         axis.set_title(f"{case}, W={mine[0]['workers']}, M={mine[0]['memory_mb']} MB")

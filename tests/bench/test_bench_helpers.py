@@ -16,7 +16,7 @@ from bench.local_runs import (
     relative_error,
     worker_iteration_times,
 )
-from bench.patterns import verdicts
+from bench.patterns import table, verdicts
 from bench.readme import MarkerMissing, update_section
 from planner.cost_model import aligned_non_aggregator_batch, evaluate
 from planner.profiles import load_platform, load_workload
@@ -70,6 +70,17 @@ def test_relative_error_is_against_the_measurement() -> None:
 
 def _row(case: str, pattern: str, predicted: float, measured: float) -> dict[str, Any]:
     return {"case": case, "pattern": pattern, "predicted_s": predicted, "measured_s": measured}
+
+
+def test_a_baseline_that_does_not_fit_is_left_out_of_the_verdict() -> None:
+    rows = [_row("a", "kreduce", 1.0, 2.0), _row("a", "scatterreduce", 2.0, 3.0),
+            {"case": "a", "pattern": "allreduce", "model_mb": 1.0,
+             "infeasible": "no feasible allreduce"},
+            _row("a", "pipelined-same", 0.8, 1.2), _row("a", "kreduce-pipelined", 0.7, 1.0)]
+    found = verdicts(rows)["a"]
+    assert found["kreduce_vs_best_baseline"] == pytest.approx(2.0 / 3.0, abs=1e-3)
+    assert found["predicted_order"] == found["measured_order"] == ["kreduce", "scatterreduce"]
+    assert "no feasible allreduce | - |" in table(rows)
 
 
 def test_pattern_verdicts_compare_with_the_better_baseline() -> None:
