@@ -69,7 +69,9 @@ def test_relative_error_is_against_the_measurement() -> None:
 
 
 def _row(case: str, pattern: str, predicted: float, measured: float) -> dict[str, Any]:
-    return {"case": case, "pattern": pattern, "predicted_s": predicted, "measured_s": measured}
+    return {"case": case, "pattern": pattern, "predicted_s": predicted, "measured_s": measured,
+            "model_mb": 1.0, "workers": 3, "memory_mb": 1024, "aggregators": 1, "chunks": 1,
+            "batch_aggregator": 8, "batch_non_aggregator": 8, "sync": "bsp", "cost_usd": 0.1}
 
 
 def test_a_baseline_that_does_not_fit_is_left_out_of_the_verdict() -> None:
