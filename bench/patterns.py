@@ -234,7 +234,7 @@ def write_results(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]],
     (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=1))
     notes = "\n".join(
         f"- {case}: K-REDUCE's measured epoch is {v['kreduce_vs_best_baseline']:.2f}× the "
-        f"better baseline's; the model's order of the three patterns "
+        f"better baseline's; the model's order of the patterns that ran "
         f"{'holds' if v['ranking_holds'] else 'does not hold'} in measurement. Pipelined, "
         f"same config: {v['pipelined_vs_kreduce_epoch_ratio']:.2f}× K-REDUCE's epoch "
         f"(goal <= {v['pipelined_goal']}); the planner's pipelined choice: "
