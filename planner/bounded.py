@@ -44,6 +44,7 @@ from planner.cost_model import (
     IntArray,
     Problem,
     aligned_non_aggregator_batch,
+    segment_io_mb,
 )
 from planner.exchange_cost import exchange_cost
 from planner.exchange_time import shard_throughputs
@@ -101,15 +102,14 @@ def tables(problem: Problem, pattern: str, rule: str) -> Tables:
     usable = (memory + wl.m > 0) & (batch_max >= problem.batch_step)
     memory, batch_max = memory[usable], batch_max[usable]
     aggregators = np.arange(1, problem.worker_limit() + 1, dtype=np.float64)
-    shard = wl.model_mb / aggregators
     at = memory[:, None].astype(np.float64)
-    load = platform.transfer_time("down", memory, 2.0 * wl.model_mb + problem.codec_state_mb)
+    load_mb, checkpoint_mb = segment_io_mb(problem, aggregators[None, :])
     return Tables(
         problem=problem, pattern=pattern, rule=rule, memory=memory,
         alpha=np.asarray(wl.a / (memory + wl.m), dtype=np.float64), batch_max=batch_max,
         **_communication_tables(problem, at, aggregators[None, :]),
-        segment_io=load[:, None] + platform.transfer_time(
-            "up", at, wl.model_mb + shard + problem.codec_state_mb),
+        segment_io=(platform.transfer_time("down", at, load_mb)
+                    + platform.transfer_time("up", at, checkpoint_mb)),
         cold_fixed=platform.cold_start_s(memory))
 
 

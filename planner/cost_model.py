@@ -161,12 +161,6 @@ class Problem:
         return UPLOAD_BYTES_PER_VALUE[self.exchange_dtype] / 4.0
 
     @property
-    def codec_state_mb(self) -> float:
-        """MB a bfloat16 worker keeps beyond float32's (fasdl.exchange_codec): the last merged
-        model and the residual; an aggregator's previous merged shard is counted by memory."""
-        return EXCHANGE_STATE_MODELS[self.exchange_dtype] * self.workload.model_mb
-
-    @property
     def channel(self) -> str:
         return self.platform.channel
 
@@ -263,20 +257,33 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
     return np.where(k >= w, ba, bn)
 
 
+def segment_io_mb(problem: Problem, aggregators: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """MB a segment reads when it starts (the merged model and the optimizer state, 2·S_m) and
+    writes at its end (the merged model and an aggregator's optimizer shard, S_m + S_m/K). With
+    bfloat16 uploads both also carry the codec's state (fasdl.exchange_codec): the last merged
+    model and the residual, 2·S_m, and an aggregator's previous merged shard, S_m/K."""
+    model = problem.workload.model_mb
+    shard = model / np.asarray(aggregators, dtype=np.float64)
+    codec = (np.zeros_like(shard) if problem.exchange_dtype == "float32"
+             else EXCHANGE_STATE_MODELS[problem.exchange_dtype] * model + shard)
+    return (np.asarray(2.0 * model + codec, dtype=np.float64),
+            np.asarray(model + shard + codec, dtype=np.float64))
+
+
 def _segment_load_and_checkpoint(problem: Problem, mem: IntArray, k: IntArray, ba: IntArray,
                                  bn: IntArray, global_batch: IntArray
                                  ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Seconds of the run's cold start (the platform's, then the data partition, which stays in
-    /tmp), of each segment's load (checkpoint 2·S_m, in a warm sandbox) and of its checkpoint
-    write (the merged model and an aggregator's optimizer shard)."""
+    /tmp), of each segment's load (in a warm sandbox) and of its checkpoint write
+    (:func:`segment_io_mb`)."""
     wl, platform = problem.workload, problem.platform
     # A fitted m < -M makes the alignment rule's B^n negative; _violations marks those
     # configurations infeasible, so only keep their sizes valid here.
     partition_mb = np.maximum(wl.dataset_mb * np.maximum(ba, bn) / global_batch, 0.0)
     cold = platform.cold_start_s(mem) + platform.transfer_time("down", mem, partition_mb)
-    load = platform.transfer_time("down", mem, 2.0 * wl.model_mb + problem.codec_state_mb)
-    checkpoint = platform.transfer_time("up", mem, wl.model_mb + wl.model_mb / k
-                                        + problem.codec_state_mb)
+    load_mb, checkpoint_mb = segment_io_mb(problem, k)
+    load = platform.transfer_time("down", mem, load_mb)
+    checkpoint = platform.transfer_time("up", mem, checkpoint_mb)
     return cold, load, checkpoint
 
 

@@ -9,10 +9,11 @@ import json
 import numpy as np
 import pytest
 
+from fasdl.channel.memory import MemoryChannel
 from fasdl.inflight import exchange_memory_mb
 from fasdl.plan import Plan
 from planner.cli import main
-from planner.cost_model import Problem, evaluate
+from planner.cost_model import Problem, evaluate, segment_io_mb
 from planner.exchange_cost import exchange_bytes_per_iteration_mb
 from planner.exchange_time import communication_times, non_aggregator_times
 from planner.profiles import load_platform, load_prices, load_workload
@@ -61,6 +62,22 @@ def test_bfloat16_is_faster_on_an_upload_bound_plan_and_dearer_in_checkpoints() 
     a, b = evaluate(plain, *args), evaluate(coded, *args)
     assert float(b.iteration_s[0]) < float(a.iteration_s[0])
     assert float(b.checkpoint_s[0]) > float(a.checkpoint_s[0])  # R and e are checkpointed
+
+
+@pytest.mark.parametrize("aggregators", [1, 2, 4])
+def test_segment_io_counts_the_codec_state_an_aggregator_checkpoints(aggregators: int) -> None:
+    from fasdl.networks import build_model
+    from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, make_plan, make_workers
+
+    plan = make_plan(5, aggregators, 3, 5, "hap", exchange_dtype="bfloat16")
+    worker = make_workers(plan, build_model("mlp", CLASSES, INPUT_SHAPE), MemoryChannel())[0]
+    checkpointed = sum(v.nbytes for v in worker.exchange_state.values())
+    model_bytes = worker.parameters.nbytes  # the aggregator's R, e and previous shard
+    plain, coded = _problem("float32"), _problem("bfloat16")
+    model = plain.workload.model_mb
+    for f32, bf16 in zip(segment_io_mb(plain, aggregators), segment_io_mb(coded, aggregators),
+                         strict=True):
+        assert float(bf16 - f32) / model == pytest.approx(checkpointed / model_bytes, rel=1e-3)
 
 
 def test_plan_writes_the_exchange_dtype(capsys: pytest.CaptureFixture[str]) -> None:
