@@ -8,6 +8,7 @@ import json
 import re
 import shlex
 import socket
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,14 @@ def test_profile_end_to_end(tmp_path: Path) -> None:
     train = [r for r in records if r["kind"] == "train"]
     assert {(r["memory_mb"], r["batch"]) for r in train} == {
         (m, b) for m in MEMORIES for b in (8, 32, 64)}
-    for record in train:  # the fitted model reproduces its own samples within a sane factor
-        predicted = float(workload.train_time(record["batch"], record["memory_mb"]))
-        assert 1 / 3 < predicted / record["seconds"] < 3, (record, predicted)
+    # The fitted model reproduces its own samples: the median within a factor of 2, all but
+    # one within 3. Digits iterations last a few ms, and on a loaded machine one of them can
+    # be caught by a stall (0.0142 s measured beside a 0.0043 s fit failed a CI run); a
+    # broken fit misses most of them.
+    ratios = sorted(float(workload.train_time(r["batch"], r["memory_mb"])) / r["seconds"]
+                    for r in train)
+    assert 1 / 2 < statistics.median(ratios) < 2, ratios
+    assert sum(not 1 / 3 < ratio < 3 for ratio in ratios) <= 1, ratios
     assert all(workload.min_memory(r["batch"]) > 0.5 * r["peak_mb"] for r in train)
 
     platform = load_platform_file(result.platform)
