@@ -194,10 +194,10 @@ class _Iteration:
             self.totals.bytes_up += len(frame)
 
     def _reap_puts(self) -> bool:
-        """Settle every finished put or delete, in any order. Only the head would leave a later
-        finished one in ``puts``, and :meth:`_wait` would return at once on it: the loop spun
-        ~400 times per iteration and the CPU it burnt doubled the exchange's on a 0.29-vCPU
-        Lambda share."""
+        """Settle every finished put or delete, in any order. Settling only the oldest left
+        later finished ones in ``puts``, so :meth:`_wait` returned at once on them: the loop
+        spun ~400 times per iteration, and on a 0.29-vCPU Lambda share that CPU was half the
+        exchange's."""
         finished = [entry for entry in self.puts if entry[0].done()]
         if not finished:
             return False
