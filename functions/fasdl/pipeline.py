@@ -198,11 +198,13 @@ class _Iteration:
         later finished ones in ``puts``, so :meth:`_wait` returned at once on them: the loop
         spun ~400 times per iteration, and on a 0.29-vCPU Lambda share that CPU was half the
         exchange's."""
-        finished = [entry for entry in self.puts if entry[0].done()]
+        pending: deque[tuple[Future[None], bytearray | None]] = deque()
+        finished: list[tuple[Future[None], bytearray | None]] = []
+        for entry in self.puts:  # each future asked once: one that ends meanwhile waits a turn
+            (finished if entry[0].done() else pending).append(entry)
         if not finished:
             return False
-        settled = {id(future) for future, _ in finished}
-        self.puts = deque(entry for entry in self.puts if id(entry[0]) not in settled)
+        self.puts = pending
         for index, (future, buffer) in enumerate(finished):
             try:
                 future.result()  # a failed put or delete fails the iteration
