@@ -166,11 +166,16 @@ def measure(case: Case, problem: Problem, pattern: str, choice: Choice, model_mb
             "gb_s": round(gb_s, 2), "cost_usd": round(cost, 7)}
 
 
+def measured_rows(rows: list[dict[str, Any]], case: str) -> list[dict[str, Any]]:
+    """The rows of ``case`` that ran (a baseline that does not fit has only its reason)."""
+    return [r for r in rows if r["case"] == case and "infeasible" not in r]
+
+
 def verdicts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per case: is K-REDUCE within noise of the best baseline, does the model's order hold."""
     found: dict[str, dict[str, Any]] = {}
     for case in dict.fromkeys(r["case"] for r in rows):
-        by = {r["pattern"]: r for r in rows if r["case"] == case and "infeasible" not in r}
+        by = {r["pattern"]: r for r in measured_rows(rows, case)}
         best_baseline = min(by[p]["measured_s"] for p in BASELINES if p in by)
         ran = [p for p in PATTERNS if p in by]  # a baseline that does not fit has no row
         predicted_order = sorted(ran, key=lambda p: by[p]["predicted_s"])
@@ -216,7 +221,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     cases = list(dict.fromkeys(r["case"] for r in rows))
     figure, axes = plt.subplots(1, len(cases), figsize=(4.5 * len(cases), 3.8), squeeze=False)
     for axis, case in zip(axes[0], cases, strict=True):
-        mine = [r for r in rows if r["case"] == case and "infeasible" not in r]
+        mine = measured_rows(rows, case)
         predicted_vs_measured(axis, [TITLES[r["pattern"]] for r in mine],
                               [r["predicted_s"] for r in mine], [r["measured_s"] for r in mine])
         axis.set_title(f"{case}, W={mine[0]['workers']}, M={mine[0]['memory_mb']} MB")
