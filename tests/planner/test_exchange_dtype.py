@@ -11,12 +11,14 @@ import pytest
 
 from fasdl.channel.memory import MemoryChannel
 from fasdl.inflight import exchange_memory_mb
+from fasdl.networks import build_model
 from fasdl.plan import Plan
 from planner.cli import main
 from planner.cost_model import Problem, evaluate, segment_io_mb
 from planner.exchange_cost import exchange_bytes_per_iteration_mb
 from planner.exchange_time import communication_times, non_aggregator_times
 from planner.profiles import load_platform, load_prices, load_workload
+from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, make_plan, make_workers
 
 
 def _problem(dtype: str) -> Problem:
@@ -66,13 +68,11 @@ def test_bfloat16_is_faster_on_an_upload_bound_plan_and_dearer_in_checkpoints() 
 
 @pytest.mark.parametrize("aggregators", [1, 2, 4])
 def test_segment_io_counts_the_codec_state_an_aggregator_checkpoints(aggregators: int) -> None:
-    from fasdl.networks import build_model
-    from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, make_plan, make_workers
-
     plan = make_plan(5, aggregators, 3, 5, "hap", exchange_dtype="bfloat16")
     worker = make_workers(plan, build_model("mlp", CLASSES, INPUT_SHAPE), MemoryChannel())[0]
+    # worker 0 is an aggregator: it checkpoints R, e and its previous merged shard
     checkpointed = sum(v.nbytes for v in worker.exchange_state.values())
-    model_bytes = worker.parameters.nbytes  # the aggregator's R, e and previous shard
+    model_bytes = worker.parameters.nbytes
     plain, coded = _problem("float32"), _problem("bfloat16")
     model = plain.workload.model_mb
     for f32, bf16 in zip(segment_io_mb(plain, aggregators), segment_io_mb(coded, aggregators),
