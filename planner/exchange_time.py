@@ -86,12 +86,15 @@ def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
         chunks = problem.exchange_chunks
         terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks,
                                 problem.upload_share)
-        comm_a, comm_n = terms.aggregator(w), terms.non_aggregator
+        comm_hap, comm_bsp = terms.aggregator(w), terms.aggregator(w, lockstep=True)
         upload, download = terms.aggregator_transfers(w)
-        aggregate = comm_a - np.maximum(upload, download)
-        hap = np.maximum(train_a + comm_a, np.where(others, train_n + comm_n, 0.0))
-        bsp_iteration = (np.maximum(train_a, np.where(others, train_n, 0.0)) + comm_a
-                         + np.where(others, terms.chunk_down_s, 0.0))
+        aggregate = np.where(bsp, comm_bsp, comm_hap) - np.maximum(upload, download)
+        non_aggregator = np.maximum(train_n + terms.non_aggregator, terms.cross_cycle(train_n))
+        hap = np.maximum(train_a + comm_hap, np.where(others, non_aggregator, 0.0))
+        loaded = np.where(others, np.maximum(terms.non_aggregator, terms.published(w, True)
+                                             + terms.chunk_down_s), 0.0)
+        bsp_iteration = (np.maximum(train_a, np.where(others, train_n, 0.0))
+                         + np.maximum(comm_bsp, loaded))
         return upload, aggregate, download, np.where(bsp, bsp_iteration, hap)
     upload, aggregate, download = communication_times(problem, w, mem, k)
     upload_n, download_n = non_aggregator_times(problem, mem, k)

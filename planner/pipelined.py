@@ -1,33 +1,45 @@
 """The pipelined K-REDUCE's communication per role and iteration (runtime: fasdl/pipeline.py).
 
 Every shard travels in C chunks (``training.exchange_chunks``) of s_c = S_m/(K·C) MB. With
-t_u = s_c/tp_up(M, s_c) and t_d = s_c/tp_down(M, s_c), one chunk's request each way, and d the
-platform's duplex (1: a function's upload and download overlap fully, the default; 0: they
-share one link; the profiler measures it), running U seconds of uploads beside D seconds of
-downloads takes U ∥ D = max(U, D, (1 − d/2)·(U + D)): both directions share a link of which
-each alone gets all (for U = D, d is the share of one hidden by the other). Requests in one
-direction follow each other, as the paper's Eq. 3-2..3-4 take them.
+t_u = s_c/tp_up(M, s_c) and t_d = s_c/tp_down(M, s_c), one chunk's request each way (t'_u,
+t'_d: a worker's chunk as it travels, bf16: half the bytes), and d the platform's duplex (1: a
+function's upload and download overlap fully, the default; 0: they share one link; the
+profiler measures it), running U seconds of uploads beside D seconds of downloads takes
+U ∥ D = max(U, D, (1 − d/2)·(U + D)). Requests in one direction follow each other, as the
+paper's Eq. 3-2..3-4 take them (and the local emulator shapes them, local/shaping.py).
 
-- a non-aggregator uploads its K·C chunks of iteration l while it downloads the K·C merged
-  chunks of l−1 (HAP):                c_n = (K·C·t_u) ∥ (K·C·t_d)
-- an aggregator uploads its K−1 other shards and its merged shard (U_a = K·C·t_u) and
-  downloads its shard's W−1 copies and the K−1 other merged shards (D_a = (W+K−2)·C·t_d).
-  Its last merged chunk goes up after its last copy came down, and that copy after its
-  sender's K·C uploads:               c_a = max(U_a + t_d, U_a ∥ D_a) + t_u
-- HAP:  T = max(T_train^a + c_a, T_train^n + c_n)
-  BSP:  T = max(T_train^a, T_train^n) + c_a + t_d  (merged l is loaded in iteration l: the
-        last merged chunk is downloaded after it is published)
+- a non-aggregator uploads its K·C chunks of iteration l (U_n) while it downloads the K·C
+  merged chunks of l−1 (HAP):          c_n = (K·C·t'_u) ∥ (K·C·t_d)
+- an aggregator uploads its K−1 other shards, then its merged chunks (U_a = (K−1)·C·t'_u +
+  C·t_u), and downloads its shard's W−1 copies chunk by chunk, then the K−1 other merged
+  shards (D_a = (W−1)·C·t'_d + (K−1)·C·t_d). Merged chunk c goes up once its copies are in:
+  after (c+1)·p with p = (W−1)·t'_d on its own link, and after (c+1)·q + t'_d with q the
+  upload seconds per chunk of the last sender in step with it (HAP: another aggregator,
+  q = (K−1)·t'_u, none at K = 1; BSP: a non-aggregator, q = K·t'_u). A two-stage pipeline
+  of C chunks with stages x and t_u ends x + t_u + (C−1)·max(x, t_u) after it starts, so
+  its last merged chunk is up at
+      P = max(U_a, fill(p), fill(q) + t'_d),   fill(x) = x + t_u + (C−1)·max(x, t_u)
+  and the other aggregators' last merged chunk comes down t_d later (K > 1):
+      c_a = max(U_a ∥ D_a, P + t_d·[K > 1])
+- HAP: non-aggregators run ahead of the aggregators, up to a bound through both roles: a
+  non-aggregator's last copy of iteration l (T_n + U_n after its iteration began) reaches
+  an aggregator (t'_d), the last merged chunk of l goes up (t_u) and comes down in the
+  non-aggregator's iteration l+1 (t_d); two of its iterations span that chain:
+      T = max(T_train^a + c_a, T_train^n + c_n, (T_train^n + U_n + t'_d + t_u + t_d)/2)
+  BSP: T = max(T_train^a, T_train^n) + max(c_a, c_n, P + t_d)  (merged l loads in l)
 
-For planner/bounded.py, c_a >= max(floor_a, fixed_a + (W−1)·per_peer) with
-floor_a = K·C·t_u + t_d + t_u, fixed_a = (K−1)·C·t_d + t_u and per_peer = C·t_d (equal at
-d = 1). C = 1 is the paper's phased exchange (planner.cost_model.communication_times).
-The exchange's memory is the phased exchange's at most (chunk frames within the same cap, a
-one-chunk accumulator), so the planner keeps the phased term (planner/memory.py).
+For planner/bounded.py, with K ≥ 1 and W ≥ 2 (HAP; BSP's c_a is no smaller):
+c_a >= max(floor_a, fixed_a + (W−1)·per_peer), floor_a = max(U_a, fill((K−1)·t'_u) + t'_d
+[K > 1]) + t_d·[K > 1], fixed_a = max((K−1)·C·t_d, t_u + t_d·[K > 1]) (D_a and fill(p) >=
+C·p + t_u) and per_peer = C·t'_d. C = 1 is the paper's phased exchange
+(planner.cost_model.communication_times). The exchange's memory is the phased exchange's at
+most (chunk frames within the same cap, a one-chunk accumulator), so the planner keeps the
+phased term (planner/memory.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -58,8 +70,8 @@ class PipelinedTerms:
     sent_down_s: FloatArray    # t'_d
     uploads_n: FloatArray      # a non-aggregator's K·C·t'_u
     downloads_n: FloatArray    # a non-aggregator's K·C·t_d
-    floor_a: FloatArray        # K·C·t'_u + t'_d + t_u
-    fixed_a: FloatArray        # (K−1)·C·t_d + t_u
+    floor_a: FloatArray        # c_a's floor in W (module docstring)
+    fixed_a: FloatArray        # c_a's floor less (W−1)·per_peer
     per_peer: FloatArray       # C·t'_d
     non_aggregator: FloatArray  # c_n = (K·C·t'_u) ∥ (K·C·t_d)
 
@@ -75,12 +87,45 @@ class PipelinedTerms:
         return (np.asarray(np.where(alone, 0.0, up), dtype=np.float64),
                 np.asarray(np.where(alone, 0.0, down), dtype=np.float64))
 
-    def aggregator(self, workers: ArrayLike) -> FloatArray:
-        """c_a for W workers; 0 for a single worker."""
+    def published(self, workers: ArrayLike, lockstep: bool = False) -> FloatArray:
+        """P: when an aggregator's last merged chunk is up, after the iteration's exchange
+        began; ``lockstep`` (BSP): every worker's uploads start together."""
+        w = np.asarray(workers, dtype=np.float64)
+        up, _ = self.aggregator_transfers(w)
+        own_link = self.fill((w - 1.0) * self.sent_down_s)
+        if lockstep:
+            sender = self.fill(self.aggregators * self.sent_up_s) + self.sent_down_s
+        else:
+            peers = self.aggregators - 1.0
+            sender = np.where(peers > 0, self.fill(peers * self.sent_up_s) + self.sent_down_s,
+                              0.0)
+        return np.asarray(np.maximum(np.maximum(up, own_link), sender), dtype=np.float64)
+
+    def fill(self, stage_s: ArrayLike) -> FloatArray:
+        """C chunks through a stage of ``stage_s`` each, then an upload of t_u each."""
+        x = np.asarray(stage_s, dtype=np.float64)
+        return np.asarray(x + self.chunk_up_s + (self.chunks - 1) * np.maximum(x, self.chunk_up_s),
+                          dtype=np.float64)
+
+    def aggregator(self, workers: ArrayLike, lockstep: bool = False) -> FloatArray:
+        """c_a for W workers (:meth:`published`, then the other merged shards' last chunk
+        down); 0 for a single worker."""
         up, down = self.aggregator_transfers(workers)
-        chain = self.uploads_n + self.sent_down_s  # the last copy, after its sender's uploads
-        value = np.maximum(chain, both_ways(up, down, self.duplex)) + self.chunk_up_s
+        last_merged = self.published(workers, lockstep) + np.where(
+            self.aggregators > 1, self.chunk_down_s, 0.0)
+        value = np.maximum(both_ways(up, down, self.duplex), last_merged)
         return np.asarray(np.where(np.asarray(workers) > 1, value, 0.0), dtype=np.float64)
+
+    def cross_cycle(self, train_n: ArrayLike) -> FloatArray:
+        """HAP's bound through both roles, (T_n + K·C·t'_u + t'_d + t_u + t_d)/2.
+
+        A non-aggregator's uploads of iteration l end T_n + K·C·t'_u after its iteration l
+        began; its last copy comes down to an aggregator (t'_d), whose last merged chunk of
+        l goes up (t_u); the non-aggregator loads it in iteration l+1 (t_d). Two of its
+        iterations span that chain."""
+        chain = np.asarray(train_n, dtype=np.float64) + self.uploads_n + self.sent_down_s
+        return np.asarray((chain + self.chunk_up_s + self.chunk_down_s) / 2.0,
+                          dtype=np.float64)
 
 
 def pipelined_terms(platform: PlatformProfile, memory_mb: ArrayLike, model_mb: float,
@@ -101,14 +146,26 @@ def pipelined_terms(platform: PlatformProfile, memory_mb: ArrayLike, model_mb: f
     per_shard = float(chunks)
     uploads, downloads = k * per_shard * sent_up, k * per_shard * down
     duplex = platform.duplex_at(memory_mb)
-    return PipelinedTerms(
+    partial = PipelinedTerms(
         chunks=chunks, aggregators=k, duplex=duplex, chunk_up_s=up, chunk_down_s=down,
         sent_up_s=sent_up, sent_down_s=sent_down, uploads_n=uploads, downloads_n=downloads,
-        floor_a=uploads + sent_down + up,
-        fixed_a=(k - 1.0) * per_shard * down + up,
+        floor_a=np.zeros_like(up), fixed_a=np.zeros_like(up),
         per_peer=np.asarray(per_shard * sent_down, dtype=np.float64),
-        non_aggregator=both_ways(uploads, downloads, duplex),
-    )
+        non_aggregator=both_ways(uploads, downloads, duplex))
+    floor_a, fixed_a = _aggregator_floors(partial)
+    return replace(partial, floor_a=floor_a, fixed_a=fixed_a)
+
+
+def _aggregator_floors(t: PipelinedTerms) -> tuple[FloatArray, FloatArray]:
+    """floor_a and fixed_a (module docstring): c_a's bounds that hold at every W >= 2."""
+    peers = t.aggregators - 1.0
+    several = peers > 0
+    merged_down = np.where(several, t.chunk_down_s, 0.0)
+    own_uploads = peers * t.chunks * t.sent_up_s + t.chunks * t.chunk_up_s
+    from_peers = np.where(several, t.fill(peers * t.sent_up_s) + t.sent_down_s, 0.0)
+    floor_a = np.maximum(own_uploads, from_peers) + merged_down
+    fixed_a = np.maximum(peers * t.chunks * t.chunk_down_s, t.chunk_up_s + merged_down)
+    return np.asarray(floor_a, dtype=np.float64), np.asarray(fixed_a, dtype=np.float64)
 
 
 def both_ways(up: ArrayLike, down: ArrayLike, duplex: ArrayLike) -> FloatArray:

@@ -15,7 +15,7 @@ from fasdl.plan import Plan
 from planner.cli import main
 from planner.cost_model import Problem, evaluate
 from planner.exchange_cost import exchange_cost
-from planner.pipelined import CHUNK_CHOICES, chunk_choices
+from planner.pipelined import CHUNK_CHOICES, chunk_choices, pipelined_terms
 from planner.profiles import load_platform, load_prices, load_workload
 from planner.search import AUTO, BN_RULES, PIPELINED, exact, exhaustive
 from tests.planner.problems import problems, with_duplex
@@ -52,11 +52,38 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
 
     up_a = (k - 1) * c * sent_up + c * up  # its other shards, then its merged one
     down_a = (w - 1) * c * sent_down + (k - 1) * c * down  # its shard's copies, merged others
-    comm_a = max(k * c * sent_up + sent_down, both(up_a, down_a)) + up
     comm_n = both(k * c * sent_up, k * c * down)
+    others = k < w
+
+    def comm_a(lockstep: bool) -> tuple[float, float]:
+        published = merged_chunks_up(c, w, k, up, sent_up, sent_down, lockstep)
+        return max(both(up_a, down_a), published + (down if k > 1 else 0.0)), published
+
     if bsp:
-        return max(train_a, train_n if k < w else 0.0) + comm_a + (down if k < w else 0.0)
-    return max(train_a + comm_a, train_n + comm_n if k < w else 0.0)
+        comm, published = comm_a(True)
+        loaded = max(comm_n, published + down) if others else 0.0
+        return max(train_a, train_n if others else 0.0) + max(comm, loaded)
+    cross = (train_n + k * c * sent_up + sent_down + up + down) / 2
+    return max(train_a + comm_a(False)[0],
+               max(train_n + comm_n, cross) if others else 0.0)
+
+
+def merged_chunks_up(c: int, w: int, k: int, up: float, sent_up: float, sent_down: float,
+                     lockstep: bool) -> float:
+    """When an aggregator's last merged chunk is up, chunk by chunk: chunk j's copies come
+    down one after another on its link and each after its sender uploaded it (in step with
+    it: under BSP a non-aggregator, K uploads per chunk; under HAP another aggregator, K − 1);
+    its other shards go up first, then each merged chunk once its copies are in."""
+    per_chunk = k * sent_up if lockstep else (k - 1) * sent_up
+    link, ready = 0.0, []
+    for j in range(c):
+        link += (w - 1) * sent_down
+        sender = (j + 1) * per_chunk + sent_down if lockstep or k > 1 else 0.0
+        ready.append(max(link, sender))
+    clock = (k - 1) * c * sent_up
+    for moment in ready:
+        clock = max(clock, moment) + up
+    return clock
 
 
 @settings(max_examples=200, deadline=None)
@@ -75,6 +102,26 @@ def test_iteration_follows_the_chunk_formula(problem: Problem, w: int, k_share: 
     ev = evaluate(chunked, w, memory, k, ba, bn, bsp=bsp)
     assert float(ev.iteration_s[0]) == pytest.approx(
         expected_iteration(chunked, w, memory, k, ba, bn, bsp), rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(problem=problems(), w=st.integers(2, 8) | st.integers(2, 1000), k_share=st.floats(0.0, 1.0),
+       memory=st.integers(1, 80).map(lambda step: 128 * step),
+       chunks=st.sampled_from(CHUNK_CHOICES), duplex=st.sampled_from([1.0, 0.5, 0.0]),
+       dtype=st.sampled_from(["float32", "bfloat16"]), lockstep=st.booleans())
+def test_the_search_bounds_never_exceed_the_aggregator_exchange(
+        problem: Problem, w: int, k_share: float, memory: int, chunks: int, duplex: float,
+        dtype: str, lockstep: bool) -> None:
+    """planner/bounded.py prunes with c_a >= max(floor_a, fixed_a + (W−1)·per_peer): a bound
+    above c_a would drop a configuration that may win."""
+    k = max(1, round(k_share * w))
+    chunked = dataclasses.replace(problem, platform=with_duplex(problem.platform, duplex),
+                                  exchange_dtype=dtype)
+    terms = pipelined_terms(chunked.platform, memory, chunked.workload.model_mb, k, chunks,
+                            chunked.upload_share)
+    exchange = float(terms.aggregator(w, lockstep=lockstep))
+    bound = max(float(terms.floor_a), float(terms.fixed_a + (w - 1) * terms.per_peer))
+    assert bound <= exchange * (1 + 1e-12)
 
 
 def test_duplex_and_streaming_beat_the_phases_on_a_large_model() -> None:
