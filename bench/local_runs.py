@@ -152,6 +152,11 @@ def run_plan(plan_path: Path, plan: Plan, *, report_dir: Path, emulate: str | No
 
 def worker_iteration_times(log_dir: Path) -> dict[int, list[float]]:
     """Per worker, the ``IterationTime`` EMF values of its first successful invocation."""
+    return worker_metric_values(log_dir, "IterationTime")
+
+
+def worker_metric_values(log_dir: Path, name: str) -> dict[int, list[float]]:
+    """Per worker, the EMF values of metric ``name`` of its first invocation that has any."""
     found: dict[int, list[float]] = {}
     for log in sorted(log_dir.glob("*.log")):
         match = _WORKER_LOG.search(log.name)
@@ -160,10 +165,10 @@ def worker_iteration_times(log_dir: Path) -> dict[int, list[float]]:
         worker = int(match.group(3))
         values: list[float] = []
         for line in log.read_text(errors="replace").splitlines():
-            if '"IterationTime"' not in line or not line.startswith("{"):
+            if f'"{name}"' not in line or not line.startswith("{"):
                 continue
             record: dict[str, Any] = json.loads(line)
-            found_values: Any = record.get("IterationTime")
+            found_values: Any = record.get(name)
             values += [float(v) for v in (found_values if isinstance(found_values, list)
                                           else [found_values])]
         if values and worker not in found:

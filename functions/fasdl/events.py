@@ -57,7 +57,9 @@ iteration of an invocation, covers staggered cold starts; default 120) or
 Metrics: workers print CloudWatch EMF records in namespace env ``FASDL_METRICS_NAMESPACE``
 (``FasDL``) with the single dimension ``Stack`` = env ``FASDL_STACK``; metric names
 ``IterationTime ComputeTime UploadTime AggregateTime DownloadTime IdleTime`` (unit Seconds)
-and ``Loss`` (unit None). The dashboard (infra/monitoring.py) reads exactly these.
+and ``Loss`` (unit None), which the dashboard (infra/monitoring.py) reads, and ``CpuTime``
+(Seconds: the worker process's CPU over the iteration, all threads; against IterationTime it
+shows the share of M/1769 vCPU used).
 
 Environment of every function: ``FASDL_STACK FASDL_CHANNEL FASDL_DEPLOYMENT
 FASDL_DATASETS_BUCKET FASDL_RESULTS_BUCKET FASDL_EXCHANGE_BUCKET FASDL_EXCHANGE_PREFIX

@@ -242,6 +242,7 @@ def _train(job: _Job, event: WorkerEvent, settings: Settings, guard: TimeGuard, 
         batch = training_tensors(*job.stream.next_batch(), job.plan.training.augmentation,
                                  seed=job.plan.training.seed, worker=event.worker,
                                  iteration=iteration)
+        cpu_before = time.process_time()
         try:
             stats = job.worker.step(*batch, iteration)
         except ChannelTimeout:
@@ -252,7 +253,7 @@ def _train(job: _Job, event: WorkerEvent, settings: Settings, guard: TimeGuard, 
         guard.observe(time.perf_counter() - iteration_began)  # batch + delay included
         result.add(stats)
         if metrics is not None:
-            metrics.record(stats)
+            metrics.record(stats, cpu_s=time.process_time() - cpu_before)
 
 
 def _checkpoint(job: _Job, store: Channel, event: WorkerEvent, settings: Settings,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.local_runs import worker_metric_values
 from fasdl.plan import Deployment, Plan, Training, Workload
 from infra.settings import REPO_ROOT
 
@@ -51,3 +52,12 @@ def test_pipelined_run_under_lambda_emulation_succeeds_within_memory(tmp_path: P
     logs = "".join(path.read_text(errors="replace")
                    for path in (report_dir / "logs").glob("ComputeWorker*.log"))
     assert "CPU capped at 0.58 vCPU" in logs  # 1024 / 1769 of a core: the emulation was on
+    # every iteration meters its CPU; over the run a worker cannot have used more than its
+    # share of the wall time (the throttle's 20 ms burst allowance aside)
+    cpu, wall = (worker_metric_values(report_dir / "logs", name)
+                 for name in ("CpuTime", "IterationTime"))
+    assert sorted(cpu) == sorted(wall) == [0, 1]
+    for worker in cpu:
+        assert len(cpu[worker]) == len(wall[worker]) > 10
+        assert all(value > 0 for value in cpu[worker])
+        assert sum(cpu[worker]) <= 0.58 * sum(wall[worker]) + 0.05

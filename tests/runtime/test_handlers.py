@@ -350,15 +350,17 @@ def test_metrics_are_emf_with_the_stack_dimension_only(
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "would-add-a-dimension")
     metrics = StepMetrics("FasDL", "my-stack")
     for iteration in range(3):
-        metrics.record(StepStats(iteration, 2.0 - iteration, 0.1, 0.2, 0.3, 0.4, 0.5, 1, 2))
+        metrics.record(StepStats(iteration, 2.0 - iteration, 0.1, 0.2, 0.3, 0.4, 0.5, 1, 2),
+                       cpu_s=0.25 * iteration)
     metrics.flush()
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     directive = record["_aws"]["CloudWatchMetrics"][0]
     assert directive["Namespace"] == "FasDL" and directive["Dimensions"] == [["Stack"]]
     names = {metric["Name"] for metric in directive["Metrics"]}
     assert names == {"IterationTime", "ComputeTime", "UploadTime", "AggregateTime",
-                     "DownloadTime", "IdleTime", "Loss"}
+                     "DownloadTime", "IdleTime", "CpuTime", "Loss"}
     assert record["Stack"] == "my-stack" and record["Loss"] == [2.0, 1.0, 0.0]
+    assert record["CpuTime"] == [0.0, 0.25, 0.5]
     assert record["IterationTime"][0] == pytest.approx(1.5)
 
 
