@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from planner.client_cpu import exchange_cpu_bounds
 from planner.pipelined import pipelined_terms
 
 if TYPE_CHECKING:
@@ -80,7 +81,20 @@ def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
     """An aggregator's (upload, aggregate, download) seconds and the iteration's, HAP or BSP.
 
     Pipelined (C > 1): upload and download are its K·C and (W+K−2)·C chunk requests and
-    aggregate what the pipeline adds to the longer of the two (planner/pipelined.py)."""
+    aggregate what the pipeline adds to the longer of the two (planner/pipelined.py). Either
+    way the iteration is at least each role's T_train + CPU_exchange/vCPUs(M)
+    (planner/client_cpu.py)."""
+    upload, aggregate, download, iteration = _transfer_bound(problem, w, mem, k, train_a,
+                                                             train_n, bsp)
+    cpu_a, cpu_n = exchange_cpu_bounds(problem, w, mem, k)  # 0 unless profiled
+    cpu_bound = np.maximum(train_a + cpu_a, np.where(k < w, train_n + cpu_n, 0.0))
+    return upload, aggregate, download, np.maximum(iteration, cpu_bound)
+
+
+def _transfer_bound(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
+                    train_a: FloatArray, train_n: FloatArray, bsp: NDArray[np.bool_]
+                    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """iteration_times() as the transfers alone set it."""
     others = k < w  # K = W has no non-aggregator: its terms must not bind
     if problem.exchange_chunks > 1:
         chunks = problem.exchange_chunks

@@ -15,10 +15,11 @@ paper's Eq. 3-2..3-4 take them (and the local emulator shapes them, local/shapin
   shards (D_a = (W−1)·C·t'_d + (K−1)·C·t_d). Merged chunk c goes up once its copies are in:
   after (c+1)·p with p = (W−1)·t'_d on its own link, and after (c+1)·q + t'_d with q the
   upload seconds per chunk of the last sender in step with it (HAP: another aggregator,
-  q = (K−1)·t'_u, none at K = 1; BSP: a non-aggregator, q = K·t'_u). A two-stage pipeline
-  of C chunks with stages x and t_u ends x + t_u + (C−1)·max(x, t_u) after it starts, so
-  its last merged chunk is up at
-      P = max(U_a, fill(p), fill(q) + t'_d),   fill(x) = x + t_u + (C−1)·max(x, t_u)
+  q = (K−1)·t'_u, none at K = 1; BSP: a non-aggregator, q = K·t'_u). Between the two it
+  folds the chunk's W copies, f = W·s_c·κ_fold/vCPUs(M) (planner/client_cpu.py; 0 where the
+  profile has no CPU figures). A pipeline of C chunks through stages x, f and t_u ends
+  x + f + t_u + (C−1)·max(x, f, t_u) after it starts, so its last merged chunk is up at
+      P = max(U_a, fill(p), fill(q) + t'_d),   fill(x) = x + f + t_u + (C−1)·max(x, f, t_u)
   and the other aggregators' last merged chunk comes down t_d later (K > 1):
       c_a = max(U_a ∥ D_a, P + t_d·[K > 1])
 - HAP: non-aggregators run ahead of the aggregators, up to a bound through both roles: a
@@ -44,7 +45,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from planner.profiles import Direction, PlatformProfile
+from planner.profiles import Direction, PlatformProfile, lambda_vcpus
 
 FloatArray = NDArray[np.float64]
 # The chunk counts the pipelined pattern's search tries: each doubles the requests of the one
@@ -74,6 +75,7 @@ class PipelinedTerms:
     fixed_a: FloatArray        # c_a's floor less (W−1)·per_peer
     per_peer: FloatArray       # C·t'_d
     non_aggregator: FloatArray  # c_n = (K·C·t'_u) ∥ (K·C·t_d)
+    fold_per_copy_s: FloatArray  # s_c·κ_fold/vCPUs(M): folding one copy of a chunk
 
     def aggregator_transfers(self, workers: ArrayLike) -> tuple[FloatArray, FloatArray]:
         """An aggregator's (U_a, D_a) = ((K−1)·C·t'_u + C·t_u, (W−1)·C·t'_d + (K−1)·C·t_d):
@@ -92,19 +94,22 @@ class PipelinedTerms:
         began; ``lockstep`` (BSP): every worker's uploads start together."""
         w = np.asarray(workers, dtype=np.float64)
         up, _ = self.aggregator_transfers(w)
-        own_link = self.fill((w - 1.0) * self.sent_down_s)
+        fold = w * self.fold_per_copy_s
+        own_link = self.fill((w - 1.0) * self.sent_down_s, fold)
         if lockstep:
-            sender = self.fill(self.aggregators * self.sent_up_s) + self.sent_down_s
+            sender = self.fill(self.aggregators * self.sent_up_s, fold) + self.sent_down_s
         else:
             peers = self.aggregators - 1.0
-            sender = np.where(peers > 0, self.fill(peers * self.sent_up_s) + self.sent_down_s,
-                              0.0)
+            sender = np.where(peers > 0,
+                              self.fill(peers * self.sent_up_s, fold) + self.sent_down_s, 0.0)
         return np.asarray(np.maximum(np.maximum(up, own_link), sender), dtype=np.float64)
 
-    def fill(self, stage_s: ArrayLike) -> FloatArray:
-        """C chunks through a stage of ``stage_s`` each, then an upload of t_u each."""
-        x = np.asarray(stage_s, dtype=np.float64)
-        return np.asarray(x + self.chunk_up_s + (self.chunks - 1) * np.maximum(x, self.chunk_up_s),
+    def fill(self, stage_s: ArrayLike, fold_s: ArrayLike = 0.0) -> FloatArray:
+        """C chunks through a stage of ``stage_s`` each, a fold of ``fold_s`` each, then an
+        upload of t_u each."""
+        x, f = np.asarray(stage_s, dtype=np.float64), np.asarray(fold_s, dtype=np.float64)
+        slowest = np.maximum(np.maximum(x, f), self.chunk_up_s)
+        return np.asarray(x + f + self.chunk_up_s + (self.chunks - 1) * slowest,
                           dtype=np.float64)
 
     def aggregator(self, workers: ArrayLike, lockstep: bool = False) -> FloatArray:
@@ -151,13 +156,16 @@ def pipelined_terms(platform: PlatformProfile, memory_mb: ArrayLike, model_mb: f
         sent_up_s=sent_up, sent_down_s=sent_down, uploads_n=uploads, downloads_n=downloads,
         floor_a=np.zeros_like(up), fixed_a=np.zeros_like(up),
         per_peer=np.asarray(per_shard * sent_down, dtype=np.float64),
-        non_aggregator=both_ways(uploads, downloads, duplex))
+        non_aggregator=both_ways(uploads, downloads, duplex),
+        fold_per_copy_s=np.asarray(chunk_mb * platform.cpu_fold_mb_s / lambda_vcpus(memory_mb),
+                                   dtype=np.float64))
     floor_a, fixed_a = _aggregator_floors(partial)
     return replace(partial, floor_a=floor_a, fixed_a=fixed_a)
 
 
 def _aggregator_floors(t: PipelinedTerms) -> tuple[FloatArray, FloatArray]:
-    """floor_a and fixed_a (module docstring): c_a's bounds that hold at every W >= 2."""
+    """floor_a and fixed_a (module docstring): c_a's bounds that hold at every W >= 2 (the
+    fold, which grows with W, left out)."""
     peers = t.aggregators - 1.0
     several = peers > 0
     merged_down = np.where(several, t.chunk_down_s, 0.0)

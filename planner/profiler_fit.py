@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares, lsq_linear
 
+from planner.client_cpu import with_client_cpu
 from planner.profiler_samples import (
     DuplexRecord,
     SampleError,
@@ -311,6 +312,7 @@ def run_fit(request: FitRequest) -> tuple[list[str], dict[str, Any]]:
             torch_load_cpu_s=(DEFAULT_TORCH_LOAD_CPU_S if request.torch_load_cpu_s is None
                               else request.torch_load_cpu_s),
             duplex=samples.duplex)
+        platform = with_client_cpu(platform, samples.transfer, channel)
         Path(paths["platform"]).write_text(json.dumps(platform.to_dict(), indent=2) + "\n")
         lines.append(f"platform {platform.name}: duplex "
                      + (", ".join(f"{d:g}" for d in platform.duplex) + " (1 = upload and "

@@ -44,6 +44,8 @@ class TransferRecord:
     size_mb: float
     seconds: float
     arch: str | None = None
+    cpu_s: float | None = None  # process CPU of the transfer (older samples: not recorded)
+    fold_cpu_s: float | None = None  # a download's: folding its values as an aggregator does
 
 
 @dataclass(frozen=True)
@@ -105,9 +107,20 @@ def parse_record(record: object, where: str) -> TrainSample | TransferRecord | D
     if direction not in DIRECTIONS:
         raise SampleError(f"{where}: field 'direction' must be up or down, got {direction!r}")
     arch = record.get("arch")
+    cpu_s, fold_cpu_s = (_cpu_seconds(record, name, where) for name in ("cpu_s", "fold_cpu_s"))
     return TransferRecord(memory, str(channel), str(direction),
                           float(_positive(record, "size_mb", where)), seconds,
-                          arch if isinstance(arch, str) else None)
+                          arch if isinstance(arch, str) else None, cpu_s, fold_cpu_s)
+
+
+def _cpu_seconds(record: dict[str, Any], name: str, where: str) -> float | None:
+    """An optional CPU time: >= 0 (a fast step can read 0 at the clock's resolution)."""
+    value = record.get(name)
+    if value is None:
+        return None
+    if not is_number(value) or not math.isfinite(value) or value < 0:
+        raise SampleError(f"{where}: field {name!r} must be a number >= 0, got {value!r}")
+    return float(value)
 
 
 def read_samples(paths: Sequence[str | Path]) -> Samples:

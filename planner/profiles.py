@@ -153,6 +153,10 @@ class WorkloadProfile:
         return construct(cls, data)
 
 
+CPU_FIELDS = ("cpu_up_request_s", "cpu_up_mb_s", "cpu_down_request_s", "cpu_down_mb_s",
+              "cpu_fold_mb_s")
+
+
 @dataclass(frozen=True)
 class PlatformProfile:
     """Per-memory transfer coefficients of one channel: tp = p(M)·(1 − e^(−t(M)·S)) MB/s."""
@@ -171,6 +175,13 @@ class PlatformProfile:
     # Per memory, how far an upload and a download overlap (planner/pipelined.py's d: 1 =
     # full duplex, 0 = one shared link); () = full duplex everywhere (not profiled).
     duplex: tuple[float, ...] = ()
+    # The client's CPU seconds (at one vCPU) per request and per MB each way, and per MB an
+    # aggregator folds; profiled, 0 = not measured (planner/exchange_time.py's CPU bound).
+    cpu_up_request_s: float = 0.0
+    cpu_up_mb_s: float = 0.0
+    cpu_down_request_s: float = 0.0
+    cpu_down_mb_s: float = 0.0
+    cpu_fold_mb_s: float = 0.0
 
     def __post_init__(self) -> None:
         text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
@@ -199,6 +210,8 @@ class PlatformProfile:
                 raise bad("duplex", f"must have one value in [0, 1] per memory "
                                     f"({len(memories)}), got {list(duplex)}")
             set_field(self, "duplex", duplex)
+        for name in CPU_FIELDS:
+            set_field(self, name, number(name, getattr(self, name), low=0.0))
 
     def cold_start_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
         """Overhead + torch load: a run is charged one (its later segments start warm)."""
@@ -254,6 +267,9 @@ class PlatformProfile:
         data = asdict(self)
         if not self.duplex:
             del data["duplex"]  # not profiled: the files stay as they were
+        if not any(data[name] for name in CPU_FIELDS):
+            for name in CPU_FIELDS:
+                del data[name]
         return {key: list(value) if isinstance(value, tuple) else value
                 for key, value in data.items()}
 

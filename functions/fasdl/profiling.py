@@ -16,7 +16,9 @@ Per invocation (one M, the function's configured memory):
 * **transfer time** of shard frames of each size through the exchange channel(s): encode +
   ``put`` (up) and ``get`` + decode (down) of random float32 values, as workers exchange
   them, ``transfer_repeats`` times, after one untimed round trip that opens the connection
-  (workers reuse theirs);
+  (workers reuse theirs); each also records the process CPU it took (``cpu_s``), and a
+  download the CPU of folding the values into a float64 sum as an aggregator does
+  (``fold_cpu_s``): at a fraction of a vCPU that CPU, not the network, can set the pace;
 * **duplex**: an upload of one size (the largest profiled size up to 16 MB) and as many
   downloads of it as take about as long, first one after the other, then both at once,
   ``transfer_repeats`` times: whether a function's upload and download overlap, which the
@@ -29,7 +31,7 @@ in the results bucket::
      "model": "cnn", "model_mb": 0.02, "input_shape": [3, 32, 32], "num_classes": 10,
      "repeats": 5, "threads": 2, "peak_method": "VmHWM-reset"}
     {"kind": "transfer", "memory_mb": 2048, "channel": "s3", "direction": "up",
-     "size_mb": 4.0, "seconds": 0.094, "arch": "x86_64"}
+     "size_mb": 4.0, "seconds": 0.094, "cpu_s": 0.011, "arch": "x86_64"}
     {"kind": "duplex", "memory_mb": 2048, "channel": "s3", "size_mb": 16.0, "downloads": 2,
      "seconds": 0.31, "up_s": 0.29, "down_s": 0.27, "arch": "x86_64"}
 
@@ -56,6 +58,7 @@ import numpy as np
 
 from fasdl.channel.base import Channel
 from fasdl.field_types import is_int_at_least, is_number
+from fasdl.inflight import SCALED_AT_ONCE, add_weighted
 from fasdl.wire import decode_shard, encode_shard
 
 PROFILES_PREFIX = "profiles/"
@@ -257,26 +260,41 @@ def measure_transfers(channel: Channel, name: str, memory_mb: float, sizes_mb: S
                 keys.append(key)
                 # timed as workers exchange shards: framing + crc on the way up, crc + checks
                 # on the way down; that CPU scales with M like the transfer does
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 channel.put(key, encode_shard(values, run=prefix, iteration=attempt, worker=0,
                                               shard=0))
-                up = time.perf_counter() - start
-                start = time.perf_counter()
+                up, up_cpu = time.perf_counter() - start, time.process_time() - cpu
+                start, cpu = time.perf_counter(), time.process_time()
                 data = channel.try_get(key)
                 if data is None:
                     raise RuntimeError(f"{name}: read back {key!r} missing")
                 decoded = decode_shard(data, run=prefix, iteration=attempt, shard=0, worker=0,
                                        expected_count=values.size, dtype=values.dtype)
-                down = time.perf_counter() - start
+                down, down_cpu = time.perf_counter() - start, time.process_time() - cpu
                 if decoded.size != values.size:
                     raise RuntimeError(f"{name}: read back {key!r} incomplete")
-                for direction, seconds in (("up", up), ("down", down)):
+                for direction, seconds, cpu_s in (("up", up, up_cpu), ("down", down, down_cpu)):
                     records.append({"kind": "transfer", "memory_mb": memory_mb,
                                     "channel": name, "direction": direction,
-                                    "size_mb": size, "seconds": seconds, "arch": arch})
+                                    "size_mb": size, "seconds": seconds, "cpu_s": cpu_s,
+                                    "arch": arch})
+                records[-1]["fold_cpu_s"] = fold_cpu_s(decoded)
     finally:
         channel.delete(keys)
     return records
+
+
+def fold_cpu_s(values: np.ndarray) -> float:
+    """Process CPU of folding ``values`` into a float64 sum, as an aggregator folds a copy.
+    The sum and scratch are written once before: an aggregator reuses its accumulator, and
+    first-touch page faults cost 3-8x the fold itself."""
+    total = np.zeros(values.size, dtype=np.float64)
+    scratch = np.empty(min(values.size, SCALED_AT_ONCE), dtype=np.float64)
+    total.fill(1.0)
+    scratch.fill(1.0)
+    cpu = time.process_time()
+    add_weighted(total, values, 0.5, scratch)
+    return time.process_time() - cpu
 
 
 def duplex_size_mb(sizes_mb: Sequence[float]) -> float:

@@ -27,8 +27,9 @@ def workloads(draw: Any) -> WorkloadProfile:
 
 
 @st.composite
-def platforms(draw: Any, channel: str = "s3") -> PlatformProfile:
-    """Bandwidth that does not fall as memory grows, as on Lambda."""
+def platforms(draw: Any, channel: str = "s3", client_cpu: bool = False) -> PlatformProfile:
+    """Bandwidth that does not fall as memory grows, as on Lambda; with ``client_cpu`` the
+    exchange's CPU per request and MB is drawn too (else 0: not profiled)."""
     def rising(low: float, high: float) -> tuple[float, ...]:
         values = draw(st.lists(st.floats(low, high), min_size=len(PROFILED_MEMORIES),
                                max_size=len(PROFILED_MEMORIES)))
@@ -38,12 +39,24 @@ def platforms(draw: Any, channel: str = "s3") -> PlatformProfile:
         memory_mb=PROFILED_MEMORIES, up_peak=rising(5.0, 150.0), up_rate=rising(0.01, 2.0),
         down_peak=rising(5.0, 150.0), down_rate=rising(0.01, 2.0),
         invocation_overhead_s=draw(st.floats(0.0, 5.0)),
-        torch_load_cpu_s=draw(st.floats(0.0, 30.0)))
+        torch_load_cpu_s=draw(st.floats(0.0, 30.0)),
+        **(draw(cpu_coefficients()) if client_cpu else {}))
+
+
+def cpu_coefficients() -> st.SearchStrategy[dict[str, float]]:
+    """κ per request (up to 20 ms) and per MB (up to 20 ms/MB), or none profiled."""
+    per = st.floats(0.0, 0.02)
+    drawn = st.fixed_dictionaries({
+        "cpu_up_request_s": per, "cpu_up_mb_s": per, "cpu_down_request_s": per,
+        "cpu_down_mb_s": per, "cpu_fold_mb_s": st.floats(0.0, 0.01)})
+    return st.one_of(st.just({}), drawn)
 
 
 @st.composite
-def problems(draw: Any, channel: str | None = None, small: bool = False) -> Problem:
-    """A problem; ``small`` keeps the grid small enough for the exhaustive reference."""
+def problems(draw: Any, channel: str | None = None, small: bool = False,
+             client_cpu: bool = False) -> Problem:
+    """A problem; ``small`` keeps the grid small enough for the exhaustive reference;
+    ``client_cpu`` may give the platform the exchange's CPU (planner/client_cpu.py)."""
     chosen = channel or draw(st.sampled_from(["s3", "valkey"]))
     cap = draw(st.integers(16, 160 if small else 1024))
     fields: dict[str, Any] = {}
@@ -51,7 +64,8 @@ def problems(draw: Any, channel: str | None = None, small: bool = False) -> Prob
         top = draw(st.sampled_from([1024, 1536, 2048]))
         fields = {"memory_min_mb": 128, "memory_max_mb": top, "max_workers": 8}
     return Problem(
-        workload=draw(workloads()), platform=draw(platforms(chosen)), prices=load_prices(),
+        workload=draw(workloads()), platform=draw(platforms(chosen, client_cpu)),
+        prices=load_prices(),
         epochs=draw(st.integers(1, 40)), deadline_s=draw(st.floats(60.0, 50_000.0)),
         max_global_batch=cap, timeout_s=900.0, timeout_margin_s=60.0,
         own_shard_local=draw(st.booleans()), **fields)

@@ -55,31 +55,54 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
     comm_n = both(k * c * sent_up, k * c * down)
     others = k < w
 
+    vcpus = min(memory / 1769, 6.0)
+    fold = w * chunk_mb * platform.cpu_fold_mb_s / vcpus  # its W copies of one chunk
+
     def comm_a(lockstep: bool) -> tuple[float, float]:
-        published = merged_chunks_up(c, w, k, up, sent_up, sent_down, lockstep)
+        published = merged_chunks_up(c, w, k, (up, sent_up, sent_down, fold), lockstep)
         return max(both(up_a, down_a), published + (down if k > 1 else 0.0)), published
 
     if bsp:
         comm, published = comm_a(True)
         loaded = max(comm_n, published + down) if others else 0.0
-        return max(train_a, train_n if others else 0.0) + max(comm, loaded)
-    cross = (train_n + k * c * sent_up + sent_down + up + down) / 2
-    return max(train_a + comm_a(False)[0],
-               max(train_n + comm_n, cross) if others else 0.0)
+        transfers = max(train_a, train_n if others else 0.0) + max(comm, loaded)
+    else:
+        cross = (train_n + k * c * sent_up + sent_down + up + down) / 2
+        transfers = max(train_a + comm_a(False)[0],
+                        max(train_n + comm_n, cross) if others else 0.0)
+    cpu_a, cpu_n = exchange_cpu(problem, w, k)
+    return max(transfers, train_a + cpu_a / vcpus, train_n + cpu_n / vcpus if others else 0.0)
 
 
-def merged_chunks_up(c: int, w: int, k: int, up: float, sent_up: float, sent_down: float,
+def exchange_cpu(problem: Problem, w: int, k: int) -> tuple[float, float]:
+    """Each role's CPU per iteration from the requests and MB it moves and folds."""
+    p, c, u, model = (problem.platform, problem.exchange_chunks, problem.upload_share,
+                      problem.workload.model_mb)
+    shard = model / k
+    non_aggregator = (k * c * (p.cpu_up_request_s + p.cpu_down_request_s)
+                      + u * model * p.cpu_up_mb_s + model * p.cpu_down_mb_s)
+    aggregator = (k * c * p.cpu_up_request_s + (u * shard * (k - 1) + shard) * p.cpu_up_mb_s
+                  + (w + k - 2) * c * p.cpu_down_request_s
+                  + ((w - 1) * u + k - 1) * shard * p.cpu_down_mb_s
+                  + w * shard * p.cpu_fold_mb_s)
+    return aggregator, non_aggregator
+
+
+def merged_chunks_up(c: int, w: int, k: int, seconds: tuple[float, float, float, float],
                      lockstep: bool) -> float:
     """When an aggregator's last merged chunk is up, chunk by chunk: chunk j's copies come
     down one after another on its link and each after its sender uploaded it (in step with
     it: under BSP a non-aggregator, K uploads per chunk; under HAP another aggregator, K − 1);
-    its other shards go up first, then each merged chunk once its copies are in."""
+    it folds them one chunk after another; its other shards go up first, then each merged
+    chunk once folded. ``seconds``: t_u, t'_u, t'_d and one chunk's fold."""
+    up, sent_up, sent_down, fold = seconds
     per_chunk = k * sent_up if lockstep else (k - 1) * sent_up
-    link, ready = 0.0, []
+    link, folded, ready = 0.0, 0.0, []
     for j in range(c):
         link += (w - 1) * sent_down
         sender = (j + 1) * per_chunk + sent_down if lockstep or k > 1 else 0.0
-        ready.append(max(link, sender))
+        folded = max(folded, link, sender) + fold
+        ready.append(folded)
     clock = (k - 1) * c * sent_up
     for moment in ready:
         clock = max(clock, moment) + up
@@ -87,7 +110,7 @@ def merged_chunks_up(c: int, w: int, k: int, up: float, sent_up: float, sent_dow
 
 
 @settings(max_examples=200, deadline=None)
-@given(problem=problems(), w=st.integers(1, 40), k_share=st.floats(0.0, 1.0),
+@given(problem=problems(client_cpu=True), w=st.integers(1, 40), k_share=st.floats(0.0, 1.0),
        memory=st.integers(1, 80).map(lambda step: 128 * step), ba=st.integers(1, 256),
        extra=st.integers(0, 256), chunks=st.sampled_from(CHUNK_CHOICES), bsp=st.booleans(),
        duplex=st.sampled_from([1.0, 0.5, 0.0]), dtype=st.sampled_from(["float32", "bfloat16"]))
@@ -105,7 +128,8 @@ def test_iteration_follows_the_chunk_formula(problem: Problem, w: int, k_share: 
 
 
 @settings(max_examples=200, deadline=None)
-@given(problem=problems(), w=st.integers(2, 8) | st.integers(2, 1000), k_share=st.floats(0.0, 1.0),
+@given(problem=problems(client_cpu=True), w=st.integers(2, 8) | st.integers(2, 1000),
+       k_share=st.floats(0.0, 1.0),
        memory=st.integers(1, 80).map(lambda step: 128 * step),
        chunks=st.sampled_from(CHUNK_CHOICES), duplex=st.sampled_from([1.0, 0.5, 0.0]),
        dtype=st.sampled_from(["float32", "bfloat16"]), lockstep=st.booleans())
@@ -154,7 +178,7 @@ def test_s3_requests_and_their_cost_scale_with_the_chunks() -> None:
 
 
 @SEARCH_SETTINGS
-@given(problem=problems(small=True), rule=st.sampled_from(BN_RULES),
+@given(problem=problems(small=True, client_cpu=True), rule=st.sampled_from(BN_RULES),
        chunks=st.sampled_from(CHUNK_CHOICES), objective=st.sampled_from(["cost", "time"]),
        duplex=st.sampled_from([1.0, 0.3]), dtype=st.sampled_from(["float32", "bfloat16"]))
 def test_exact_equals_exhaustive_for_every_chunk_count(problem: Problem, rule: str,

@@ -52,7 +52,7 @@ def assert_satisfies_constraints(problem: Problem, choice: Choice) -> None:
 
 
 @SEARCH_SETTINGS
-@given(problem=problems(small=True), rule=st.sampled_from(BN_RULES),
+@given(problem=problems(small=True, client_cpu=True), rule=st.sampled_from(BN_RULES),
        objective=st.sampled_from(["cost", "time"]),
        dtype=st.sampled_from(["float32", "bfloat16"]))
 def test_exact_equals_exhaustive_on_random_problems(problem: Problem, rule: str,

@@ -102,6 +102,14 @@ def test_profile_collect_and_fit(seaweed: SeaweedS3Server, tmp_path: Path,
     duplex = [r for r in records if r["kind"] == "duplex"]
     assert len(duplex) == 4 and all(r["seconds"] > 0 and r["downloads"] >= 1 for r in duplex)
     assert len(platform.duplex) == 2 and all(0.0 <= d <= 1.0 for d in platform.duplex)
+    # every transfer meters its CPU (framing, checksums, the client), a download its fold too,
+    # and the fit turns them into the profile's per-request and per-MB CPU
+    transfer = [r for r in records if r["kind"] == "transfer"]
+    assert all(r["cpu_s"] > 0 for r in transfer)
+    assert all(r["fold_cpu_s"] >= 0 for r in transfer if r["direction"] == "down")
+    assert platform.cpu_up_request_s + platform.cpu_up_mb_s > 0
+    assert platform.cpu_down_request_s + platform.cpu_down_mb_s > 0
+    assert platform.cpu_fold_mb_s >= 0
 
 
 @pytest.mark.usefixtures("lambda_env")

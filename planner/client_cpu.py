@@ -1,0 +1,101 @@
+"""The client's CPU in the exchange: profiled per request and per MB, charged per iteration.
+
+A Lambda function gets M/1769 vCPU. Framing and checksums, the client library and an
+aggregator's fold all run on that share, and at 0.29 vCPU (512 MB) they can take longer than
+the transfers they serve: with uploads overlapping downloads (the pipelined exchange) the
+roles' CPU, not the network, set the pace in bench.prediction. Hence, per role and iteration,
+
+    T ≥ T_train + CPU_exchange / vCPUs(M),
+    CPU_exchange = n_up·κ_req^up + MB_up·κ_MB^up + n_down·κ_req^down + MB_down·κ_MB^down
+                   + MB_folded·κ_fold
+
+(T_train is the profiled wall time of a step at that share, so CPU_train/vCPUs(M) again).
+The κ come from the profiler's transfer samples (``cpu_s``, ``fold_cpu_s``); a profile
+without them (the shipped ones: never measured on AWS) has κ = 0 and the bound is void.
+Traffic per iteration is the runtime's (an aggregator keeps its own shard), C requests per
+shard (C = 1: the phased exchange), u = the uploads' share of float32 bytes:
+
+- non-aggregator: up K·C requests, u·S_m MB; down K·C requests, S_m MB
+- aggregator: up K·C requests, u·S_m·(K−1)/K + S_m/K MB; down (W+K−2)·C requests,
+  ((W−1)·u + K−1)·S_m/K MB; folded W·S_m/K MB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from planner.profiles import DIRECTIONS, PlatformProfile, lambda_vcpus
+
+if TYPE_CHECKING:
+    from planner.cost_model import Problem
+    from planner.profiler_samples import TransferRecord
+
+FloatArray = NDArray[np.float64]
+
+
+def exchange_cpu_bounds(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike,
+                        aggregators: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """CPU_exchange / vCPUs(M) of an aggregator and of a non-aggregator, per iteration."""
+    p = problem.platform
+    w, k = (np.asarray(x, dtype=np.float64) for x in (workers, aggregators))
+    c, model, u = float(problem.exchange_chunks), problem.workload.model_mb, problem.upload_share
+    shard = model / k
+
+    def cpu(up_requests: FloatArray, up_mb: FloatArray, down_requests: FloatArray,
+            down_mb: FloatArray) -> FloatArray:
+        return np.asarray(up_requests * p.cpu_up_request_s + up_mb * p.cpu_up_mb_s
+                          + down_requests * p.cpu_down_request_s + down_mb * p.cpu_down_mb_s,
+                          dtype=np.float64)
+
+    non_aggregator = cpu(k * c, np.full_like(k, u * model), k * c, np.full_like(k, model))
+    aggregator = (cpu(k * c, u * shard * (k - 1) + shard, (w + k - 2) * c,
+                      ((w - 1) * u + k - 1) * shard)
+                  + w * shard * p.cpu_fold_mb_s)
+    vcpus = lambda_vcpus(memory_mb)
+    alone = w <= 1
+    return (np.asarray(np.where(alone, 0.0, aggregator / vcpus), dtype=np.float64),
+            np.asarray(np.where(alone, 0.0, non_aggregator / vcpus), dtype=np.float64))
+
+
+def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str, float]:
+    """The profile's κ from ``channel``'s transfer samples: per direction, CPU = κ_req +
+    κ_MB·S by least squares with both >= 0 (over every memory: CPU seconds do not depend on
+    M); κ_fold the median fold CPU per MB. Zeros where the samples hold no CPU times."""
+    fitted: dict[str, float] = {}
+    for direction in DIRECTIONS:
+        timed = [(r.size_mb, r.cpu_s) for r in transfer
+                 if r.channel == channel and r.direction == direction and r.cpu_s is not None]
+        request_s, mb_s = _nonnegative_line(timed)
+        fitted[f"cpu_{direction}_request_s"] = request_s
+        fitted[f"cpu_{direction}_mb_s"] = mb_s
+    folds = [r.fold_cpu_s / r.size_mb for r in transfer
+             if r.channel == channel and r.fold_cpu_s is not None]
+    fitted["cpu_fold_mb_s"] = float(np.median(folds)) if folds else 0.0
+    return {name: float(f"{value:.4g}") for name, value in fitted.items()}
+
+
+def _nonnegative_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) >= 0 minimising the squared error of y = intercept + slope·x."""
+    from scipy.optimize import lsq_linear  # the fit's alone: planning does not load scipy
+
+    if not points:
+        return 0.0, 0.0
+    x, y = (np.asarray(values, dtype=np.float64) for values in zip(*points, strict=True))
+    design = np.column_stack([np.ones_like(x), x])
+    solution = lsq_linear(design, y, bounds=(0.0, np.inf)).x
+    return float(solution[0]), float(solution[1])
+
+
+def with_client_cpu(profile: PlatformProfile, transfer: Sequence[TransferRecord],
+                    channel: str) -> PlatformProfile:
+    """``profile`` with the κ fitted from ``transfer``."""
+    fitted = fit_client_cpu(transfer, channel)
+    return replace(profile, cpu_up_request_s=fitted["cpu_up_request_s"],
+                   cpu_up_mb_s=fitted["cpu_up_mb_s"],
+                   cpu_down_request_s=fitted["cpu_down_request_s"],
+                   cpu_down_mb_s=fitted["cpu_down_mb_s"], cpu_fold_mb_s=fitted["cpu_fold_mb_s"])

@@ -1,0 +1,120 @@
+"""The exchange's client CPU (planner/client_cpu.py): fitted from the profiler's samples,
+charged per role and iteration as T_train + CPU/vCPUs(M), stored in the platform profile."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from planner.client_cpu import exchange_cpu_bounds, fit_client_cpu
+from planner.cost_model import Problem, evaluate
+from planner.profile_fields import ProfileError
+from planner.profiler_samples import SampleError, TransferRecord, read_samples
+from planner.profiles import (
+    CPU_FIELDS,
+    PlatformProfile,
+    load_platform,
+    load_prices,
+    load_workload,
+)
+
+KAPPA = {"cpu_up_request_s": 0.004, "cpu_up_mb_s": 0.002, "cpu_down_request_s": 0.003,
+         "cpu_down_mb_s": 0.0015, "cpu_fold_mb_s": 0.001}
+
+
+def records(noise: float = 0.0) -> list[TransferRecord]:
+    draw = random.Random(7)
+    found = []
+    for memory in (512.0, 1024.0):
+        for size in (0.5, 2.0, 8.0):
+            for direction in ("up", "down"):
+                request = KAPPA[f"cpu_{direction}_request_s"]
+                per_mb = KAPPA[f"cpu_{direction}_mb_s"]
+                cpu = (request + per_mb * size) * (1 + noise * draw.uniform(-1, 1))
+                fold = KAPPA["cpu_fold_mb_s"] * size if direction == "down" else None
+                found.append(TransferRecord(memory, "s3", direction, size, 0.1, "x86_64",
+                                            cpu, fold))
+    return found
+
+
+def test_the_fit_recovers_the_coefficients() -> None:
+    fitted = fit_client_cpu(records(noise=0.02), "s3")
+    for name, value in KAPPA.items():
+        assert fitted[name] == pytest.approx(value, rel=0.1), name
+
+
+def test_the_fit_never_returns_a_negative_coefficient_and_zeros_without_cpu() -> None:
+    # CPU falling with size would give a negative slope: it is clipped to 0
+    falling = [dataclasses.replace(r, cpu_s=0.01 - 0.001 * r.size_mb) for r in records()]
+    assert all(value >= 0 for value in fit_client_cpu(falling, "s3").values())
+    untimed = [dataclasses.replace(r, cpu_s=None, fold_cpu_s=None) for r in records()]
+    assert set(fit_client_cpu(untimed, "s3").values()) == {0.0}
+    assert set(fit_client_cpu(records(), "valkey").values()) == {0.0}  # other channel
+
+
+def problem_with(kappa: dict[str, float], chunks: int = 1) -> Problem:
+    platform = dataclasses.replace(load_platform("s3"), **kappa)  # type: ignore[arg-type]
+    return Problem(workload=load_workload("squeezenet-cifar10"), platform=platform,
+                   prices=load_prices(), epochs=1, deadline_s=10_000.0, max_global_batch=1024,
+                   exchange_chunks=chunks)
+
+
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_a_large_cpu_sets_the_iteration_as_written_out(chunks: int) -> None:
+    """W = 3, K = 2 at 512 MB (0.289 vCPU): each role's CPU counted by hand."""
+    heavy = {name: 50 * value for name, value in KAPPA.items()}
+    problem = problem_with(heavy, chunks)
+    w, k, memory, ba, bn = 3, 2, 512, 16, 48
+    shard, c = problem.workload.model_mb / k, chunks
+    aggregator = (k * c * heavy["cpu_up_request_s"]
+                  + (shard + shard) * heavy["cpu_up_mb_s"]  # its other shard, its merged one
+                  + (w + k - 2) * c * heavy["cpu_down_request_s"]
+                  + (w - 1 + k - 1) * shard * heavy["cpu_down_mb_s"]
+                  + w * shard * heavy["cpu_fold_mb_s"])
+    non_aggregator = (k * c * (heavy["cpu_up_request_s"] + heavy["cpu_down_request_s"])
+                      + problem.workload.model_mb  # all K shards up, all merged ones down
+                      * (heavy["cpu_up_mb_s"] + heavy["cpu_down_mb_s"]))
+    vcpus = memory / 1769
+    train_a, train_n = (float(problem.workload.train_time(b, memory)) for b in (ba, bn))
+    expected = max(train_a + aggregator / vcpus, train_n + non_aggregator / vcpus)
+    ev = evaluate(problem, w, memory, k, ba, bn)
+    assert float(ev.iteration_s[0]) == pytest.approx(expected, rel=1e-9)
+    # without the CPU the transfers alone set a shorter iteration
+    assert float(evaluate(problem_with({}, chunks), w, memory, k, ba, bn).iteration_s[0]) \
+        < 0.9 * expected
+
+
+def test_no_cpu_leaves_the_model_unchanged_and_a_single_worker_pays_none() -> None:
+    plain, light = problem_with({}), problem_with(KAPPA)
+    assert [float(x) for x in exchange_cpu_bounds(plain, 4, 1024, 2)] == [0.0, 0.0]
+    cpu_a, cpu_n = exchange_cpu_bounds(light, [1, 4], 1024, 1)
+    assert cpu_a[0] == cpu_n[0] == 0.0 and cpu_a[1] > 0 and cpu_n[1] > 0
+    # above 1,769 MB the CPU is spread over more vCPUs
+    assert exchange_cpu_bounds(light, 4, 3538, 2)[0] == pytest.approx(
+        exchange_cpu_bounds(light, 4, 1769, 2)[0] / 2)
+
+
+def test_the_profile_file_round_trips_and_rejects_a_negative_coefficient() -> None:
+    shipped = load_platform("valkey")
+    assert not set(CPU_FIELDS) & set(shipped.to_dict())  # not measured: files unchanged
+    profiled = dataclasses.replace(shipped, **KAPPA)  # type: ignore[arg-type]
+    again = PlatformProfile.from_dict(json.loads(json.dumps(profiled.to_dict())))
+    assert again == profiled
+    with pytest.raises(ProfileError, match="cpu_down_mb_s"):
+        PlatformProfile.from_dict({**profiled.to_dict(), "cpu_down_mb_s": -0.1})
+
+
+def test_samples_with_a_bad_cpu_time_name_the_field_and_line(tmp_path: Path) -> None:
+    line = {"kind": "transfer", "memory_mb": 512, "channel": "s3", "direction": "up",
+            "size_mb": 1.0, "seconds": 0.1, "cpu_s": -1}
+    path = tmp_path / "samples.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(SampleError, match=r"samples.jsonl:1: field 'cpu_s'"):
+        read_samples([path])
+    path.write_text(json.dumps({**line, "cpu_s": 0.002, "fold_cpu_s": 0.0}) + "\n")
+    record = read_samples([path]).transfer[0]
+    assert (record.cpu_s, record.fold_cpu_s) == (0.002, 0.0)
