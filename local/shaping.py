@@ -169,9 +169,12 @@ class ShapedChannel(Channel):
         if marker is not None and marker[:4] == _MAGIC and len(marker) == _VISIBLE.size:
             _, visible_at = _VISIBLE.unpack_from(marker)
             wait = visible_at - time.time()
+            visible = self.shaper.clock() + wait  # the upload's end, on the shaper's clock
             if wait > 0:  # still uploading: a real reader would not have it yet
                 self.shaper.sleep(wait)
-                began = self.shaper.clock()  # its download starts now
+            # its download starts once the upload is over, also when that happened while
+            # this read was under way (a slow read on a loaded machine saw it 10 ms early)
+            began = max(began, visible)
         self.shaper.settle("down", began, len(value))
         return value
 
