@@ -169,7 +169,7 @@ def _aggregator_floors(t: PipelinedTerms) -> tuple[FloatArray, FloatArray]:
     peers = t.aggregators - 1.0
     several = peers > 0
     merged_down = np.where(several, t.chunk_down_s, 0.0)
-    own_uploads = peers * t.chunks * t.sent_up_s + t.chunks * t.chunk_up_s
+    own_uploads, _ = t.aggregator_transfers(2)  # U_a: the same at every W >= 2
     from_peers = np.where(several, t.fill(peers * t.sent_up_s) + t.sent_down_s, 0.0)
     floor_a = np.maximum(own_uploads, from_peers) + merged_down
     fixed_a = np.maximum(peers * t.chunks * t.chunk_down_s, t.chunk_up_s + merged_down)

@@ -72,12 +72,17 @@ class Samples:
     duplex: list[DuplexRecord] = field(default_factory=list)
 
 
-def _positive(record: dict[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
+def _positive(record: dict[str, Any], name: str, where: str, *, optional: bool = False,
+              zero: bool = False) -> Any:
+    """Field ``name``: a finite number > 0 (>= 0 with ``zero``); None if ``optional`` and
+    absent."""
     value = record.get(name)
     if value is None and optional:
         return None
-    if not is_number(value) or not math.isfinite(value) or value <= 0:
-        raise SampleError(f"{where}: field {name!r} must be a positive number, got {value!r}")
+    if not is_number(value) or not math.isfinite(value) or value < 0 or (value == 0
+                                                                          and not zero):
+        wanted = "a number >= 0" if zero else "a positive number"
+        raise SampleError(f"{where}: field {name!r} must be {wanted}, got {value!r}")
     return value
 
 
@@ -107,20 +112,14 @@ def parse_record(record: object, where: str) -> TrainSample | TransferRecord | D
     if direction not in DIRECTIONS:
         raise SampleError(f"{where}: field 'direction' must be up or down, got {direction!r}")
     arch = record.get("arch")
-    cpu_s, fold_cpu_s = (_cpu_seconds(record, name, where) for name in ("cpu_s", "fold_cpu_s"))
+    # CPU times may read 0: a fast step can fall below the clock's resolution
+    cpu_s, fold_cpu_s = (_positive(record, name, where, optional=True, zero=True)
+                         for name in ("cpu_s", "fold_cpu_s"))
     return TransferRecord(memory, str(channel), str(direction),
                           float(_positive(record, "size_mb", where)), seconds,
-                          arch if isinstance(arch, str) else None, cpu_s, fold_cpu_s)
-
-
-def _cpu_seconds(record: dict[str, Any], name: str, where: str) -> float | None:
-    """An optional CPU time: >= 0 (a fast step can read 0 at the clock's resolution)."""
-    value = record.get(name)
-    if value is None:
-        return None
-    if not is_number(value) or not math.isfinite(value) or value < 0:
-        raise SampleError(f"{where}: field {name!r} must be a number >= 0, got {value!r}")
-    return float(value)
+                          arch if isinstance(arch, str) else None,
+                          None if cpu_s is None else float(cpu_s),
+                          None if fold_cpu_s is None else float(fold_cpu_s))
 
 
 def read_samples(paths: Sequence[str | Path]) -> Samples:
