@@ -34,8 +34,10 @@ c_a >= max(floor_a, fixed_a + (W−1)·per_peer), floor_a = max(U_a, fill((K−1
 [K > 1]) + t_d·[K > 1], fixed_a = max((K−1)·C·t_d, t_u + t_d·[K > 1]) (D_a and fill(p) >=
 C·p + t_u) and per_peer = C·t'_d. C = 1 is the paper's phased exchange
 (planner.cost_model.communication_times). The exchange's memory is the phased exchange's at
-most (chunk frames within the same cap, a one-chunk accumulator), so the planner keeps the
-phased term (planner/memory.py).
+most (chunk frames within max(C, r·f), the phased exchange's peak with its one whole-shard
+download: fasdl.inflight.pipelined_cap_bytes; a one-chunk accumulator), so the planner keeps
+the phased term (planner/memory.py). Below that peak the downloads of chunks overlap their
+folds, as the pipeline above assumes.
 """
 
 from __future__ import annotations

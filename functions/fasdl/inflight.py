@@ -250,6 +250,18 @@ def fetch_in_order(budget: FrameBudget, pool: ThreadPoolExecutor | None,
             budget.release(size)
 
 
+def pipelined_cap_bytes(cap: int, largest_shard: int, read_copies: float) -> int:
+    """The pipelined exchange's cap: C, or one whole shard's download (r·f) when larger.
+
+    The phased exchange always admits one shard frame, so it holds up to max(C, r·f), and
+    the planner charges that (:func:`exchange_memory_mb`). Chunk frames under C alone left
+    room for one chunk download at a time beside the uploads at M/20 (a 97.5 MB model at
+    1024 MB): each chunk's fold and decode then idled the download link, and the exchange
+    ran 17 % longer than the planner's pipeline (bench.patterns). Up to the phased peak,
+    downloads overlap the fold within the memory the plan was checked with."""
+    return max(cap, int(frame_size(largest_shard) * read_copies))
+
+
 def frame_size(count: int, itemsize: int = 4) -> int:
     """Bytes of a frame of ``count`` float32 values."""
     return HEADER_SIZE + count * itemsize

@@ -134,9 +134,11 @@ class KReduceWorker:
         if chunks > smallest:
             raise ValueError(f"training.exchange_chunks: {chunks} chunks do not fit a shard of "
                              f"{smallest} parameters; allowed range is [1, {smallest}]")
+        largest = max(end - start for start, end in self.bounds)
+        cap = inflight.pipelined_cap_bytes(self.budget.cap, largest, self._read_copies)
         return PipelinedExchange(
             channel=self.channel, pool=self._pool, threads=self._max_in_flight,
-            budget=self.budget, weights=self.weights,
+            budget=inflight.FrameBudget(cap), weights=self.weights,
             parts=[chunk_bounds(start, end, chunks) for start, end in self.bounds],
             run_id=self.run_id, epoch=self.epoch, worker_id=self.worker_id,
             read_copies=self._read_copies, fetch=self._fetch,

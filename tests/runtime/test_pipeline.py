@@ -4,6 +4,7 @@ overlaps its transfers, keeps the store bounded and refuses what it cannot do.""
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
 import time
 from collections.abc import Iterable
@@ -14,6 +15,7 @@ from torch import nn
 
 from fasdl import pipeline
 from fasdl.channel.memory import MemoryChannel
+from fasdl.inflight import frame_size
 from fasdl.kreduce import KReduceWorker
 from fasdl.networks import build_model
 from fasdl.plan import PlanError
@@ -112,6 +114,27 @@ def test_uploads_and_downloads_overlap_and_merged_chunks_go_out_before_the_shard
     last_in = max(e for key, _, e in gets
                   if "/it/00000001/shard/000/" in key and key.endswith(f"/chunk/{chunks - 1:04d}"))
     assert published < last_in
+
+
+def test_under_a_small_cap_an_aggregator_still_downloads_chunks_side_by_side() -> None:
+    # A cap that fits one chunk download at a time left the link idle while each chunk was
+    # folded. The phased exchange holds a whole shard's frame anyway, and the plan charges it:
+    # up to that, chunk downloads overlap, and no more is ever held.
+    chunks = 4
+    plan = make_plan(4, 1, 3, 5, "bsp", exchange_chunks=chunks)
+    model = build_model("mlp", CLASSES, INPUT_SHAPE)
+    shard_values = sum(p.numel() for p in model.parameters())
+    cap = frame_size(shard_values // chunks + 1) + 64  # one chunk frame and a little
+    channel = RecordingChannel(delay_s=0.02)
+    workers = make_workers(plan, model, channel, inflight_bytes=cap)
+    exchange = workers[0].pipeline
+    assert exchange is not None
+    drive(workers, random_batches(plan, 2), range(2))
+    copies = sorted((began, ended) for kind, key, began, ended in channel.events
+                    if kind == "get" and "/shard/000/" in key and "/it/00000001/" in key)
+    assert len(copies) == 3 * chunks
+    assert any(later < ended for (_, ended), (later, _) in itertools.pairwise(copies))
+    assert exchange.budget.peak <= max(cap, frame_size(shard_values) * exchange.read_copies)
 
 
 class SlowFirstChunkChannel(RecordingChannel):
