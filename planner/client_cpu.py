@@ -5,11 +5,15 @@ aggregator's fold all run on that share, and at 0.29 vCPU (512 MB) they can take
 the transfers they serve: with uploads overlapping downloads (the pipelined exchange) the
 roles' CPU, not the network, set the pace in bench.prediction. Hence, per role and iteration,
 
-    T ≥ T_train + CPU_exchange / vCPUs(M),
+    T ≥ CPU_train / vCPUs(M) + CPU_exchange / vCPUs(M),
     CPU_exchange = n_up·κ_req^up + MB_up·κ_MB^up + n_down·κ_req^down + MB_down·κ_MB^down
                    + MB_folded·κ_fold
 
-(T_train is the profiled wall time of a step at that share, so CPU_train/vCPUs(M) again).
+with CPU_train = cpu_step_s + B·cpu_sample_s, the profiled CPU of a training iteration (the
+workload profile's; never below T_train). The profiler times a step after a pause, as a run's
+step follows its exchange's waits, so a short step runs at a core's speed on the quota the
+waits left (fasdl/profiling.py): its T_train is then below CPU_train/vCPUs(M), which is what the
+step costs once the exchange keeps the share busy.
 The κ come from the profiler's transfer samples (``cpu_s``, ``fold_cpu_s``); a profile
 without them (the shipped ones: never measured on AWS) has κ = 0 and the bound is void.
 Traffic per iteration is the runtime's (an aggregator keeps its own shard), C requests per
@@ -70,7 +74,7 @@ def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str
     for direction in DIRECTIONS:
         timed = [(r.size_mb, r.cpu_s) for r in transfer
                  if r.channel == channel and r.direction == direction and r.cpu_s is not None]
-        request_s, mb_s = _nonnegative_line(timed)
+        request_s, mb_s = nonnegative_line(timed)
         fitted[f"cpu_{direction}_request_s"] = request_s
         fitted[f"cpu_{direction}_mb_s"] = mb_s
     folds = [r.fold_cpu_s / r.size_mb for r in transfer
@@ -79,7 +83,7 @@ def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str
     return {name: float(f"{value:.4g}") for name, value in fitted.items()}
 
 
-def _nonnegative_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+def nonnegative_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """(intercept, slope) >= 0 minimising the squared error of y = intercept + slope·x."""
     from scipy.optimize import lsq_linear  # the fit's alone: planning does not load scipy
 

@@ -313,8 +313,10 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     iterations = wl.samples / global_batch
 
     train_a, train_n = wl.train_time(ba, mem), wl.train_time(bn, mem)
+    busy = (np.maximum(train_a, wl.train_cpu_time(ba, mem)),  # CPU at the share, >= T_train
+            np.maximum(train_n, wl.train_cpu_time(bn, mem)))
     upload, aggregate, download, iteration = iteration_times(problem, w, mem, k, train_a,
-                                                             train_n, sync_bsp)
+                                                             train_n, sync_bsp, busy)
 
     cold, load, checkpoint = _segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
     # any segment may start cold (the first, a retry): each must fit one

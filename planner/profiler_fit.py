@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares, lsq_linear
 
-from planner.client_cpu import with_client_cpu
+from planner.client_cpu import nonnegative_line, with_client_cpu
 from planner.profiler_samples import (
     DuplexRecord,
     SampleError,
@@ -70,6 +70,8 @@ class WorkloadFit:
     memory_quality: Quality | None
     model: str
     model_mb: float | None
+    cpu_step_s: float = 0.0  # CPU per iteration = cpu_step_s + B·cpu_sample_s (0: unmeasured)
+    cpu_sample_s: float = 0.0
 
 
 def distinct(values: Iterable[float]) -> list[float]:
@@ -145,8 +147,19 @@ def fit_workload(train: Sequence[TrainSample]) -> WorkloadFit:
     peak = np.array([s.peak_mb for s in with_peak], dtype=np.float64)
     k, c = fit_memory(peak_batch, peak)
     model_mbs = distinct(s.model_mb for s in train if s.model_mb is not None)
+    cpu_step, cpu_sample = fit_train_cpu(train)
     return WorkloadFit(a, b, m, k, c, time_quality, quality(peak, k * peak_batch + c),
-                       models[0], model_mbs[-1] if model_mbs else None)
+                       models[0], model_mbs[-1] if model_mbs else None, cpu_step, cpu_sample)
+
+
+def fit_train_cpu(train: Sequence[TrainSample]) -> tuple[float, float]:
+    """(cpu_step_s, cpu_sample_s) >= 0 of CPU = cpu_step_s + B·cpu_sample_s, over every
+    memory (a step's CPU does not depend on M); zeros unless every sample has its CPU."""
+    if any(sample.cpu_s is None for sample in train):
+        return 0.0, 0.0
+    step, per_sample = nonnegative_line([(float(s.batch), float(s.cpu_s or 0.0))
+                                         for s in train])
+    return float(f"{step:.4g}"), float(f"{per_sample:.4g}")
 
 
 def model_size_mb(fit: WorkloadFit, override: float | None) -> float:
@@ -171,7 +184,8 @@ def workload_profile(fit: WorkloadFit, *, name: str, dataset: str, samples: int,
     return WorkloadProfile(name=name, model=fit.model, dataset=dataset, samples=samples,
                            dataset_mb=dataset_mb, model_mb=model_mb,
                            a=_six_digits(fit.a), b=_six_digits(fit.b), m=_six_digits(fit.m),
-                           k=_six_digits(fit.k), c=_six_digits(fit.c), notes=notes)
+                           k=_six_digits(fit.k), c=_six_digits(fit.c), notes=notes,
+                           cpu_step_s=fit.cpu_step_s, cpu_sample_s=fit.cpu_sample_s)
 
 
 def _six_digits(value: float) -> float:

@@ -34,6 +34,7 @@ class TrainSample:
     peak_mb: float | None  # peak resident memory of the process while training this batch
     model: str
     model_mb: float | None = None
+    cpu_s: float | None = None  # process CPU of that iteration (older samples: not recorded)
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,10 @@ def parse_record(record: object, where: str) -> TrainSample | TransferRecord | D
             raise SampleError(f"{where}: field 'model' must be a model name, got {model!r}")
         peak = _positive(record, "peak_mb", where, optional=True)
         model_mb = _positive(record, "model_mb", where, optional=True)
+        train_cpu = _positive(record, "cpu_s", where, optional=True, zero=True)
         return TrainSample(memory, batch, seconds, None if peak is None else float(peak), model,
-                           None if model_mb is None else float(model_mb))
+                           None if model_mb is None else float(model_mb),
+                           None if train_cpu is None else float(train_cpu))
     channel, direction = record.get("channel"), record.get("direction")
     if channel not in ("s3", "valkey"):
         raise SampleError(f"{where}: field 'channel' must be s3 or valkey, got {channel!r}")

@@ -67,7 +67,7 @@ LAMBDA_MAX_MEMORY_MB = 10240.0
 _WORKLOAD_NUMBERS: tuple[tuple[str, float, bool, float], ...] = (
     ("dataset_mb", 0.0, True, 1e7), ("model_mb", 0.0, True, 1e5), ("a", 0.0, True, 1e6),
     ("b", -1.0, True, 1e6), ("m", -LAMBDA_MAX_MEMORY_MB, True, 1e6), ("k", 1e-9, False, 1e5),
-    ("c", 0.0, False, 1e6))
+    ("c", 0.0, False, 1e6), ("cpu_step_s", 0.0, False, 1e6), ("cpu_sample_s", 0.0, False, 1e6))
 # Why a bound is what it is, where the range alone does not say.
 _WORKLOAD_REASONS = {
     "m": f"T = a·(B+b)/(M+m) needs M + m > 0 at some memory M <= {LAMBDA_MAX_MEMORY_MB:.0f} MB",
@@ -93,6 +93,10 @@ class WorkloadProfile:
     c: float
     notes: str = ""
     recipe: Recipe = field(default_factory=Recipe)
+    # CPU of one training iteration, cpu_step_s + B·cpu_sample_s CPU-seconds (profiled; 0: not
+    # measured, and T_train stands for it): planner/client_cpu.py's bound charges it
+    cpu_step_s: float = 0.0
+    cpu_sample_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name, low, above, high in _WORKLOAD_NUMBERS:
@@ -123,6 +127,11 @@ class WorkloadProfile:
             seconds = self.a * (batches + self.b) / capacity
         return np.asarray(np.where(capacity > 0, seconds, np.inf), dtype=np.float64)
 
+    def train_cpu_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """A training iteration's CPU at M's share, (cpu_step_s + B·cpu_sample_s)/vCPUs(M)."""
+        cpu = self.cpu_step_s + np.asarray(batch, dtype=float) * self.cpu_sample_s
+        return np.asarray(cpu / lambda_vcpus(memory_mb), dtype=np.float64)
+
     def max_batch(self, memory_mb: ArrayLike) -> NDArray[np.int64]:
         """Largest executable batch B_M = floor((M − c')/k); <= 0 means nothing fits."""
         memory = np.asarray(memory_mb, dtype=float)
@@ -146,7 +155,10 @@ class WorkloadProfile:
         return workload
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not (self.cpu_step_s or self.cpu_sample_s):
+            del data["cpu_step_s"], data["cpu_sample_s"]  # not profiled: files stay as they were
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> WorkloadProfile:

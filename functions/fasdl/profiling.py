@@ -4,7 +4,11 @@ Per invocation (one M, the function's configured memory):
 
 * **training time** of one iteration (forward, backward, SGD step with momentum) of a registry
   model on random inputs of the workload's shape, per batch size: ``warmup`` untimed
-  iterations, then the median of ``repeats`` timed ones;
+  iterations, then the median of ``repeats`` timed ones, each after a pause of
+  ``STEP_PAUSE_S``, and the median process CPU of those steps (``cpu_s``). In a run a step
+  follows the exchange's waits, so under a CPU quota (CFS bandwidth control) it starts with the
+  period's unused quota: a step of a few ms runs at a core's speed, not at M/1769 of one.
+  Timed back to back, under the emulator's cap, the same 7 ms step measured 5-31 ms;
 * **peak memory** per batch size: the process's resident high-water mark, ``VmHWM`` of
   /proc/self/status (``ru_maxrss`` where /proc is missing). The mark is reset before each
   batch by writing ``5`` to /proc/self/clear_refs; where that is not allowed the mark only
@@ -27,7 +31,8 @@ Per invocation (one M, the function's configured memory):
 Samples are JSON lines (one object each) written to ``profiles/<profile_id>/memory-<M>.jsonl``
 in the results bucket::
 
-    {"kind": "train", "memory_mb": 2048, "batch": 32, "seconds": 0.041, "peak_mb": 412.5,
+    {"kind": "train", "memory_mb": 2048, "batch": 32, "seconds": 0.041, "cpu_s": 0.052,
+     "peak_mb": 412.5,
      "model": "cnn", "model_mb": 0.02, "input_shape": [3, 32, 32], "num_classes": 10,
      "repeats": 5, "threads": 2, "peak_method": "VmHWM-reset"}
     {"kind": "transfer", "memory_mb": 2048, "channel": "s3", "direction": "up",
@@ -69,6 +74,9 @@ DATASET_SHAPES: dict[str, tuple[tuple[int, int, int], int]] = {
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
 MAX_OBJECT_MB = 512.0
 DUPLEX_MAX_MB = 16.0
+# Before each timed step: about one CFS period (Linux's default 100 ms; Lambda does not publish
+# its own), so the step starts with the quota a run's step finds after its exchange's waits.
+STEP_PAUSE_S = 0.1
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
@@ -222,14 +230,17 @@ def measure_training(request: ProfileRequest, memory_mb: float) -> list[dict[str
         method = "VmHWM-reset" if reset_peak() else "VmHWM-monotonic"
         for _ in range(request.warmup):
             step()
-        timings = []
+        timings, cpu_times = [], []
         for _ in range(request.repeats):
-            start = time.perf_counter()
+            time.sleep(STEP_PAUSE_S)  # as a run's step follows its exchange's waits
+            start, cpu = time.perf_counter(), time.process_time()
             step()
             timings.append(time.perf_counter() - start)
+            cpu_times.append(time.process_time() - cpu)
         records.append({
             "kind": "train", "memory_mb": memory_mb, "batch": batch,
-            "seconds": statistics.median(timings), "peak_mb": round(peak_rss_mb(), 3),
+            "seconds": statistics.median(timings), "cpu_s": statistics.median(cpu_times),
+            "peak_mb": round(peak_rss_mb(), 3),
             "model": request.model, "model_mb": model_mb,
             "input_shape": list(request.input_shape), "num_classes": request.num_classes,
             "repeats": request.repeats, "threads": torch.get_num_threads(),

@@ -1,5 +1,6 @@
 """The exchange's client CPU (planner/client_cpu.py): fitted from the profiler's samples,
-charged per role and iteration as T_train + CPU/vCPUs(M), stored in the platform profile."""
+charged per role and iteration as (CPU_train + CPU_exchange)/vCPUs(M), stored in the
+profiles."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import pytest
 from planner.client_cpu import exchange_cpu_bounds, fit_client_cpu
 from planner.cost_model import Problem, evaluate
 from planner.profile_fields import ProfileError
-from planner.profiler_samples import SampleError, TransferRecord, read_samples
+from planner.profiler_fit import fit_workload
+from planner.profiler_samples import SampleError, TrainSample, TransferRecord, read_samples
 from planner.profiles import (
     CPU_FIELDS,
     PlatformProfile,
+    WorkloadProfile,
     load_platform,
     load_prices,
     load_workload,
@@ -118,3 +121,55 @@ def test_samples_with_a_bad_cpu_time_name_the_field_and_line(tmp_path: Path) -> 
     path.write_text(json.dumps({**line, "cpu_s": 0.002, "fold_cpu_s": 0.0}) + "\n")
     record = read_samples([path]).transfer[0]
     assert (record.cpu_s, record.fold_cpu_s) == (0.002, 0.0)
+
+
+# ---- a training iteration's CPU (the workload profile's cpu_step_s, cpu_sample_s) ------------
+
+def train_samples(step: float, per_sample: float, noise: float = 0.0) -> list[TrainSample]:
+    draw = random.Random(3)
+    return [TrainSample(memory, batch, 0.01 * batch, 100.0 + batch, "cnn", 0.1,
+                        (step + per_sample * batch) * (1 + noise * draw.uniform(-1, 1)))
+            for memory in (512.0, 1024.0) for batch in (16, 32, 64, 128)]
+
+
+def test_the_workload_fit_recovers_a_training_iterations_cpu() -> None:
+    fitted = fit_workload(train_samples(0.004, 0.0005, noise=0.02))
+    assert fitted.cpu_step_s == pytest.approx(0.004, rel=0.15)
+    assert fitted.cpu_sample_s == pytest.approx(0.0005, rel=0.05)
+    unmeasured = [dataclasses.replace(s, cpu_s=None) for s in train_samples(0.004, 0.0005)]
+    unmeasured[1:] = [dataclasses.replace(s, cpu_s=0.1) for s in unmeasured[1:]]
+    assert (fit_workload(unmeasured).cpu_step_s, fit_workload(unmeasured).cpu_sample_s) \
+        == (0.0, 0.0)  # one sample without its CPU: the line is not fitted
+
+
+def test_a_training_cpu_above_t_train_sets_the_iteration_and_files_round_trip() -> None:
+    problem = problem_with(KAPPA, chunks=4)
+    w, k, memory, ba, bn = 3, 2, 512, 16, 48
+    before = float(evaluate(problem, w, memory, k, ba, bn).iteration_s[0])
+    cpu_a, cpu_n = (float(x) for x in exchange_cpu_bounds(problem, w, memory, k))
+    workload = dataclasses.replace(problem.workload, cpu_step_s=0.5, cpu_sample_s=0.01)
+    vcpus = memory / 1769
+    expected = max((0.5 + 0.01 * ba) / vcpus + cpu_a, (0.5 + 0.01 * bn) / vcpus + cpu_n)
+    assert expected > before
+    heavy = dataclasses.replace(problem, workload=workload)
+    assert float(evaluate(heavy, w, memory, k, ba, bn).iteration_s[0]) == pytest.approx(
+        expected, rel=1e-9)
+    # a CPU below T_train changes nothing: T_train already holds it
+    light = dataclasses.replace(problem, workload=dataclasses.replace(
+        problem.workload, cpu_step_s=1e-6, cpu_sample_s=0.0))
+    assert float(evaluate(light, w, memory, k, ba, bn).iteration_s[0]) == before
+    assert "cpu_step_s" not in problem.workload.to_dict()  # shipped files stay as they were
+    assert WorkloadProfile.from_dict(json.loads(json.dumps(workload.to_dict()))) == workload
+    with pytest.raises(ProfileError, match="cpu_sample_s"):
+        WorkloadProfile.from_dict({**workload.to_dict(), "cpu_sample_s": -1.0})
+
+
+def test_train_samples_carry_their_cpu(tmp_path: Path) -> None:
+    line = {"kind": "train", "memory_mb": 512, "batch": 16, "seconds": 0.02, "model": "cnn",
+            "cpu_s": 0.005}
+    path = tmp_path / "samples.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    assert read_samples([path]).train[0].cpu_s == 0.005
+    path.write_text(json.dumps({**line, "cpu_s": "fast"}) + "\n")
+    with pytest.raises(SampleError, match=r"samples.jsonl:1: field 'cpu_s'"):
+        read_samples([path])

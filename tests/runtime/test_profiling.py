@@ -86,6 +86,8 @@ def test_profile_collect_and_fit(seaweed: SeaweedS3Server, tmp_path: Path,
     train = [r for r in records if r["kind"] == "train"]
     assert [r["batch"] for r in train] == [8, 64, 256, 8, 64, 256]
     assert all(r["peak_mb"] > 50 and r["model"] == "cnn" for r in train)
+    # each step's CPU is metered: a batch of 256 costs more than one of 8
+    assert all(r["cpu_s"] >= 0 for r in train) and train[2]["cpu_s"] > train[0]["cpu_s"]
     samples = tmp_path / "samples.jsonl"
     samples.write_bytes(text)
 
@@ -97,7 +99,7 @@ def test_profile_collect_and_fit(seaweed: SeaweedS3Server, tmp_path: Path,
     assert code == EXIT_OK, report.err
     workload = load_workload(str(tmp_path / "smoke-workload.json"))
     platform = load_platform_file(tmp_path / "smoke-platform.json")
-    assert workload.model == "cnn" and workload.k > 0
+    assert workload.model == "cnn" and workload.k > 0 and workload.cpu_sample_s > 0
     assert platform.channel == "s3" and platform.memory_mb == (1024.0, 2048.0)
     duplex = [r for r in records if r["kind"] == "duplex"]
     assert len(duplex) == 4 and all(r["seconds"] > 0 and r["downloads"] >= 1 for r in duplex)
