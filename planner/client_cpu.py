@@ -22,11 +22,15 @@ shard (C = 1: the phased exchange), u = the uploads' share of float32 bytes:
 - non-aggregator: up K·C requests, u·S_m MB; down K·C requests, S_m MB
 - aggregator: up K·C requests, u·S_m·(K−1)/K + S_m/K MB; down (W+K−2)·C requests,
   ((W−1)·u + K−1)·S_m/K MB; folded W·S_m/K MB.
+
+bfloat16 uploads add the codec's arithmetic (fasdl.exchange_cpu), per MB of float32 values:
+framing every upload (κ_frame16: S_m, an aggregator (K−1)·S_m/K) and folding each of the W−1
+peers' copies at κ_fold16 instead of κ_fold (the aggregator's own shard stays κ_fold).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -56,14 +60,26 @@ def exchange_cpu_bounds(problem: Problem, workers: ArrayLike, memory_mb: ArrayLi
                           + down_requests * p.cpu_down_request_s + down_mb * p.cpu_down_mb_s,
                           dtype=np.float64)
 
-    non_aggregator = cpu(k * c, np.full_like(k, u * model), k * c, np.full_like(k, model))
+    frame, fold_own, fold_peer = codec_cpu_per_mb(p, u)
+    non_aggregator = (cpu(k * c, np.full_like(k, u * model), k * c, np.full_like(k, model))
+                      + model * frame)
     aggregator = (cpu(k * c, u * shard * (k - 1) + shard, (w + k - 2) * c,
                       ((w - 1) * u + k - 1) * shard)
-                  + w * shard * p.cpu_fold_mb_s)
+                  + shard * ((k - 1) * frame + fold_own + (w - 1) * fold_peer))
     vcpus = lambda_vcpus(memory_mb)
     alone = w <= 1
     return (np.asarray(np.where(alone, 0.0, aggregator / vcpus), dtype=np.float64),
             np.asarray(np.where(alone, 0.0, non_aggregator / vcpus), dtype=np.float64))
+
+
+def codec_cpu_per_mb(platform: PlatformProfile, upload_share: float
+                     ) -> tuple[float, float, float]:
+    """CPU per MB of float32 values (framing an upload, folding the aggregator's own shard,
+    folding a peer's copy): bfloat16 uploads (share < 1) are framed and folded by the codec."""
+    if upload_share < 1.0:
+        return (platform.cpu_bf16_frame_mb_s, platform.cpu_fold_mb_s,
+                platform.cpu_bf16_fold_mb_s)
+    return 0.0, platform.cpu_fold_mb_s, platform.cpu_fold_mb_s
 
 
 def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str, float]:
@@ -77,10 +93,18 @@ def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str
         request_s, mb_s = nonnegative_line(timed)
         fitted[f"cpu_{direction}_request_s"] = request_s
         fitted[f"cpu_{direction}_mb_s"] = mb_s
-    folds = [r.fold_cpu_s / r.size_mb for r in transfer
-             if r.channel == channel and r.fold_cpu_s is not None]
-    fitted["cpu_fold_mb_s"] = float(np.median(folds)) if folds else 0.0
+    fitted["cpu_fold_mb_s"] = _median_per_mb(
+        (r.size_mb, r.fold_cpu_s) for r in transfer if r.channel == channel)
+    for direction, name in (("up", "cpu_bf16_frame_mb_s"), ("down", "cpu_bf16_fold_mb_s")):
+        fitted[name] = _median_per_mb((r.size_mb, r.bf16_cpu_s) for r in transfer
+                                      if r.channel == channel and r.direction == direction)
     return {name: float(f"{value:.4g}") for name, value in fitted.items()}
+
+
+def _median_per_mb(points: Iterable[tuple[float, float | None]]) -> float:
+    """The median CPU per MB of the points that have a CPU time; 0 if none has."""
+    per_mb = [cpu / size for size, cpu in points if cpu is not None]
+    return float(np.median(per_mb)) if per_mb else 0.0
 
 
 def nonnegative_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -102,4 +126,6 @@ def with_client_cpu(profile: PlatformProfile, transfer: Sequence[TransferRecord]
     return replace(profile, cpu_up_request_s=fitted["cpu_up_request_s"],
                    cpu_up_mb_s=fitted["cpu_up_mb_s"],
                    cpu_down_request_s=fitted["cpu_down_request_s"],
-                   cpu_down_mb_s=fitted["cpu_down_mb_s"], cpu_fold_mb_s=fitted["cpu_fold_mb_s"])
+                   cpu_down_mb_s=fitted["cpu_down_mb_s"], cpu_fold_mb_s=fitted["cpu_fold_mb_s"],
+                   cpu_bf16_frame_mb_s=fitted["cpu_bf16_frame_mb_s"],
+                   cpu_bf16_fold_mb_s=fitted["cpu_bf16_fold_mb_s"])

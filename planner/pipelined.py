@@ -16,8 +16,9 @@ paper's Eq. 3-2..3-4 take them (and the local emulator shapes them, local/shapin
   after (c+1)·p with p = (W−1)·t'_d on its own link, and after (c+1)·q + t'_d with q the
   upload seconds per chunk of the last sender in step with it (HAP: another aggregator,
   q = (K−1)·t'_u, none at K = 1; BSP: a non-aggregator, q = K·t'_u). Between the two it
-  folds the chunk's W copies, f = W·s_c·κ_fold/vCPUs(M) (planner/client_cpu.py; 0 where the
-  profile has no CPU figures). A pipeline of C chunks through stages x, f and t_u ends
+  folds the chunk's W copies, f = s_c·(κ_fold + (W−1)·κ_peer)/vCPUs(M), κ_peer = κ_fold
+  (bfloat16: the codec's κ_fold16; planner/client_cpu.py; 0 where the profile has no CPU
+  figures). A pipeline of C chunks through stages x, f and t_u ends
   x + f + t_u + (C−1)·max(x, f, t_u) after it starts, so its last merged chunk is up at
       P = max(U_a, fill(p), fill(q) + t'_d),   fill(x) = x + f + t_u + (C−1)·max(x, f, t_u)
   and the other aggregators' last merged chunk comes down t_d later (K > 1):
@@ -47,6 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from planner.client_cpu import codec_cpu_per_mb
 from planner.profiles import Direction, PlatformProfile, lambda_vcpus
 
 FloatArray = NDArray[np.float64]
@@ -77,7 +79,8 @@ class PipelinedTerms:
     fixed_a: FloatArray        # c_a's floor less (W−1)·per_peer
     per_peer: FloatArray       # C·t'_d
     non_aggregator: FloatArray  # c_n = (K·C·t'_u) ∥ (K·C·t_d)
-    fold_per_copy_s: FloatArray  # s_c·κ_fold/vCPUs(M): folding one copy of a chunk
+    fold_own_s: FloatArray  # s_c·κ_fold/vCPUs(M): folding the aggregator's own chunk
+    fold_peer_s: FloatArray  # the same for a peer's copy (bfloat16: the codec's κ_fold16)
 
     def aggregator_transfers(self, workers: ArrayLike) -> tuple[FloatArray, FloatArray]:
         """An aggregator's (U_a, D_a) = ((K−1)·C·t'_u + C·t_u, (W−1)·C·t'_d + (K−1)·C·t_d):
@@ -96,7 +99,7 @@ class PipelinedTerms:
         began; ``lockstep`` (BSP): every worker's uploads start together."""
         w = np.asarray(workers, dtype=np.float64)
         up, _ = self.aggregator_transfers(w)
-        fold = w * self.fold_per_copy_s
+        fold = self.fold_own_s + (w - 1.0) * self.fold_peer_s
         own_link = self.fill((w - 1.0) * self.sent_down_s, fold)
         if lockstep:
             sender = self.fill(self.aggregators * self.sent_up_s, fold) + self.sent_down_s
@@ -153,14 +156,16 @@ def pipelined_terms(platform: PlatformProfile, memory_mb: ArrayLike, model_mb: f
     per_shard = float(chunks)
     uploads, downloads = k * per_shard * sent_up, k * per_shard * down
     duplex = platform.duplex_at(memory_mb)
+    _, fold_own, fold_peer = codec_cpu_per_mb(platform, upload_share)
+    vcpus = lambda_vcpus(memory_mb)
     partial = PipelinedTerms(
         chunks=chunks, aggregators=k, duplex=duplex, chunk_up_s=up, chunk_down_s=down,
         sent_up_s=sent_up, sent_down_s=sent_down, uploads_n=uploads, downloads_n=downloads,
         floor_a=np.zeros_like(up), fixed_a=np.zeros_like(up),
         per_peer=np.asarray(per_shard * sent_down, dtype=np.float64),
         non_aggregator=both_ways(uploads, downloads, duplex),
-        fold_per_copy_s=np.asarray(chunk_mb * platform.cpu_fold_mb_s / lambda_vcpus(memory_mb),
-                                   dtype=np.float64))
+        fold_own_s=np.asarray(chunk_mb * fold_own / vcpus, dtype=np.float64),
+        fold_peer_s=np.asarray(chunk_mb * fold_peer / vcpus, dtype=np.float64))
     floor_a, fixed_a = _aggregator_floors(partial)
     return replace(partial, floor_a=floor_a, fixed_a=fixed_a)
 

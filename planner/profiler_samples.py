@@ -47,6 +47,7 @@ class TransferRecord:
     arch: str | None = None
     cpu_s: float | None = None  # process CPU of the transfer (older samples: not recorded)
     fold_cpu_s: float | None = None  # a download's: folding its values as an aggregator does
+    bf16_cpu_s: float | None = None  # the bfloat16 codec's: framing an upload, folding a copy
 
 
 @dataclass(frozen=True)
@@ -116,13 +117,14 @@ def parse_record(record: object, where: str) -> TrainSample | TransferRecord | D
         raise SampleError(f"{where}: field 'direction' must be up or down, got {direction!r}")
     arch = record.get("arch")
     # CPU times may read 0: a fast step can fall below the clock's resolution
-    cpu_s, fold_cpu_s = (_positive(record, name, where, optional=True, zero=True)
-                         for name in ("cpu_s", "fold_cpu_s"))
+    codec = "bf16_frame_cpu_s" if direction == "up" else "bf16_fold_cpu_s"
+    cpu_s, fold_cpu_s, bf16_cpu_s = (
+        None if value is None else float(value)
+        for value in (_positive(record, name, where, optional=True, zero=True)
+                      for name in ("cpu_s", "fold_cpu_s", codec)))
     return TransferRecord(memory, str(channel), str(direction),
                           float(_positive(record, "size_mb", where)), seconds,
-                          arch if isinstance(arch, str) else None,
-                          None if cpu_s is None else float(cpu_s),
-                          None if fold_cpu_s is None else float(fold_cpu_s))
+                          arch if isinstance(arch, str) else None, cpu_s, fold_cpu_s, bf16_cpu_s)
 
 
 def read_samples(paths: Sequence[str | Path]) -> Samples:

@@ -166,7 +166,7 @@ class WorkloadProfile:
 
 
 CPU_FIELDS = ("cpu_up_request_s", "cpu_up_mb_s", "cpu_down_request_s", "cpu_down_mb_s",
-              "cpu_fold_mb_s")
+              "cpu_fold_mb_s", "cpu_bf16_frame_mb_s", "cpu_bf16_fold_mb_s")
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,8 @@ class PlatformProfile:
     cpu_down_request_s: float = 0.0
     cpu_down_mb_s: float = 0.0
     cpu_fold_mb_s: float = 0.0
+    cpu_bf16_frame_mb_s: float = 0.0  # per MB of float32 values framed as a bfloat16 upload
+    cpu_bf16_fold_mb_s: float = 0.0  # per MB of float32 values folded from a bfloat16 copy
 
     def __post_init__(self) -> None:
         text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")

@@ -22,7 +22,9 @@ Per invocation (one M, the function's configured memory):
   them, ``transfer_repeats`` times, after one untimed round trip that opens the connection
   (workers reuse theirs); each also records the process CPU it took (``cpu_s``), and a
   download the CPU of folding the values into a float64 sum as an aggregator does
-  (``fold_cpu_s``): at a fraction of a vCPU that CPU, not the network, can set the pace;
+  (``fold_cpu_s``): at a fraction of a vCPU that CPU, not the network, can set the pace; the
+  first repeat of each size also the bfloat16 codec's framing of an upload
+  (``bf16_frame_cpu_s``) and fold of a copy (``bf16_fold_cpu_s``; fasdl.exchange_cpu);
 * **duplex**: an upload of one size (the largest profiled size up to 16 MB) and as many
   downloads of it as take about as long, first one after the other, then both at once,
   ``transfer_repeats`` times: whether a function's upload and download overlap, which the
@@ -62,8 +64,8 @@ from typing import Any
 import numpy as np
 
 from fasdl.channel.base import Channel
+from fasdl.exchange_cpu import bf16_fold_cpu_s, bf16_frame_cpu_s, fold_cpu_s
 from fasdl.field_types import is_int_at_least, is_number
-from fasdl.inflight import SCALED_AT_ONCE, add_weighted
 from fasdl.wire import decode_shard, encode_shard
 
 PROFILES_PREFIX = "profiles/"
@@ -290,22 +292,14 @@ def measure_transfers(channel: Channel, name: str, memory_mb: float, sizes_mb: S
                                     "size_mb": size, "seconds": seconds, "cpu_s": cpu_s,
                                     "arch": arch})
                 records[-1]["fold_cpu_s"] = fold_cpu_s(decoded)
+                if attempt == 0:  # the codec's arithmetic, once per size, on finite values
+                    finite = np.random.default_rng(0).standard_normal(values.size, np.float32)
+                    records[-2]["bf16_frame_cpu_s"] = bf16_frame_cpu_s(finite)
+                    records[-1]["bf16_fold_cpu_s"] = bf16_fold_cpu_s(finite)
+                    del finite
     finally:
         channel.delete(keys)
     return records
-
-
-def fold_cpu_s(values: np.ndarray) -> float:
-    """Process CPU of folding ``values`` into a float64 sum, as an aggregator folds a copy.
-    The sum and scratch are written once before: an aggregator reuses its accumulator, and
-    first-touch page faults cost 3-8x the fold itself."""
-    total = np.zeros(values.size, dtype=np.float64)
-    scratch = np.empty(min(values.size, SCALED_AT_ONCE), dtype=np.float64)
-    total.fill(1.0)
-    scratch.fill(1.0)
-    cpu = time.process_time()
-    add_weighted(total, values, 0.5, scratch)
-    return time.process_time() - cpu
 
 
 def duplex_size_mb(sizes_mb: Sequence[float]) -> float:

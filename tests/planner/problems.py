@@ -15,15 +15,20 @@ PROFILED_MEMORIES = (128.0, 512.0, 1024.0, 2048.0, 3008.0)
 
 
 @st.composite
-def workloads(draw: Any) -> WorkloadProfile:
+def workloads(draw: Any, train_cpu: bool = False) -> WorkloadProfile:
+    """A workload; with ``train_cpu`` maybe a training iteration's CPU too (else not profiled):
+    up to 0.5 s per step and 10 ms per sample, so it sets the iteration at small M."""
     model_mb = draw(st.floats(0.5, 500.0))
+    cpu = (draw(st.one_of(st.just((0.0, 0.0)), st.tuples(st.floats(0.0, 0.5),
+                                                          st.floats(0.0, 0.01))))
+           if train_cpu else (0.0, 0.0))
     return WorkloadProfile(
         name="synthetic", model="mlp", dataset="datasets/synthetic",
         samples=draw(st.integers(2_000, 100_000)),
         dataset_mb=draw(st.floats(1.0, 500.0)), model_mb=model_mb,
         a=draw(st.floats(0.5, 3000.0)), b=draw(st.floats(0.0, 40.0)),
         m=draw(st.floats(-120.0, 1200.0)), k=draw(st.floats(0.5, 20.0)),
-        c=300.0 + 3.0 * model_mb)
+        c=300.0 + 3.0 * model_mb, cpu_step_s=cpu[0], cpu_sample_s=cpu[1])
 
 
 @st.composite
@@ -48,7 +53,8 @@ def cpu_coefficients() -> st.SearchStrategy[dict[str, float]]:
     per = st.floats(0.0, 0.02)
     drawn = st.fixed_dictionaries({
         "cpu_up_request_s": per, "cpu_up_mb_s": per, "cpu_down_request_s": per,
-        "cpu_down_mb_s": per, "cpu_fold_mb_s": st.floats(0.0, 0.01)})
+        "cpu_down_mb_s": per, "cpu_fold_mb_s": st.floats(0.0, 0.01),
+        "cpu_bf16_frame_mb_s": st.floats(0.0, 0.02), "cpu_bf16_fold_mb_s": st.floats(0.0, 0.02)})
     return st.one_of(st.just({}), drawn)
 
 
@@ -56,7 +62,8 @@ def cpu_coefficients() -> st.SearchStrategy[dict[str, float]]:
 def problems(draw: Any, channel: str | None = None, small: bool = False,
              client_cpu: bool = False) -> Problem:
     """A problem; ``small`` keeps the grid small enough for the exhaustive reference;
-    ``client_cpu`` may give the platform the exchange's CPU (planner/client_cpu.py)."""
+    ``client_cpu`` may give the platform the exchange's CPU and the workload a training step's
+    (planner/client_cpu.py)."""
     chosen = channel or draw(st.sampled_from(["s3", "valkey"]))
     cap = draw(st.integers(16, 160 if small else 1024))
     fields: dict[str, Any] = {}
@@ -64,7 +71,7 @@ def problems(draw: Any, channel: str | None = None, small: bool = False,
         top = draw(st.sampled_from([1024, 1536, 2048]))
         fields = {"memory_min_mb": 128, "memory_max_mb": top, "max_workers": 8}
     return Problem(
-        workload=draw(workloads()), platform=draw(platforms(chosen, client_cpu)),
+        workload=draw(workloads(client_cpu)), platform=draw(platforms(chosen, client_cpu)),
         prices=load_prices(),
         epochs=draw(st.integers(1, 40)), deadline_s=draw(st.floats(60.0, 50_000.0)),
         max_global_batch=cap, timeout_s=900.0, timeout_margin_s=60.0,

@@ -26,7 +26,8 @@ from planner.profiles import (
 )
 
 KAPPA = {"cpu_up_request_s": 0.004, "cpu_up_mb_s": 0.002, "cpu_down_request_s": 0.003,
-         "cpu_down_mb_s": 0.0015, "cpu_fold_mb_s": 0.001}
+         "cpu_down_mb_s": 0.0015, "cpu_fold_mb_s": 0.001, "cpu_bf16_frame_mb_s": 0.0025,
+         "cpu_bf16_fold_mb_s": 0.0035}
 
 
 def records(noise: float = 0.0) -> list[TransferRecord]:
@@ -39,8 +40,10 @@ def records(noise: float = 0.0) -> list[TransferRecord]:
                 per_mb = KAPPA[f"cpu_{direction}_mb_s"]
                 cpu = (request + per_mb * size) * (1 + noise * draw.uniform(-1, 1))
                 fold = KAPPA["cpu_fold_mb_s"] * size if direction == "down" else None
+                codec = KAPPA["cpu_bf16_frame_mb_s" if direction == "up"
+                              else "cpu_bf16_fold_mb_s"] * size
                 found.append(TransferRecord(memory, "s3", direction, size, 0.1, "x86_64",
-                                            cpu, fold))
+                                            cpu, fold, codec))
     return found
 
 
@@ -54,7 +57,8 @@ def test_the_fit_never_returns_a_negative_coefficient_and_zeros_without_cpu() ->
     # CPU falling with size would give a negative slope: it is clipped to 0
     falling = [dataclasses.replace(r, cpu_s=0.01 - 0.001 * r.size_mb) for r in records()]
     assert all(value >= 0 for value in fit_client_cpu(falling, "s3").values())
-    untimed = [dataclasses.replace(r, cpu_s=None, fold_cpu_s=None) for r in records()]
+    untimed = [dataclasses.replace(r, cpu_s=None, fold_cpu_s=None, bf16_cpu_s=None)
+               for r in records()]
     assert set(fit_client_cpu(untimed, "s3").values()) == {0.0}
     assert set(fit_client_cpu(records(), "valkey").values()) == {0.0}  # other channel
 
@@ -89,6 +93,26 @@ def test_a_large_cpu_sets_the_iteration_as_written_out(chunks: int) -> None:
     # without the CPU the transfers alone set a shorter iteration
     assert float(evaluate(problem_with({}, chunks), w, memory, k, ba, bn).iteration_s[0]) \
         < 0.9 * expected
+
+
+def test_bfloat16_uploads_are_charged_the_codecs_framing_and_folds() -> None:
+    float32 = problem_with(KAPPA)
+    bf16 = dataclasses.replace(float32, exchange_dtype="bfloat16")
+    w, k, memory = 4, 2, 1769  # one vCPU: the bound is the CPU itself
+    shard, model = float32.workload.model_mb / k, float32.workload.model_mb
+    cpu_a, cpu_n = (float(x) for x in exchange_cpu_bounds(bf16, w, memory, k))
+    sent_a, sent_n = (float(x) for x in exchange_cpu_bounds(
+        dataclasses.replace(bf16, platform=dataclasses.replace(
+            bf16.platform, cpu_bf16_frame_mb_s=0.0, cpu_bf16_fold_mb_s=0.0,
+            cpu_fold_mb_s=0.0)), w, memory, k))  # the transfers' CPU alone
+    assert cpu_n - sent_n == pytest.approx(model * KAPPA["cpu_bf16_frame_mb_s"])
+    assert cpu_a - sent_a == pytest.approx(
+        (k - 1) * shard * KAPPA["cpu_bf16_frame_mb_s"]  # its other shard, framed
+        + shard * KAPPA["cpu_fold_mb_s"]  # its own shard, folded as it is
+        + (w - 1) * shard * KAPPA["cpu_bf16_fold_mb_s"])  # each peer's bfloat16 copy
+    # float32 uploads pay neither
+    plain_a, plain_n = (float(x) for x in exchange_cpu_bounds(float32, w, memory, k))
+    assert plain_a < cpu_a and plain_n < cpu_n
 
 
 def test_no_cpu_leaves_the_model_unchanged_and_a_single_worker_pays_none() -> None:

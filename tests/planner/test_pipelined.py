@@ -43,8 +43,13 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
     sent_down = float(platform.transfer_time("down", memory, chunk_mb * problem.upload_share))
     train_a = float(wl.train_time(ba, memory))
     train_n = float(wl.train_time(bn, memory))
+    vcpus = min(memory / 1769, 6.0)
+    # a step's CPU at the share, when profiled: back to back (one worker) or once the
+    # exchange keeps the share busy, the step costs that
+    busy_a, busy_n = (max(train, (wl.cpu_step_s + b * wl.cpu_sample_s) / vcpus)
+                      for train, b in ((train_a, ba), (train_n, bn)))
     if w == 1:
-        return train_a
+        return busy_a
     d = float(platform.duplex_at(memory))
 
     def both(u: float, v: float) -> float:  # U ∥ D
@@ -55,8 +60,8 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
     comm_n = both(k * c * sent_up, k * c * down)
     others = k < w
 
-    vcpus = min(memory / 1769, 6.0)
-    fold = w * chunk_mb * platform.cpu_fold_mb_s / vcpus  # its W copies of one chunk
+    _, own, peer = codec_kappas(problem)
+    fold = chunk_mb * (own + (w - 1) * peer) / vcpus  # its W copies of one chunk
 
     def comm_a(lockstep: bool) -> tuple[float, float]:
         published = merged_chunks_up(c, w, k, (up, sent_up, sent_down, fold), lockstep)
@@ -71,20 +76,29 @@ def expected_iteration(problem: Problem, w: int, memory: int, k: int, ba: int, b
         transfers = max(train_a + comm_a(False)[0],
                         max(train_n + comm_n, cross) if others else 0.0)
     cpu_a, cpu_n = exchange_cpu(problem, w, k)
-    return max(transfers, train_a + cpu_a / vcpus, train_n + cpu_n / vcpus if others else 0.0)
+    return max(transfers, busy_a + cpu_a / vcpus, busy_n + cpu_n / vcpus if others else 0.0)
+
+
+def codec_kappas(problem: Problem) -> tuple[float, float, float]:
+    """CPU per MB of framing an upload, folding the own shard, folding a peer's copy."""
+    p = problem.platform
+    if problem.upload_share < 1:  # bfloat16: the codec frames and folds
+        return p.cpu_bf16_frame_mb_s, p.cpu_fold_mb_s, p.cpu_bf16_fold_mb_s
+    return 0.0, p.cpu_fold_mb_s, p.cpu_fold_mb_s
 
 
 def exchange_cpu(problem: Problem, w: int, k: int) -> tuple[float, float]:
-    """Each role's CPU per iteration from the requests and MB it moves and folds."""
+    """Each role's CPU per iteration from the requests and MB it moves, frames and folds."""
     p, c, u, model = (problem.platform, problem.exchange_chunks, problem.upload_share,
                       problem.workload.model_mb)
     shard = model / k
+    frame, own, peer = codec_kappas(problem)
     non_aggregator = (k * c * (p.cpu_up_request_s + p.cpu_down_request_s)
-                      + u * model * p.cpu_up_mb_s + model * p.cpu_down_mb_s)
+                      + u * model * p.cpu_up_mb_s + model * p.cpu_down_mb_s + model * frame)
     aggregator = (k * c * p.cpu_up_request_s + (u * shard * (k - 1) + shard) * p.cpu_up_mb_s
                   + (w + k - 2) * c * p.cpu_down_request_s
                   + ((w - 1) * u + k - 1) * shard * p.cpu_down_mb_s
-                  + w * shard * p.cpu_fold_mb_s)
+                  + (k - 1) * shard * frame + shard * (own + (w - 1) * peer))
     return aggregator, non_aggregator
 
 

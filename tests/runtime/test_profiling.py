@@ -112,6 +112,11 @@ def test_profile_collect_and_fit(seaweed: SeaweedS3Server, tmp_path: Path,
     assert platform.cpu_up_request_s + platform.cpu_up_mb_s > 0
     assert platform.cpu_down_request_s + platform.cpu_down_mb_s > 0
     assert platform.cpu_fold_mb_s >= 0
+    # the bfloat16 codec's arithmetic, once per size: framing on the way up, folding down
+    for direction, name in (("up", "bf16_frame_cpu_s"), ("down", "bf16_fold_cpu_s")):
+        metered = [r for r in transfer if r["direction"] == direction and name in r]
+        assert len(metered) == 2 * 3 and all(r[name] >= 0 for r in metered)  # 2 M x 3 sizes
+    assert platform.cpu_bf16_frame_mb_s > 0 and platform.cpu_bf16_fold_mb_s > 0
 
 
 @pytest.mark.usefixtures("lambda_env")
