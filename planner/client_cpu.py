@@ -14,8 +14,9 @@ workload profile's; never below T_train). The profiler times a step after a paus
 step follows its exchange's waits, so a short step runs at a core's speed on the quota the
 waits left (fasdl/profiling.py): its T_train is then below CPU_train/vCPUs(M), which is what the
 step costs once the exchange keeps the share busy.
-The κ come from the profiler's transfer samples (``cpu_s``, ``fold_cpu_s``); a profile
-without them (the shipped ones: never measured on AWS) has κ = 0 and the bound is void.
+The κ come from the profiler's transfer samples (``cpu_s``, ``fold_cpu_s``,
+``bf16_frame_cpu_s``, ``bf16_fold_cpu_s``); a profile without them (the shipped ones:
+never measured on AWS) has κ = 0 and the bound is void.
 Traffic per iteration is the runtime's (an aggregator keeps its own shard), C requests per
 shard (C = 1: the phased exchange), u = the uploads' share of float32 bytes:
 
