@@ -99,7 +99,12 @@ def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str
     for direction, name in (("up", "cpu_bf16_frame_mb_s"), ("down", "cpu_bf16_fold_mb_s")):
         fitted[name] = _median_per_mb((r.size_mb, r.bf16_cpu_s) for r in transfer
                                       if r.channel == channel and r.direction == direction)
-    return {name: float(f"{value:.4g}") for name, value in fitted.items()}
+    return {name: cpu_digits(value) for name, value in fitted.items()}
+
+
+def cpu_digits(value: float) -> float:
+    """Four significant digits: what a profile keeps of a fitted CPU coefficient."""
+    return float(f"{value:.4g}")
 
 
 def _median_per_mb(points: Iterable[tuple[float, float | None]]) -> float:

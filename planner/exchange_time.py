@@ -77,17 +77,17 @@ def non_aggregator_times(problem: Problem, memory_mb: IntArray,
 
 def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
                     train_a: FloatArray, train_n: FloatArray, bsp: NDArray[np.bool_],
-                    busy: tuple[FloatArray, FloatArray] | None = None
+                    busy: tuple[FloatArray, FloatArray]
                     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """An aggregator's (upload, aggregate, download) seconds and the iteration's, HAP or BSP.
 
     Pipelined (C > 1): upload and download are its K·C and (W+K−2)·C chunk requests and
     aggregate what the pipeline adds to the longer of the two (planner/pipelined.py). Either
     way the iteration is at least each role's CPU_train/vCPUs(M) + CPU_exchange/vCPUs(M)
-    (planner/client_cpu.py); ``busy`` holds each role's first term (None: T_train)."""
+    (planner/client_cpu.py); ``busy`` holds each role's first term (>= its T_train)."""
     upload, aggregate, download, iteration = _transfer_bound(problem, w, mem, k, train_a,
                                                              train_n, bsp)
-    busy_a, busy_n = busy if busy is not None else (train_a, train_n)
+    busy_a, busy_n = busy
     cpu_a, cpu_n = exchange_cpu_bounds(problem, w, mem, k)  # 0 unless profiled
     cpu_bound = np.maximum(busy_a + cpu_a, np.where(k < w, busy_n + cpu_n, 0.0))
     return upload, aggregate, download, np.maximum(iteration, cpu_bound)

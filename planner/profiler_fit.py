@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares, lsq_linear
 
-from planner.client_cpu import nonnegative_line, with_client_cpu
+from planner.client_cpu import cpu_digits, nonnegative_line, with_client_cpu
 from planner.profiler_samples import (
     DuplexRecord,
     SampleError,
@@ -159,7 +159,7 @@ def fit_train_cpu(train: Sequence[TrainSample]) -> tuple[float, float]:
         return 0.0, 0.0
     step, per_sample = nonnegative_line([(float(s.batch), float(s.cpu_s or 0.0))
                                          for s in train])
-    return float(f"{step:.4g}"), float(f"{per_sample:.4g}")
+    return cpu_digits(step), cpu_digits(per_sample)
 
 
 def model_size_mb(fit: WorkloadFit, override: float | None) -> float:
