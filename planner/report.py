@@ -7,8 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from planner.client_cpu import exchange_cpu_bounds
 from planner.cost_model import Problem
 from planner.exchange_time import non_aggregator_times
+from planner.profiles import lambda_vcpus
 from planner.search import PATTERNS, Choice, SearchResult, frontier
 
 PATTERN_TITLES = {"kreduce": "K-REDUCE", "kreduce-pipelined": "K-REDUCE pipelined",
@@ -42,6 +44,7 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
         f"${b['requests_usd']:.4f}, exchange ${b['exchange_usd']:.4f}, checkpoints + data "
         f"${b['checkpoint_and_data_usd']:.4f}",
         *_iteration_lines(problem, choice),
+        *_cpu_lines(problem, choice),
         f"    per segment: load {b['load_s']:.1f} s, checkpoint {b['checkpoint_s']:.1f} s",
     ]
     return "\n".join(lines)
@@ -64,6 +67,28 @@ def _iteration_lines(problem: Problem, choice: Choice) -> list[str]:
                                             np.array([choice.aggregators]))
     return [*lines, f"      non-aggregator  train {b['train_non_aggregator_s']:.3f} s (B^n), "
                     f"upload {float(upload[0]):.3f} s, download {float(download[0]):.3f} s"]
+
+
+def _cpu_lines(problem: Problem, choice: Choice) -> list[str]:
+    """Each role's CPU per iteration at M's share (planner/client_cpu.py), where the profiles
+    measured it, and whether it, not the transfers, sets the iteration."""
+    wl, chunked = problem.workload, replace(problem, exchange_chunks=choice.exchange_chunks)
+    memory = np.array([choice.memory_mb])
+    cpu_a, cpu_n = (float(x[0]) for x in exchange_cpu_bounds(
+        chunked, np.array([choice.workers]), memory, np.array([choice.aggregators])))
+    train_a, train_n = (float(wl.train_cpu_time(batch, choice.memory_mb))
+                        for batch in (choice.batch_aggregator, choice.batch_non_aggregator))
+    if not (cpu_a or cpu_n or train_a):
+        return []  # profiles without CPU figures (the shipped ones)
+    busy_a = max(train_a, choice.breakdown["train_aggregator_s"]) + cpu_a
+    roles = f"{'aggregator' if choice.workers > 1 else 'the worker'} {busy_a:.3f} s"
+    bound = busy_a
+    if choice.aggregators < choice.workers:
+        busy_n = max(train_n, choice.breakdown["train_non_aggregator_s"]) + cpu_n
+        roles += f", non-aggregator {busy_n:.3f} s"
+        bound = max(bound, busy_n)
+    sets = "  (sets the iteration)" if bound >= choice.breakdown["iteration_s"] * (1 - 1e-9) else ""
+    return [f"      CPU at {float(lambda_vcpus(choice.memory_mb)):.2f} vCPU: {roles}{sets}"]
 
 
 def choice_table(problem: Problem, results: list[SearchResult]) -> str:

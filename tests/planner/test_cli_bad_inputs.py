@@ -5,6 +5,7 @@ and `plan` shows both roles' transfers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -247,6 +248,24 @@ def test_plan_shows_both_roles_transfers(capsys: pytest.CaptureFixture[str]) -> 
     iteration = float(head.group(1))
     assert iteration == pytest.approx(others["train"] + others["upload"] + others["download"],
                                       abs=2e-3)
+
+
+def test_plan_says_when_the_cpu_sets_the_iteration(capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    argv = ["plan", "--workload", "squeezenet-cifar10", "--deadline", "100000",
+            "--max-global-batch", "384", "--epochs", "1", "--min-workers", "2"]
+    assert main(argv) == 0
+    assert "CPU at" not in capsys.readouterr().out  # the shipped profile measured no CPU
+    heavy = dataclasses.replace(load_platform("s3"), cpu_up_request_s=0.5, cpu_down_mb_s=0.2)
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps(heavy.to_dict()))
+    assert main([*argv, "--platform", str(path)]) == 0
+    text = capsys.readouterr().out
+    line = re.search(r"CPU at ([\d.]+) vCPU: aggregator ([\d.]+) s.*\(sets the iteration\)",
+                     text)
+    head = re.search(r"per iteration ([\d.]+) s", text)
+    assert line is not None and head is not None, text
+    assert float(line.group(2)) == pytest.approx(float(head.group(1)), abs=2e-3)
 
 
 def test_scatterreduce_has_no_non_aggregator(capsys: pytest.CaptureFixture[str]) -> None:
