@@ -16,7 +16,11 @@ waits left (fasdl/profiling.py): its T_train is then below CPU_train/vCPUs(M), w
 step costs once the exchange keeps the share busy.
 The κ come from the profiler's transfer samples (``cpu_s``, ``fold_cpu_s``,
 ``bf16_frame_cpu_s``, ``bf16_fold_cpu_s``); a profile without them (the shipped ones:
-never measured on AWS) has κ = 0 and the bound is void.
+never measured on AWS) has κ = 0 and the bound is void. The arithmetic's κ are the marginal
+CPU per MB (least squares through the origin, so the largest samples set it): under a CPU cap
+its cost per MB grows with size until the arrays no longer stay in cache between the cap's
+stops (measured at 0.29 vCPU: the codec's fold 0.8 ms/MB at 0.5 MB, 1.5-1.8 from 4 MB on),
+and in a run they never do: a training step runs between two uses of the same shard.
 Traffic per iteration is the runtime's (an aggregator keeps its own shard), C requests per
 shard (C = 1: the phased exchange), u = the uploads' share of float32 bytes:
 
@@ -25,7 +29,8 @@ shard (C = 1: the phased exchange), u = the uploads' share of float32 bytes:
   ((W−1)·u + K−1)·S_m/K MB; folded W·S_m/K MB.
 
 bfloat16 uploads add the codec's arithmetic (fasdl.exchange_cpu), per MB of float32 values:
-framing every upload (κ_frame16: S_m, an aggregator (K−1)·S_m/K) and folding each of the W−1
+framing every upload and loading its range back merged (κ_frame16: S_m, an aggregator
+(K−1)·S_m/K) and folding each of the W−1
 peers' copies at κ_fold16 instead of κ_fold (the aggregator's own shard stays κ_fold).
 """
 
@@ -86,7 +91,8 @@ def codec_cpu_per_mb(platform: PlatformProfile, upload_share: float
 def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str, float]:
     """The profile's κ from ``channel``'s transfer samples: per direction, CPU = κ_req +
     κ_MB·S by least squares with both >= 0 (over every memory: CPU seconds do not depend on
-    M); κ_fold the median fold CPU per MB. Zeros where the samples hold no CPU times."""
+    M); κ_fold and the codec's κ the marginal CPU per MB (module docstring). Zeros where the
+    samples hold no CPU times."""
     fitted: dict[str, float] = {}
     for direction in DIRECTIONS:
         timed = [(r.size_mb, r.cpu_s) for r in transfer
@@ -94,11 +100,11 @@ def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str
         request_s, mb_s = nonnegative_line(timed)
         fitted[f"cpu_{direction}_request_s"] = request_s
         fitted[f"cpu_{direction}_mb_s"] = mb_s
-    fitted["cpu_fold_mb_s"] = _median_per_mb(
+    fitted["cpu_fold_mb_s"] = _marginal_per_mb(
         (r.size_mb, r.fold_cpu_s) for r in transfer if r.channel == channel)
     for direction, name in (("up", "cpu_bf16_frame_mb_s"), ("down", "cpu_bf16_fold_mb_s")):
-        fitted[name] = _median_per_mb((r.size_mb, r.bf16_cpu_s) for r in transfer
-                                      if r.channel == channel and r.direction == direction)
+        fitted[name] = _marginal_per_mb((r.size_mb, r.bf16_cpu_s) for r in transfer
+                                        if r.channel == channel and r.direction == direction)
     return {name: cpu_digits(value) for name, value in fitted.items()}
 
 
@@ -107,10 +113,12 @@ def cpu_digits(value: float) -> float:
     return float(f"{value:.4g}")
 
 
-def _median_per_mb(points: Iterable[tuple[float, float | None]]) -> float:
-    """The median CPU per MB of the points that have a CPU time; 0 if none has."""
-    per_mb = [cpu / size for size, cpu in points if cpu is not None]
-    return float(np.median(per_mb)) if per_mb else 0.0
+def _marginal_per_mb(points: Iterable[tuple[float, float | None]]) -> float:
+    """CPU per MB by least squares through the origin, Σ S·cpu / Σ S², over the points that
+    have a CPU time (the large sizes weigh most); 0 if none has."""
+    timed = [(size, cpu) for size, cpu in points if cpu is not None]
+    squares = sum(size * size for size, _ in timed)
+    return max(0.0, sum(size * cpu for size, cpu in timed) / squares) if squares > 0 else 0.0
 
 
 def nonnegative_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:

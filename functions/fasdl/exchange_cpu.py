@@ -5,7 +5,8 @@ CPU on the values themselves, and at a fraction of a vCPU that can set the pace:
 
 * an aggregator folds every copy of its shard into a float64 sum (fasdl.inflight.add_weighted);
 * with bfloat16 uploads (fasdl.exchange_codec) each upload is framed as the difference from
-  the last merged model with error feedback, rounded (``bf16_frame_cpu_s``), and each peer's
+  the last merged model with error feedback, rounded, and the merged values of the same range
+  are later copied into that reference as they load (``bf16_frame_cpu_s``), and each peer's
   copy is folded as its reference plus the widened difference: two folds and a widening
   (``bf16_fold_cpu_s``).
 
@@ -40,11 +41,13 @@ def fold_cpu_s(values: np.ndarray) -> float:
 
 
 def bf16_frame_cpu_s(values: np.ndarray) -> float:
-    """Framing ``values`` as a bfloat16 upload (difference, error feedback, rounding)."""
+    """Framing ``values`` as a bfloat16 upload (difference, error feedback, rounding), then
+    loading merged values of that range (every worker loads back each range it sends)."""
     codec = BFloat16Codec(values * np.float32(0.5), None)
     codec.frame_values(values, 0, values.size)  # writes the codec's buffers once
     cpu = time.process_time()
     codec.frame_values(values, 0, values.size)
+    codec.loaded(values, 0, values.size)
     return time.process_time() - cpu
 
 

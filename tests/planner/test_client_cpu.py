@@ -53,6 +53,19 @@ def test_the_fit_recovers_the_coefficients() -> None:
         assert fitted[name] == pytest.approx(value, rel=0.1), name
 
 
+def test_the_arithmetic_is_charged_at_the_large_sizes_cost_per_mb() -> None:
+    # under a CPU cap small arrays stay in cache and cost less per MB; a run's never do
+    def per_mb(size: float) -> float:
+        return 0.0007 if size <= 2.0 else 0.0016
+    found = [TransferRecord(512.0, "s3", direction, size, 0.1, "x86_64", 0.001,
+                            per_mb(size) * size if direction == "down" else None,
+                            per_mb(size) * size)
+             for size in (0.0625, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0) for direction in ("up", "down")]
+    fitted = fit_client_cpu(found, "s3")
+    for name in ("cpu_fold_mb_s", "cpu_bf16_frame_mb_s", "cpu_bf16_fold_mb_s"):
+        assert fitted[name] == pytest.approx(0.0016, rel=0.02), name
+
+
 def test_the_fit_never_returns_a_negative_coefficient_and_zeros_without_cpu() -> None:
     # CPU falling with size would give a negative slope: it is clipped to 0
     falling = [dataclasses.replace(r, cpu_s=0.01 - 0.001 * r.size_mb) for r in records()]
