@@ -63,3 +63,20 @@ def test_the_text_case_trains_bert_mini_with_adamw(tmp_path: Path) -> None:
     assert set(result["runs"]) == {f"{s}-K{k}" for s in ("bsp", "hap") for k in (1, 2)}
     assert all(-1.0 <= run["mcc"] <= 1.0 for run in result["runs"].values())
     assert -1.0 <= result["reference"] <= 1.0
+
+
+def test_a_run_outside_the_cases_is_refused_naming_the_runs_there(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        convergence.main(["--case", "text", "--run", "hap-K4"])
+    assert stopped.value.code == 2
+    assert "--run hap-K4" in capsys.readouterr().err
+    summary = convergence.summary({"a": {"runs": {"hap-K1": {"gap_points": 1.2}}}})
+    assert summary["max_gap_points"] == {"bsp": None, "hap": 1.2} and summary["goals_met"]
+
+
+def test_only_the_chosen_runs_are_made(tmp_path: Path) -> None:
+    case = convergence.Case("digits", "cnn", epochs=1)
+    result = convergence.run_case(case, tmp_path, lambda text: None, {"hap-K1"})
+    assert set(result["runs"]) == {"hap-K1"}
+    assert 0.0 <= result["runs"]["hap-K1"]["accuracy"] <= 1.0
