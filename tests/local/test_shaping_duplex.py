@@ -1,5 +1,5 @@
 """Duplex in the emulator: the link both directions share below full duplex (local/shaping.py)
-and the profiler's measurement of it through shaped real channels (fasdl/profiling.py)."""
+and the profiler's measurement of it through shaped real channels (fasdl/profiling_transfers.py)."""
 
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ def test_upload_and_download_at_once_share_the_link_by_the_profiles_duplex(
 @pytest.mark.parametrize("duplex", [1.0, 0.5])
 def test_the_profiler_measures_the_shaped_duplex(real: tuple[Channel, PlatformProfile],
                                                  duplex: float) -> None:
-    """fasdl.profiling.measure_duplex through a shaped real channel finds the profile's d:
+    """fasdl.profiling_transfers.measure_duplex through a shaped real channel finds the profile's d:
     the profiler would find a real function's the same way."""
-    from fasdl.profiling import measure_duplex
+    from fasdl.profiling_transfers import measure_duplex
     from planner.profiler_samples import DuplexRecord
 
     inner, platform = real
