@@ -298,6 +298,14 @@ def _segmenting(budget: FloatArray, iteration: FloatArray, total_iterations: Flo
     return segment_iterations, segments
 
 
+def busy_s(workload: WorkloadProfile, memory_mb: ArrayLike, batch: ArrayLike,
+           train_s: ArrayLike) -> FloatArray:
+    """A role's training in the CPU bound: its training CPU at M's share, never below its
+    T_train (planner/client_cpu.py)."""
+    return np.asarray(np.maximum(train_s, workload.train_cpu_time(batch, memory_mb)),
+                      dtype=np.float64)
+
+
 def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggregators: ArrayLike,
              batch_aggregator: ArrayLike, batch_non_aggregator: ArrayLike,
              bsp: ArrayLike = False) -> Evaluation:
@@ -313,8 +321,7 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     iterations = wl.samples / global_batch
 
     train_a, train_n = wl.train_time(ba, mem), wl.train_time(bn, mem)
-    busy = (np.maximum(train_a, wl.train_cpu_time(ba, mem)),  # CPU at the share, >= T_train
-            np.maximum(train_n, wl.train_cpu_time(bn, mem)))
+    busy = busy_s(wl, mem, ba, train_a), busy_s(wl, mem, bn, train_n)
     upload, aggregate, download, iteration = iteration_times(problem, w, mem, k, train_a,
                                                              train_n, sync_bsp, busy)
 

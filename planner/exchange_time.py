@@ -87,10 +87,18 @@ def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
     (planner/client_cpu.py); ``busy`` holds each role's first term (>= its T_train)."""
     upload, aggregate, download, iteration = _transfer_bound(problem, w, mem, k, train_a,
                                                              train_n, bsp)
+    cpu_a, cpu_n = cpu_bounds(problem, w, mem, k, busy)
+    return upload, aggregate, download, np.maximum(iteration, np.maximum(cpu_a, cpu_n))
+
+
+def cpu_bounds(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
+               busy: tuple[FloatArray, FloatArray]) -> tuple[FloatArray, FloatArray]:
+    """Each role's iteration as its CPU alone sets it, ``busy`` + CPU_exchange/vCPUs(M) (the
+    exchange's term 0 unless profiled); 0 for the non-aggregator when K = W (there is none)."""
     busy_a, busy_n = busy
-    cpu_a, cpu_n = exchange_cpu_bounds(problem, w, mem, k)  # 0 unless profiled
-    cpu_bound = np.maximum(busy_a + cpu_a, np.where(k < w, busy_n + cpu_n, 0.0))
-    return upload, aggregate, download, np.maximum(iteration, cpu_bound)
+    cpu_a, cpu_n = exchange_cpu_bounds(problem, w, mem, k)
+    return (np.asarray(busy_a + cpu_a, dtype=np.float64),
+            np.asarray(np.where(k < w, busy_n + cpu_n, 0.0), dtype=np.float64))
 
 
 def _transfer_bound(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,

@@ -7,10 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from planner.client_cpu import exchange_cpu_bounds
-from planner.cost_model import Problem
-from planner.exchange_time import non_aggregator_times
-from planner.profiles import lambda_vcpus
+from planner.cost_model import Problem, busy_s
+from planner.exchange_time import cpu_bounds, non_aggregator_times
+from planner.profiles import CPU_FIELDS, lambda_vcpus
 from planner.search import PATTERNS, Choice, SearchResult, frontier
 
 PATTERN_TITLES = {"kreduce": "K-REDUCE", "kreduce-pipelined": "K-REDUCE pipelined",
@@ -72,22 +71,21 @@ def _iteration_lines(problem: Problem, choice: Choice) -> list[str]:
 def _cpu_lines(problem: Problem, choice: Choice) -> list[str]:
     """Each role's CPU per iteration at M's share (planner/client_cpu.py), where the profiles
     measured it, and whether it, not the transfers, sets the iteration."""
-    wl, chunked = problem.workload, replace(problem, exchange_chunks=choice.exchange_chunks)
-    memory = np.array([choice.memory_mb])
-    cpu_a, cpu_n = (float(x[0]) for x in exchange_cpu_bounds(
-        chunked, np.array([choice.workers]), memory, np.array([choice.aggregators])))
-    train_a, train_n = (float(wl.train_cpu_time(batch, choice.memory_mb))
-                        for batch in (choice.batch_aggregator, choice.batch_non_aggregator))
-    if not (cpu_a or cpu_n or train_a):
+    wl, b = problem.workload, choice.breakdown
+    if not (any(getattr(problem.platform, name) for name in CPU_FIELDS)
+            or wl.cpu_step_s or wl.cpu_sample_s):
         return []  # profiles without CPU figures (the shipped ones)
-    busy_a = max(train_a, choice.breakdown["train_aggregator_s"]) + cpu_a
-    roles = f"{'aggregator' if choice.workers > 1 else 'the worker'} {busy_a:.3f} s"
-    bound = busy_a
+    memory, k = np.array([choice.memory_mb]), np.array([choice.aggregators])
+    busy = (busy_s(wl, memory, choice.batch_aggregator, b["train_aggregator_s"]),
+            busy_s(wl, memory, choice.batch_non_aggregator, b["train_non_aggregator_s"]))
+    bound_a, bound_n = (float(x[0]) for x in cpu_bounds(
+        replace(problem, exchange_chunks=choice.exchange_chunks),
+        np.array([choice.workers]), memory, k, busy))
+    roles = f"{'aggregator' if choice.workers > 1 else 'the worker'} {bound_a:.3f} s"
     if choice.aggregators < choice.workers:
-        busy_n = max(train_n, choice.breakdown["train_non_aggregator_s"]) + cpu_n
-        roles += f", non-aggregator {busy_n:.3f} s"
-        bound = max(bound, busy_n)
-    sets = "  (sets the iteration)" if bound >= choice.breakdown["iteration_s"] * (1 - 1e-9) else ""
+        roles += f", non-aggregator {bound_n:.3f} s"
+    sets = ("  (sets the iteration)"
+            if max(bound_a, bound_n) >= b["iteration_s"] * (1 - 1e-9) else "")
     return [f"      CPU at {float(lambda_vcpus(choice.memory_mb)):.2f} vCPU: {roles}{sets}"]
 
 
