@@ -154,9 +154,14 @@ class WorkloadProfile:
         workload.validate()
         return workload
 
+    @property
+    def cpu_profiled(self) -> bool:
+        """Whether the profiler measured a training iteration's CPU (else both are 0)."""
+        return bool(self.cpu_step_s or self.cpu_sample_s)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        if not (self.cpu_step_s or self.cpu_sample_s):
+        if not self.cpu_profiled:
             del data["cpu_step_s"], data["cpu_sample_s"]  # not profiled: files stay as they were
         return data
 
@@ -277,11 +282,16 @@ class PlatformProfile:
                                 1.0 / rate + size / 2.0)
         return np.asarray(per_peak / peak, dtype=np.float64)
 
+    @property
+    def cpu_profiled(self) -> bool:
+        """Whether the profiler measured the exchange's CPU (else every CPU_FIELDS is 0)."""
+        return any(getattr(self, name) for name in CPU_FIELDS)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         if not self.duplex:
             del data["duplex"]  # not profiled: the files stay as they were
-        if not any(data[name] for name in CPU_FIELDS):
+        if not self.cpu_profiled:
             for name in CPU_FIELDS:
                 del data[name]
         return {key: list(value) if isinstance(value, tuple) else value

@@ -9,7 +9,7 @@ import numpy as np
 
 from planner.cost_model import Problem, busy_s
 from planner.exchange_time import cpu_bounds, non_aggregator_times
-from planner.profiles import CPU_FIELDS, lambda_vcpus
+from planner.profiles import lambda_vcpus
 from planner.search import PATTERNS, Choice, SearchResult, frontier
 
 PATTERN_TITLES = {"kreduce": "K-REDUCE", "kreduce-pipelined": "K-REDUCE pipelined",
@@ -24,6 +24,7 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
     if choice is None:
         return f"infeasible: {result.reason}"
     b = choice.breakdown
+    chunked = replace(problem, exchange_chunks=choice.exchange_chunks)  # the choice's C
     title = PATTERN_TITLES.get(choice.pattern, choice.pattern)
     lines = [
         f"Plan for {problem.workload.name}: {title} on {problem.channel}, {problem.arch} "
@@ -42,8 +43,8 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
         f"    cost: Lambda compute ${b['lambda_compute_usd']:.4f}, requests + Step Functions "
         f"${b['requests_usd']:.4f}, exchange ${b['exchange_usd']:.4f}, checkpoints + data "
         f"${b['checkpoint_and_data_usd']:.4f}",
-        *_iteration_lines(problem, choice),
-        *_cpu_lines(problem, choice),
+        *_iteration_lines(chunked, choice),
+        *_cpu_lines(chunked, choice),
         f"    per segment: load {b['load_s']:.1f} s, checkpoint {b['checkpoint_s']:.1f} s",
     ]
     return "\n".join(lines)
@@ -61,8 +62,7 @@ def _iteration_lines(problem: Problem, choice: Choice) -> list[str]:
                    f"{b['download_s']:.3f} s"]
     if choice.aggregators >= choice.workers:
         return [*lines, "      non-aggregator  none (K = W)"]
-    chunked = replace(problem, exchange_chunks=choice.exchange_chunks)
-    upload, download = non_aggregator_times(chunked, np.array([choice.memory_mb]),
+    upload, download = non_aggregator_times(problem, np.array([choice.memory_mb]),
                                             np.array([choice.aggregators]))
     return [*lines, f"      non-aggregator  train {b['train_non_aggregator_s']:.3f} s (B^n), "
                     f"upload {float(upload[0]):.3f} s, download {float(download[0]):.3f} s"]
@@ -72,15 +72,13 @@ def _cpu_lines(problem: Problem, choice: Choice) -> list[str]:
     """Each role's CPU per iteration at M's share (planner/client_cpu.py), where the profiles
     measured it, and whether it, not the transfers, sets the iteration."""
     wl, b = problem.workload, choice.breakdown
-    if not (any(getattr(problem.platform, name) for name in CPU_FIELDS)
-            or wl.cpu_step_s or wl.cpu_sample_s):
+    if not (problem.platform.cpu_profiled or wl.cpu_profiled):
         return []  # profiles without CPU figures (the shipped ones)
     memory, k = np.array([choice.memory_mb]), np.array([choice.aggregators])
     busy = (busy_s(wl, memory, choice.batch_aggregator, b["train_aggregator_s"]),
             busy_s(wl, memory, choice.batch_non_aggregator, b["train_non_aggregator_s"]))
     bound_a, bound_n = (float(x[0]) for x in cpu_bounds(
-        replace(problem, exchange_chunks=choice.exchange_chunks),
-        np.array([choice.workers]), memory, k, busy))
+        problem, np.array([choice.workers]), memory, k, busy))
     roles = f"{'aggregator' if choice.workers > 1 else 'the worker'} {bound_a:.3f} s"
     if choice.aggregators < choice.workers:
         roles += f", non-aggregator {bound_n:.3f} s"
