@@ -13,9 +13,9 @@ checks every object's size and sha256 against the manifest and raises
 Contents (arrays as .npy bytes, state as JSON — never pickle):
 
 * ``model``: the merged model of the segment's last iteration (worker 0, an aggregator);
-* ``model_previous``: the merged model one iteration earlier, written by worker K, because a
-  HAP non-aggregator's parameters are merged(l−1) (staleness 1);
-* ``worker/{i}/params`` only for a HAP non-aggregator still on its own update (l = 0);
+  a HAP non-aggregator loads it in its next step, as it would have fetched it;
+* ``worker/{i}/params`` only for a HAP non-aggregator: merged(l−1) plus its own step of l
+  (fasdl.kreduce), its own parameters;
 * ``worker/{i}/<optimizer state>`` (fasdl.optimizers: ``momentum`` for sgd, ``exp_avg`` and
   ``exp_avg_sq`` for adamw), ``worker/{i}/exchange_*`` with bfloat16 uploads
   (fasdl.exchange_codec: the last merged model, the rounding residual, an aggregator's
@@ -236,8 +236,6 @@ def save_worker(store: Channel, run: str, epoch: int, worker: KReduceWorker,
                                         for name, vector in vectors.items()}
     if index == 0:  # always an aggregator: holds the merged model
         objects["model"] = partial(array_bytes, worker.parameters)
-    if source == "previous" and index == worker.aggregators:
-        objects["model_previous"] = partial(array_bytes, worker.parameters)
     if source == "own":
         objects[f"{prefix}/params"] = partial(array_bytes, worker.parameters)
     buffers = _buffers_bytes(worker.model)
@@ -262,8 +260,7 @@ def restore_worker(store: Channel, manifest: Manifest, worker: KReduceWorker,
         source = state["params_source"]
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"{prefix}/state.json is malformed: {error!r}") from error
-    params_object = {"merged": "model", "previous": "model_previous",
-                     "own": f"{prefix}/params"}.get(source)
+    params_object = {"merged": "model", "own": f"{prefix}/params"}.get(source)
     if params_object is None:
         raise CheckpointError(f"{prefix}/state.json: unknown params_source {source!r}")
     merged = array_from_bytes(read_object(store, manifest, "model"))

@@ -102,6 +102,8 @@ class FlatOptimizer(Protocol):
 
     def step(self, iteration: int) -> None: ...
 
+    def reapply(self, iteration: int) -> None: ...
+
 
 class _FlatBase:
     def __init__(self, flat: FlatParameters, schedule: LearningRateSchedule,
@@ -143,6 +145,20 @@ class FlatSGD(_FlatBase):
             direction = buffers
         torch._foreach_add_(params, direction, alpha=-self.schedule(iteration))
 
+    @torch.no_grad()
+    def reapply(self, iteration: int) -> None:
+        """The update of :meth:`step` again, at the parameters now; the state is unchanged.
+
+        With momentum that is −lr·buffer (the buffer holds the step's direction); without,
+        −lr·(g + wd·θ) with the step's gradient and today's θ.
+        """
+        used, params, grads = self._with_grads()
+        direction: list[torch.Tensor] = [self._views["momentum"][i] for i in used]
+        if not self.momentum:
+            direction = (list(torch._foreach_add(grads, params, alpha=self.weight_decay))
+                         if self.weight_decay else grads)
+        torch._foreach_add_(params, direction, alpha=-self.schedule(iteration))
+
 
 class FlatAdamW(_FlatBase):
     """torch.optim.AdamW, same arithmetic; step t = global iteration + 1 for bias correction."""
@@ -156,14 +172,28 @@ class FlatAdamW(_FlatBase):
     @torch.no_grad()
     def step(self, iteration: int) -> None:
         used, params, grads = self._with_grads()
+        exp_avg = [self._views["exp_avg"][i] for i in used]
+        exp_avg_sq = [self._views["exp_avg_sq"][i] for i in used]
+        torch._foreach_lerp_(exp_avg, grads, 1.0 - self.beta1)
+        torch._foreach_mul_(exp_avg_sq, self.beta2)
+        torch._foreach_addcmul_(exp_avg_sq, grads, grads, 1.0 - self.beta2)
+        self._update(iteration, used, params)
+
+    @torch.no_grad()
+    def reapply(self, iteration: int) -> None:
+        """The update of :meth:`step` again, at the parameters now (decay of today's θ and
+        the moments the step left); the moments are unchanged."""
+        used, params, _ = self._with_grads()
+        self._update(iteration, used, params)
+
+    def _update(self, iteration: int, used: list[int], params: list[torch.Tensor]) -> None:
+        """Decoupled weight decay, then the bias-corrected moment step (the moments as they
+        are); the denominator is the one model-sized temporary, as in torch's AdamW."""
         lr, t = self.schedule(iteration), iteration + 1
         exp_avg = [self._views["exp_avg"][i] for i in used]
         exp_avg_sq = [self._views["exp_avg_sq"][i] for i in used]
         if self.weight_decay:
             torch._foreach_mul_(params, 1.0 - lr * self.weight_decay)
-        torch._foreach_lerp_(exp_avg, grads, 1.0 - self.beta1)
-        torch._foreach_mul_(exp_avg_sq, self.beta2)
-        torch._foreach_addcmul_(exp_avg_sq, grads, grads, 1.0 - self.beta2)
         step_size = lr / (1.0 - self.beta1 ** t)
         denominator = torch._foreach_sqrt(exp_avg_sq)
         torch._foreach_div_(denominator, math.sqrt(1.0 - self.beta2 ** t))

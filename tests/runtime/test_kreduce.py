@@ -153,7 +153,7 @@ def test_bsp_equals_one_process_sgd_with_momentum_on_the_union_batch(aggregators
     np.testing.assert_allclose(workers[0].parameters, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_hap_non_aggregator_starts_from_merged_of_the_iteration_before() -> None:
+def test_hap_non_aggregator_starts_from_merged_of_the_iteration_before_plus_its_step() -> None:
     # Hand trace for W=2, K=1, B^a=2, B^n=3 on y = x·θ with MSE, in float64 numpy.
     plan = make_plan(2, 1, 2, 3, "hap", learning_rate=0.05, momentum=0.5)
     model = nn.Linear(2, 1, bias=False)
@@ -185,12 +185,16 @@ def test_hap_non_aggregator_starts_from_merged_of_the_iteration_before() -> None
             buffers[w] = 0.5 * buffers[w] + gradient(start[w], w, it)
             local.append(start[w] - 0.05 * buffers[w])
         merged.append(weights[0] * local[0] + weights[1] * local[1])
-        # aggregator continues from merged(l); the non-aggregator from merged(l−1), or its
-        # own update at l = 0, which it only uploads
-        start = [merged[it], merged[it - 1] if it > 0 else local[1]]
+        # aggregator continues from merged(l); the non-aggregator from merged(l−1) plus its
+        # own step of l again (−lr·buffer), or its own update at l = 0, which it only uploads
+        own_step = local[1] - start[1]
+        start = [merged[it], merged[it - 1] + own_step if it > 0 else local[1]]
         np.testing.assert_allclose(seen[(0, it)], start[0].ravel(), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(seen[(1, it)], start[1].ravel(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(seen[(1, 2)], merged[1].ravel(), rtol=1e-5)
+    # the step it carries is its own: merged(1) plus exactly −lr·(its momentum buffer)
+    np.testing.assert_allclose(seen[(1, 2)], (merged[1] - 0.05 * buffers[1]).ravel(),
+                               rtol=1e-5)
+    assert not np.allclose(seen[(1, 2)], merged[1].ravel(), rtol=1e-3)
 
 
 class PeakTrackingChannel(MemoryChannel):

@@ -78,6 +78,34 @@ def test_flat_adamw_matches_torch_adamw_bitwise(weight_decay: float) -> None:
     assert torch.equal(adamw.state["exp_avg"], exp_avg)
 
 
+@pytest.mark.parametrize(("kind", "momentum", "weight_decay"),
+                         [("sgd", 0.9, 1e-3), ("sgd", 0.0, 0.0), ("sgd", 0.0, 1e-2),
+                          ("adamw", 0.0, 0.0), ("adamw", 0.0, 1e-2)])
+def test_reapply_adds_the_steps_update_again_and_keeps_the_state(
+        kind: str, momentum: float, weight_decay: float) -> None:
+    """What a HAP non-aggregator carries onto merged l−1 (fasdl.kreduce): from the same
+    parameters, reapply moves them exactly as the step did, and leaves the state alone."""
+    torch.manual_seed(1)
+    model = build_model("cnn", CLASSES, INPUT_SHAPE)
+    flat = FlatParameters(model)
+    optimizer: FlatSGD | FlatAdamW = (
+        FlatSGD(flat, CONSTANT, momentum, weight_decay) if kind == "sgd"
+        else FlatAdamW(flat, CONSTANT, (0.9, 0.999), 1e-8, weight_decay))
+    for iteration in range(3):  # momentum and moments away from zero
+        optimizer.zero_grad()
+        nn.CrossEntropyLoss()(model(torch.randn(5, *INPUT_SHAPE)),
+                              torch.randint(0, CLASSES, (5,))).backward()
+        before = flat.values.clone()
+        optimizer.step(iteration)
+    after = flat.values.clone()
+    state = {name: vector.clone() for name, vector in optimizer.state.items()}
+    flat.values.copy_(before)  # the step's own starting point: the same update again
+    optimizer.reapply(2)
+    torch.testing.assert_close(flat.values, after, rtol=0.0, atol=1e-7)
+    assert not torch.equal(after, before)
+    assert all(torch.equal(state[name], optimizer.state[name]) for name in state)
+
+
 def test_adam_bias_correction_counts_global_iterations() -> None:
     """A worker resumed at iteration 7 steps as the undisturbed one does at 7, not at 0."""
     torch.manual_seed(2)
