@@ -313,7 +313,9 @@ def test_hap_kreduce_learns_the_shipped_digits_dataset(tmp_path: Path) -> None:
     x, y = to_tensors(test.x, test.y)
     with torch.no_grad():
         accuracy = float((workers[0].model(x).argmax(1) == y).float().mean())
-    assert accuracy > 0.85  # 0.87 here: HAP runs are deterministic (fixed staleness)
+    # 0.939 here (HAP runs are deterministic: fixed staleness); 0.87 when the
+    # non-aggregators trained from merged l−1 without re-applying their step (the paper's)
+    assert accuracy > 0.91
 
 
 def test_keys_follow_the_architecture_layout() -> None:
