@@ -6,7 +6,8 @@ split's Matthews correlation (CoLA's metric) per segment and finalize's summary 
 
 The MCC must rise clearly above chance. Measured in one process with the same K-REDUCE
 workers (W = 2, global batch 64, 8 epochs): dev MCC 0.45-0.66 over seeds 0-2 under hap and
-bsp; plain SGD with momentum stayed near chance (0.15 after 7 epochs, 0.0 after 10).
+bsp (hap K = 1 0.57-0.66 since a non-aggregator re-applies its step, bench/convergence.py);
+plain SGD with momentum stayed near chance (0.15 after 7 epochs, 0.0 after 10).
 """
 
 from __future__ import annotations
