@@ -177,21 +177,21 @@ class FlatAdamW(_FlatBase):
         torch._foreach_lerp_(exp_avg, grads, 1.0 - self.beta1)
         torch._foreach_mul_(exp_avg_sq, self.beta2)
         torch._foreach_addcmul_(exp_avg_sq, grads, grads, 1.0 - self.beta2)
-        self._update(iteration, used, params)
+        self._update(iteration, params, exp_avg, exp_avg_sq)
 
     @torch.no_grad()
     def reapply(self, iteration: int) -> None:
         """The update of :meth:`step` again, at the parameters now (decay of today's θ and
         the moments the step left); the moments are unchanged."""
         used, params, _ = self._with_grads()
-        self._update(iteration, used, params)
+        self._update(iteration, params, [self._views["exp_avg"][i] for i in used],
+                     [self._views["exp_avg_sq"][i] for i in used])
 
-    def _update(self, iteration: int, used: list[int], params: list[torch.Tensor]) -> None:
+    def _update(self, iteration: int, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
+                exp_avg_sq: list[torch.Tensor]) -> None:
         """Decoupled weight decay, then the bias-corrected moment step (the moments as they
         are); the denominator is the one model-sized temporary, as in torch's AdamW."""
         lr, t = self.schedule(iteration), iteration + 1
-        exp_avg = [self._views["exp_avg"][i] for i in used]
-        exp_avg_sq = [self._views["exp_avg_sq"][i] for i in used]
         if self.weight_decay:
             torch._foreach_mul_(params, 1.0 - lr * self.weight_decay)
         step_size = lr / (1.0 - self.beta1 ** t)
