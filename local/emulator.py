@@ -42,7 +42,7 @@ from typing import IO, Any
 from infra.lambda_errors import EXIT, OUT_OF_MEMORY, TIMEOUT
 from infra.lambda_runtime import PYTHON_RUNTIME
 from local.event_tags import log_tag, worker_of
-from local.invoke import DEADLINE_ENV, PEAK_RSS_KEY
+from local.invoke import DEADLINE_ENV, PEAK_RSS_KEY, peak_before_call_kb
 from local.lambda_speed import LambdaEmulation
 from local.memory_watchdog import DEFAULT_TICK_S, MIB, MemoryWatchdog, report_lines
 from local.sandbox import DEFAULT_IDLE_S, Sandbox, SandboxPool, kill_group, sandbox_key
@@ -341,9 +341,11 @@ class LambdaEmulator:
         outcome: dict[str, Any] | None = None
         if ran.result_file.is_file():
             outcome = json.loads(ran.result_file.read_text())
-        # The child's own peak (VmHWM) covers the time after the watchdog's last sample.
-        reported = int(outcome.pop(PEAK_RSS_KEY, 0)) * 1024 if outcome else 0
-        peak = max(ran.watchdog.peak_bytes, reported)
+        # The child's own peak (VmHWM) covers the time after the watchdog's last sample; a
+        # crash leaves no result, but the peak the child wrote before the call.
+        reported = int(outcome.pop(PEAK_RSS_KEY, 0)) if outcome else 0
+        peak = max(ran.watchdog.peak_bytes,
+                   1024 * max(reported, peak_before_call_kb(ran.result_file)))
         over = self.memory_limit and peak > spec.memory_mb * MIB
         log.write(report_lines(ran.request_id, ran.duration_s, spec.memory_mb, ran.watchdog,
                                peak, over and not ran.timed_out).encode())

@@ -18,7 +18,10 @@ to shape the handler's channels before the handler is loaded.
 
 RESULT_FILE also carries this process's peak resident set (``VmHWM``, key
 :data:`PEAK_RSS_KEY`): the parent samples memory every few ms and would miss a peak reached
-after its last sample; the parent removes the key before the payload goes anywhere.
+after its last sample; the parent removes the key before the payload goes anywhere. A handler
+that crashes writes no RESULT_FILE, so the peak before the call (Python, the Init's imports)
+also goes to :func:`peak_file` first: a crash quicker than the parent's first sample of the
+started interpreter still reports what it held.
 """
 
 from __future__ import annotations
@@ -36,6 +39,19 @@ from typing import Any
 DEADLINE_ENV = "FASDL_LOCAL_DEADLINE_MS"  # epoch ms at which the parent kills this process
 SHAPING_ENV = "FASDL_LOCAL_SHAPING"  # set by the emulator: see local/lambda_speed.py
 PEAK_RSS_KEY = "__localPeakRssKb"  # in RESULT_FILE: this process's VmHWM in kB
+
+
+def peak_file(result_file: Path) -> Path:
+    """Where the child writes its VmHWM (kB) before calling the handler."""
+    return result_file.with_suffix(".peak")
+
+
+def peak_before_call_kb(result_file: Path) -> int:
+    """What :func:`peak_file` holds; 0 when the child never got that far."""
+    try:
+        return int(peak_file(result_file).read_text())
+    except (OSError, ValueError):
+        return 0
 
 
 class LambdaContext:
@@ -127,6 +143,7 @@ def _answer(function: Callable[..., Any] | dict[str, Any], event_file: Path,
         outcome = dict(function)  # a copy: a warm sandbox reports it again
     else:
         event = json.loads(event_file.read_text())
+        peak_file(result_file).write_text(str(_peak_rss_kb() or 0))
         try:
             result = function(event, LambdaContext(request_id, dict(os.environ)))
         except Exception as error:  # the handler's error becomes the invocation's error

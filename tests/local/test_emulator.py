@@ -66,6 +66,17 @@ def test_import_error_and_unknown_function(tmp_path: Path) -> None:
             emulator.invoke("Other", b"{}")
 
 
+def test_a_crash_before_the_watchdogs_next_sample_still_reports_its_peak() -> None:
+    """A handler that exits at once can end before the watchdog samples the started
+    interpreter (under load its thread waits for the GIL): the child's peak before the call
+    still counts. A 60-s tick leaves the watchdog its first sample only."""
+    spec = dataclasses.replace(_spec("exits"), name="exits")
+    with LambdaEmulator({"exits": spec}, memory_tick_s=60.0) as emulator:
+        invocation = emulator.invoke("exits", {})
+    assert invocation.error_type is not None and invocation.peak_rss_mb is not None
+    assert 5 < invocation.peak_rss_mb < 512  # Python and the stub module, at least ~10 MB
+
+
 def test_every_invocation_records_its_memory_peak() -> None:
     """Success, a handler error and a crash alike: M, the group's peak RSS, a REPORT line."""
     with LambdaEmulator({name: dataclasses.replace(_spec(name), name=name)
