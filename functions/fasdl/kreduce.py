@@ -10,17 +10,11 @@ iteration every worker takes one step of its own optimizer (fasdl.optimizers), t
   previous iteration (staleness 1, nothing at l = 0) and applies its own step of l again on
   top of them, under ``bsp`` it loads those of this iteration.
 
-Why a HAP non-aggregator re-applies its step: merged l−1 lacks the updates of iteration l,
-its own among them. Training from merged l−1 as it is (the paper's HAP) makes every merge a
-weighted mean of fresh models and models one merge behind, so the model advances by only
-about 1/(1 + w_n) of the union batch's update per iteration (w_n: the non-aggregators'
-share of the batch), and a fixed budget of iterations ends under-trained: on the
-convergence benchmark 1.7 points behind the single process on rgb32 (K = 1 of 4) and 8 MCC
-points on text. Merged l−1 plus its own latest step is its best guess of merged l: the
-merge then advances by the full update, with one-iteration-stale gradients in the
-non-aggregators' share (bench/convergence.py measures it). It costs no memory (the step's
-direction is the optimizer's state: SGD's momentum buffer, AdamW's moments) and one
-optimizer update of CPU; its parameters are its own, so a checkpoint stores them.
+Why it re-applies its step: trained from merged l−1 as it is (the paper's HAP), every merge
+mixes fresh models with models one merge behind, the model advances ~1/(1 + w_n) of the
+update per iteration (w_n: the non-aggregators' batch share) and a fixed budget ends
+under-trained (README "Convergence"). Merged l−1 plus its own step is its best guess of
+merged l; it costs one optimizer update (fasdl.optimizers reapply), no memory.
 
 Why model averaging after local momentum steps equals large-batch SGD with momentum (bsp):
 every worker starts iteration l from the same parameters θ, so its update is
