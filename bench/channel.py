@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from fasdl.channel.base import Channel
-from fasdl.channel.factory import build_channel
-from fasdl.wire import decode_shard, encode_shard, encode_shard_into
+from fasdl.exchange.channel.base import Channel
+from fasdl.exchange.channel.factory import build_channel
+from fasdl.exchange.wire import decode_shard, encode_shard, encode_shard_into
 from local.servers import SeaweedS3Server, ValkeyServer
 
 MB = 2**20
@@ -30,7 +30,8 @@ GOAL_RATIO = 0.8
 
 def through_channel(channel: Channel, values: np.ndarray, key: str, iteration: int,
                     buffer: bytearray | None = None) -> float:
-    """Encode (into the worker's reused buffer, as fasdl.kreduce does), put, get, decode."""
+    """Encode (into the worker's reused buffer, as fasdl.exchange.kreduce does), put, get,
+    decode."""
     started = time.perf_counter()
     channel.put(key, encode_shard_into(buffer, values, run=RUN, iteration=iteration, worker=0,
                                        shard=0))

@@ -1,9 +1,10 @@
 """Convergence: K-REDUCE's final test metric against one process on the union batch.
 
 For each case, one process trains the network with the runtime's optimizer and schedule
-(fasdl.optimizers: the same recipe, learning rate and iterations) on the union of the W
+(fasdl.training.optimizers: the same recipe, learning rate and iterations) on the union of the W
 workers' batches, every iteration the same rows the workers draw, augmented as each worker
-augments them (fasdl.data.BatchStream and fasdl.augment: the runtime's partitions, data order
+augments them (fasdl.training.data.BatchStream and fasdl.training.augment: the runtime's
+partitions, data order
 and draws). Then W K-REDUCE workers (threads, the in-memory channel) train the same budget
 under bsp and hap for K in {1, 2, W}. The gap is the reference's metric minus K-REDUCE's, in
 points (0.5 = half a percentage point; accuracy, or Matthews correlation ×100 for the text
@@ -52,20 +53,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from fasdl.augment import training_tensors
-from fasdl.channel.memory import MemoryChannel
-from fasdl.data import (
+from fasdl.contract.plan import EXCHANGE_DTYPES, Deployment, Plan, Training, Workload
+from fasdl.datasets.cola import import_cola
+from fasdl.datasets.digits import build_digits
+from fasdl.datasets.textset import write_textset
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.kreduce import KReduceWorker
+from fasdl.training.augment import training_tensors
+from fasdl.training.data import (
     LocalFiles,
     Partition,
     class_count,
     load_partition,
 )
-from fasdl.datasets.cola import import_cola
-from fasdl.datasets.digits import build_digits
-from fasdl.datasets.textset import write_textset
-from fasdl.kreduce import KReduceWorker
-from fasdl.networks import build_seeded_model
-from fasdl.plan import EXCHANGE_DTYPES, Deployment, Plan, Training, Workload
+from fasdl.training.networks import build_seeded_model
 from local.reference import evaluate, reference_curve, worker_streams
 
 GOALS = {"bsp": 0.5, "hap": 1.5}  # points
@@ -83,7 +84,7 @@ class Case:
     batch: int = 16
     learning_rate: float = 0.05
     momentum: float = 0.9
-    # plan training fields beyond these (fasdl.plan.Training); warmup as a share of the run
+    # plan training fields beyond these (fasdl.contract.plan.Training); warmup as a share of the run
     recipe: tuple[tuple[str, Any], ...] = ()
     warmup_fraction: float = 0.0
     metric: str = "accuracy"  # or "mcc" (two classes)
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seeds per case (1-20), gaps taken between the means")
     parser.add_argument("--exchange-dtype", choices=EXCHANGE_DTYPES, default="float32",
                         help="what the K-REDUCE runs upload (bfloat16: differences with error "
-                             "feedback, fasdl.exchange_codec); the reference is unchanged")
+                             "feedback, fasdl.exchange.codec); the reference is unchanged")
     parser.add_argument("--run", action="append", metavar="SYNC-KN",
                         help="only these K-REDUCE runs (e.g. hap-K1; repeatable; default all: "
                              "bsp and hap for K in {1, 2, W})")

@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 import numpy as np
 from hypothesis import strategies as st
 
-from fasdl import run_state
+from fasdl.contract.plan import Deployment, Plan, PlanError, Training, Workload
 from fasdl.datasets.__main__ import main as import_dataset
 from fasdl.datasets.cifar10 import RECORD_BYTES, TEST_FILES, TRAIN_FILES
-from fasdl.plan import Deployment, Plan, PlanError, Training, Workload
+from fasdl.run import run_state
 
 PLAN = Plan(workload=Workload(name="fuzz", model="mlp", dataset="data/fuzz", samples=50,
                               dataset_mb=1.0, model_mb=1.0),

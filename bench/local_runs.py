@@ -20,18 +20,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from local.runner import RunOptions, run
-from planner.cost_model import (
-    VIOLATION_TEXT,
-    Problem,
-    Violation,
-    aligned_non_aggregator_batch,
-    evaluate,
-)
+from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
+from planner.model.problem import VIOLATION_TEXT, Problem, Violation
+from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
 from planner.planfile import to_plan
-from planner.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
-from planner.search import Choice, choice_from, exact
+from planner.search.searches import Choice, choice_from, exact
 
 WARMUP_ITERATIONS = 2
 DIGITS_TRAIN_SAMPLES = 1438  # the train split local runs build from scikit-learn's digits

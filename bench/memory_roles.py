@@ -6,7 +6,8 @@ training step at its batch and an exchange step (upload, aggregate, load the mer
 through a real S3-compatible server (the plans' channel). Each reports its peak resident set
 (VmHWM: the kernel's high-water mark since exec, the figure Lambda's memory limit holds a
 function to; ``ru_maxrss`` would also count the parent's size at fork) next to the planner's
-modelled memory of its role, k·B + c + X_role (planner/memory.py). The measured step runs under bsp
+modelled memory of its role, k·B + c + X_role (planner/model/memory.py). The measured step runs
+under bsp
 so that a non-aggregator downloads in it (under hap it moves the same bytes one step later).
 
 ``--batch`` replaces the plan's batches (the exchange term does not depend on them);
@@ -43,17 +44,18 @@ TABLE_IV: dict[str, tuple[float, int, tuple[int, int, int, int, int]]] = {
 WORKLOADS = tuple(TABLE_IV)
 MIB = 1 << 20
 # Iterations each worker runs: under glibc's default allocator the peak grew for six steps
-# (fasdl/heap.py); with the runtime's allocator settings it is flat from the third.
+# (fasdl/aws/heap.py); with the runtime's allocator settings it is flat from the third.
 STEPS = 4
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def planned(name: str) -> Any:
     """The planner's K-REDUCE plan for the workload's Table IV problem."""
-    from planner.cost_model import Problem, evaluate
+    from planner.model.cost_model import evaluate
+    from planner.model.problem import Problem
+    from planner.model.profiles import load_platform, load_prices, load_workload
     from planner.planfile import to_plan
-    from planner.profiles import load_platform, load_prices, load_workload
-    from planner.search import exact
+    from planner.search.searches import exact
 
     deadline, cap, (w, m, ba, k, bn) = TABLE_IV[name]
     problem = Problem(workload=load_workload(name), platform=load_platform("s3"),
@@ -77,9 +79,9 @@ def with_batches(plan: Any, batch: int | None) -> Any:
 
 def modelled_mb(plan: Any, worker: int) -> tuple[float, float]:
     """(modelled memory of this worker's role, the cap C) in MB."""
-    from fasdl.inflight import default_inflight_mb
-    from planner.memory import role_memory_mb
-    from planner.profiles import load_workload
+    from fasdl.exchange.inflight import default_inflight_mb
+    from planner.model.memory import role_memory_mb
+    from planner.model.profiles import load_workload
 
     workload = load_workload(str(plan.provenance["workload_profile"]))
     d, t = plan.deployment, plan.training
@@ -126,12 +128,12 @@ def child(plan_path: str, worker: int, endpoint: str, bucket: str, run_id: str,
     """One worker: ``steps`` iterations of training and exchange; its peak RSS."""
     import torch
 
-    from fasdl import heap
-    from fasdl.channel.s3 import S3Channel
-    from fasdl.kreduce import KReduceWorker
-    from fasdl.networks import build_seeded_model
-    from fasdl.plan import Plan
-    from fasdl.profiling import peak_rss_mb
+    from fasdl.aws import heap
+    from fasdl.contract.plan import Plan
+    from fasdl.exchange.channel.s3 import S3Channel
+    from fasdl.exchange.kreduce import KReduceWorker
+    from fasdl.profiling.measure import peak_rss_mb
+    from fasdl.training.networks import build_seeded_model
 
     heap.configure_allocator()  # as the worker handler does at Init
     torch.set_num_threads(1)

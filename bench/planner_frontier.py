@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 
 from bench.planner_search import WORKLOADS
-from planner.cost_model import Problem
-from planner.profiles import load_platform, load_prices, load_workload
+from planner.model.problem import Problem
+from planner.model.profiles import load_platform, load_prices, load_workload
 from planner.report import render_frontier
-from planner.search import exact
+from planner.search.searches import exact
 
 
 def main() -> None:

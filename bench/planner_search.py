@@ -29,11 +29,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from fasdl.profiling import peak_rss_mb
-from planner.cost_model import Problem
-from planner.heuristic import two_stage
-from planner.profiles import load_platform, load_prices, load_workload
-from planner.search import SearchResult, exact, exhaustive
+from fasdl.profiling.measure import peak_rss_mb
+from planner.model.problem import Problem
+from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.search.heuristic import two_stage
+from planner.search.searches import SearchResult, exact, exhaustive
 
 WORKLOADS = {  # name: (deadline s, B^g_max, epochs)
     "bert-base-cola": (2500.0, 640, 6),

@@ -23,10 +23,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fasdl.channel.memory import MemoryChannel
-from fasdl.kreduce import KReduceWorker
-from fasdl.networks import build_model
-from fasdl.plan import Deployment, Plan, Training, Workload
+from fasdl.contract.plan import Deployment, Plan, Training, Workload
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.kreduce import KReduceWorker
+from fasdl.training.networks import build_model
 
 GOAL = 0.95
 

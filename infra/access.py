@@ -14,7 +14,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from fasdl.environment import DEFAULT_PROFILES_PREFIX
+from fasdl.contract.settings import DEFAULT_PROFILES_PREFIX
 from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX
 
 PROFILES_PREFIX = DEFAULT_PROFILES_PREFIX
@@ -49,7 +49,7 @@ WILDCARD_RESOURCE_ACTIONS: dict[str, str] = {
 }
 
 VPC_ENI_ACTIONS = [action for action in WILDCARD_RESOURCE_ACTIONS if action.startswith("ec2:")]
-# The trigger's run-start checks (fasdl/account.py). GetAccountSettings takes Resource "*" only;
+# The trigger's run-start checks (fasdl/aws/account.py). GetAccountSettings takes Resource "*" only;
 # the others take the function's ARN, and InvokeFunction is for the one call that wakes an
 # Inactive worker (lambda-api-permissions-ref.html).
 TRIGGER_ACCOUNT_ACTIONS = [action for action in WILDCARD_RESOURCE_ACTIONS
@@ -100,10 +100,10 @@ def grant_worker(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket,
 def grant_trigger(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket,
                   exchange: s3.IBucket | None, worker: lambda_.IFunction,
                   worker_logs: logs.ILogGroup, cache_name: str | None = None) -> None:
-    """Besides S3: the run-start checks of fasdl/account.py, on the worker function only;
-    the workers' REPORT lines (fasdl/memory_report.py), in their log group only; and (Valkey
+    """Besides S3: the run-start checks of fasdl/aws/account.py, on the worker function only;
+    the workers' REPORT lines (fasdl/aws/memory_report.py), in their log group only; and (Valkey
     plans) the lookup of the exchange cache's endpoint, on that cache only. ``exchange`` (S3
-    plans): deleting a failed epoch's shards before its retry (fasdl.fencing)."""
+    plans): deleting a failed epoch's shards before its retry (fasdl.run.fencing)."""
     allow_objects(role, datasets, "", READ)
     allow_objects(role, results, RUNS_PREFIX, READ_WRITE)
     if exchange is not None:

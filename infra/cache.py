@@ -10,7 +10,7 @@ minimum charge between runs while the training stack stays. It imports the VPC s
 cache security group from the training stack (the dependency points this way only, so the
 cache stack can always be deleted); nothing imports from it: the functions know the cache by
 its name (:func:`cache_name`) and the trigger looks its endpoint up at run time
-(``fasdl.exchange_cache``).
+(``fasdl.contract.cache``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticache as elasticache
 from constructs import Construct
 
-from fasdl.exchange_cache import NAME_MAX_LENGTH, cache_name
-from fasdl.plan import Plan
+from fasdl.contract.cache import NAME_MAX_LENGTH, cache_name
+from fasdl.contract.plan import Plan
 
 ENGINE = "valkey"
 MAJOR_VERSION = "8"

@@ -4,7 +4,7 @@ Worker and profiler run at the plan's memory M and architecture; both join the V
 plan uses the Valkey channel, and so does finalize, which deletes the run's exchange keys from
 the cache. The trigger stays outside: it calls AWS APIs (Lambda, ElastiCache) that the
 isolated subnets cannot reach, and finds the cache's endpoint for the others
-(fasdl.exchange_cache). Each function has its own role and log group.
+(fasdl.contract.cache). Each function has its own role and log group.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from fasdl import environment
-from fasdl.account import (
+from fasdl.aws.account import (
     DEFAULT_ACCOUNT_CONCURRENCY,
     EXECUTIONS_PER_WORKER,
     MIN_UNRESERVED_CONCURRENCY,
@@ -30,9 +29,10 @@ from fasdl.account import (
     QUOTA_NAME,
     WORKER_FUNCTION_ENV,
 )
-from fasdl.memory_report import WORKER_LOG_GROUP_ENV
-from fasdl.plan import PLAN_MAX_COMPACT_BYTES, Plan
-from fasdl.torch_setup import STUB_ENV
+from fasdl.aws.memory_report import WORKER_LOG_GROUP_ENV
+from fasdl.aws.torch_setup import STUB_ENV
+from fasdl.contract import settings as environment
+from fasdl.contract.plan import PLAN_MAX_COMPACT_BYTES, Plan
 from infra import access
 from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, image_tag
 from infra.settings import (
@@ -49,7 +49,7 @@ from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX, Storage
 RUNTIME = lambda_.Runtime(PYTHON_RUNTIME, lambda_.RuntimeFamily.PYTHON)
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 TRIGGER_MEMORY_MB = 256
-# Fits fasdl.account's wait for an Active worker (<= 90 s, 20 s kept) per start; a longer
+# Fits fasdl.aws.account's wait for an Active worker (<= 90 s, 20 s kept) per start; a longer
 # wait is a Step Functions Retry of WorkerNotReady, which holds no Lambda meanwhile.
 TRIGGER_TIMEOUT = Duration.seconds(120)
 LONG_TIMEOUT = Duration.seconds(900)
@@ -82,7 +82,7 @@ def ephemeral_storage_mb(plan: Plan) -> int:
 
 def plan_concurrency_quota(plan: Plan) -> int:
     """The account concurrency the plan was made for: the planner's --max-concurrency, in
-    ``provenance.max_concurrency`` (planner/quotas.py), or Lambda's default when absent."""
+    ``provenance.max_concurrency`` (planner/search/quotas.py), or Lambda's default when absent."""
     text = plan.provenance.get("max_concurrency")
     if text is None:
         return DEFAULT_ACCOUNT_CONCURRENCY

@@ -36,7 +36,7 @@ NOT_READY = "Lambda.ResourceNotReadyException"
 ENI_NOT_READY = "Lambda.ENINotReadyException"
 # Invoking a function whose State is Pending ("The operation cannot be performed at this time.
 # The function is currently in the following state: Pending", troubleshooting-invocation.html).
-# Not retried: the trigger waits for an Active worker before the first Map (fasdl/account.py).
+# Not retried: the trigger waits for an Active worker before the first Map (fasdl/aws/account.py).
 CONFLICT = "Lambda.ResourceConflictException"
 TRANSIENT = ("Lambda.ServiceException", "Lambda.AWSLambdaException",
              "Lambda.SdkClientException", "Lambda.ClientExecutionTimeoutException")

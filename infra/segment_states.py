@@ -26,8 +26,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from fasdl.fencing import WorkerDuplicate, WorkerFenced
-from fasdl.memory_report import same_size_advice
+from fasdl.aws.memory_report import same_size_advice
+from fasdl.run.fencing import WorkerDuplicate, WorkerFenced
 from infra import lambda_errors
 
 # SegmentTooLong: a worker that sees it cannot finish the segment in time fails fast on its own.
@@ -35,8 +35,8 @@ TIMEOUT_ERRORS = [lambda_errors.TASK_TIMEOUT, lambda_errors.TIMEOUT, "SegmentToo
 # A worker process died or a peer's shards never came: rerun the segment at the same length
 # from its checkpoint (the trigger bounds these retries too).
 # WorkerDuplicate: a retried Invoke had started the worker already; WorkerFenced: a worker
-# found its epoch superseded (fasdl.fencing); FrameError: a torn or foreign frame in the store
-# (fasdl.wire). Each time a new epoch reruns the segment on fresh keys (bounded).
+# found its epoch superseded (fasdl.run.fencing); FrameError: a torn or foreign frame in the store
+# (fasdl.exchange.wire). Each time a new epoch reruns the segment on fresh keys (bounded).
 CRASH_ERRORS = [lambda_errors.EXIT, "ChannelTimeout", "ChannelError", WorkerDuplicate.__name__,
                 WorkerFenced.__name__, "FrameError"]
 SEGMENT_TIMEOUT_ERROR = "FasDL.SegmentTimeout"

@@ -22,7 +22,7 @@ Context keys (``cdk synth -c key=value`` or ``cdk.json``):
                       Lower it to run the Distributed Map path with few workers (tests).
 
 The plan is validated here, before any construct exists, so an invalid plan fails synth with
-the plan's own :class:`~fasdl.plan.PlanError` message.
+the plan's own :class:`~fasdl.contract.plan.PlanError` message.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
-from fasdl.plan import Plan, PlanError
+from fasdl.contract.plan import Plan, PlanError
 from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, lambda_target
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

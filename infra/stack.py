@@ -7,7 +7,7 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, CfnParameter, CfnRule, CfnRuleAssertion, Environment, Fn, Stack
 from constructs import Construct
 
-from fasdl.exchange_cache import cache_name, cache_stack_name
+from fasdl.contract.cache import cache_name, cache_stack_name
 from infra.cache import FasdlCacheStack
 from infra.checkov import add_skips
 from infra.compute import Compute

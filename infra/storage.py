@@ -16,9 +16,9 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from fasdl.environment import DEFAULT_EXCHANGE_PREFIX, DEFAULT_RUNS_PREFIX
+from fasdl.contract.settings import DEFAULT_EXCHANGE_PREFIX, DEFAULT_RUNS_PREFIX
 
-EXCHANGE_PREFIX = DEFAULT_EXCHANGE_PREFIX  # the runtime's key layout (fasdl.environment)
+EXCHANGE_PREFIX = DEFAULT_EXCHANGE_PREFIX  # the runtime's key layout (fasdl.contract.settings)
 RUNS_PREFIX = DEFAULT_RUNS_PREFIX
 EXCHANGE_EXPIRY = Duration.days(1)
 MULTIPART_ABORT = Duration.days(1)

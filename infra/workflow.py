@@ -27,7 +27,7 @@ Execution input (every field optional; ``{}`` runs the deployed plan on its data
 ``resume`` is reserved: "Continue as new" starts a fresh execution with
 ``{"resume": <run state>}`` before the 25,000-event history limit. The run state (``$.run``)
 is what the trigger returns; every field each Lambda receives and returns is in
-:mod:`fasdl.events`.
+:mod:`fasdl.contract.events`.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from fasdl import events
-from fasdl.account import WorkerNotReady
-from fasdl.exchange_cache import CacheNotReady
+from fasdl.aws.account import WorkerNotReady
+from fasdl.contract import events
+from fasdl.contract.cache import CacheNotReady
 from infra import lambda_errors
 from infra.segment_states import (
     CRASHED,
@@ -89,12 +89,12 @@ RETRIERS = (
             max_attempts=6, backoff=1.5, max_delay_s=60),
     # Lambda's transient 5xx (bp-lambda-serviceexception: 2 s, 6 attempts, backoff 2). The
     # function may have started anyway: a retried worker is then a duplicate, which its claim
-    # stops (fasdl.fencing, WorkerDuplicate).
+    # stops (fasdl.run.fencing, WorkerDuplicate).
     Retrier(lambda_errors.TRANSIENT, interval_s=2, max_attempts=6, backoff=2.0,
             max_delay_s=30),
 )
-# The trigger's own "not yet" (fasdl/account.py WorkerNotReady: the worker function is still
-# Pending; fasdl/exchange_cache.py CacheNotReady: FasdlCacheStack's cache is being created):
+# The trigger's own "not yet" (fasdl/aws/account.py WorkerNotReady: the worker function is still
+# Pending; fasdl/contract/cache.py CacheNotReady: FasdlCacheStack's cache is being created):
 # every 30 s for up to 5 minutes, on the trigger's tasks only. Nothing ran, so a retry is safe.
 NOT_READY_RETRIER = Retrier((WorkerNotReady.__name__, CacheNotReady.__name__), interval_s=30,
                             max_attempts=10, backoff=1.0, max_delay_s=30)

@@ -1,5 +1,5 @@
 """ElastiCache's ``DescribeServerlessCaches`` on a loopback port, for the trigger's lookup of
-the exchange cache (fasdl/exchange_cache.py) in local Valkey runs.
+the exchange cache (fasdl/contract/cache.py) in local Valkey runs.
 
 On AWS the cache lives in ``FasdlCacheStack``; the trigger finds its endpoint by name on every
 action. Locally the "cache stack" is the Valkey server the runner starts, and this server

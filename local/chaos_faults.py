@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from fasdl.keys import merged_key
-from fasdl.wire import HEADER_SIZE, encode_shard, read_header, reframe
+from fasdl.contract.keys import merged_key
+from fasdl.exchange.wire import HEADER_SIZE, encode_shard, read_header, reframe
 from local.layout import LAYOUT
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 

@@ -1,5 +1,5 @@
 """A local Lambda control plane: the Lambda API calls the trigger makes before the first Map
-(fasdl/account.py), answered as AWS answers them, from a model of the account and the worker.
+(fasdl/aws/account.py), answered as AWS answers them, from a model of the account and the worker.
 
 Routes (REST-JSON, the URIs of botocore's lambda service model); the trigger reaches them
 through ``AWS_ENDPOINT_URL_LAMBDA``:
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from fasdl.account import (
+from fasdl.aws.account import (
     ACTIVE,
     DEFAULT_ACCOUNT_CONCURRENCY,
     FAILED,

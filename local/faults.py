@@ -1,7 +1,7 @@
 """Fault injection and cleanup checks for ``python -m local run`` (local/runner.py).
 
 * ``--inject-env ROLE:KEY=VALUE`` adds a variable to one function's environment, e.g. the
-  worker's test hooks (fasdl.fault_hooks: ``FASDL_TEST_CRASH_AT_ITERATION``...);
+  worker's test hooks (fasdl.run.fault_hooks: ``FASDL_TEST_CRASH_AT_ITERATION``...);
 * ``--restart-cache-at N`` restarts the Valkey server once a shard of iteration N is in it:
   its keys are lost, like a cache node replaced mid-run;
 * :func:`exchange_left` counts the run's exchange keys finalize left behind (report.json).

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fasdl.plan import ARCHITECTURES, CHANNELS
+from fasdl.contract.plan import ARCHITECTURES, CHANNELS
 from local.invoke import SHAPING_ENV
-from planner.profiles import PlatformProfile, ProfileError, load_platform, load_platform_file
+from planner.model.profiles import PlatformProfile, ProfileError, load_platform, load_platform_file
 
 if TYPE_CHECKING:
-    from fasdl.channel.base import Channel
-    from fasdl.channel.factory import ChannelConfig
+    from fasdl.exchange.channel.base import Channel
+    from fasdl.exchange.channel.factory import ChannelConfig
 
 LAMBDA_MB_PER_VCPU = 1769  # AWS: 1,769 MB = one vCPU; up to 6 vCPUs at 10,240 MB
 LAMBDA_MAX_VCPUS = 6
@@ -109,9 +109,9 @@ def install_shaping(text: str) -> None:
     ``build_channel`` makes from now on goes through one shaped link (one NIC per sandbox).
 
     The product has no hook for this: the factory function itself is replaced, so the
-    handlers' own imports (``from fasdl.channel.factory import build_channel``) get it.
+    handlers' own imports (``from fasdl.exchange.channel.factory import build_channel``) get it.
     """
-    from fasdl.channel import factory
+    from fasdl.exchange.channel import factory
     from local.shaping import BandwidthShaper, ShapedChannel
 
     spec: dict[str, Any] = json.loads(text)

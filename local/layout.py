@@ -1,10 +1,10 @@
 """Where a local run's objects live: the stack's three bucket variables bound to the local S3
-server's fixed bucket names, and the runtime's own key layout (fasdl.environment.Settings,
-fasdl.keys) at its default prefixes, which the local template leaves as deployed."""
+server's fixed bucket names, and the runtime's own key layout (fasdl.contract.settings.Settings,
+fasdl.contract.keys) at its default prefixes, which the local template leaves as deployed."""
 
 from __future__ import annotations
 
-from fasdl.environment import Settings
+from fasdl.contract.settings import Settings
 
 BUCKETS = {"FASDL_DATASETS_BUCKET": "fasdl-datasets", "FASDL_RESULTS_BUCKET": "fasdl-results",
            "FASDL_EXCHANGE_BUCKET": "fasdl-exchange"}

@@ -1,5 +1,5 @@
 """CloudWatch Logs' ``FilterLogEvents`` on a loopback port: the worker function's REPORT lines,
-as Lambda writes them, for the trigger's memory check (fasdl/memory_report.py).
+as Lambda writes them, for the trigger's memory check (fasdl/aws/memory_report.py).
 
 The lines are made from the emulator's finished invocations of the worker (its measured peak
 RSS and memory size), in Lambda's format (``REPORT RequestId: <id>\\tDuration: ...\\tMemory

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fasdl.field_types import is_int_in
-from fasdl.plan import IDENTIFIER
+from fasdl.contract.fields import is_int_in
+from fasdl.contract.plan import IDENTIFIER
 from local.lambda_speed import EmulationError, LambdaEmulation, load_emulation
 from local.profile_fit import DATASETS, ProfileRunError, fit_and_write
 from local.profile_run import (
@@ -56,7 +56,7 @@ MIN_MEMORY_MB, MAX_MEMORY_MB = 128, 10_240  # Lambda's range, as infra/profiling
 MAX_NAME = 64 - len("-x86_64-valkey")
 # local/throttle.py lets a capped process run a 20 ms burst at full speed before holding it.
 CAP_BURST_S = 0.02
-# ProfileRequest fields (fasdl/profiling.py) and the flags that set them.
+# ProfileRequest fields (fasdl/profiling/measure.py) and the flags that set them.
 FIELD_FLAGS = {"model": "--model", "dataset": "--dataset", "batches": "--batches",
                "sizes_mb": "--sizes-mb", "repeats": "--repeats", "warmup": "--warmup",
                "transfer_repeats": "--transfer-repeats", "profile_id": "--profile-id",
@@ -163,7 +163,7 @@ def _check_run(options: ProfileOptions) -> tuple[str, Path]:
 
 def _check_request(options: ProfileOptions, profile_id: str) -> None:
     """The handler's own validation, so its limits (model registry, object sizes) apply."""
-    from fasdl.profiling import ProfileRequest, ProfileRequestError
+    from fasdl.profiling.measure import ProfileRequest, ProfileRequestError
 
     try:
         ProfileRequest.from_event(_config(options, profile_id))

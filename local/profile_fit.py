@@ -1,6 +1,6 @@
 """The fit half of ``python -m local profile``: samples → planner profiles + quality summary.
 
-It runs :func:`planner.profiler_fit.run_fit`, the code of ``python -m planner fit --kind both``,
+It runs :func:`planner.fit.profiler.run_fit`, the code of ``python -m planner fit --kind both``,
 then renames its ``<stem>-workload.json``/``<stem>-platform.json`` to ``workload.json`` and
 ``platform.json`` and says in the profiles where the numbers come from (a local machine, not
 Lambda).
@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.profiler_fit import FitRequest, run_fit
-from planner.profiler_samples import SampleError
-from planner.profiles import PlatformProfile, ProfileError, WorkloadProfile
+from planner.fit.profiler import FitRequest, run_fit
+from planner.fit.samples import SampleError
+from planner.model.profiles import PlatformProfile, ProfileError, WorkloadProfile
 
 
 @dataclass(frozen=True)

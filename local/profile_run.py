@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.layout import BUCKETS
 from local.profile_fit import ProfileRunError

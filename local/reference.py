@@ -1,5 +1,6 @@
 """The single-process reference a run is compared with: one process trains the plan's network
-with the plan's recipe (fasdl.optimizers, fasdl.augment) on the union of the W workers'
+with the plan's recipe (fasdl.training.optimizers, fasdl.training.augment) on the union of the W
+workers'
 batches, every iteration the rows the workers draw (their partitions and data order), for the
 run's iterations, and is evaluated on the test split at each segment's end.
 
@@ -19,12 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from fasdl.augment import training_tensors
-from fasdl.data import BatchStream, Partition, class_count, plan_partition
+from fasdl.contract.plan import Plan
 from fasdl.evaluate import confusion_of
-from fasdl.networks import build_seeded_model
-from fasdl.optimizers import FlatParameters, build_optimizer
-from fasdl.plan import Plan
+from fasdl.training.augment import training_tensors
+from fasdl.training.data import BatchStream, Partition, class_count, plan_partition
+from fasdl.training.networks import build_seeded_model
+from fasdl.training.optimizers import FlatParameters, build_optimizer
 
 Say = Callable[[str], None]
 

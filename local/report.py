@@ -1,7 +1,7 @@
 """Progress while a local run trains, and its summary + report folder afterwards.
 
 Workers write one result JSON per segment attempt to the results bucket
-(``runs/<run_id>/segments/<index:05d>/attempt-<a>/worker-<w:04d>.json``, fasdl.segment_runner);
+(``runs/<run_id>/segments/<index:05d>/attempt-<a>/worker-<w:04d>.json``, fasdl.run.segment_runner);
 :class:`Progress` polls those keys and prints a line per finished segment. :func:`build_report`
 turns them, the plan's prediction and the emulator's invocations into one JSON-able dict;
 :func:`write_report` writes ``report.json``, ``training.png`` (loss, accuracy) and
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from local.emulator import Invocation
 from local.layout import LAYOUT
 
@@ -186,7 +186,7 @@ def lambda_cost_usd(plan: Plan, invocations: Sequence[Invocation]) -> float | No
     """These invocations' durations and requests priced as Lambda bills them (the plan's
     region and arch): what this run's compute would cost there at this machine's speed.
     None for a region or arch without shipped prices."""
-    from planner.profiles import ProfileError, load_prices
+    from planner.model.profiles import ProfileError, load_prices
 
     try:
         prices = load_prices(plan.deployment.region)

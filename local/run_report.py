@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from local.adapter import LocalStepFunctions
 from local.emulator import LambdaEmulator
 from local.faults import exchange_left

@@ -23,7 +23,7 @@ class RunServers:
     s3: SeaweedS3Server
     cache: ValkeyServer | RedisTlsClusterServer | None
     control: ControlPlane
-    logs: LocalLogs  # the worker's REPORT lines (fasdl/memory_report.py)
+    logs: LocalLogs  # the worker's REPORT lines (fasdl/aws/memory_report.py)
     env: dict[str, str | None]  # overrides of the functions' environment
     description: str
 

@@ -9,7 +9,7 @@
    writing a partial report with status ``INTERRUPTED``).
 
 Fault injection for tests and demos: ``inject_env`` adds variables to one function's
-environment (e.g. the worker's ``FASDL_TEST_CRASH_AT_ITERATION``, fasdl.fault_hooks);
+environment (e.g. the worker's ``FASDL_TEST_CRASH_AT_ITERATION``, fasdl.run.fault_hooks);
 ``restart_cache_at`` restarts the Valkey server once the workers exchange shards of iteration
 N (its keys are lost, like a cache node replaced mid-run); ``inject_service_errors`` makes the
 first N invocations of a function fail with a Lambda service error, nothing run
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from fasdl.plan import Plan, PlanError
+from fasdl.contract.plan import Plan, PlanError
 from infra.lambda_errors import OUT_OF_MEMORY
 from local.adapter import LocalStepFunctions, emulator_router
 from local.cache_plane import CacheStackState

@@ -28,7 +28,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from fasdl.channel.factory import ChannelConfig
+from fasdl.exchange.channel.factory import ChannelConfig
 from local.binaries import ServerBinaryMissing as ServerBinaryMissing
 from local.binaries import ServerError as ServerError
 from local.binaries import redis_server_binary, valkey_server_binary, weed_binary
@@ -370,7 +370,7 @@ class SeaweedS3Server(ManagedServer):
         )
 
     def client(self) -> Any:
-        from fasdl.channel.s3 import s3_client_config
+        from fasdl.exchange.channel.s3 import s3_client_config
 
         return self.session().client(
             "s3", endpoint_url=self.endpoint_url, config=s3_client_config(path_style=True)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fasdl.environment import ENV_NAMES, Settings
-from fasdl.memory_report import WORKER_LOG_GROUP_ENV
-from fasdl.torch_setup import STUB_ENV
+from fasdl.aws.memory_report import WORKER_LOG_GROUP_ENV
+from fasdl.aws.torch_setup import STUB_ENV
+from fasdl.contract.settings import ENV_NAMES, Settings
 from local.emulator import FunctionSpec
 from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 

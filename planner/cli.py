@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-from fasdl.plan import EXCHANGE_DTYPES, PlanError
+from fasdl.contract.plan import EXCHANGE_DTYPES, PlanError
 from planner.cli_inputs import (
     BATCH_STEP,
     MAX_GLOBAL_BATCH,
@@ -28,20 +28,20 @@ from planner.cli_inputs import (
     fit_profile_error,
     write_atomically,
 )
-from planner.cost_model import Problem
-from planner.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
+from planner.model.problem import Problem
+from planner.model.profiles import ProfileError
+from planner.model.recipe import add_recipe_arguments
 from planner.planfile import to_plan
-from planner.profiles import ProfileError
-from planner.quotas import (
+from planner.report import choice_table, describe_choice, render_frontier
+from planner.search.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
+from planner.search.quotas import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_MEMORY_MB,
     Quotas,
     Search,
     search_within,
 )
-from planner.recipe import add_recipe_arguments
-from planner.report import choice_table, describe_choice, render_frontier
-from planner.search import (
+from planner.search.searches import (
     AUTO,
     BN_RULES,
     PLAN_PATTERNS,
@@ -278,8 +278,8 @@ def _infeasible(args: argparse.Namespace, result: SearchResult,
 def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     if args.csv is not None:
         return _command_fit_csv(args, emit)
-    from planner.profiler_fit import FitRequest, run_fit
-    from planner.profiler_samples import SampleError
+    from planner.fit.profiler import FitRequest, run_fit
+    from planner.fit.samples import SampleError
 
     request = FitRequest(
         samples=args.samples, out=args.out, kind=args.kind, name=args.name,
@@ -297,7 +297,7 @@ def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
 
 
 def _command_fit_csv(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
-    from planner.measurements_fit import run_csv_fit, shipped_csv
+    from planner.fit.measurements import run_csv_fit, shipped_csv
 
     csv_path = shipped_csv() if args.csv == "shipped" else Path(args.csv)
     if not csv_path.is_file():

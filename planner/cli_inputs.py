@@ -13,9 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from fasdl.plan import PlanError
-from planner.cost_model import ModelInputError, Problem
-from planner.profiles import (
+from fasdl.contract.plan import PlanError
+from planner.model.problem import ModelInputError, Problem
+from planner.model.profiles import (
     ProfileError,
     WorkloadProfile,
     known_workloads,
@@ -24,8 +24,8 @@ from planner.profiles import (
     load_prices,
     load_workload,
 )
-from planner.quotas import Quotas
-from planner.recipe import FLAGS as RECIPE_FLAGS
+from planner.model.recipe import FLAGS as RECIPE_FLAGS
+from planner.search.quotas import Quotas
 
 # Problem fields and the CLI arguments that set them, so errors name what the user typed.
 FIELD_TO_ARGUMENT = {
@@ -41,7 +41,8 @@ FIT_FIELD_TO_ARGUMENT = {
     "dataset_mb": "--dataset-mb", "model_mb": "--model-mb", "channel": "--channel",
     "arch": "--arch", "invocation_overhead_s": "--invocation-overhead",
 }
-# The exact search is a branch and bound with memory bounded by its chunks (planner/bounded.py):
+# The exact search is a branch and bound with memory bounded by its chunks
+# (planner/search/bounds.py):
 # 65,536 with W up to 1,000 takes ~1 s and < 100 MB of peak RSS (bench/planner_search.py
 # --large). Beyond it nothing is measured, and ImageNet-size global batches (8k-64k) fit.
 MAX_GLOBAL_BATCH = 65536

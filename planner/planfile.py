@@ -1,13 +1,14 @@
-"""Turn a search's choice into the plan contract (fasdl.plan.Plan) the stack and trigger read."""
+"""Turn a search's choice into the plan contract (fasdl.contract.plan.Plan) the stack and trigger
+read."""
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from fasdl.plan import Deployment, Plan, Prediction, Training
-from planner.cost_model import Problem
-from planner.quotas import Quotas
-from planner.search import Choice
+from fasdl.contract.plan import Deployment, Plan, Prediction, Training
+from planner.model.problem import Problem
+from planner.search.quotas import Quotas
+from planner.search.searches import Choice
 
 
 def planner_version() -> str:
@@ -20,7 +21,7 @@ def planner_version() -> str:
 def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None = None,
             seed: int = 0, quotas: Quotas | None = None) -> Plan:
     """The plan for ``choice``; the segment length is the model's, capped at the run's length,
-    and the training recipe the workload's (planner.recipe). ``quotas``, the account quotas
+    and the training recipe the workload's (planner.model.recipe). ``quotas``, the account quotas
     the search respected, go into the provenance."""
     workload = problem.workload.to_workload()
     iterations_per_epoch = workload.samples // choice.global_batch

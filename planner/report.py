@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from planner.cost_model import Problem, busy_s
-from planner.exchange_time import cpu_bounds, non_aggregator_times
-from planner.profiles import lambda_vcpus
-from planner.search import PATTERNS, Choice, SearchResult, frontier
+from planner.model.cost_model import busy_s
+from planner.model.exchange_time import cpu_bounds, non_aggregator_times
+from planner.model.problem import Problem
+from planner.model.profiles import lambda_vcpus
+from planner.search.searches import PATTERNS, Choice, SearchResult, frontier
 
 PATTERN_TITLES = {"kreduce": "K-REDUCE", "kreduce-pipelined": "K-REDUCE pipelined",
                   "scatterreduce": "ScatterReduce",
@@ -69,7 +70,7 @@ def _iteration_lines(problem: Problem, choice: Choice) -> list[str]:
 
 
 def _cpu_lines(problem: Problem, choice: Choice) -> list[str]:
-    """Each role's CPU per iteration at M's share (planner/client_cpu.py), where the profiles
+    """Each role's CPU per iteration at M's share (planner/model/client_cpu.py), where the profiles
     measured it, and whether it, not the transfers, sets the iteration."""
     wl, b = problem.workload, choice.breakdown
     if not (problem.platform.cpu_profiled or wl.cpu_profiled):

@@ -1,10 +1,11 @@
 """CLI: ``python -m fasdl.evaluate MODEL_FILE DATASET_DIR [--json]``.
 
-Rebuilds the network from a model export (``runs/<run_id>/model.npz``, fasdl.export) and
+Rebuilds the network from a model export (``runs/<run_id>/model.npz``, fasdl.training.export) and
 prints its accuracy on ``DATASET_DIR/x.npy`` + ``y.npy`` (one split of the importer's output,
 e.g. ``data/cifar10/test``), and for a two-class model its Matthews correlation (``mcc``,
 CoLA's metric). Inputs are scaled and normalised exactly as the workers do it
-(fasdl.augment.evaluation_tensors, with the run's augmentation from the export's metadata) and
+(fasdl.training.augment.evaluation_tensors, with the run's augmentation from the export's metadata)
+and
 batched as worker 0 batched its held-out evaluation (the export's ``eval_batch``), so the
 accuracy (and MCC) of a run's final export equals the one its summary reports for the last
 segment.
@@ -23,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fasdl.augment import evaluation_tensors
-from fasdl.classification import Confusion
-from fasdl.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES, DatasetError
-from fasdl.export import (
+from fasdl.training.augment import evaluation_tensors
+from fasdl.training.classification import Confusion
+from fasdl.training.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES, DatasetError
+from fasdl.training.export import (
     MAX_EVAL_BATCH,
     ExportError,
     ExportMeta,

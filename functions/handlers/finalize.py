@@ -1,4 +1,4 @@
-"""Finalize Lambda (fasdl/events.py).
+"""Finalize Lambda (fasdl/contract/events.py).
 
 * ``succeeded`` ``{"run": RunState, "execution": arn}``: copies the last checkpoint's merged
   model to ``runs/<run_id>/model.npy`` (+ ``model.json``; + ``model.npz``, the complete
@@ -21,9 +21,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fasdl import exchange_cache, results, run_state
-from fasdl.environment import Settings
-from fasdl.metrics import get_logger
+from fasdl.aws.metrics import get_logger
+from fasdl.contract import cache as exchange_cache
+from fasdl.contract.settings import Settings
+from fasdl.run import results, run_state
 
 logger = get_logger("fasdl-finalize")
 

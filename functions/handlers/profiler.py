@@ -1,4 +1,4 @@
-"""Profiler Lambda (fasdl.profiling), two actions; invoked by the profiling state machine.
+"""Profiler Lambda (fasdl.profiling.measure), two actions; invoked by the profiling state machine.
 
 * ``{"action": "profile", "profile_id", "memory_mb"?, "model"?, "dataset"?, "input_shape"?,
   "num_classes"?, "batches"?, "warmup"?, "repeats"?, "sizes_mb"?, "transfer_repeats"?,
@@ -18,12 +18,14 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fasdl import exchange_cache, heap, profiling  # profiling imports torch only inside functions
-from fasdl.channel.base import Channel
-from fasdl.channel.factory import build_channel
-from fasdl.environment import Settings
-from fasdl.metrics import get_logger
-from fasdl.torch_setup import load_torch
+from fasdl.aws import heap
+from fasdl.aws.metrics import get_logger
+from fasdl.aws.torch_setup import load_torch
+from fasdl.contract import cache as exchange_cache  # profiling imports torch only inside functions
+from fasdl.contract.settings import Settings
+from fasdl.exchange.channel.base import Channel
+from fasdl.exchange.channel.factory import build_channel
+from fasdl.profiling import measure as profiling
 
 logger = get_logger("fasdl-profiler")
 heap.configure_allocator()  # measure memory under the allocator the workers run with
@@ -51,7 +53,7 @@ def _channels(settings: Settings, wanted: tuple[str, ...] | None) -> dict[str, C
     for name in names:
         config = settings.exchange_config()
         if name == "s3" and config.kind != "s3":  # Valkey stacks still own an exchange bucket
-            from fasdl.channel.factory import ChannelConfig
+            from fasdl.exchange.channel.factory import ChannelConfig
 
             config = ChannelConfig(kind="s3", prefix=settings.exchange_prefix,
                                    bucket=settings.exchange_bucket,

@@ -1,4 +1,4 @@
-"""Trigger Lambda: plans the run and each segment (fasdl/events.py, no torch needed).
+"""Trigger Lambda: plans the run and each segment (fasdl/contract/events.py, no torch needed).
 
 * ``start``: ``{"input": ExecutionInput, "execution": name}`` → validates the plan (deployed
   ``FASDL_PLAN`` or ``input.plan``, against ``FASDL_DEPLOYMENT``), applies the ``epochs`` /
@@ -6,18 +6,18 @@
   headers by ranged GET), writes ``runs/<run_id>/plan.json`` and ``partitions.json`` and
   returns the RunState of segment 0; with ``input.resume`` returns that state, new epoch. Either
   way it then checks the account's concurrency for 2·W and waits for an Active worker function
-  (fasdl/account.py): ConcurrencyQuotaTooLow, WorkerFunctionFailed or WorkerNotReady (retried).
+  (fasdl/aws/account.py): ConcurrencyQuotaTooLow, WorkerFunctionFailed or WorkerNotReady (retried).
 * ``next``: the following segment (attempt 0) or ``done: true``.
 * ``shorten``: the same segment, half the iterations, ``attempt + 1``; raises when no retry
   is left.
 * ``retry``: the same segment, same iterations, ``attempt + 1`` (a worker crashed); raises
   RetriesExhausted after ``MAX_RETRIES``, and WorkerOutOfMemory when a worker's REPORT line
-  shows it used its whole memory (fasdl.memory_report: a kill Lambda named a crash).
+  shows it used its whole memory (fasdl.aws.memory_report: a kill Lambda named a crash).
 
-Every run action issues a new ``segment.epoch`` (fasdl.fencing: recorded in
+Every run action issues a new ``segment.epoch`` (fasdl.run.fencing: recorded in
 ``runs/<run_id>/fence.json`` first, which stops every older attempt's workers); ``shorten``
 and ``retry`` also delete the failed epoch's S3 exchange keys.
-Every action sets ``run.cache`` (fasdl.exchange_cache): the Valkey endpoint, or null.
+Every action sets ``run.cache`` (fasdl.contract.cache): the Valkey endpoint, or null.
 ``cache`` (the profiling state machine) returns just ``{"cache": endpoint or null}``.
 """
 
@@ -30,10 +30,13 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fasdl import account, exchange_cache, fencing, keys, memory_report, run_state
-from fasdl.environment import Settings
-from fasdl.events import RunState
-from fasdl.metrics import get_logger
+from fasdl.aws import account, memory_report
+from fasdl.aws.metrics import get_logger
+from fasdl.contract import cache as exchange_cache
+from fasdl.contract import keys
+from fasdl.contract.events import RunState
+from fasdl.contract.settings import Settings
+from fasdl.run import fencing, run_state
 
 logger = get_logger("fasdl-trigger")
 ATTEMPT_SLACK_S = 120  # the Run worker task's slack (infra.workflow) and clock skew
@@ -58,7 +61,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
             results_bucket=settings.results_bucket, runs_prefix=settings.runs_prefix,
             deployed_json=settings.plan_json, fingerprint=settings.deployment,
             issue_epoch=issue_epoch)
-        # Before any worker starts: 2·W concurrency and an Active worker (fasdl/account.py).
+        # Before any worker starts: 2·W concurrency and an Active worker (fasdl/aws/account.py).
         ready = account.before_first_map(len(run["workers"]), context)
         logger.info("worker function ready", extra={"ready": ready})
     elif action == "next":
@@ -118,7 +121,7 @@ def _clean_dead_epoch(settings: Settings, dead: RunState) -> None:
 
 def _check_memory_of_failed_attempt(settings: Settings) -> None:
     """A crash may be an out-of-memory kill Lambda reported as Runtime.ExitError: read the
-    workers' REPORT lines (fasdl.memory_report) and fail now rather than die again."""
+    workers' REPORT lines (fasdl.aws.memory_report) and fail now rather than die again."""
     log_group = os.environ.get(memory_report.WORKER_LOG_GROUP_ENV)
     if not log_group:  # in-process tests without a log group: nothing to read
         return

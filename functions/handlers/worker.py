@@ -1,13 +1,13 @@
-"""Worker Lambda: one worker's part of one segment (fasdl/events.py WorkerEvent).
+"""Worker Lambda: one worker's part of one segment (fasdl/contract/events.py WorkerEvent).
 
 Event ``{"action": "train", "run_id", "plan_key", "segment", "worker", "cache"}`` (``cache``:
 the Valkey endpoint the trigger found, null for S3 plans) → trains the segment
-(fasdl.segment_runner), writes the result JSON to
+(fasdl.run.segment_runner), writes the result JSON to
 ``runs/<run_id>/segments/<index:05d>/attempt-<a>/worker-<w:04d>.json`` in the results bucket and
 returns the same small object (the state machine discards it). Raises SegmentTooLong when the
 remaining time cannot fit another iteration plus the checkpoint.
 
-The first invocation in a sandbox loads torch (unpack + import, fasdl.torch_setup) before it
+The first invocation in a sandbox loads torch (unpack + import, fasdl.aws.torch_setup) before it
 trains; that time is logged ("torch loaded", ``torch_load_s``), metered as ``TorchLoadTime``
 and comes out of the invocation's remaining time like everything else.
 """
@@ -19,15 +19,16 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fasdl import exchange_cache, heap
-from fasdl.environment import Settings
-from fasdl.fault_hooks import FaultHooks
-from fasdl.metrics import StepMetrics, get_logger, get_metrics
-from fasdl.torch_setup import load_torch
+from fasdl.aws import heap
+from fasdl.aws.metrics import StepMetrics, get_logger, get_metrics
+from fasdl.aws.torch_setup import load_torch
+from fasdl.contract import cache as exchange_cache
+from fasdl.contract.settings import Settings
+from fasdl.run.fault_hooks import FaultHooks
 
 logger = get_logger("fasdl-worker")
 metrics = get_metrics()
-heap.configure_allocator()  # at Init, before any worker thread allocates (fasdl.heap)
+heap.configure_allocator()  # at Init, before any worker thread allocates (fasdl.aws.heap)
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -38,7 +39,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     heap.release_memory()  # what a previous invocation in this sandbox left behind
     torch_load = load_torch()
     torch_load.check()
-    from fasdl import segment_runner  # imports torch, so only once torch is importable
+    from fasdl.run import segment_runner  # imports torch, so only once torch is importable
 
     try:
         cache = exchange_cache.parse(event.get("cache"), "cache")

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from bench import memory_roles
-from fasdl.inflight import default_inflight_mb
+from fasdl.exchange.inflight import default_inflight_mb
 from local.servers import SeaweedS3Server
-from planner.memory import role_memory_mb
-from planner.profiles import load_workload
+from planner.model.memory import role_memory_mb
+from planner.model.profiles import load_workload
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fasdl.plan import Plan, PlanError
+from fasdl.contract.plan import Plan, PlanError
 from infra.compute import plan_environment
 from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, lambda_target
 from infra.settings import (

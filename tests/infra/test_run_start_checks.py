@@ -1,4 +1,4 @@
-"""The infrastructure of the trigger's run-start checks (fasdl/account.py): the trigger's Lambda
+"""The infrastructure of the trigger's run-start checks (fasdl/aws/account.py): the trigger's Lambda
 permissions, the worker's name in its environment, and ``-c reserve_concurrency=true``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fasdl.account import WORKER_FUNCTION_ENV
+from fasdl.aws.account import WORKER_FUNCTION_ENV
 from infra.compute import TRIGGER_TIMEOUT
 from infra.settings import DEFAULT_PLAN_PATH, SynthSettingsError
 from tests.infra.conftest import Synth, synthesize

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from fasdl.channel import ChannelError, ChannelTimeout
-from fasdl.fencing import WorkerDuplicate, WorkerFenced
-from fasdl.segment_runner import SegmentTooLong
-from fasdl.wire import FrameError
+from fasdl.exchange.channel import ChannelError, ChannelTimeout
+from fasdl.exchange.wire import FrameError
+from fasdl.run.fencing import WorkerDuplicate, WorkerFenced
+from fasdl.run.segment_runner import SegmentTooLong
 from infra import lambda_errors, segment_states, workflow
 from infra.segment_states import CRASHED, FAILED, OUT_OF_MEMORY, PRECEDENCE, TIMED_OUT
 from tests.infra.conftest import Synth, is_distributed_map, state_machine_definition
@@ -59,7 +59,7 @@ def test_worker_catches_name_each_kind(any_synth: Synth) -> None:
         ({"States.Timeout", lambda_errors.TIMEOUT, SegmentTooLong.__name__},
          TIMED_OUT.state_name),
         # a dead worker, a peer that gave up waiting for its shards, a duplicate or fenced
-        # worker (fasdl.fencing): rerun the segment under a new epoch
+        # worker (fasdl.run.fencing): rerun the segment under a new epoch
         ({lambda_errors.EXIT, ChannelTimeout.__name__, ChannelError.__name__,
           WorkerDuplicate.__name__, WorkerFenced.__name__, FrameError.__name__},
          CRASHED.state_name),

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from infra.cache import MAX_ECPU_PER_SECOND, MAX_STORAGE_GB, cache_limits
 from infra.compute import MAX_EPHEMERAL_MB, ephemeral_storage_mb
 from infra.settings import DEFAULT_PLAN_PATH

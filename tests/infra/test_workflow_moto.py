@@ -1,5 +1,5 @@
 """Run the synthesized state machine in moto's ASL interpreter with fake Lambdas that follow
-fasdl/events.py: proves the loop, the timeout -> shorten path, the crash -> retry path, the
+fasdl/contract/events.py: proves the loop, the timeout -> shorten path, the crash -> retry path, the
 failure path and continue-as-new, without AWS. moto 5.2.5 has no public hook to run handler
 code, so ``LambdaSimpleBackend.invoke`` is patched (the verified approach in
 toolchain-verified.md f).
@@ -21,7 +21,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_sfn,
 )
 
-from fasdl.events import RunState
+from fasdl.contract.events import RunState
 from infra import segment_states, workflow
 from tests.infra.conftest import Synth, is_distributed_map, state_machine_definition
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from fasdl.channel.base import Channel
-from fasdl.channel.factory import ChannelConfig, build_channel
-from fasdl.channel.memory import MemoryChannel, MemoryStore
+from fasdl.exchange.channel.base import Channel
+from fasdl.exchange.channel.factory import ChannelConfig, build_channel
+from fasdl.exchange.channel.memory import MemoryChannel, MemoryStore
 from local.servers import (
     ManagedServer,
     RedisTlsClusterServer,

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from redis.cluster import RedisCluster
 
-from fasdl.channel.base import Channel, ChannelError, ChannelTimeout
-from fasdl.channel.factory import (
+from fasdl.exchange.channel.base import Channel, ChannelError, ChannelTimeout
+from fasdl.exchange.channel.factory import (
     ChannelConfig,
     ChannelConfigError,
     build_channel,
 )
-from fasdl.channel.s3 import S3Channel
-from fasdl.channel.valkey import ValkeyChannel
-from fasdl.wire import FrameError, decode_shard, encode_shard
+from fasdl.exchange.channel.s3 import S3Channel
+from fasdl.exchange.channel.valkey import ValkeyChannel
+from fasdl.exchange.wire import FrameError, decode_shard, encode_shard
 from local import servers
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from tests.integration.conftest import VALKEY_BACKENDS, Backend
@@ -48,7 +48,7 @@ def test_put_get_delete_round_trip(channel: Channel) -> None:
 
 def test_put_if_absent_creates_once_even_when_racing(backend: Backend, channel: Channel,
                                                     prefix: str) -> None:
-    """The fencing primitive (fasdl.fencing): S3 If-None-Match, Valkey SET NX."""
+    """The fencing primitive (fasdl.run.fencing): S3 If-None-Match, Valkey SET NX."""
     assert channel.put_if_absent("claim/0001", b"first")
     assert not channel.put_if_absent("claim/0001", b"second")
     assert channel.try_get("claim/0001") == b"first"

@@ -1,4 +1,5 @@
-"""The pipelined exchange (fasdl.pipeline) over every real store: the phased exchange's weights
+"""The pipelined exchange (fasdl.exchange.pipeline) over every real store: the phased exchange's
+weights
 bit for bit, chunk frames under their own keys, nothing left but the last merged chunks; with
 float32 or bfloat16 uploads."""
 
@@ -9,9 +10,9 @@ import copy
 import numpy as np
 import pytest
 
-from fasdl.channel.memory import MemoryChannel
-from fasdl.kreduce import KReduceWorker
-from fasdl.networks import build_model
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.kreduce import KReduceWorker
+from fasdl.training.networks import build_model
 from tests.integration.conftest import Backend
 from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
 
@@ -25,7 +26,7 @@ def _final(workers: list[KReduceWorker]) -> list[np.ndarray]:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_pipelined_workers_match_the_phased_exchange_bitwise(backend: Backend, prefix: str,
                                                               dtype: str) -> None:
-    """bfloat16 uploads (fasdl.exchange_codec) too: their frames carry their own dtype code
+    """bfloat16 uploads (fasdl.exchange.codec) too: their frames carry their own dtype code
     through every store, and the fold order is the phased one."""
     phased = make_plan(3, 2, 3, 5, "hap", exchange_dtype=dtype)
     pipelined = make_plan(3, 2, 3, 5, "hap", exchange_chunks=3, exchange_dtype=dtype)

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fasdl import keys
+from fasdl.contract import keys
+from fasdl.contract.keys import manifest_key, shard_key
+from fasdl.contract.plan import Deployment, Plan, Training, Workload
 from fasdl.datasets import build_digits
-from fasdl.keys import manifest_key, shard_key
-from fasdl.networks import parameter_count
-from fasdl.plan import Deployment, Plan, Training, Workload
-from fasdl.shard_layout import shard_bounds
-from fasdl.wire import encode_shard
+from fasdl.exchange.shard_layout import shard_bounds
+from fasdl.exchange.wire import encode_shard
+from fasdl.training.networks import parameter_count
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from tests.lambda_context import FakeLambdaContext
 
@@ -332,7 +332,7 @@ def test_valkey_runs_match_the_s3_run_bitwise(
 
 
 def test_corrupt_shard_is_rejected(s3_stack: Stack) -> None:
-    from fasdl.wire import FrameError
+    from fasdl.exchange.wire import FrameError
 
     run_id = _run_id("corrupt")
     run = s3_stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
@@ -356,7 +356,7 @@ def test_corrupt_shard_is_rejected(s3_stack: Stack) -> None:
 
 
 def test_worker_without_time_for_an_iteration_fails_fast(s3_stack: Stack) -> None:
-    from fasdl.segment_runner import SegmentTooLong
+    from fasdl.run.segment_runner import SegmentTooLong
 
     run_id = _run_id("short")
     run = s3_stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},

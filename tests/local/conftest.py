@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from fasdl.channel.base import Channel
-from fasdl.channel.factory import build_channel
+from fasdl.exchange.channel.base import Channel
+from fasdl.exchange.channel.factory import build_channel
 from infra.settings import DEFAULT_PLAN_PATH
 from local.servers import SeaweedS3Server, ValkeyServer
 from local.template import LocalTemplate, load_template, synthesize
-from planner.profiles import PlatformProfile, load_platform
+from planner.model.profiles import PlatformProfile, load_platform
 
 STUBS = Path(__file__).parent / "stubs"
 

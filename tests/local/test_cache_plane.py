@@ -1,4 +1,4 @@
-"""local/cache_plane.py through boto3's real ElastiCache client and fasdl/exchange_cache.py:
+"""local/cache_plane.py through boto3's real ElastiCache client and fasdl/contract/cache.py:
 the local answers parse as AWS's do, for each state of the cache stack."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 import pytest
 
-from fasdl.exchange_cache import CacheMissing, CacheNotReady, locate
+from fasdl.contract.cache import CacheMissing, CacheNotReady, locate
 from local.cache_plane import CacheStackState, LocalElastiCache
 
 NAME = "fasdlstack-exchange"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bench.chaos import FAULTS, Outcome, classify, draw_trials
-from fasdl.wire import FrameError, decode_shard
+from fasdl.exchange.wire import FrameError, decode_shard
 from local.__main__ import main
 from local.chaos_faults import bad_frame
 from tests.local.test_chaos import SEED, TRIALS

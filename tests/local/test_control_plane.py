@@ -1,5 +1,5 @@
 """The local Lambda control plane over real HTTP, read by boto3's own lambda client (the same
-client and parser the trigger uses) and by fasdl/account.py."""
+client and parser the trigger uses) and by fasdl/aws/account.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from fasdl import account
-from fasdl.account import ConcurrencyQuotaTooLow, WorkerFunctionFailed, WorkerNotReady
+from fasdl.aws import account
+from fasdl.aws.account import ConcurrencyQuotaTooLow, WorkerFunctionFailed, WorkerNotReady
 from local.control_plane import (
     AccountOptions,
     ControlPlane,

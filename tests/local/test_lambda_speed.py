@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fasdl.channel import factory
-from fasdl.channel.base import Channel
-from fasdl.environment import Settings
+from fasdl.contract.settings import Settings
+from fasdl.exchange.channel import factory
+from fasdl.exchange.channel.base import Channel
 from infra.lambda_errors import TIMEOUT
 from local.__main__ import main
 from local.emulator import FunctionSpec, LambdaEmulator
@@ -32,7 +32,7 @@ from local.lambda_speed import (
 from local.servers import ValkeyServer
 from local.shaping import MB, VISIBLE_SUFFIX, BandwidthShaper, Link, ShapedChannel
 from local.throttle import CpuThrottle
-from planner.profiles import Direction, PlatformProfile, load_platform
+from planner.model.profiles import Direction, PlatformProfile, load_platform
 
 SIZES_MB = (1, 4, 16)
 MEMORIES = (512, 2048)
@@ -48,7 +48,7 @@ LOOP = textwrap.dedent("""
 """)
 HANDLERS = textwrap.dedent("""
     import os, time
-    from fasdl.environment import Settings
+    from fasdl.contract.settings import Settings
 
     def busy(event, context):
         wall, cpu = time.monotonic(), time.process_time()
@@ -203,7 +203,7 @@ def test_shaping_replaces_the_channel_factory_before_the_handler_imports_it(
     plain.close()
     install_shaping(json.dumps({"platform": load_platform("valkey").to_dict(),
                                 "memory_mb": 512}))
-    from fasdl.channel.factory import build_channel  # as a handler module imports it
+    from fasdl.exchange.channel.factory import build_channel  # as a handler module imports it
 
     channel = build_channel(valkey.channel_config(prefix="w/"))
     assert isinstance(channel, ShapedChannel)

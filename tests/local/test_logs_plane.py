@@ -1,4 +1,4 @@
-"""local/logs_plane.py through boto3's real CloudWatch Logs client and fasdl/memory_report.py:
+"""local/logs_plane.py through boto3's real CloudWatch Logs client and fasdl/aws/memory_report.py:
 the emulator's measurements come back as Lambda's REPORT lines."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 import pytest
 
-from fasdl.memory_report import REPORT_PATTERN, WorkerOutOfMemory, check_failed_attempt
+from fasdl.aws.memory_report import REPORT_PATTERN, WorkerOutOfMemory, check_failed_attempt
 from local.emulator import Invocation
 from local.logs_plane import LOG_GROUP, LocalLogs
 

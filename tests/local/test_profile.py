@@ -18,7 +18,7 @@ from local import profile, profile_run
 from local.profile import ProfileOptions, run_profile
 from local.template import LocalTemplate
 from planner.cli import main as planner_main
-from planner.profiles import load_platform, load_platform_file, load_workload
+from planner.model.profiles import load_platform, load_platform_file, load_workload
 
 MEMORIES = (884, 1769)  # 0.5 and 1 vCPU under emulation
 

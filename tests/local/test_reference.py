@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasdl.data import Partition
+from fasdl.contract.plan import Plan
 from fasdl.datasets.digits import build_digits
-from fasdl.plan import Plan
+from fasdl.training.data import Partition
 from infra.settings import DEFAULT_PLAN_PATH
 from local.reference import reference_curve, segment_ends, single_process_reference
 from local.report import format_summary, write_report

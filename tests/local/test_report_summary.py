@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from infra.settings import DEFAULT_PLAN_PATH
 from local.emulator import Invocation
 from local.report import lambda_cost_usd, verdict
-from planner.profiles import load_prices
+from planner.model.profiles import load_prices
 
 
 def _invocation(duration_s: float, memory_mb: int) -> Invocation:

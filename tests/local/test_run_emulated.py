@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench.local_runs import worker_metric_values
-from fasdl.plan import Deployment, Plan, Training, Workload
+from fasdl.contract.plan import Deployment, Plan, Training, Workload
 from infra.settings import REPO_ROOT
 
 RUN_TIMEOUT_S = 240

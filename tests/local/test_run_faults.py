@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from fasdl.memory_report import WorkerOutOfMemory
+from fasdl.aws.memory_report import WorkerOutOfMemory
 from infra import lambda_errors, segment_states
 from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import synthesize

@@ -1,6 +1,6 @@
 """`python -m local run` against the account the trigger sees (local/control_plane.py): the
 synthesized state machine, real servers, one process per invocation, the trigger's real Lambda
-API calls (fasdl/account.py) answered over HTTP.
+API calls (fasdl/aws/account.py) answered over HTTP.
 
 W = 4 needs 2·W = 8 concurrent executions: with 7 the run fails before any worker starts and
 says which quota to raise; with exactly 8 it trains. A worker function reported Pending, or
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from fasdl.account import POLL_S, ConcurrencyQuotaTooLow, WorkerFunctionFailed
+from fasdl.aws.account import POLL_S, ConcurrencyQuotaTooLow, WorkerFunctionFailed
 from infra import lambda_errors
 from local.runner import WORKER_HANDLER, RunOptions, prepare_dataset, prepare_plan
 from local.template import load_template, synthesize

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from infra.settings import DEFAULT_PLAN_PATH
 from local.jobs import LOCAL_JOBS, local_job
 from local.runner import DEFAULT_SEGMENTS, RunOptions, _planned_defaults, whole_epoch_segments

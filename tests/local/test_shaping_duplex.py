@@ -1,14 +1,14 @@
 """Duplex in the emulator: the link both directions share below full duplex (local/shaping.py)
-and the profiler's measurement of it through shaped real channels (fasdl/profiling_transfers.py)."""
+and the profiler's measurement of it through shaped real channels (fasdl/profiling/transfers.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fasdl.channel.base import Channel
+from fasdl.exchange.channel.base import Channel
 from local.shaping import MB, BandwidthShaper, ShapedChannel, SharedLink
-from planner.pipelined import both_ways
-from planner.profiles import PlatformProfile, load_platform
+from planner.model.pipelined import both_ways
+from planner.model.profiles import PlatformProfile, load_platform
 from tests.local.test_lambda_speed import FakeClock
 from tests.planner.problems import with_duplex
 
@@ -44,10 +44,10 @@ def test_upload_and_download_at_once_share_the_link_by_the_profiles_duplex(
 @pytest.mark.parametrize("duplex", [1.0, 0.5])
 def test_the_profiler_measures_the_shaped_duplex(real: tuple[Channel, PlatformProfile],
                                                  duplex: float) -> None:
-    """fasdl.profiling_transfers.measure_duplex through a shaped real channel finds the profile's d:
+    """fasdl.profiling.transfers.measure_duplex through a shaped real channel finds the profile's d:
     the profiler would find a real function's the same way."""
-    from fasdl.profiling_transfers import measure_duplex
-    from planner.profiler_samples import DuplexRecord
+    from fasdl.profiling.transfers import measure_duplex
+    from planner.fit.samples import DuplexRecord
 
     inner, platform = real
     channel = ShapedChannel(inner, with_duplex(platform, duplex), 512)

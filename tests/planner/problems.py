@@ -8,8 +8,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from planner.cost_model import Problem
-from planner.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
+from planner.model.problem import Problem
+from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
 
 PROFILED_MEMORIES = (128.0, 512.0, 1024.0, 2048.0, 3008.0)
 
@@ -63,7 +63,7 @@ def problems(draw: Any, channel: str | None = None, small: bool = False,
              client_cpu: bool = False) -> Problem:
     """A problem; ``small`` keeps the grid small enough for the exhaustive reference;
     ``client_cpu`` may give the platform the exchange's CPU and the workload a training step's
-    (planner/client_cpu.py)."""
+    (planner/model/client_cpu.py)."""
     chosen = channel or draw(st.sampled_from(["s3", "valkey"]))
     cap = draw(st.integers(16, 160 if small else 1024))
     fields: dict[str, Any] = {}

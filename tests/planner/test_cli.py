@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from planner.cli import main
 
 # Table IV constraints with the epochs test_paper.py derives from the paper's own choices.

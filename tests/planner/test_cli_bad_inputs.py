@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from planner.cli import main
-from planner.cost_model import Problem
-from planner.exchange_time import non_aggregator_times
-from planner.profiles import load_platform, load_prices, load_workload
+from planner.model.exchange_time import non_aggregator_times
+from planner.model.problem import Problem
+from planner.model.profiles import load_platform, load_prices, load_workload
 from tests.planner.test_cli_inputs import SMALL, workload_file
 from tests.planner.test_profiler_fit import fit_args, train_records, write
 

@@ -1,4 +1,4 @@
-"""The exchange's client CPU (planner/client_cpu.py): fitted from the profiler's samples,
+"""The exchange's client CPU (planner/model/client_cpu.py): fitted from the profiler's samples,
 charged per role and iteration as (CPU_train + CPU_exchange)/vCPUs(M), stored in the
 profiles."""
 
@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from planner.client_cpu import exchange_cpu_bounds, fit_client_cpu
-from planner.cost_model import Problem, evaluate
-from planner.profile_fields import ProfileError
-from planner.profiler_fit import fit_workload
-from planner.profiler_samples import SampleError, TrainSample, TransferRecord, read_samples
-from planner.profiles import (
+from planner.fit.client_cpu import fit_client_cpu
+from planner.fit.profiler import fit_workload
+from planner.fit.samples import SampleError, TrainSample, TransferRecord, read_samples
+from planner.model.client_cpu import exchange_cpu_bounds
+from planner.model.cost_model import evaluate
+from planner.model.problem import Problem
+from planner.model.profile_fields import ProfileError
+from planner.model.profiles import (
     CPU_FIELDS,
     PlatformProfile,
     WorkloadProfile,

@@ -9,15 +9,16 @@ import json
 import numpy as np
 import pytest
 
-from fasdl.channel.memory import MemoryChannel
-from fasdl.inflight import exchange_memory_mb
-from fasdl.networks import build_model
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.inflight import exchange_memory_mb
+from fasdl.training.networks import build_model
 from planner.cli import main
-from planner.cost_model import Problem, evaluate, segment_io_mb
-from planner.exchange_cost import exchange_bytes_per_iteration_mb
-from planner.exchange_time import communication_times, non_aggregator_times
-from planner.profiles import load_platform, load_prices, load_workload
+from planner.model.cost_model import evaluate, segment_io_mb
+from planner.model.exchange_cost import exchange_bytes_per_iteration_mb
+from planner.model.exchange_time import communication_times, non_aggregator_times
+from planner.model.problem import Problem
+from planner.model.profiles import load_platform, load_prices, load_workload
 from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, make_plan, make_workers
 
 

@@ -1,4 +1,4 @@
-"""Per-role memory: M_B = k·B + c plus each role's exchange buffers (planner/memory.py)."""
+"""Per-role memory: M_B = k·B + c plus each role's exchange buffers (planner/model/memory.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import dataclasses
 
 import numpy as np
 
-from fasdl.inflight import exchange_memory_mb
-from planner.cost_model import Problem, Violation, aligned_non_aggregator_batch, evaluate
-from planner.memory import role_max_batch, role_memory_mb
-from planner.profiles import load_platform, load_prices, load_workload
+from fasdl.exchange.inflight import exchange_memory_mb
+from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
+from planner.model.memory import role_max_batch, role_memory_mb
+from planner.model.problem import Problem, Violation
+from planner.model.profiles import load_platform, load_prices, load_workload
 
 
 def problem(name: str = "resnet50-cifar10", **changes: object) -> Problem:

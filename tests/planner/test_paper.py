@@ -12,11 +12,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from planner.cost_model import Problem, Violation, evaluate
-from planner.exchange_time import communication_times
-from planner.profiles import load_platform, load_prices, load_workload
-from planner.recipe import Recipe
-from planner.search import exact
+from planner.model.cost_model import evaluate
+from planner.model.exchange_time import communication_times
+from planner.model.problem import Problem, Violation
+from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.model.recipe import Recipe
+from planner.search.searches import exact
 
 # Table IV: deadline, B^g_max, and the paper's K-REDUCE choice (W, M, B^a, K, B^n).
 TABLE_IV = {

@@ -11,13 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from planner.cli import main
-from planner.cost_model import Problem, evaluate
-from planner.exchange_cost import exchange_cost
-from planner.pipelined import CHUNK_CHOICES, chunk_choices, pipelined_terms
-from planner.profiles import load_platform, load_prices, load_workload
-from planner.search import AUTO, BN_RULES, PIPELINED, exact, exhaustive
+from planner.model.cost_model import evaluate
+from planner.model.exchange_cost import exchange_cost
+from planner.model.pipelined import CHUNK_CHOICES, chunk_choices, pipelined_terms
+from planner.model.problem import Problem
+from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.search.searches import AUTO, BN_RULES, PIPELINED, exact, exhaustive
 from tests.planner.problems import problems, with_duplex
 from tests.planner.test_search import assert_satisfies_constraints, same_optimum, same_time
 
@@ -150,7 +151,7 @@ def test_iteration_follows_the_chunk_formula(problem: Problem, w: int, k_share: 
 def test_the_search_bounds_never_exceed_the_aggregator_exchange(
         problem: Problem, w: int, k_share: float, memory: int, chunks: int, duplex: float,
         dtype: str, lockstep: bool) -> None:
-    """planner/bounded.py prunes with c_a >= max(floor_a, fixed_a + (W−1)·per_peer): a bound
+    """planner/search/bounds.py prunes with c_a >= max(floor_a, fixed_a + (W−1)·per_peer): a bound
     above c_a would drop a configuration that may win."""
     k = max(1, round(k_share * w))
     chunked = dataclasses.replace(problem, platform=with_duplex(problem.platform, duplex),

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fasdl.batches import global_batch, partition_sizes
-from fasdl.plan import (
+from fasdl.contract.batches import global_batch, partition_sizes
+from fasdl.contract.plan import (
     Deployment,
     Plan,
     PlanError,

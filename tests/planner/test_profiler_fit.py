@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from planner.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from planner.profiler_fit import FitRequest, fit_transfers, fit_workload, run_fit
-from planner.profiler_samples import SampleError, read_samples
-from planner.profiles import load_platform, load_platform_file, load_workload
-from planner.throughput_fit import DEFAULT_TORCH_LOAD_CPU_S
+from planner.fit.profiler import FitRequest, fit_transfers, fit_workload, run_fit
+from planner.fit.samples import SampleError, read_samples
+from planner.fit.throughput import DEFAULT_TORCH_LOAD_CPU_S
+from planner.model.profiles import load_platform, load_platform_file, load_workload
 
 TRUE = {"a": 37.19, "b": 12.48, "m": -111.46, "k": 5.0, "c": 592.0}  # ResNet-50 shipped
 MEMORIES = (512, 1024, 2048, 4096, 8192)

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fasdl.plan import Workload
-from planner.profiles import (
+from fasdl.contract.plan import Workload
+from planner.model.profiles import (
     LAMBDA_MAX_VCPUS,
     LAMBDA_MB_PER_VCPU,
     PlatformProfile,

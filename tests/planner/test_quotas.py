@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from planner.cli import main
-from planner.cost_model import Problem, Violation
-from planner.heuristic import lambda_dnn, standalone, two_stage
-from planner.profiles import load_platform, load_prices, load_workload
-from planner.quotas import Quotas, Search, limit_memory, limit_workers, search_within
-from planner.search import SearchResult, exact, exhaustive
+from planner.model.problem import Problem, Violation
+from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.search.heuristic import lambda_dnn, standalone, two_stage
+from planner.search.quotas import Quotas, Search, limit_memory, limit_workers, search_within
+from planner.search.searches import SearchResult, exact, exhaustive
 from tests.planner.problems import problems
 from tests.planner.test_search import assert_satisfies_constraints, same_optimum
 

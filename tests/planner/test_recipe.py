@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
 from planner.cli import main
-from planner.profiles import ProfileError, WorkloadProfile, load_workload
-from planner.recipe import Recipe
+from planner.model.profiles import ProfileError, WorkloadProfile, load_workload
+from planner.model.recipe import Recipe
 
 TEXT = ["--workload", "bert-mini-textset", "--deadline", "900", "--max-global-batch", "64",
         "--epochs", "3"]

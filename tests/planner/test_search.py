@@ -10,12 +10,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fasdl.plan import Plan
-from planner.cost_model import Problem, Violation, evaluate
-from planner.heuristic import lambda_dnn, standalone, two_stage
+from fasdl.contract.plan import Plan
+from planner.model.cost_model import evaluate
+from planner.model.problem import Problem, Violation
+from planner.model.profiles import load_platform, load_prices, load_workload
 from planner.planfile import to_plan
-from planner.profiles import load_platform, load_prices, load_workload
-from planner.search import BN_RULES, Choice, Objective, SearchResult, exact, exhaustive, frontier
+from planner.search.heuristic import lambda_dnn, standalone, two_stage
+from planner.search.searches import (
+    BN_RULES,
+    Choice,
+    Objective,
+    SearchResult,
+    exact,
+    exhaustive,
+    frontier,
+)
 from tests.planner.problems import problems
 
 SEARCH_SETTINGS = settings(max_examples=60, deadline=None,

@@ -18,7 +18,7 @@ SECONDS = 20.0
 # counts the parent's (pytest's) size at fork
 CHILD = """
 import json, sys, time
-from fasdl.profiling import peak_rss_mb
+from fasdl.profiling.measure import peak_rss_mb
 from planner.cli import main
 started = time.perf_counter()
 code = main(sys.argv[1:])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fasdl.channel.memory import MemoryChannel
-from fasdl.fencing import DEFAULT_FENCE_CHECK_S, Fence, issue_epoch
-from planner.profiles import load_prices
-from planner.segment_requests import FENCE_GETS_PER_WORKER, segment_request_cost
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.run.fencing import DEFAULT_FENCE_CHECK_S, Fence, issue_epoch
+from planner.model.profiles import load_prices
+from planner.model.segment_requests import FENCE_GETS_PER_WORKER, segment_request_cost
 
 
 class CountingChannel(MemoryChannel):

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from planner.cli import main
-from planner.profiles import PlatformProfile, load_platform
-from planner.throughput_fit import (
+from planner.fit.throughput import (
     DEFAULT_INVOCATION_OVERHEAD_S,
     DEFAULT_TORCH_LOAD_CPU_S,
     SaturationFit,
@@ -23,6 +22,7 @@ from planner.throughput_fit import (
     relative_time_errors,
     rounded,
 )
+from planner.model.profiles import PlatformProfile, load_platform
 
 REPO = Path(__file__).resolve().parents[2]
 # shared/ sits beside the repository, in development and in CI alike.

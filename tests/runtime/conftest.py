@@ -22,8 +22,8 @@ from botocore.stub import Stubber
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from fasdl.environment import Settings
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
+from fasdl.contract.settings import Settings
 
 DATASETS, RESULTS, EXCHANGE = "datasets", "results", "exchange"
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",

@@ -1,4 +1,4 @@
-"""fasdl/account.py against botocore's Stubber: every request and response is validated against
+"""fasdl/aws/account.py against botocore's Stubber: every request and response is validated against
 the real Lambda service model (field names, enums), so the logic reads what AWS returns."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from fasdl import account
-from fasdl.account import (
+from fasdl.aws import account
+from fasdl.aws.account import (
     ConcurrencyQuotaTooLow,
     WorkerFunctionFailed,
     WorkerNotReady,
     check_concurrency,
     wait_until_active,
 )
-from planner import quotas
+from planner.search import quotas
 from tests.runtime.conftest import offline_client
 
 WORKER = "FasdlStack-ComputeWorker1234"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fasdl.augment import (
+from fasdl.training.augment import (
     CIFAR10_MEAN,
     CIFAR10_STD,
     CROP_PADDING,
@@ -16,7 +16,7 @@ from fasdl.augment import (
     evaluation_tensors,
     training_tensors,
 )
-from fasdl.data import to_tensors
+from fasdl.training.data import to_tensors
 
 ROWS = np.random.default_rng(3).integers(0, 256, (16, 3, 6, 5), dtype=np.uint8)
 LABELS = np.arange(16, dtype=np.int64)

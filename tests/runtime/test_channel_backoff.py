@@ -1,11 +1,12 @@
-"""The channel's polling backoff (fasdl.channel.base.Backoff): capped, jittered, unbounded."""
+"""The channel's polling backoff (fasdl.exchange.channel.base.Backoff): capped, jittered,
+unbounded."""
 
 from __future__ import annotations
 
 import itertools
 import random
 
-from fasdl.channel.base import Backoff
+from fasdl.exchange.channel.base import Backoff
 
 
 def test_backoff_grows_to_its_cap_and_keeps_polling_forever() -> None:

@@ -13,10 +13,12 @@ import pytest
 import torch
 from torch import nn
 
-from fasdl.augment import training_tensors
-from fasdl.channel.base import ChannelTimeout
-from fasdl.channel.memory import MemoryChannel
-from fasdl.checkpoint import (
+from fasdl.contract.keys import checkpoint_object_key, manifest_key
+from fasdl.contract.plan import Plan
+from fasdl.exchange.channel.base import ChannelTimeout
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.kreduce import KReduceWorker
+from fasdl.run.checkpoint import (
     CheckpointError,
     commit_manifest,
     load_manifest,
@@ -25,7 +27,8 @@ from fasdl.checkpoint import (
     restore_worker,
     save_worker,
 )
-from fasdl.data import (
+from fasdl.training.augment import training_tensors
+from fasdl.training.data import (
     BatchStream,
     DataCursor,
     LocalFiles,
@@ -33,10 +36,7 @@ from fasdl.data import (
     partition_bounds,
     write_dataset,
 )
-from fasdl.keys import checkpoint_object_key, manifest_key
-from fasdl.kreduce import KReduceWorker
-from fasdl.networks import build_model
-from fasdl.plan import Plan
+from fasdl.training.networks import build_model
 from tests.runtime.test_kreduce import make_plan, run_parallel
 
 RUN = "ckpt-run"

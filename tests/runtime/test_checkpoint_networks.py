@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from fasdl.channel.memory import MemoryChannel
-from fasdl.data import write_dataset
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.training.data import write_dataset
 from tests.runtime.test_checkpoint import Cluster
 from tests.runtime.test_kreduce import make_plan
 

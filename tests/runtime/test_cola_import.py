@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasdl.data import TEXT_DTYPE
 from fasdl.datasets.__main__ import main
 from fasdl.datasets.cola import import_cola, read_tsv
 from fasdl.datasets.textset import write_textset
+from fasdl.training.data import TEXT_DTYPE
 
 
 @pytest.fixture(scope="module")

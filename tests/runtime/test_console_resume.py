@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from fasdl.run_state import RunStateError
+from fasdl.run.run_state import RunStateError
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.test_handlers import s3_env, s3_objects, start, trigger  # noqa: F401
 

@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fasdl.data import (
+from fasdl.datasets import build_digits, import_cifar10_binary
+from fasdl.datasets.cifar10 import RECORD_BYTES
+from fasdl.training.data import (
     BatchStream,
     DataCursor,
     DatasetError,
@@ -26,8 +28,6 @@ from fasdl.data import (
     to_tensors,
     write_dataset,
 )
-from fasdl.datasets import build_digits, import_cifar10_binary
-from fasdl.datasets.cifar10 import RECORD_BYTES
 from tests.runtime.test_kreduce import make_plan
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasdl.data import DatasetError
 from fasdl.datasets import build_digits, import_cifar10_binary
 from fasdl.datasets.__main__ import main
 from fasdl.datasets.cifar10 import RECORD_BYTES, TEST_FILES, TRAIN_FILES
 from fasdl.datasets.output import OutputFolderError
+from fasdl.training.data import DatasetError
 
 
 def _archive(path: Path, *, test_bytes: int | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""fasdl.environment: one list of variable names, parsed by the handlers and rendered by infra
+"""fasdl.contract.settings: one list of variable names, parsed by the handlers and rendered by infra
 and the local runner; what one renders the other reads back."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fasdl.environment import ENV_NAMES, Settings, SettingsError
+from fasdl.contract.settings import ENV_NAMES, Settings, SettingsError
 
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=20)
 

@@ -1,4 +1,4 @@
-"""fasdl/exchange_cache.py against botocore's Stubber: requests and responses are validated
+"""fasdl/contract/cache.py against botocore's Stubber: requests and responses are validated
 against the real ElastiCache service model, so the lookup reads what AWS returns; and the run
 state's ``cache`` field as the state machine hands it back."""
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from fasdl import exchange_cache
-from fasdl.environment import Settings, SettingsError
-from fasdl.exchange_cache import CacheMissing, CacheNotReady, locate, parse
+from fasdl.contract import cache as exchange_cache
+from fasdl.contract.cache import CacheMissing, CacheNotReady, locate, parse
+from fasdl.contract.settings import Settings, SettingsError
 from tests.runtime.conftest import offline_client
 
 NAME = "fasdlstack-exchange"

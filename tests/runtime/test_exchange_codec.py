@@ -1,4 +1,4 @@
-"""bfloat16 uploads with error feedback (fasdl.exchange_codec): the rounding, the residual, and
+"""bfloat16 uploads with error feedback (fasdl.exchange.codec): the rounding, the residual, and
 K-REDUCE runs that use them, phased and pipelined."""
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fasdl.channel.memory import MemoryChannel
-from fasdl.exchange_codec import (
+from fasdl.contract.plan import PlanError
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.codec import (
     BFloat16Codec,
     build_codec,
     from_bfloat16_bits,
     to_bfloat16_bits,
 )
-from fasdl.kreduce import KReduceWorker
-from fasdl.networks import build_model
-from fasdl.plan import PlanError
-from fasdl.wire import BFLOAT16_BITS, decode_shard, encode_shard
+from fasdl.exchange.kreduce import KReduceWorker
+from fasdl.exchange.wire import BFLOAT16_BITS, decode_shard, encode_shard
+from fasdl.training.networks import build_model
 from tests.runtime.test_kreduce import (
     CLASSES,
     INPUT_SHAPE,

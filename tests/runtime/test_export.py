@@ -1,4 +1,5 @@
-"""The model export (fasdl.export), its CLI (python -m fasdl.evaluate) and finalize's copy."""
+"""The model export (fasdl.training.export), its CLI (python -m fasdl.evaluate) and finalize's
+copy."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import numpy as np
 import pytest
 import torch
 
-from fasdl import evaluate, results
-from fasdl.augment import evaluation_tensors
-from fasdl.data import to_tensors
+from fasdl import evaluate
+from fasdl.contract.settings import Settings
 from fasdl.datasets import build_digits
-from fasdl.environment import Settings
 from fasdl.evaluate import main
-from fasdl.export import (
+from fasdl.run import results
+from fasdl.training.augment import evaluation_tensors
+from fasdl.training.data import to_tensors
+from fasdl.training.export import (
     MAX_EVAL_BATCH,
     META_NAME,
     ExportError,
@@ -31,7 +33,7 @@ from fasdl.export import (
     export_checkpoint_meta,
     load_export,
 )
-from fasdl.networks import build_seeded_model
+from fasdl.training.networks import build_seeded_model
 from tests.runtime.conftest import RESULTS, deployed_env
 from tests.runtime.test_kreduce import make_plan
 
@@ -274,7 +276,7 @@ def s3_env() -> dict[str, str]:  # tests/runtime/conftest.py's s3, deployed with
 
 def _final(monkeypatch: pytest.MonkeyPatch, s3: Any, objects: dict[str, bytes],
            tamper: str | None = None) -> None:
-    """A final checkpoint listing ``objects`` (fasdl.checkpoint's manifest format), handed to
+    """A final checkpoint listing ``objects`` (fasdl.run.checkpoint's manifest format), handed to
     write_final whichever way it locates the manifest."""
     records = {}
     for name, data in objects.items():

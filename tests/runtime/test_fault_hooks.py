@@ -1,10 +1,11 @@
-"""fasdl.fault_hooks: the fault tests' crash and delay, parsed once; a deployment's do nothing."""
+"""fasdl.run.fault_hooks: the fault tests' crash and delay, parsed once; a deployment's do
+nothing."""
 
 from __future__ import annotations
 
 import pytest
 
-from fasdl.fault_hooks import NO_FAULTS, FaultHookError, FaultHooks
+from fasdl.run.fault_hooks import NO_FAULTS, FaultHookError, FaultHooks
 
 
 def test_nothing_set_is_no_fault() -> None:

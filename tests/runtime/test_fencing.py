@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 import torch
 
-from fasdl import segment_runner, wire
-from fasdl.environment import Settings
-from fasdl.plan import Plan
+from fasdl.contract.plan import Plan
+from fasdl.contract.settings import Settings
+from fasdl.exchange import wire
+from fasdl.run import segment_runner
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS
 from tests.runtime.test_kreduce import make_plan

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fasdl.field_types import is_int, is_int_at_least, is_int_in, is_integral, is_number, is_real
+from fasdl.contract.fields import (
+    is_int,
+    is_int_at_least,
+    is_int_in,
+    is_integral,
+    is_number,
+    is_real,
+)
 
 
 @pytest.mark.parametrize("value", [True, False, np.bool_(True), 1.0, "1", None, [1]])
@@ -26,10 +33,10 @@ def test_ranges() -> None:
 
 
 def test_plan_profile_and_problem_errors_share_one_type_naming_the_field() -> None:
-    from fasdl.field_types import FieldError
-    from fasdl.plan import PlanError
-    from planner.cost_model import ModelInputError
-    from planner.profiles import ProfileError
+    from fasdl.contract.fields import FieldError
+    from fasdl.contract.plan import PlanError
+    from planner.model.problem import ModelInputError
+    from planner.model.profiles import ProfileError
 
     for error in (PlanError("training.epochs", "must be >= 1"),
                   ModelInputError("epochs", "must be >= 1"),

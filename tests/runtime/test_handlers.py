@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fasdl import torch_setup
-from fasdl.channel.s3 import S3Channel
-from fasdl.checkpoint import array_bytes, commit_manifest, put_objects
-from fasdl.environment import Settings, SettingsError
-from fasdl.metrics import StepMetrics
-from fasdl.plan import Plan, PlanError
-from fasdl.run_state import RetriesExhausted, RunStateError
-from fasdl.segment_runner import (
+from fasdl.aws import torch_setup
+from fasdl.aws.metrics import StepMetrics
+from fasdl.contract.plan import Plan, PlanError
+from fasdl.contract.settings import Settings, SettingsError
+from fasdl.exchange.channel.s3 import S3Channel
+from fasdl.run.checkpoint import array_bytes, commit_manifest, put_objects
+from fasdl.run.run_state import RetriesExhausted, RunStateError
+from fasdl.run.segment_runner import (
     SegmentTooLong,
     TimeGuard,
     WorkerEvent,
@@ -304,7 +304,7 @@ def test_stub_layer_fails_each_invocation_with_the_reason(
 def test_first_worker_invocation_logs_and_meters_the_torch_load(
         s3: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         caplog: pytest.LogCaptureFixture, new_sandbox: None) -> None:
-    from fasdl import segment_runner
+    from fasdl.run import segment_runner
     from handlers import worker
 
     monkeypatch.setattr(torch_setup, "_prepare", lambda: (None, "installed"))
@@ -345,7 +345,7 @@ def test_handler_modules_import_without_torch() -> None:
 
 def test_metrics_are_emf_with_the_stack_dimension_only(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from fasdl.kreduce import StepStats
+    from fasdl.exchange.kreduce import StepStats
 
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "would-add-a-dimension")
     metrics = StepMetrics("FasDL", "my-stack")
@@ -376,8 +376,8 @@ def test_trigger_imports_neither_torch_nor_numpy_nor_redis() -> None:
 
 
 def test_finalize_rejects_a_damaged_or_missing_final_model(s3: Any) -> None:
-    from fasdl.keys import checkpoint_object_key
-    from fasdl.results import ResultError
+    from fasdl.contract.keys import checkpoint_object_key
+    from fasdl.run.results import ResultError
 
     run = start({"run_id": "dmg"})
     done = {**run, "done": True, "segment": {"index": 1, "start_iteration": 10,

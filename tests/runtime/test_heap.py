@@ -1,4 +1,4 @@
-"""fasdl.heap: glibc's allocator is tuned and trimmed (a no-op elsewhere)."""
+"""fasdl.aws.heap: glibc's allocator is tuned and trimmed (a no-op elsewhere)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fasdl import heap
+from fasdl.aws import heap
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only (Lambda is glibc)")
@@ -28,7 +28,7 @@ def test_no_child_process_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
 
     def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"fasdl.heap started a process: {args}")
+        raise AssertionError(f"fasdl.aws.heap started a process: {args}")
 
     heap._libc.cache_clear()
     monkeypatch.setattr(subprocess, "Popen", refuse)
@@ -44,7 +44,7 @@ def test_no_child_process_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
 FREED_BLOCKS_SCRIPT = """
 import sys
 from pathlib import Path
-from fasdl import heap
+from fasdl.aws import heap
 
 def resident_mb():
     status = Path("/proc/self/status").read_text().splitlines()

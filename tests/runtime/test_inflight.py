@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from fasdl.channel.memory import MemoryChannel
-from fasdl.environment import Settings, SettingsError
-from fasdl.inflight import (
+from fasdl.contract.settings import Settings, SettingsError
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.inflight import (
     MIB,
     FrameBudget,
     Uploads,
@@ -21,8 +21,8 @@ from fasdl.inflight import (
     exchange_memory_mb,
     fetch_in_order,
 )
-from fasdl.kreduce import KReduceWorker
-from fasdl.networks import build_model
+from fasdl.exchange.kreduce import KReduceWorker
+from fasdl.training.networks import build_model
 from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
 
 

@@ -1,4 +1,5 @@
-"""fasdl.json_input: bytes -> UTF-8 -> JSON within limits, one error type naming the source."""
+"""fasdl.contract.json_input: bytes -> UTF-8 -> JSON within limits, one error type naming the
+source."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fasdl.json_input import (
+from fasdl.contract.json_input import (
     MAX_NUMBER_CHARS,
     JsonInputError,
     load_json_bytes,

@@ -14,17 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from fasdl.channel.memory import MemoryChannel
-from fasdl.data import (
-    BatchStream,
-    LocalFiles,
-    Partition,
-    load_partition,
-    partition_bounds,
-    to_tensors,
-)
-from fasdl.datasets import build_digits
-from fasdl.keys import (
+from fasdl.contract.keys import (
     KeyFormatError,
     checkpoint_object_key,
     claim_key,
@@ -33,10 +23,20 @@ from fasdl.keys import (
     merged_key,
     shard_key,
 )
-from fasdl.kreduce import KReduceWorker, StepStats
-from fasdl.networks import build_model
-from fasdl.plan import Deployment, Plan, Training, Workload
-from fasdl.shard_layout import shard_bounds
+from fasdl.contract.plan import Deployment, Plan, Training, Workload
+from fasdl.datasets import build_digits
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.kreduce import KReduceWorker, StepStats
+from fasdl.exchange.shard_layout import shard_bounds
+from fasdl.training.data import (
+    BatchStream,
+    LocalFiles,
+    Partition,
+    load_partition,
+    partition_bounds,
+    to_tensors,
+)
+from fasdl.training.networks import build_model
 
 INPUT_SHAPE = (1, 4, 4)
 CLASSES = 3

@@ -28,7 +28,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from fasdl.run_state import first_state, next_state, retry_state
+from fasdl.run.run_state import first_state, next_state, retry_state
 from infra.lambda_runtime import PYTHON_RUNTIME, lambda_target
 from tests.runtime.test_run_state import plan_with
 
@@ -160,7 +160,7 @@ def test_trigger_plans_a_retry_as_on_the_development_python(runtime_python: str,
 
 FRAMES = r"""
 import json, numpy as np
-from fasdl import wire
+from fasdl.exchange import wire
 values = np.arange(1000, dtype=np.float32) / 7
 frame = wire.encode_shard(values, run="r", iteration=3, worker=1, shard=0)
 back = wire.decode_shard(frame, run="r", iteration=3, shard=0, worker=1)

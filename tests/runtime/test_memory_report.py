@@ -1,4 +1,4 @@
-"""fasdl/memory_report.py: REPORT lines as Lambda writes them, read with FilterLogEvents
+"""fasdl/aws/memory_report.py: REPORT lines as Lambda writes them, read with FilterLogEvents
 through botocore's Stubber (the real CloudWatch Logs model), and the out-of-memory verdict."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from fasdl.memory_report import (
+from fasdl.aws.memory_report import (
     REPORT_PATTERN,
     MemoryPeak,
     WorkerOutOfMemory,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from fasdl.networks import (
+from fasdl.training.networks import (
     MODELS,
     PAPER_MODEL_MB,
     PAPER_NUM_CLASSES,
@@ -17,7 +17,7 @@ from fasdl.networks import (
     parameter_count,
     parameter_mb,
 )
-from fasdl.text_networks import TEXT_MODELS
+from fasdl.training.text_networks import TEXT_MODELS
 
 # The paper's Table 5.1 sizes are the ImageNet-headed networks in MiB; our CIFAR-stem bodies
 # with the same 1000-way head must land within this relative tolerance.

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from fasdl.networks import build_model
-from fasdl.optimizers import FlatAdamW, FlatParameters, FlatSGD, LearningRateSchedule
-from fasdl.plan import PlanError
+from fasdl.contract.plan import PlanError
+from fasdl.training.networks import build_model
+from fasdl.training.optimizers import FlatAdamW, FlatParameters, FlatSGD, LearningRateSchedule
 from tests.runtime.test_kreduce import make_plan
 
 INPUT_SHAPE = (1, 4, 4)
@@ -83,7 +83,7 @@ def test_flat_adamw_matches_torch_adamw_bitwise(weight_decay: float) -> None:
                           ("adamw", 0.0, 0.0), ("adamw", 0.0, 1e-2)])
 def test_reapply_adds_the_steps_update_again_and_keeps_the_state(
         kind: str, momentum: float, weight_decay: float) -> None:
-    """What a HAP non-aggregator carries onto merged l−1 (fasdl.kreduce): from the same
+    """What a HAP non-aggregator carries onto merged l−1 (fasdl.exchange.kreduce): from the same
     parameters, reapply moves them exactly as the step did, and leaves the state alone."""
     torch.manual_seed(1)
     model = build_model("cnn", CLASSES, INPUT_SHAPE)

@@ -1,4 +1,4 @@
-"""fasdl.pipeline: the pipelined exchange gives the phased exchange's weights, bit for bit,
+"""fasdl.exchange.pipeline: the pipelined exchange gives the phased exchange's weights, bit for bit,
 overlaps its transfers, keeps the store bounded and refuses what it cannot do."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from torch import nn
 
-from fasdl import pipeline
-from fasdl.channel.memory import MemoryChannel
-from fasdl.inflight import frame_size
-from fasdl.kreduce import KReduceWorker
-from fasdl.networks import build_model
-from fasdl.plan import PlanError
-from fasdl.shard_layout import chunk_bounds
+from fasdl.contract.plan import PlanError
+from fasdl.exchange import pipeline
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.inflight import frame_size
+from fasdl.exchange.kreduce import KReduceWorker
+from fasdl.exchange.shard_layout import chunk_bounds
+from fasdl.training.networks import build_model
 from tests.runtime.test_kreduce import (
     CLASSES,
     INPUT_SHAPE,

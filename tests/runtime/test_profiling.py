@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import torch
 
-from fasdl import profiling
+from fasdl.profiling import measure as profiling
 from local.servers import SeaweedS3Server, ServerBinaryMissing
 from planner.cli import EXIT_OK, main
-from planner.profiles import load_platform_file, load_workload
+from planner.model.profiles import load_platform_file, load_workload
 from tests.lambda_context import FakeLambdaContext
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"

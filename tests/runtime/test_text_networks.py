@@ -13,17 +13,17 @@ import pytest
 import torch
 from sklearn.metrics import matthews_corrcoef
 
-from fasdl import dataset_check
-from fasdl.augment import evaluation_tensors
-from fasdl.channel.memory import MemoryChannel
-from fasdl.classification import Confusion
-from fasdl.data import LocalFiles, write_dataset
-from fasdl.data import to_tensors as data_to_tensors
+from fasdl.contract.plan import PlanError
 from fasdl.evaluate import main as evaluate_main
-from fasdl.export import ExportError, build_from_export, export_bytes
-from fasdl.kreduce import KReduceWorker
-from fasdl.networks import build_model, build_seeded_model, parameter_count
-from fasdl.plan import PlanError
+from fasdl.exchange.channel.memory import MemoryChannel
+from fasdl.exchange.kreduce import KReduceWorker
+from fasdl.run import dataset_check
+from fasdl.training.augment import evaluation_tensors
+from fasdl.training.classification import Confusion
+from fasdl.training.data import LocalFiles, write_dataset
+from fasdl.training.data import to_tensors as data_to_tensors
+from fasdl.training.export import ExportError, build_from_export, export_bytes
+from fasdl.training.networks import build_model, build_seeded_model, parameter_count
 from tests.runtime.test_kreduce import make_plan, run_parallel
 
 LENGTH = 16

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fasdl.environment import Settings
-from fasdl.time_budget import START_ITERATIONS, peer_wait_s
+from fasdl.contract.settings import Settings
+from fasdl.run.time_budget import START_ITERATIONS, peer_wait_s
 
 SETTINGS = Settings.from_env({
     "FASDL_CHANNEL": "s3", "FASDL_DATASETS_BUCKET": "d", "FASDL_RESULTS_BUCKET": "r",

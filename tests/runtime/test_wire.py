@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fasdl.wire import (
+from fasdl.exchange.wire import (
     HEADER_SIZE,
     FrameError,
     decode_shard,

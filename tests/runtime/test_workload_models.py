@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from fasdl.networks import MODELS, parameter_mb
-from planner.profiles import known_workloads, load_workload
+from fasdl.training.networks import MODELS, parameter_mb
+from planner.model.profiles import known_workloads, load_workload
 
 # Planned from the paper's coefficients only, with no runtime model (none at the moment:
-# bert-base-cola's bert-base is fasdl.text_networks').
+# bert-base-cola's bert-base is fasdl.training.text_networks').
 PLANNING_ONLY: set[str] = set()
 
 

@@ -14,10 +14,10 @@ import argparse
 import json
 import sys
 
-from fasdl.data import DatasetError
 from fasdl.datasets import build_digits, import_cifar10_binary
 from fasdl.datasets.cola import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, import_cola
 from fasdl.datasets.textset import write_textset
+from fasdl.training.data import DatasetError
 
 EXIT_BAD_INPUT = 2
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fasdl.data import DatasetError, write_dataset
 from fasdl.datasets.output import staged_output
+from fasdl.training.data import DatasetError, write_dataset
 
 RECORD_BYTES = 1 + 3 * 32 * 32
 TRAIN_FILES = tuple(f"data_batch_{index}.bin" for index in range(1, 6))

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fasdl.data import TEXT_DTYPE, DatasetError, write_dataset
 from fasdl.datasets.output import staged_output
+from fasdl.training.data import TEXT_DTYPE, DatasetError, write_dataset
 
 SPLIT_FILES = {"train": "train.tsv", "test": "dev.tsv"}  # runtime split <- CoLA file
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 DEFAULT_MAX_LENGTH = 64  # CoLA's longest sentences are ~45 words; few need more pieces
-DEFAULT_VOCAB_SIZE = 1024  # bert-mini's vocabulary (fasdl.text_networks)
+DEFAULT_VOCAB_SIZE = 1024  # bert-mini's vocabulary (fasdl.training.text_networks)
 MAX_FILE_BYTES = 64 * 2**20
 
 

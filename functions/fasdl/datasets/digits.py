@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fasdl.data import write_dataset
 from fasdl.datasets.output import staged_output
+from fasdl.training.data import write_dataset
 
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fasdl.data import DatasetError
+from fasdl.training.data import DatasetError
 
 SPLITS = ("train", "test")
 

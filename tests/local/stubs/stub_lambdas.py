@@ -1,4 +1,4 @@
-"""Stub trigger/worker/finalize that follow fasdl/events.py, run by the emulator in tests.
+"""Stub trigger/worker/finalize that follow fasdl/contract/events.py, run by the emulator in tests.
 
 Configured by environment: STUB_DIR (shared scratch dir), STUB_WORKERS, STUB_SEGMENTS,
 STUB_HANG_AT / STUB_CRASH_AT ("segment:worker", attempt 0 only), STUB_RENDEZVOUS_S.

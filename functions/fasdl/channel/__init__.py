@@ -1,5 +1,0 @@
-"""Exchange channels (S3, Valkey) behind one small interface."""
-
-from fasdl.channel.base import Backoff, Channel, ChannelError, ChannelTimeout
-
-__all__ = ["Backoff", "Channel", "ChannelError", "ChannelTimeout"]

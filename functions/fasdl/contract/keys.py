@@ -1,0 +1,117 @@
+"""Deterministic object keys, shared by both channels and the checkpoint bucket.
+
+Everything a segment's workers write is namespaced by its **epoch**: a run-wide number the
+trigger issues, strictly increasing, for every segment and every retry of one
+(fasdl.run.fencing). A later segment or retry therefore never reads an object a dead attempt
+left behind, and frames carry the epoch in their checked header too (fasdl.exchange.kreduce).
+
+* exchange: ``{run}/{epoch}/it/{iteration}/...``, read by exact key (no LIST in the hot
+  path), and ``{run}/{epoch}/claim/{worker}``: one invocation per worker and epoch;
+* checkpoint (results bucket): ``{run}/checkpoint/it/{resume_iteration}/epoch/{epoch}/``
+  holds the objects, part records and manifest of the checkpoint a segment starting at
+  ``resume_iteration`` resumes from. The manifest is created once (conditional write) and
+  the run state names the epoch whose checkpoint the next segment restores
+  (``segment.resume_epoch``), so a late writer can neither replace it nor be picked up;
+* ``{run}/fence.json`` (results bucket): the run's current epoch, written by the trigger.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fasdl.contract.fields import is_int_in
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_OBJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,127}$")
+
+
+class KeyFormatError(ValueError):
+    """A key component is outside its allowed range or alphabet."""
+
+
+def _check_run(run: str) -> str:
+    if not _RUN_ID.fullmatch(run):
+        raise KeyFormatError(f"run id must be 1-128 letters, digits, '_', '.', '-', got {run!r}")
+    return run
+
+
+def _check_index(name: str, value: int, limit: int) -> int:
+    if not is_int_in(value, 0, limit - 1):
+        raise KeyFormatError(f"{name} must be an integer in [0, {limit}), got {value!r}")
+    return value
+
+
+EPOCH_LIMIT = 10**9
+
+
+def exchange_prefix(run: str, epoch: int) -> str:
+    """Everything the workers of one epoch of a run put on the exchange channel."""
+    return f"{_check_run(run)}/{_check_index('epoch', epoch, EPOCH_LIMIT)}/"
+
+
+def claim_key(run: str, epoch: int, worker: int) -> str:
+    """Created by the one invocation of ``worker`` that may train in ``epoch``."""
+    return f"{exchange_prefix(run, epoch)}claim/{_check_index('worker', worker, 10000):04d}"
+
+
+def fence_key(run: str) -> str:
+    """The run's current epoch (results bucket, under the runs prefix)."""
+    return f"{_check_run(run)}/fence.json"
+
+
+def iteration_prefix(run: str, epoch: int, iteration: int) -> str:
+    return f"{exchange_prefix(run, epoch)}it/{_check_index('iteration', iteration, 10**8):08d}/"
+
+
+CHUNK_LIMIT = 10000
+
+
+def _chunk_suffix(chunk: int | None) -> str:
+    """A whole shard has none; chunk c of a pipelined exchange (fasdl.exchange.pipeline)
+    ``/chunk/c``."""
+    return "" if chunk is None else f"/chunk/{_check_index('chunk', chunk, CHUNK_LIMIT):04d}"
+
+
+def shard_key(run: str, epoch: int, iteration: int, shard: int, worker: int,
+              chunk: int | None = None) -> str:
+    """Shard ``shard`` of worker ``worker``'s locally updated parameters at ``iteration``."""
+    return (f"{iteration_prefix(run, epoch, iteration)}"
+            f"shard/{_check_index('shard', shard, 1000):03d}/"
+            f"from/{_check_index('worker', worker, 10000):04d}{_chunk_suffix(chunk)}")
+
+
+def merged_key(run: str, epoch: int, iteration: int, shard: int,
+               chunk: int | None = None) -> str:
+    """Aggregator ``shard``'s batch-weighted average of shard ``shard`` at ``iteration``."""
+    return (f"{iteration_prefix(run, epoch, iteration)}"
+            f"merged/{_check_index('shard', shard, 1000):03d}{_chunk_suffix(chunk)}")
+
+
+def checkpoint_prefix(run: str, resume_iteration: int) -> str:
+    """The checkpoint a segment starting at ``resume_iteration`` resumes from."""
+    index = _check_index("resume_iteration", resume_iteration, 10**8)
+    return f"{_check_run(run)}/checkpoint/it/{index:08d}/"
+
+
+def _epoch_prefix(run: str, resume_iteration: int, epoch: int) -> str:
+    index = _check_index("epoch", epoch, EPOCH_LIMIT)
+    return f"{checkpoint_prefix(run, resume_iteration)}epoch/{index}/"
+
+
+def checkpoint_object_key(run: str, resume_iteration: int, epoch: int, name: str) -> str:
+    """One object of a checkpoint, e.g. ``model`` or ``worker/0003/momentum``."""
+    if not _OBJECT_NAME.fullmatch(name) or ".." in name:
+        raise KeyFormatError(
+            f"checkpoint object name must be 1-128 of [A-Za-z0-9_.-/], got {name!r}")
+    return f"{_epoch_prefix(run, resume_iteration, epoch)}objects/{name}"
+
+
+def checkpoint_part_key(run: str, resume_iteration: int, epoch: int, worker: int) -> str:
+    """A worker's list of the objects it wrote (with checksums), read by the committer."""
+    index = _check_index("worker", worker, 10000)
+    return f"{_epoch_prefix(run, resume_iteration, epoch)}parts/{index:04d}.json"
+
+
+def manifest_key(run: str, resume_iteration: int, epoch: int) -> str:
+    """Created last, once: the checkpoint exists exactly when its manifest does."""
+    return f"{_epoch_prefix(run, resume_iteration, epoch)}manifest.json"

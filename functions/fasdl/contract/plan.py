@@ -1,0 +1,399 @@
+"""The plan contract: what the planner writes, infra deploys and the trigger runs.
+
+A plan has three parts. ``workload`` says what is trained, ``deployment`` what the stack
+provisions (read at synth time: M, W, channel, arch, timeout) and ``training`` how a run
+proceeds (read by the trigger: K, B^a, B^n, epochs, segment length). ``prediction`` and
+``provenance`` are informational. Every invalid plan raises :class:`PlanError`, whose message
+names the field and the allowed range. Pure Python on purpose: this module is imported inside
+Lambda, by the planner and by the CDK app.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from fasdl.contract.batches import global_batch, partition_sizes
+from fasdl.contract.fields import is_int
+from fasdl.contract.json_input import (
+    JsonInputError,
+    load_json_bytes,
+    read_json_file,
+    unknown_field_message,
+)
+from fasdl.contract.plan_fields import DATASET_KEY as DATASET_KEY
+from fasdl.contract.plan_fields import IDENTIFIER as IDENTIFIER
+from fasdl.contract.plan_fields import REGION as REGION
+from fasdl.contract.plan_fields import PlanError as PlanError
+from fasdl.contract.plan_fields import (
+    require_choice,
+    require_dataset_key,
+    require_float,
+    require_int,
+    require_number_map,
+    require_pattern,
+    require_region,
+    require_text_map,
+)
+
+PLAN_VERSION = 1
+
+CHANNELS: tuple[str, ...] = ("s3", "valkey")
+ARCHITECTURES: tuple[str, ...] = ("x86_64", "arm64")
+SYNC_MODES: tuple[str, ...] = ("hap", "bsp")
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")  # fasdl.training.optimizers
+# The vectors each optimizer keeps per worker (checkpointed by name); the planner's memory
+# model counts them, so they live here, where importing costs no torch.
+OPTIMIZER_STATE: dict[str, tuple[str, ...]] = {"sgd": ("momentum",),
+                                               "adamw": ("exp_avg", "exp_avg_sq")}
+LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "linear")
+AUGMENTATIONS: tuple[str, ...] = ("none", "cifar")  # fasdl.training.augment
+# What uploaded shards carry (fasdl.exchange.codec): float32 values, or their bfloat16
+# difference from the last merged model with error feedback (half the upload bytes)
+EXCHANGE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
+UPLOAD_BYTES_PER_VALUE: dict[str, int] = {"float32": 4, "bfloat16": 2}
+# model-sized float32 vectors the codec keeps per worker (the last merged model, the residual)
+EXCHANGE_STATE_MODELS: dict[str, int] = {"float32": 0, "bfloat16": 2}
+
+MIN_MEMORY_MB = 128
+MAX_MEMORY_MB = 10240
+MAX_TIMEOUT_S = 900
+MAX_WORKERS = 1000  # default regional Lambda concurrency
+MAX_EPOCHS = 100_000
+MAX_EXCHANGE_CHUNKS = 1024
+
+Channel = Literal["s3", "valkey"]
+Arch = Literal["x86_64", "arm64"]
+Sync = Literal["hap", "bsp"]
+
+# Plan files are a few KB; these limits only stop hostile or broken input early.
+PLAN_MAX_BYTES = 64 * 1024
+PLAN_MAX_DEPTH = 8  # root -> section -> prediction.breakdown is 3
+# The trigger receives the plan as compact JSON in its environment, and Lambda allows 4 KB
+# for all of a function's environment variables together (Lambda quotas: "Function
+# environment variables"); the other variables take under 1 KB (names, bucket and function
+# names), so the plan gets 3 KiB.
+PLAN_MAX_COMPACT_BYTES = 3072
+PROVENANCE_MAX_CHARS = 512
+
+_Section = TypeVar("_Section", "Workload", "Deployment", "Training", "Prediction")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained. ``samples`` is D, ``dataset_mb`` S_d, ``model_mb`` S_m."""
+
+    name: str
+    model: str
+    dataset: str
+    samples: int
+    dataset_mb: float
+    model_mb: float
+
+    def validate(self) -> None:
+        require_pattern("workload.name", self.name, IDENTIFIER,
+                        "an identifier of 1-64 letters, digits, '_', '.', '-'")
+        require_pattern("workload.model", self.model, IDENTIFIER,
+                        "a model registry name of 1-64 letters, digits, '_', '.', '-'")
+        require_dataset_key("workload.dataset", self.dataset)
+        require_int("workload.samples", self.samples, 1, 10**10)
+        require_float("workload.dataset_mb", self.dataset_mb, 0.0, 1e7, open_low=True)
+        require_float("workload.model_mb", self.model_mb, 0.0, 1e5, open_low=True)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the stack provisions: function memory M, workers W, channel, CPU architecture."""
+
+    channel: str
+    arch: str
+    memory_mb: int
+    workers: int
+    region: str = "us-east-1"
+    timeout_s: int = MAX_TIMEOUT_S
+
+    def validate(self) -> None:
+        require_choice("deployment.channel", self.channel, CHANNELS)
+        require_choice("deployment.arch", self.arch, ARCHITECTURES)
+        require_int("deployment.memory_mb", self.memory_mb, MIN_MEMORY_MB, MAX_MEMORY_MB)
+        require_int("deployment.workers", self.workers, 1, MAX_WORKERS)
+        require_region("deployment.region", self.region)
+        require_int("deployment.timeout_s", self.timeout_s, 60, MAX_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class Training:
+    """How a run proceeds: aggregators K, batch sizes B^a/B^n, epochs E, segment length, and
+    the recipe: optimizer (``momentum`` for sgd, ``adam_*`` for adamw), a learning-rate
+    schedule over global iterations (fasdl.training.optimizers) and input augmentation
+    (fasdl.training.augment).
+    """
+
+    aggregators: int
+    batch_aggregator: int
+    batch_non_aggregator: int
+    max_global_batch: int
+    epochs: int
+    segment_iterations: int
+    sync: str = "hap"
+    learning_rate: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    seed: int = 0
+    optimizer: str = "sgd"
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    lr_schedule: str = "constant"
+    warmup_iterations: int = 0
+    augmentation: str = "none"
+    # 1: the paper's K-REDUCE, one phase after another; C >= 2: the pipelined exchange
+    # (fasdl.exchange.pipeline), every shard in C chunks, uploads and downloads overlapped
+    exchange_chunks: int = 1
+    exchange_dtype: str = "float32"
+
+    def validate(self, workers: int) -> None:
+        require_int("training.aggregators", self.aggregators, 1, workers)
+        require_int("training.batch_aggregator", self.batch_aggregator, 1, 1_000_000)
+        require_int("training.batch_non_aggregator", self.batch_non_aggregator, 1, 1_000_000)
+        require_int("training.max_global_batch", self.max_global_batch, 1, 100_000_000)
+        require_int("training.epochs", self.epochs, 1, MAX_EPOCHS)
+        require_int("training.segment_iterations", self.segment_iterations, 1, 10**9)
+        require_choice("training.sync", self.sync, SYNC_MODES)
+        require_float("training.learning_rate", self.learning_rate, 0.0, 10.0, open_low=True)
+        require_float("training.momentum", self.momentum, 0.0, 1.0, open_high=True)
+        require_float("training.weight_decay", self.weight_decay, 0.0, 1.0)
+        require_int("training.seed", self.seed, 0, 2**32 - 1)
+        require_int("training.exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
+        require_choice("training.exchange_dtype", self.exchange_dtype, EXCHANGE_DTYPES)
+        self._validate_recipe()
+        if self.aggregators < workers and self.batch_non_aggregator < self.batch_aggregator:
+            raise PlanError(
+                "training.batch_non_aggregator",
+                f"must be >= batch_aggregator={self.batch_aggregator} when aggregators < workers "
+                f"(non-aggregators do not aggregate, so they train the larger batch), "
+                f"got {self.batch_non_aggregator}",
+            )
+        if self.aggregators == workers and self.batch_non_aggregator != self.batch_aggregator:
+            raise PlanError(
+                "training.batch_non_aggregator",
+                f"must equal batch_aggregator={self.batch_aggregator} when aggregators == workers "
+                f"(there are no non-aggregators), got {self.batch_non_aggregator}",
+            )
+        batch = global_batch(workers, self.aggregators, self.batch_aggregator,
+                             self.batch_non_aggregator)
+        if batch > self.max_global_batch:
+            raise PlanError(
+                "training.max_global_batch",
+                f"global batch K*B^a + (W-K)*B^n = {batch} exceeds the cap "
+                f"{self.max_global_batch}; allowed range is [1, {self.max_global_batch}]",
+            )
+
+    def _validate_recipe(self) -> None:
+        require_choice("training.optimizer", self.optimizer, OPTIMIZERS)
+        require_float("training.adam_beta1", self.adam_beta1, 0.0, 1.0, open_high=True)
+        require_float("training.adam_beta2", self.adam_beta2, 0.0, 1.0, open_high=True)
+        require_float("training.adam_eps", self.adam_eps, 0.0, 1.0, open_low=True)
+        require_choice("training.lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        require_int("training.warmup_iterations", self.warmup_iterations, 0, 10**9)
+        require_choice("training.augmentation", self.augmentation, AUGMENTATIONS)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The planner's prediction for this plan (informational, never trusted for control)."""
+
+    time_s: float
+    cost_usd: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        # Copied into the trigger's environment and reports: checked like any other field.
+        require_float("prediction.time_s", self.time_s, 0.0, 1e12)
+        require_float("prediction.cost_usd", self.cost_usd, 0.0, 1e12)
+        require_number_map("prediction.breakdown", self.breakdown)
+
+
+@dataclass(frozen=True)
+class Plan:
+    workload: Workload
+    deployment: Deployment
+    training: Training
+    prediction: Prediction | None = None
+    provenance: dict[str, str] = field(default_factory=dict)
+    version: int = PLAN_VERSION
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ---- validation -----------------------------------------------------------------------
+    def validate(self) -> None:
+        if self.version != PLAN_VERSION:
+            raise PlanError("version", f"must be {PLAN_VERSION}, got {self.version!r}")
+        self.workload.validate()
+        self.deployment.validate()
+        self.training.validate(self.deployment.workers)
+        if self.prediction is not None:
+            self.prediction.validate()
+        require_text_map("provenance", self.provenance, max_chars=PROVENANCE_MAX_CHARS)
+        if self.global_batch > self.workload.samples:
+            raise PlanError(
+                "workload.samples",
+                f"must be >= the global batch {self.global_batch} so an epoch has at least one "
+                f"iteration, got {self.workload.samples}",
+            )
+
+    def check_environment_size(self) -> None:
+        """A plan to deploy must fit the trigger's environment (PLAN_MAX_COMPACT_BYTES); the
+        synth and the planner check it, not every Plan: the trigger adds run ids to the
+        provenance of the copy it stores. Blames the largest free-form entry, the only part
+        whose size no other check bounds."""
+        size = len(self.to_compact_json().encode())
+        if size <= PLAN_MAX_COMPACT_BYTES:
+            return
+        breakdown = self.prediction.breakdown if self.prediction is not None else {}
+        entries: list[tuple[str, dict[str, object]]] = [
+            (f"provenance.{key}", {key: value}) for key, value in self.provenance.items()]
+        entries += [(f"prediction.breakdown.{key}", {key: value})
+                    for key, value in breakdown.items()]
+        sized = [(len(json.dumps(entry).encode()), path) for path, entry in entries]
+        used, path = max(sized, default=(size, "<root>"))
+        raise PlanError(path, f"takes {used} bytes of the plan's {size} as compact JSON; at "
+                              f"most {PLAN_MAX_COMPACT_BYTES} fit in the trigger's environment "
+                              "(Lambda allows 4 KB for all variables): shorten it")
+
+    # ---- derived quantities ----------------------------------------------------------------
+    @property
+    def global_batch(self) -> int:
+        t = self.training
+        return global_batch(self.deployment.workers, t.aggregators, t.batch_aggregator,
+                            t.batch_non_aggregator)
+
+    @property
+    def iterations_per_epoch(self) -> int:
+        """Iterations every worker runs per epoch: floor(D / B^g), the rest is dropped."""
+        return self.workload.samples // self.global_batch
+
+    @property
+    def total_iterations(self) -> int:
+        return self.iterations_per_epoch * self.training.epochs
+
+    @property
+    def segments(self) -> int:
+        """Number of segments (invocation rounds) the run takes."""
+        return -(-self.total_iterations // self.training.segment_iterations)
+
+    @property
+    def pattern(self) -> str:
+        t = self.training
+        if t.aggregators == self.deployment.workers:
+            return "scatterreduce"
+        if t.aggregators == 1 and t.sync == "bsp":
+            return "allreduce"
+        return "kreduce"
+
+    def partition_sizes(self) -> list[int]:
+        t = self.training
+        return partition_sizes(self.workload.samples, self.deployment.workers, t.aggregators,
+                               t.batch_aggregator, t.batch_non_aggregator)
+
+    def batch_of(self, worker: int) -> int:
+        require_int("worker", worker, 0, self.deployment.workers - 1)
+        t = self.training
+        return t.batch_aggregator if worker < t.aggregators else t.batch_non_aggregator
+
+    def deployment_fingerprint(self) -> str:
+        """What a deployed stack is built for; a run's plan must match it."""
+        d = self.deployment
+        return f"{d.channel}:{d.arch}:{d.memory_mb}MB:W{d.workers}:{d.region}:{d.timeout_s}s"
+
+    # ---- JSON ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.prediction is None:
+            data.pop("prediction")
+        return {"version": data.pop("version"), **data}
+
+    def to_compact_json(self) -> str:
+        """The form the trigger's environment carries (FASDL_PLAN)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def from_dict(cls, data: object) -> Plan:
+        if not isinstance(data, dict):
+            raise PlanError("<root>", f"must be a JSON object, got {type(data).__name__}")
+        _reject_unknown("<root>", data, {f.name for f in fields(cls)})
+        if "version" not in data:
+            raise PlanError("version", f"is missing; this reader expects version {PLAN_VERSION}")
+        version = data["version"]
+        if not is_int(version) or version != PLAN_VERSION:
+            raise PlanError("version", f"must be {PLAN_VERSION}, got {version!r}")
+        prediction_data = data.get("prediction")
+        prediction = (None if prediction_data is None
+                      else _build(Prediction, "prediction", prediction_data))
+        provenance = require_text_map("provenance", data.get("provenance", {}),
+                                      max_chars=PROVENANCE_MAX_CHARS)
+        return cls(
+            workload=_build(Workload, "workload", _section(data, "workload")),
+            deployment=_build(Deployment, "deployment", _section(data, "deployment")),
+            training=_build(Training, "training", _section(data, "training")),
+            prediction=prediction,
+            provenance=provenance,
+            version=version,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Plan:
+        try:
+            data = load_json_bytes(text, what="plan JSON", max_bytes=PLAN_MAX_BYTES,
+                                   max_depth=PLAN_MAX_DEPTH)
+        except JsonInputError as error:
+            raise PlanError("<root>", str(error)) from error
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        try:
+            data = read_json_file(path, what="plan file", max_bytes=PLAN_MAX_BYTES,
+                                  max_depth=PLAN_MAX_DEPTH)
+        except JsonInputError as error:
+            raise PlanError("<file>", str(error)) from error
+        return cls.from_dict(data)
+
+
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    if name not in data:
+        raise PlanError(name, "is missing")
+    value = data[name]
+    if not isinstance(value, dict):
+        raise PlanError(name, f"must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _reject_unknown(path: str, data: dict[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(data) - known)
+    if unknown:
+        where = "" if path == "<root>" else f"{path}."
+        name = unknown[0] or '""'  # an empty key still gets a visible name
+        raise PlanError(f"{where}{name}", unknown_field_message(unknown[0], known))
+
+
+def _build(kind: type[_Section], path: str, data: object) -> _Section:
+    if not isinstance(data, dict):
+        raise PlanError(path, f"must be a JSON object, got {type(data).__name__}")
+    _reject_unknown(path, data, {f.name for f in fields(kind)})
+    try:
+        return kind(**data)
+    except TypeError as error:
+        missing = re.findall(r"'(\w+)'", str(error))
+        name = missing[0] if missing else "?"
+        raise PlanError(f"{path}.{name}", f"is missing ({error})") from error

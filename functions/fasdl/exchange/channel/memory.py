@@ -1,0 +1,72 @@
+"""An in-process channel over a dict, for pure-logic unit tests (threads share one store).
+
+Channels built on the same :class:`MemoryStore` see each other's keys, like workers sharing a
+bucket; ``prefix`` namespaces keys exactly as in the S3 and Valkey channels.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from fasdl.exchange.channel.base import Channel
+
+
+class MemoryStore:
+    """The shared dict behind one or more MemoryChannels."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+
+    def keys(self) -> list[str]:
+        """Every stored key, sorted (tests inspect what was written)."""
+        with self.lock:
+            return sorted(self.values)
+
+
+class MemoryChannel(Channel):
+    """Thread-safe dict channel. Values are copied to bytes so callers cannot alias them."""
+
+    def __init__(self, prefix: str = "", store: MemoryStore | None = None) -> None:
+        self.prefix = prefix
+        self.store = store or MemoryStore()
+        # Short aliases of the shared dict and lock (subclasses in tests read them too).
+        self._store = self.store.values
+        self._lock = self.store.lock
+
+    def put(self, key: str, data: bytes | bytearray) -> None:
+        value = bytes(data)
+        with self._lock:
+            self._store[self.prefix + key] = value
+
+    def put_if_absent(self, key: str, data: bytes | bytearray) -> bool:
+        value = bytes(data)
+        with self._lock:
+            if self.prefix + key in self._store:
+                return False
+            self._store[self.prefix + key] = value
+            return True
+
+    def try_get(self, key: str) -> bytes | None:
+        with self._lock:
+            return self._store.get(self.prefix + key)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            for key in keys:
+                self._store.pop(self.prefix + key, None)
+
+    def delete_prefix(self, prefix: str) -> int:
+        full_prefix = self.prefix + prefix
+        with self._lock:
+            doomed = [key for key in self._store if key.startswith(full_prefix)]
+            for key in doomed:
+                del self._store[key]
+        return len(doomed)
+
+    def keys(self) -> list[str]:
+        """This channel's keys (without its prefix), sorted."""
+        with self._lock:
+            return sorted(k[len(self.prefix):] for k in self._store
+                          if k.startswith(self.prefix))

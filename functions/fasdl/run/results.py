@@ -1,0 +1,208 @@
+"""What finalize writes: the final model, the metrics summary, the failure record; and cleanup.
+
+Objects in the results bucket, under ``runs/<run_id>/``:
+
+* ``model.npy``: the merged flat float32 parameter vector, copied verbatim from the last
+  checkpoint after its sha256 was checked against the manifest; ``model.json`` says how to
+  rebuild the network (registry name, classes, input shape, parameter count);
+* ``model.npz``: the complete state dict with batch-norm statistics (fasdl.training.export), copied
+  verbatim and checked likewise from the checkpoint's ``export`` object, when it has one;
+* ``summary.json``: per segment (the attempt that completed) mean loss over the workers,
+  worker 0's held-out accuracy and, for two-class workloads, its Matthews correlation
+  (``mcc``, CoLA's metric), time split summed over the workers; plus run totals;
+* ``failure.json``: the state machine's error and the last run state of a failed run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from fasdl.contract.keys import manifest_key
+from fasdl.contract.settings import Settings
+
+_RESULT_KEY = re.compile(r"segments/(\d{5})/attempt-(\d+)/worker-(\d{4})\.json$")
+_SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+def _put_json(s3: Any, bucket: str, key: str, data: Mapping[str, Any]) -> None:
+    s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(data, indent=1, sort_keys=True).encode(),
+                  ContentType="application/json")
+
+
+def segment_results(s3: Any, settings: Settings, run_id: str) -> dict[tuple[int, int],
+                                                                     list[dict[str, Any]]]:
+    """Every worker result JSON of the run, keyed by (segment index, attempt)."""
+    prefix = settings.segments_prefix(run_id)
+    found: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=settings.results_bucket,
+                                                             Prefix=prefix):
+        for item in page.get("Contents", []):
+            match = _RESULT_KEY.search(item["Key"])
+            if match is None:
+                continue
+            body = s3.get_object(Bucket=settings.results_bucket, Key=item["Key"])["Body"].read()
+            found[(int(match[1]), int(match[2]))].append(json.loads(body))
+    return dict(found)
+
+
+def summarize(results: Mapping[tuple[int, int], list[dict[str, Any]]],
+              workers: int) -> dict[str, Any]:
+    """Per segment: the highest attempt with all W results (the one the run continued from)."""
+    chosen: dict[int, tuple[int, list[dict[str, Any]]]] = {}
+    for (index, attempt), items in sorted(results.items()):
+        if len(items) == workers or index not in chosen:
+            chosen[index] = (attempt, items)
+    segments: list[dict[str, Any]] = []
+    totals: dict[str, float] = defaultdict(float)
+    for index, (attempt, items) in sorted(chosen.items()):
+        items = sorted(items, key=lambda item: int(item["worker"]))
+        losses = [item["loss_mean"] for item in items if item.get("loss_mean") is not None]
+        times: dict[str, float] = defaultdict(float)
+        for item in items:
+            for name, value in item.get("time", {}).items():
+                times[name] += float(value)
+        for name, value in times.items():
+            totals[name] += value
+        first = items[0]
+        segments.append({
+            "index": index, "attempt": attempt, "workers_reported": len(items),
+            "iterations": first.get("iterations_done"),
+            "loss_mean": sum(losses) / len(losses) if losses else None,
+            "loss_last": first.get("loss_last") if int(first["worker"]) == 0 else None,
+            "accuracy": first.get("accuracy") if int(first["worker"]) == 0 else None,
+            "mcc": first.get("mcc") if int(first["worker"]) == 0 else None,
+            "time_s": dict(times),
+            "wall_s": max(float(item.get("time", {}).get("total_s", 0.0)) for item in items),
+        })
+    final = segments[-1] if segments else {}
+    retries = sum(1 for (index, attempt) in results if attempt > 0)
+    return {"segments": segments, "final_loss": final.get("loss_mean"),
+            "final_accuracy": final.get("accuracy"), "final_mcc": final.get("mcc"),
+            "time_s": dict(totals),
+            "iterations": sum(int(s["iterations"] or 0) for s in segments),
+            "retried_attempts": retries}
+
+
+class ResultError(RuntimeError):
+    """The final checkpoint is missing or does not match its manifest."""
+
+
+def final_model(s3: Any, settings: Settings, run_id: str, resume_iteration: int,
+                epoch: int) -> tuple[dict[str, Any], bytes]:
+    """The manifest and the verified ``model`` object of the run's last checkpoint.
+
+    Reads fasdl.run.checkpoint's manifest format with the stdlib only, so finalize needs neither
+    torch nor numpy (tests check it agrees with fasdl.run.checkpoint's writer).
+    """
+    key = f"{settings.runs_prefix}{manifest_key(run_id, resume_iteration, epoch)}"
+    try:
+        body = s3.get_object(Bucket=settings.results_bucket, Key=key)["Body"].read()
+        manifest = json.loads(body)
+        record = manifest["objects"]["model"]
+        data: bytes = s3.get_object(Bucket=settings.results_bucket,
+                                    Key=settings.runs_prefix + record["key"])["Body"].read()
+    except Exception as error:
+        raise ResultError(f"run {run_id!r}: no complete checkpoint at iteration "
+                          f"{resume_iteration} (s3://{settings.results_bucket}/{key}): "
+                          f"{error}") from error
+    if len(data) != record["size"] or hashlib.sha256(data).hexdigest() != record["sha256"]:
+        raise ResultError(f"run {run_id!r}: final model {record['key']!r} does not match its "
+                          f"manifest checksum")
+    return manifest, data
+
+
+def final_export(s3: Any, settings: Settings, run_id: str,
+                 manifest: Mapping[str, Any]) -> bytes | None:
+    """The verified ``export`` object of a final checkpoint's manifest; None for checkpoints
+    written before workers exported (finalize then publishes model.npy alone)."""
+    record = manifest.get("objects", {}).get("export")
+    if record is None:
+        return None
+    try:
+        data: bytes = s3.get_object(Bucket=settings.results_bucket,
+                                    Key=settings.runs_prefix + record["key"])["Body"].read()
+    except Exception as error:
+        raise ResultError(f"run {run_id!r}: final export {record.get('key')!r} listed in the "
+                          f"manifest cannot be read: {error}") from error
+    if len(data) != record["size"] or hashlib.sha256(data).hexdigest() != record["sha256"]:
+        raise ResultError(f"run {run_id!r}: final export {record['key']!r} does not match its "
+                          f"manifest checksum")
+    return data
+
+
+def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
+                execution: str) -> dict[str, Any]:
+    """model.npy + model.json + summary.json for a finished run; returns FinalizeResult."""
+    run_id = str(run["run_id"])
+    final_iteration = int(run["segment"]["start_iteration"])
+    # the done state's resume_epoch: the epoch of the segment that finished the run
+    manifest, model = final_model(s3, settings, run_id, final_iteration,
+                                  int(run["segment"]["resume_epoch"]))
+    prefix = settings.run_prefix(run_id)
+    model_key = f"{prefix}model.npy"
+    s3.put_object(Bucket=settings.results_bucket, Key=model_key, Body=model)
+    meta = {str(k): str(v) for k, v in manifest.get("meta", {}).items()}
+    _put_json(s3, settings.results_bucket, f"{prefix}model.json", {
+        "model": meta.get("model"), "num_classes": int(meta.get("num_classes", "0")),
+        "input_shape": [int(n) for n in meta.get("input_shape", "").split(",") if n],
+        "parameters": int(meta.get("parameters", "0")), "dtype": "float32",
+        "iterations": final_iteration, "sha256": hashlib.sha256(model).hexdigest(),
+        "model_key": model_key, "format": "flat parameter vector (.npy), module order"})
+    export = final_export(s3, settings, run_id, manifest)
+    export_key: str | None = None
+    if export is not None:  # the complete state dict: python -m fasdl.evaluate reads it
+        export_key = f"{prefix}model.npz"
+        s3.put_object(Bucket=settings.results_bucket, Key=export_key, Body=export)
+    workers = len(run.get("workers", [])) or int(manifest["workers"])
+    summary = {"run_id": run_id, "execution": execution, "plan_key": run.get("plan_key"),
+               "model_key": model_key, "export_key": export_key, "workers": workers,
+               **summarize(segment_results(s3, settings, run_id), workers)}
+    summary_key = settings.summary_key(run_id)
+    _put_json(s3, settings.results_bucket, summary_key, summary)
+    return {"run_id": run_id, "model_key": model_key, "summary_key": summary_key,
+            "extra": {"export_key": export_key, "final_loss": summary["final_loss"],
+                      "final_accuracy": summary["final_accuracy"],
+                      "final_mcc": summary["final_mcc"],
+                      "iterations": summary["iterations"]}}
+
+
+def failed_run_id(state: Mapping[str, Any], execution: str) -> str:
+    """The run a failure belongs to: run state, else input, else the execution's name."""
+    run = state.get("run")
+    candidates = [run.get("run_id") if isinstance(run, dict) else None]
+    given = state.get("input")
+    if isinstance(given, dict):
+        resume = given.get("resume")
+        candidates += [given.get("run_id"),
+                       resume.get("run_id") if isinstance(resume, dict) else None]
+    candidates.append(execution.rsplit(":", 1)[-1])
+    for candidate in candidates:
+        if isinstance(candidate, str) and _SAFE_RUN_ID.fullmatch(candidate):
+            return candidate
+    return "unknown-run"
+
+
+def write_failure(s3: Any, settings: Settings, state: Mapping[str, Any],
+                  execution: str) -> tuple[str, str]:
+    run_id = failed_run_id(state, execution)
+    found = state.get("error")
+    error: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    key = settings.failure_key(run_id)
+    _put_json(s3, settings.results_bucket, key, {
+        "run_id": run_id, "execution": execution, "error": error.get("Error"),
+        "cause": error.get("Cause"), "run": state.get("run"), "input": state.get("input")})
+    return run_id, key
+
+
+def clean_exchange(settings: Settings, run_id: str) -> int:
+    """Delete every exchange key of the run (S3 prefix or Valkey SCAN); returns the count."""
+    channel = settings.exchange_channel()
+    try:
+        return channel.delete_prefix(f"{run_id}/")
+    finally:
+        channel.close()

@@ -1,0 +1,1 @@
+"""Fits that turn measurements (profiler samples, transfer measurements) into profiles."""

@@ -1,0 +1,269 @@
+"""FasDL's performance and cost model, vectorized over arrays of configurations.
+
+Equations are FasDL's (IEEE TC 2025, Eq. 1-11) with the thesis corrections
+(shared/papers/fasdl-thesis-digest.md §2-3). Every quantity below is a numpy array with one
+entry per configuration (W, M, K, B^a, B^n, sync):
+
+- shard size            S_s = S_m / K                                        (thesis 3-1)
+- throughput            tp = p(M)·(1 − exp(−t(M)·S))  per direction          (3-5, 3-6)
+- upload                T_up = S_m / tp_up(S_s)                               (3-2)
+- aggregation           T_agg = (W−1)·S_s/tp_down(S_s) + S_s/tp_up(S_s)      (3-3)
+- download              T_down = S_m / tp_down(S_s)                           (3-4)
+- aggregator comm       T_comm^a = T_up + T_agg + T_down                      (3-7)
+- non-aggregator comm   T_comm^n = T_up + T_down                              (3-11)
+
+  Our runtime (fasdl.exchange.kreduce) keeps an aggregator's own shard and merged shard in memory,
+  so
+  with ``own_shard_local`` (the default) an aggregator's T_up and T_down move (K−1)·S_s, not
+  S_m; non-aggregators still move S_m each way; request and byte counts are the same either
+  way. ``own_shard_local=False`` is the paper's equations as printed (the paper-reproduction
+  tests). Measured (bench/prediction.py) that form over-predicted an S3 iteration by 45-95 %.
+- training              T_train(B) = a·(B + b)/(M + m)                        (3-12)
+- alignment             B^n = B^a + T_agg·(M + m)/a, floored and clipped to the global-batch
+                        budget and B_M (digest §3.7-5)                       (3-22)
+- iterations            I = D / B^g,  B^g = K·B^a + (W−K)·B^n                 (3-14, 3-17)
+- memory                B_M = floor((M − c − X)/k) per role, X its exchange buffers
+                        (4-2; X = 0 with ``exchange_memory=False``; planner/model/memory.py)
+
+What the paper leaves out and a user pays for (documented additions):
+
+- Lambda timeout: a segment (a cold start + load + its iterations + checkpoint write) must fit
+  the function timeout minus a margin; the run takes ceil(E·I / iterations-per-segment)
+  segments, each paying a load (checkpoint 2·S_m: merged model + optimizer state) and a
+  checkpoint write, and one cold start (invocation_overhead_s, the torch load
+  torch_load_cpu_s / min(M/1769, 1), unpack + import on one thread, docs/cold-start.md; then
+  the partition S_d·max(B^a,B^n)/B^g, kept in /tmp): later segments run in warm sandboxes.
+- Lambda request fees, Step Functions state transitions, S3 requests of checkpoints, data
+  loads and fencing (planner/model/segment_requests.py), arm64 vs x86_64 GB-second prices.
+- S3 exchange requests with the epoch factor E:  E·I·(PUT·K·W + GET·2K(W−1))   (3-24..3-26)
+- ElastiCache Serverless (Valkey): ECPUs for S_m·(3W−2) MB per iteration (3-27) at 1 ECPU
+  per KB, plus data stored (two iterations of shards, at least the metered minimum) in
+  GB-hours for the run's duration. Datasets and checkpoints stay on S3 in this design, so
+  the paper's 2·S_d term moves to the S3 request cost.
+- W = 1 (standalone) has no communication and no exchange requests (digest §3.7-8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fasdl.contract.plan import (
+    EXCHANGE_STATE_MODELS,
+)
+from planner.model.exchange_cost import exchange_cost
+from planner.model.exchange_time import communication_times, iteration_times
+from planner.model.memory import memory_exceeded, role_max_batch
+from planner.model.pipelined import pipelined_terms
+from planner.model.problem import (
+    FloatArray,
+    IntArray,
+    Problem,
+    Violation,
+)
+from planner.model.profiles import WorkloadProfile
+from planner.model.segment_requests import segment_request_cost
+
+# Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
+# the loop bookkeeping plus two per worker iteration (task scheduled and succeeded).
+SFN_FIXED_TRANSITIONS, SFN_TRANSITIONS_PER_SEGMENT, SFN_TRANSITIONS_PER_WORKER = 4, 4, 2
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Predicted time, cost and feasibility of each configuration (arrays, one per config)."""
+
+    workers: IntArray
+    memory_mb: IntArray
+    aggregators: IntArray
+    batch_aggregator: IntArray
+    batch_non_aggregator: IntArray
+    bsp: NDArray[np.bool_]
+    global_batch: IntArray
+    iterations_per_epoch: FloatArray
+    train_aggregator_s: FloatArray
+    train_non_aggregator_s: FloatArray
+    upload_s: FloatArray
+    aggregate_s: FloatArray
+    download_s: FloatArray
+    iteration_s: FloatArray
+    cold_start_s: FloatArray
+    load_s: FloatArray
+    checkpoint_s: FloatArray
+    segment_iterations: IntArray
+    segments: FloatArray
+    time_s: FloatArray
+    cost_lambda_usd: FloatArray
+    cost_requests_usd: FloatArray
+    cost_exchange_usd: FloatArray
+    cost_checkpoint_usd: FloatArray
+    cost_usd: FloatArray
+    violation: NDArray[np.int8]
+
+    @property
+    def feasible(self) -> NDArray[np.bool_]:
+        return np.asarray(self.violation == Violation.NONE, dtype=bool)
+
+    def __len__(self) -> int:
+        return int(self.workers.shape[0])
+
+    def row(self, index: int) -> dict[str, Any]:
+        """One configuration as plain Python scalars."""
+        return {f.name: _scalar(getattr(self, f.name)[index]) for f in fields(self)}
+
+
+def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike,
+                                 aggregators: ArrayLike, batch_aggregator: ArrayLike) -> IntArray:
+    """B^n from the alignment rule (thesis 3-22) and its caps (digest §3.7-5).
+
+    B^n = floor(B^a + T_agg·(M + m)/a), then (with ``clip_bn``) clipped to the global-batch
+    budget floor((B^g_max − K·B^a)/(W − K)) and to the non-aggregator's B_M. K = W: B^n = B^a.
+    """
+    w, mem, k, ba = (np.asarray(x, dtype=np.int64) for x in
+                     (workers, memory_mb, aggregators, batch_aggregator))
+    if problem.exchange_chunks > 1:  # the aggregator's extra seconds: c_a − c_n
+        terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k,
+                                problem.exchange_chunks, problem.upload_share)
+        lag = terms.aggregator(w) - terms.non_aggregator
+    else:
+        _, lag, _ = communication_times(problem, w, mem, k)
+    wl = problem.workload
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        align = np.floor(ba + lag * (mem + wl.m) / wl.a)
+        align = np.where(np.isfinite(align), align, 0.0)
+        bn = align.astype(np.int64)
+        if problem.clip_bn:
+            others = np.maximum(w - k, 1)
+            budget = (problem.max_global_batch - k * ba) // others
+            _, max_n = role_max_batch(wl, mem, w, k, problem.channel, problem.exchange_memory,
+                                      problem.exchange_dtype)
+            bn = np.minimum(np.minimum(bn, budget), max_n)
+    return np.where(k >= w, ba, bn)
+
+
+def segment_io_mb(problem: Problem, aggregators: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """MB a segment reads when it starts (the merged model and the optimizer state, 2·S_m) and
+    writes at its end (the merged model and an aggregator's optimizer shard, S_m + S_m/K). With
+    bfloat16 uploads both also carry the codec's state (fasdl.exchange.codec): the last merged
+    model and the residual, 2·S_m, and an aggregator's previous merged shard, S_m/K."""
+    model = problem.workload.model_mb
+    shard = model / np.asarray(aggregators, dtype=np.float64)
+    codec = (np.zeros_like(shard) if problem.exchange_dtype == "float32"
+             else EXCHANGE_STATE_MODELS[problem.exchange_dtype] * model + shard)
+    return (np.asarray(2.0 * model + codec, dtype=np.float64),
+            np.asarray(model + shard + codec, dtype=np.float64))
+
+
+def _segment_load_and_checkpoint(problem: Problem, mem: IntArray, k: IntArray, ba: IntArray,
+                                 bn: IntArray, global_batch: IntArray
+                                 ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Seconds of the run's cold start (the platform's, then the data partition, which stays in
+    /tmp), of each segment's load (in a warm sandbox) and of its checkpoint write
+    (:func:`segment_io_mb`)."""
+    wl, platform = problem.workload, problem.platform
+    # A fitted m < -M makes the alignment rule's B^n negative; _violations marks those
+    # configurations infeasible, so only keep their sizes valid here.
+    partition_mb = np.maximum(wl.dataset_mb * np.maximum(ba, bn) / global_batch, 0.0)
+    cold = platform.cold_start_s(mem) + platform.transfer_time("down", mem, partition_mb)
+    load_mb, checkpoint_mb = segment_io_mb(problem, k)
+    load = platform.transfer_time("down", mem, load_mb)
+    checkpoint = platform.transfer_time("up", mem, checkpoint_mb)
+    return cold, load, checkpoint
+
+
+def _segmenting(budget: FloatArray, iteration: FloatArray, total_iterations: FloatArray
+                ) -> tuple[IntArray, FloatArray]:
+    """Iterations that fit a segment's time ``budget`` (0: none), and the segments needed."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fit = np.floor(budget / iteration)
+    segment_iterations = np.where(np.isfinite(fit) & (fit > 0), fit, 0).astype(np.int64)
+    with np.errstate(divide="ignore"):
+        segments = np.ceil(total_iterations / np.maximum(segment_iterations, 1))
+    return segment_iterations, segments
+
+
+def busy_s(workload: WorkloadProfile, memory_mb: ArrayLike, batch: ArrayLike,
+           train_s: ArrayLike) -> FloatArray:
+    """A role's training in the CPU bound: its training CPU at M's share, never below its
+    T_train (planner/model/client_cpu.py)."""
+    return np.asarray(np.maximum(train_s, workload.train_cpu_time(batch, memory_mb)),
+                      dtype=np.float64)
+
+
+def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggregators: ArrayLike,
+             batch_aggregator: ArrayLike, batch_non_aggregator: ArrayLike,
+             bsp: ArrayLike = False) -> Evaluation:
+    """Time, cost and the binding constraint of every configuration."""
+    w, mem, k, ba, bn = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, dtype=np.int64))
+                                              for x in (workers, memory_mb, aggregators,
+                                                        batch_aggregator,
+                                                        batch_non_aggregator)))
+    sync_bsp = np.broadcast_to(np.asarray(bsp, dtype=bool), w.shape)
+    wl, prices = problem.workload, problem.prices
+    bn = np.where(k >= w, ba, bn)
+    global_batch = k * ba + (w - k) * bn
+    iterations = wl.samples / global_batch
+
+    train_a, train_n = wl.train_time(ba, mem), wl.train_time(bn, mem)
+    busy = busy_s(wl, mem, ba, train_a), busy_s(wl, mem, bn, train_n)
+    upload, aggregate, download, iteration = iteration_times(problem, w, mem, k, train_a,
+                                                             train_n, sync_bsp, busy)
+
+    cold, load, checkpoint = _segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
+    # any segment may start cold (the first, a retry): each must fit one
+    budget = problem.timeout_s - problem.timeout_margin_s - cold - load - checkpoint
+    total_iterations = problem.epochs * iterations
+    segment_iterations, segments = _segmenting(budget, iteration, total_iterations)
+    time = total_iterations * iteration + segments * (load + checkpoint) + cold
+
+    cost_lambda = prices.lambda_mb_s(problem.arch) * mem * w * time
+    invocations = segments * w + 2
+    transitions = (SFN_FIXED_TRANSITIONS
+                   + segments * (SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w))
+    cost_requests = invocations * prices.lambda_request + transitions * prices.sfn_transition
+    cost_exchange = exchange_cost(prices, problem.channel, wl.model_mb, w, k,
+                                  total_iterations, time, problem.exchange_chunks,
+                                  problem.upload_share)
+    cost_checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time)
+    cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
+
+    violation = _violations(problem, w, mem, k, ba, bn, global_batch, segment_iterations, time)
+    return Evaluation(
+        workers=w, memory_mb=mem, aggregators=k, batch_aggregator=ba,
+        batch_non_aggregator=bn, bsp=sync_bsp, global_batch=global_batch,
+        iterations_per_epoch=iterations, train_aggregator_s=train_a,
+        train_non_aggregator_s=train_n, upload_s=upload, aggregate_s=aggregate,
+        download_s=download, iteration_s=iteration, cold_start_s=cold, load_s=load,
+        checkpoint_s=checkpoint,
+        segment_iterations=segment_iterations, segments=segments, time_s=time,
+        cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
+        cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint, cost_usd=cost,
+        violation=violation,
+    )
+
+
+def _violations(problem: Problem, w: IntArray, mem: IntArray, k: IntArray, ba: IntArray,
+                bn: IntArray, global_batch: IntArray, segment_iterations: IntArray,
+                time: FloatArray) -> NDArray[np.int8]:
+    wl = problem.workload
+    checks = [
+        (Violation.DEADLINE, time > problem.deadline_s),
+        (Violation.LAMBDA_TIMEOUT, segment_iterations < 1),
+        (Violation.DATASET, global_batch > wl.samples),
+        (Violation.ALIGNMENT, (k < w) & (bn < ba)),
+        (Violation.GLOBAL_BATCH, global_batch > problem.max_global_batch),
+        (Violation.MEMORY, memory_exceeded(wl, mem, w, k, ba, bn, problem.channel,
+                                           problem.exchange_memory, problem.exchange_dtype)
+         | (mem + wl.m <= 0)),
+    ]
+    violation = np.zeros(w.shape, dtype=np.int8)
+    for code, broken in checks:  # last assignment wins: MEMORY binds before DEADLINE
+        violation = np.where(broken, np.int8(code), violation)
+    return violation
+
+
+def _scalar(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value

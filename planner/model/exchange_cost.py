@@ -1,0 +1,61 @@
+"""What the exchange itself costs: S3 requests, or ElastiCache Serverless ECPUs and storage.
+
+- S3 exchange requests per iteration: R_up = K·W PUTs, R_down = 2K(W−1) GETs   (3-24..3-26),
+  each times C when the exchange is pipelined in C chunks per shard
+- Valkey: ECPUs for S_m·(3W−2) MB per iteration (3-27) at 1 ECPU per KB, plus data stored
+  (two iterations of shards, at least the metered minimum) in GB-hours for the run's duration.
+  With bfloat16 uploads (u = 1/2 of float32's bytes) the W−1 models' worth of shards go up and
+  come down at u: S_m·((W−1)(1 + 2u) + 1), which is S_m·(3W−2) at u = 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from planner.model.profiles import Prices
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+MB_PER_GB = KB_PER_MB = 1024.0
+
+
+def exchange_bytes_per_iteration_mb(model_mb: float, workers: ArrayLike,
+                                    upload_share: float = 1.0) -> FloatArray:
+    """Bytes moved through the channel per iteration: shards up and down (at ``upload_share``
+    of float32's bytes), the merged model up and down: S_m·(3W − 2) at 1 (thesis 3-27)."""
+    w = np.asarray(workers, dtype=np.float64)
+    return np.where(w <= 1, 0.0,
+                    model_mb * ((w - 1.0) * (2.0 * upload_share + 1.0) + 1.0))
+
+
+def s3_requests_per_iteration(workers: ArrayLike, aggregators: ArrayLike, chunks: int = 1
+                              ) -> tuple[FloatArray, FloatArray]:
+    """(PUT, GET) per iteration: R_up = K·W·C, R_down = 2K(W−1)·C (thesis 3-24, 3-25; every
+    shard is C requests when the exchange is pipelined)."""
+    w = np.asarray(workers, dtype=np.float64)
+    k = np.asarray(aggregators, dtype=np.float64)
+    alone = w <= 1
+    return (np.where(alone, 0.0, k * w * chunks),
+            np.where(alone, 0.0, 2.0 * k * (w - 1.0) * chunks))
+
+
+def exchange_cost(prices: Prices, channel: str, model_mb: float, w: IntArray, k: IntArray,
+                  total_iterations: FloatArray, time: FloatArray, chunks: int = 1,
+                  upload_share: float = 1.0) -> FloatArray:
+    """USD of the exchange over the run: S3 requests, or Valkey ECPUs and storage."""
+    if channel == "s3":
+        puts, gets = s3_requests_per_iteration(w, k, chunks)
+        return total_iterations * (prices.s3_put * puts + prices.s3_get * gets)
+    traffic_mb = exchange_bytes_per_iteration_mb(model_mb, w, upload_share)
+    ecpus = total_iterations * traffic_mb * KB_PER_MB / prices.valkey_kb_per_ecpu
+    # Two iterations of shards live at once (three when pipelined: fasdl/exchange/pipeline.py
+    # deletes
+    # in the background): W uploads of S_m plus the merged S_m each. A single worker
+    # exchanges nothing but the cache still meters its minimum.
+    live_iterations = 2.0 if chunks == 1 else 3.0
+    live_gb = np.where(w <= 1, 0.0,
+                       live_iterations * (w * upload_share + 1) * model_mb / MB_PER_GB)
+    stored_gb = np.maximum(prices.valkey_min_gb, live_gb)
+    stored = stored_gb * time / 3600.0 * prices.valkey_gb_hour
+    return np.asarray(ecpus * prices.valkey_ecpu + stored, dtype=np.float64)

@@ -1,0 +1,131 @@
+"""Seconds of an iteration's exchange per role, and of the iteration, HAP or BSP.
+
+Phased (C = 1), the paper's equations with the thesis corrections (planner/model/cost_model.py's
+docstring lists them):
+
+- upload        T_up = S_m / tp_up(S_s)  (an aggregator: (K−1)·S_s with own_shard_local)
+- aggregation   T_agg = (W−1)·S_s/tp_down(S_s) + S_s/tp_up(S_s)
+- download      T_down = S_m / tp_down(S_s)
+- HAP           T = max(T_train^a + T_up + T_agg + T_down, T_train^n + T_up^n + T_down^n)
+- BSP           T = max(T_train^a + T_up, T_train^n + T_up^n) + T_agg + max(T_down, T_down^n)
+
+With bfloat16 uploads (``Problem.upload_share`` u = 1/2) the shards a worker uploads and an
+aggregator downloads are u·S_s each (tp at that size); merged shards stay S_s.
+
+Pipelined (C > 1): planner/model/pipelined.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from planner.model.client_cpu import exchange_cpu_bounds
+from planner.model.pipelined import pipelined_terms
+
+if TYPE_CHECKING:
+    from planner.model.problem import Problem
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+def shard_throughputs(problem: Problem, memory_mb: ArrayLike, shard_mb: ArrayLike
+                      ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """(tp_up, tp_down) of a float32 shard (merged shards) and of a worker's shard as it
+    travels, at ``upload_share`` of those bytes: the same two at float32."""
+    platform = problem.platform
+    up, down = (platform.throughput(way, memory_mb, shard_mb) for way in ("up", "down"))
+    if problem.upload_share == 1.0:
+        return up, down, up, down
+    sent = np.asarray(shard_mb) * problem.upload_share
+    return (up, down, platform.throughput("up", memory_mb, sent),
+            platform.throughput("down", memory_mb, sent))
+
+
+def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray,
+                        aggregators: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """An aggregator's (T_up, T_agg, T_down) per iteration; all zero for a single worker."""
+    model_mb = problem.workload.model_mb
+    shard_mb = model_mb / aggregators
+    sent_mb = shard_mb * problem.upload_share  # a worker's shard as it travels
+    tp_up, tp_down, sent_up, sent_down = shard_throughputs(problem, memory_mb, shard_mb)
+    alone = workers <= 1
+    # the shards an aggregator ships: all K (paper) or all but its own (runtime)
+    moved_mb = model_mb - shard_mb if problem.own_shard_local else model_mb
+    upload = np.where(alone, 0.0, moved_mb * problem.upload_share / sent_up)
+    aggregate = np.where(alone, 0.0, (workers - 1) * sent_mb / sent_down + shard_mb / tp_up)
+    download = np.where(alone, 0.0, moved_mb / tp_down)
+    return upload, aggregate, download
+
+
+def non_aggregator_times(problem: Problem, memory_mb: IntArray,
+                         aggregators: IntArray) -> tuple[FloatArray, FloatArray]:
+    """A non-aggregator's (T_up, T_down): all K shards up, all K merged shards down
+    (pipelined: K·C chunks each way, overlapped; the iteration counts the longer)."""
+    model_mb = problem.workload.model_mb
+    if problem.exchange_chunks > 1:
+        chunks = problem.exchange_chunks
+        terms = pipelined_terms(problem.platform, memory_mb, model_mb, aggregators, chunks,
+                                problem.upload_share)
+        return terms.uploads_n, terms.downloads_n
+    _, tp_down, sent_up, _ = shard_throughputs(problem, memory_mb, model_mb / aggregators)
+    return model_mb * problem.upload_share / sent_up, model_mb / tp_down
+
+
+def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
+                    train_a: FloatArray, train_n: FloatArray, bsp: NDArray[np.bool_],
+                    busy: tuple[FloatArray, FloatArray]
+                    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """An aggregator's (upload, aggregate, download) seconds and the iteration's, HAP or BSP.
+
+    Pipelined (C > 1): upload and download are its K·C and (W+K−2)·C chunk requests and
+    aggregate what the pipeline adds to the longer of the two (planner/model/pipelined.py). Either
+    way the iteration is at least each role's CPU_train/vCPUs(M) + CPU_exchange/vCPUs(M)
+    (planner/model/client_cpu.py); ``busy`` holds each role's first term (>= its T_train)."""
+    upload, aggregate, download, iteration = _transfer_bound(problem, w, mem, k, train_a,
+                                                             train_n, bsp)
+    cpu_a, cpu_n = cpu_bounds(problem, w, mem, k, busy)
+    return upload, aggregate, download, np.maximum(iteration, np.maximum(cpu_a, cpu_n))
+
+
+def cpu_bounds(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
+               busy: tuple[FloatArray, FloatArray]) -> tuple[FloatArray, FloatArray]:
+    """Each role's iteration as its CPU alone sets it, ``busy`` + CPU_exchange/vCPUs(M) (the
+    exchange's term 0 unless profiled); 0 for the non-aggregator when K = W (there is none)."""
+    busy_a, busy_n = busy
+    cpu_a, cpu_n = exchange_cpu_bounds(problem, w, mem, k)
+    return (np.asarray(busy_a + cpu_a, dtype=np.float64),
+            np.asarray(np.where(k < w, busy_n + cpu_n, 0.0), dtype=np.float64))
+
+
+def _transfer_bound(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
+                    train_a: FloatArray, train_n: FloatArray, bsp: NDArray[np.bool_]
+                    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """iteration_times() as the transfers alone set it."""
+    others = k < w  # K = W has no non-aggregator: its terms must not bind
+    if problem.exchange_chunks > 1:
+        chunks = problem.exchange_chunks
+        terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks,
+                                problem.upload_share)
+        comm_hap, comm_bsp = terms.aggregator(w), terms.aggregator(w, lockstep=True)
+        upload, download = terms.aggregator_transfers(w)
+        aggregate = np.where(bsp, comm_bsp, comm_hap) - np.maximum(upload, download)
+        non_aggregator = np.maximum(train_n + terms.non_aggregator, terms.cross_cycle(train_n))
+        hap = np.maximum(train_a + comm_hap, np.where(others, non_aggregator, 0.0))
+        loaded = np.where(others, np.maximum(terms.non_aggregator, terms.published(w, True)
+                                             + terms.chunk_down_s), 0.0)
+        bsp_iteration = (np.maximum(train_a, np.where(others, train_n, 0.0))
+                         + np.maximum(comm_bsp, loaded))
+        return upload, aggregate, download, np.where(bsp, bsp_iteration, hap)
+    upload, aggregate, download = communication_times(problem, w, mem, k)
+    upload_n, download_n = non_aggregator_times(problem, mem, k)
+    comm_a = upload + aggregate + download
+    hap = np.maximum(train_a + comm_a, np.where(others, train_n + upload_n + download_n, 0.0))
+    # BSP: the merged shards exist once every upload is in and aggregated
+    uploads_in = np.maximum(train_a + upload, np.where(others, train_n + upload_n, 0.0))
+    bsp_iteration = uploads_in + aggregate + np.maximum(
+        download, np.where(others, download_n, 0.0))
+    return upload, aggregate, download, np.where(bsp, bsp_iteration, hap)

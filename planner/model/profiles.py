@@ -1,0 +1,436 @@
+"""The planner's inputs: what is trained, how fast the platform moves bytes, what AWS charges.
+
+* :class:`WorkloadProfile` — a model + dataset with the FasDL compute model
+  T_train_iter = a·(B+b)/(M+m) (FasDL Eq. 4) and the memory model M_B = k·B + c (thesis Eq. 4-1).
+* :class:`PlatformProfile` — per-memory throughput coefficients of tp = p(M)·(1 − e^(−t(M)·S))
+  (FasDL Eq. 2) for upload and download over one channel, plus what a cold start costs: a fixed
+  per-invocation overhead and the torch load, CPU-seconds spread over the vCPUs of memory M.
+* :class:`Prices` — list prices of one region.
+
+Shipped profiles live as JSON under ``planner/data`` and load by name; user profiles load from a
+path. Every invalid field raises :class:`ProfileError` naming the field.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fasdl.contract.plan import ARCHITECTURES, CHANNELS, IDENTIFIER, REGION, PlanError, Workload
+from planner.model.profile_fields import ProfileError as ProfileError
+from planner.model.profile_fields import (
+    bad,
+    choice,
+    construct,
+    number,
+    read_profile_json,
+    series,
+    set_field,
+    sizes,
+    text,
+)
+from planner.model.recipe import Recipe
+
+Direction = Literal["up", "down"]
+DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
+
+_DATA: Traversable = resources.files("planner") / "data"
+
+
+# Lambda's CPU: one vCPU per 1,769 MB, linear in memory, at most 6 (10,240 MB); AWS
+# resource-model.html. local/lambda_speed.py caps emulated invocations with the same numbers.
+LAMBDA_MB_PER_VCPU = 1769.0
+LAMBDA_MAX_VCPUS = 6.0
+# The torch load (zstd stream + tar extraction, then `import torch`) runs on one thread:
+# uncapped on 2 cores it keeps < 1 CPU busy (docs/cold-start.md), so vCPUs past one do not help.
+TORCH_LOAD_THREADS = 1.0
+
+
+# Lambda's largest function memory: m <= -10240 leaves M + m <= 0, no compute, at every memory.
+LAMBDA_MAX_MEMORY_MB = 10240.0
+
+# (field, low, low excluded, high) of WorkloadProfile's numbers. b > -1 keeps a·(B+b) > 0 for
+# every batch B >= 1; m may be below -M for small M (a fit of a tiny model whose time is flat in
+# M: the searches mark M + m <= 0 infeasible) but not at every memory Lambda has (the fit's own
+# floor is -0.999 x its smallest profiled memory); k >= 1e-9 MB, the fit's own bound, keeps
+# B_M = (M - c)/k <= 1e13 in int64.
+# The upper bounds are far beyond any real workload and keep every product finite.
+_WORKLOAD_NUMBERS: tuple[tuple[str, float, bool, float], ...] = (
+    ("dataset_mb", 0.0, True, 1e7), ("model_mb", 0.0, True, 1e5), ("a", 0.0, True, 1e6),
+    ("b", -1.0, True, 1e6), ("m", -LAMBDA_MAX_MEMORY_MB, True, 1e6), ("k", 1e-9, False, 1e5),
+    ("c", 0.0, False, 1e6), ("cpu_step_s", 0.0, False, 1e6), ("cpu_sample_s", 0.0, False, 1e6))
+# Why a bound is what it is, where the range alone does not say.
+_WORKLOAD_REASONS = {
+    "m": f"T = a·(B+b)/(M+m) needs M + m > 0 at some memory M <= {LAMBDA_MAX_MEMORY_MB:.0f} MB",
+    "b": "a·(B+b) must be > 0 for every batch B >= 1",
+}
+
+
+@dataclass(frozen=True)
+class WorkloadProfile:
+    """A model + dataset: sizes, compute model (a, b, m), memory model (k, c) and how to
+    train it (planner.model.recipe; its optimizer adds to c)."""
+
+    name: str
+    model: str
+    dataset: str
+    samples: int
+    dataset_mb: float
+    model_mb: float
+    a: float
+    b: float
+    m: float
+    k: float
+    c: float
+    notes: str = ""
+    recipe: Recipe = field(default_factory=Recipe)
+    # CPU of one training iteration, cpu_step_s + B·cpu_sample_s CPU-seconds (profiled; 0: not
+    # measured, and T_train stands for it): planner/model/client_cpu.py's bound charges it
+    cpu_step_s: float = 0.0
+    cpu_sample_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, low, above, high in _WORKLOAD_NUMBERS:
+            try:
+                value = number(name, getattr(self, name), low=low, above=above, high=high)
+            except ProfileError as error:
+                reason = _WORKLOAD_REASONS.get(name)
+                if reason is None:
+                    raise
+                raise bad(name, f"{error.detail} ({reason})") from error
+            set_field(self, name, value)
+        text("notes", self.notes)
+        try:
+            set_field(self, "recipe", Recipe.from_value(self.recipe))
+        except PlanError as error:
+            raise bad(error.field, str(error).split("': ", 1)[-1]) from error
+        try:  # name, model, dataset, samples and the sizes: the plan's own rules
+            self.to_workload()
+        except PlanError as error:
+            raise bad(error.field.removeprefix("workload."),
+                      str(error).split("': ", 1)[-1]) from error
+
+    def train_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """Seconds per training iteration, a·(B+b)/(M+m); inf where M+m <= 0 (no compute)."""
+        batches = np.asarray(batch, dtype=float)
+        capacity = np.asarray(memory_mb, dtype=float) + self.m
+        with np.errstate(divide="ignore", invalid="ignore"):
+            seconds = self.a * (batches + self.b) / capacity
+        return np.asarray(np.where(capacity > 0, seconds, np.inf), dtype=np.float64)
+
+    def train_cpu_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """A training iteration's CPU at M's share, (cpu_step_s + B·cpu_sample_s)/vCPUs(M)."""
+        cpu = self.cpu_step_s + np.asarray(batch, dtype=float) * self.cpu_sample_s
+        return np.asarray(cpu / lambda_vcpus(memory_mb), dtype=np.float64)
+
+    def max_batch(self, memory_mb: ArrayLike) -> NDArray[np.int64]:
+        """Largest executable batch B_M = floor((M − c')/k); <= 0 means nothing fits."""
+        memory = np.asarray(memory_mb, dtype=float)
+        return np.floor((memory - self.base_memory_mb) / self.k).astype(np.int64)
+
+    def min_memory(self, batch: ArrayLike) -> NDArray[np.float64]:
+        """Smallest memory that runs batch B, M_B = k·B + c' (thesis Eq. 4-1)."""
+        return np.asarray(self.k * np.asarray(batch, dtype=float) + self.base_memory_mb,
+                          dtype=np.float64)
+
+    @property
+    def base_memory_mb(self) -> float:
+        """c' = c plus the optimizer state c does not hold (AdamW's second vector)."""
+        return self.c + self.recipe.extra_state_mb(self.model_mb)
+
+    def to_workload(self) -> Workload:
+        workload = Workload(name=self.name, model=self.model, dataset=self.dataset,
+                            samples=self.samples, dataset_mb=self.dataset_mb,
+                            model_mb=self.model_mb)
+        workload.validate()
+        return workload
+
+    @property
+    def cpu_profiled(self) -> bool:
+        """Whether the profiler measured a training iteration's CPU (else both are 0)."""
+        return bool(self.cpu_step_s or self.cpu_sample_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if not self.cpu_profiled:
+            del data["cpu_step_s"], data["cpu_sample_s"]  # not profiled: files stay as they were
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> WorkloadProfile:
+        return construct(cls, data)
+
+
+CPU_FIELDS = ("cpu_up_request_s", "cpu_up_mb_s", "cpu_down_request_s", "cpu_down_mb_s",
+              "cpu_fold_mb_s", "cpu_bf16_frame_mb_s", "cpu_bf16_fold_mb_s")
+
+
+@dataclass(frozen=True)
+class PlatformProfile:
+    """Per-memory transfer coefficients of one channel: tp = p(M)·(1 − e^(−t(M)·S)) MB/s."""
+
+    name: str
+    channel: str
+    arch: str
+    source: str
+    memory_mb: tuple[float, ...]
+    up_peak: tuple[float, ...]
+    up_rate: tuple[float, ...]
+    down_peak: tuple[float, ...]
+    down_rate: tuple[float, ...]
+    invocation_overhead_s: float  # per invocation: Lambda's own init and the first request
+    torch_load_cpu_s: float  # per cold start: torch unpack + import, CPU-s at one vCPU
+    # Per memory, how far an upload and a download overlap (planner/model/pipelined.py's d: 1 =
+    # full duplex, 0 = one shared link); () = full duplex everywhere (not profiled).
+    duplex: tuple[float, ...] = ()
+    # The client's CPU seconds (at one vCPU) per request and per MB each way, and per MB an
+    # aggregator folds; profiled, 0 = not measured (planner/model/exchange_time.py's CPU bound).
+    cpu_up_request_s: float = 0.0
+    cpu_up_mb_s: float = 0.0
+    cpu_down_request_s: float = 0.0
+    cpu_down_mb_s: float = 0.0
+    cpu_fold_mb_s: float = 0.0
+    cpu_bf16_frame_mb_s: float = 0.0  # per MB of float32 values framed as a bfloat16 upload
+    cpu_bf16_fold_mb_s: float = 0.0  # per MB of float32 values folded from a bfloat16 copy
+
+    def __post_init__(self) -> None:
+        text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
+        choice("channel", self.channel, CHANNELS)
+        choice("arch", self.arch, ARCHITECTURES)
+        text("source", self.source)
+        memories = series("memory_mb", self.memory_mb, positive=True)
+        if any(high <= low for low, high in itertools.pairwise(memories)):
+            raise bad("memory_mb", f"must be strictly ascending, got {list(memories)}")
+        set_field(self, "memory_mb", memories)
+        for name in ("up_peak", "up_rate", "down_peak", "down_rate"):
+            values = series(name, getattr(self, name), positive=True)
+            if len(values) != len(memories):
+                raise bad(name, f"must have one value per memory ({len(memories)}), "
+                                 f"got {len(values)}")
+            set_field(self, name, values)
+        set_field(self, "invocation_overhead_s",
+             number("invocation_overhead_s", self.invocation_overhead_s, low=0.0))
+        set_field(self, "torch_load_cpu_s",
+             number("torch_load_cpu_s", self.torch_load_cpu_s, low=0.0))
+        if isinstance(self.duplex, (list, tuple)) and not self.duplex:
+            set_field(self, "duplex", ())  # not profiled: full duplex
+        else:
+            duplex = series("duplex", self.duplex, positive=False)
+            if len(duplex) != len(memories) or not all(d <= 1.0 for d in duplex):
+                raise bad("duplex", f"must have one value in [0, 1] per memory "
+                                    f"({len(memories)}), got {list(duplex)}")
+            set_field(self, "duplex", duplex)
+        for name in CPU_FIELDS:
+            set_field(self, name, number(name, getattr(self, name), low=0.0))
+
+    def cold_start_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """Overhead + torch load: a run is charged one (its later segments start warm)."""
+        return np.asarray(self.invocation_overhead_s + self.torch_load_s(memory_mb))
+
+    def torch_load_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """Unpack + import at memory M: torch_load_cpu_s / min(vCPUs(M), TORCH_LOAD_THREADS)."""
+        usable = np.minimum(lambda_vcpus(memory_mb), TORCH_LOAD_THREADS)
+        return np.asarray(self.torch_load_cpu_s / usable, dtype=np.float64)
+
+    def coefficients(self, direction: Direction,
+                     memory_mb: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """p(M), t(M): linear between profiled memories, the edge values outside them."""
+        if direction == "up":
+            peaks, rates = self.up_peak, self.up_rate
+        elif direction == "down":
+            peaks, rates = self.down_peak, self.down_rate
+        else:
+            raise ProfileError(f"direction must be one of {', '.join(DIRECTIONS)}, "
+                               f"got {direction!r}", "direction")
+        memory = np.asarray(memory_mb, dtype=float)
+        return (np.asarray(np.interp(memory, self.memory_mb, peaks), dtype=np.float64),
+                np.asarray(np.interp(memory, self.memory_mb, rates), dtype=np.float64))
+
+    def duplex_at(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
+        """d at memory M: linear between profiled memories, 1 (full duplex) if not profiled."""
+        memory = np.asarray(memory_mb, dtype=float)
+        if not self.duplex:
+            return np.ones_like(memory)
+        return np.asarray(np.interp(memory, self.memory_mb, self.duplex), dtype=np.float64)
+
+    def throughput(self, direction: Direction, memory_mb: ArrayLike,
+                   size_mb: ArrayLike) -> NDArray[np.float64]:
+        """MB/s for one object of ``size_mb`` at memory M; broadcasts over both arrays."""
+        peak, rate = self.coefficients(direction, memory_mb)
+        size = sizes(size_mb)
+        return np.asarray(peak * -np.expm1(-rate * size), dtype=np.float64)
+
+    def transfer_time(self, direction: Direction, memory_mb: ArrayLike,
+                      size_mb: ArrayLike) -> NDArray[np.float64]:
+        """Seconds for one object, S/tp(S). An empty object still costs the round trip
+        1/(p·t), the model's limit as S → 0, so the result is never 0/0."""
+        peak, rate = self.coefficients(direction, memory_mb)
+        size = sizes(size_mb)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # Below ~1e-9 MB use the Taylor limit 1/t + S/2: expm1 would underflow to 0.
+            exponent = rate * size
+            per_peak = np.where(exponent > 1e-9, size / -np.expm1(-exponent),
+                                1.0 / rate + size / 2.0)
+        return np.asarray(per_peak / peak, dtype=np.float64)
+
+    @property
+    def cpu_profiled(self) -> bool:
+        """Whether the profiler measured the exchange's CPU (else every CPU_FIELDS is 0)."""
+        return any(getattr(self, name) for name in CPU_FIELDS)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if not self.duplex:
+            del data["duplex"]  # not profiled: the files stay as they were
+        if not self.cpu_profiled:
+            for name in CPU_FIELDS:
+                del data[name]
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in data.items()}
+
+    @classmethod
+    def from_dict(cls, data: object) -> PlatformProfile:
+        return construct(cls, data)
+
+
+def lambda_vcpus(memory_mb: ArrayLike) -> NDArray[np.float64]:
+    """vCPUs Lambda gives memory M: M/1769, at most 6."""
+    vcpus = np.asarray(memory_mb, dtype=np.float64) / LAMBDA_MB_PER_VCPU
+    return np.asarray(np.minimum(vcpus, LAMBDA_MAX_VCPUS), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD list prices of one region (per request, per GB-second, per GB-hour, per ECPU)."""
+
+    region: str
+    lambda_gb_s: Mapping[str, float]
+    lambda_request: float
+    s3_put: float
+    s3_get: float
+    sfn_transition: float
+    valkey_gb_hour: float
+    valkey_min_gb: float
+    valkey_ecpu: float
+    valkey_kb_per_ecpu: float = 1.0
+    source: str = ""
+    s3_list: float = 0.005 / 1000  # LIST is billed like PUT; polling for objects pays it
+
+    def __post_init__(self) -> None:
+        text("region", self.region, REGION, "an AWS region name such as us-east-1")
+        if not isinstance(self.lambda_gb_s, Mapping) or not self.lambda_gb_s:
+            raise bad("lambda_gb_s", f"must map architectures ({', '.join(ARCHITECTURES)}) "
+                                      f"to USD per GB-second, got {self.lambda_gb_s!r}")
+        per_arch = {}
+        for arch, price in self.lambda_gb_s.items():
+            choice(f"lambda_gb_s.{arch}", arch, ARCHITECTURES)
+            per_arch[arch] = number(f"lambda_gb_s.{arch}", price, low=0.0)
+        set_field(self, "lambda_gb_s", MappingProxyType(per_arch))
+        for name in ("lambda_request", "s3_put", "s3_get", "sfn_transition", "valkey_gb_hour",
+                     "valkey_min_gb", "valkey_ecpu", "s3_list"):
+            set_field(self, name, number(name, getattr(self, name), low=0.0))
+        set_field(self, "valkey_kb_per_ecpu",
+             number("valkey_kb_per_ecpu", self.valkey_kb_per_ecpu, low=0.0, above=True))
+        text("source", self.source)
+
+    def lambda_mb_s(self, arch: str) -> float:
+        """USD per MB-second of function memory (GB = 1024 MB in Lambda billing)."""
+        if arch not in self.lambda_gb_s:
+            raise ProfileError(f"no Lambda price for arch {arch!r}; priced architectures: "
+                               f"{', '.join(sorted(self.lambda_gb_s))}", "lambda_gb_s")
+        return self.lambda_gb_s[arch] / 1024.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["lambda_gb_s"] = dict(self.lambda_gb_s)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> Prices:
+        return construct(cls, data)
+
+
+# ---- shipped profiles ------------------------------------------------------------------------
+
+def _names(folder: str) -> list[str]:
+    return sorted(entry.name.removesuffix(".json") for entry in (_DATA / folder).iterdir()
+                  if entry.name.endswith(".json"))
+
+
+def known_workloads() -> list[str]:
+    """Names of the shipped workload profiles."""
+    return _names("workloads")
+
+
+def known_platforms() -> list[str]:
+    """Names of the shipped platform profiles (arm64 variants are derived, see load_platform)."""
+    return _names("platforms")
+
+
+def known_regions() -> list[str]:
+    """Regions with shipped prices."""
+    return _names("prices")
+
+
+def load_workload(name_or_path: str) -> WorkloadProfile:
+    """A shipped workload by name, or a workload JSON file by path."""
+    if name_or_path in known_workloads():
+        resource: Traversable | Path = _DATA / "workloads" / f"{name_or_path}.json"
+    elif Path(name_or_path).is_file():
+        resource = Path(name_or_path)
+    else:
+        raise ProfileError(f"unknown workload {name_or_path!r}: not a shipped name "
+                           f"({', '.join(known_workloads())}) nor a JSON file path", "workload")
+    return WorkloadProfile.from_dict(read_profile_json(resource, "workload profile"))
+
+
+def load_platform_file(path: str | Path) -> PlatformProfile:
+    """A platform profile JSON (e.g. one profiled in your own account)."""
+    return PlatformProfile.from_dict(read_profile_json(Path(path), "platform profile"))
+
+
+def load_platform(channel: str, arch: str = "x86_64") -> PlatformProfile:
+    """The shipped Lambda profile for a channel and CPU architecture.
+
+    Only x86_64 has measurements; arm64 reuses its transfer coefficients (network speed is
+    set by the memory size, not by the CPU) and says so in ``source``.
+    """
+    if channel not in CHANNELS:
+        raise ProfileError(f"unknown channel {channel!r}; known channels: {', '.join(CHANNELS)}",
+                           "channel")
+    if arch not in ARCHITECTURES:
+        raise ProfileError(f"unknown arch {arch!r}; known architectures: "
+                           f"{', '.join(ARCHITECTURES)}", "arch")
+    name = f"aws-lambda-{arch}-{channel}"
+    if name in known_platforms():
+        return PlatformProfile.from_dict(
+            read_profile_json(_DATA / "platforms" / f"{name}.json", "platform profile"))
+    measured = load_platform(channel, "x86_64")
+    return replace(measured, name=name, arch=arch, source=(
+        f"{measured.source} | {arch}: no {arch} transfer measurements exist; reuses the x86_64 "
+        f"profile {measured.name!r} unchanged until {arch} is profiled."))
+
+
+def load_prices(region: str = "us-east-1") -> Prices:
+    """Shipped list prices for a region."""
+    if region not in known_regions():
+        raise ProfileError(f"no prices for region {region!r}; known regions: "
+                           f"{', '.join(known_regions())}", "region")
+    return Prices.from_dict(read_profile_json(_DATA / "prices" / f"{region}.json", "prices"))
+
+
+__all__ = [
+    "DIRECTIONS", "LAMBDA_MAX_VCPUS", "LAMBDA_MB_PER_VCPU", "TORCH_LOAD_THREADS", "Direction",
+    "PlatformProfile", "Prices", "ProfileError", "WorkloadProfile", "known_platforms",
+    "known_regions", "known_workloads", "lambda_vcpus", "load_platform", "load_platform_file",
+    "load_prices", "load_workload",
+]
