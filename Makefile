@@ -48,6 +48,7 @@ node_modules/.installed: package.json package-lock.json
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	PYTHONPATH=functions:. $(VENV)/bin/lint-imports --no-cache
 
 test: lint
 	$(PY) -m pytest

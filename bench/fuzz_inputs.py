@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from bench.fuzz_runtime_doors import runtime_door_cases
+from fasdl.contract.fields import AWS_REGIONS
 from fasdl.contract.plan import PLAN_MAX_COMPACT_BYTES, Plan, PlanError
-from fasdl.contract.plan_fields import AWS_REGIONS
 from infra.settings import DEFAULT_PLAN_PATH, STUB_TORCH_LAYER, load_settings
 from planner.cli import build_parser, main
 

@@ -21,18 +21,16 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from fasdl.aws.account import (
+from fasdl.contract import settings as environment
+from fasdl.contract.lambda_quotas import (
     DEFAULT_ACCOUNT_CONCURRENCY,
     EXECUTIONS_PER_WORKER,
     MIN_UNRESERVED_CONCURRENCY,
     QUOTA_CODE,
     QUOTA_NAME,
-    WORKER_FUNCTION_ENV,
 )
-from fasdl.aws.memory_report import WORKER_LOG_GROUP_ENV
-from fasdl.aws.torch_setup import STUB_ENV
-from fasdl.contract import settings as environment
 from fasdl.contract.plan import PLAN_MAX_COMPACT_BYTES, Plan
+from fasdl.contract.settings import STUB_ENV, WORKER_FUNCTION_ENV, WORKER_LOG_GROUP_ENV
 from infra import access
 from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, image_tag
 from infra.settings import (

@@ -26,8 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from fasdl.aws.memory_report import same_size_advice
-from fasdl.run.fencing import WorkerDuplicate, WorkerFenced
+from fasdl.contract.errors import WorkerDuplicate, WorkerFenced, same_size_advice
 from infra import lambda_errors
 
 # SegmentTooLong: a worker that sees it cannot finish the segment in time fails fast on its own.

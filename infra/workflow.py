@@ -41,9 +41,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from fasdl.aws.account import WorkerNotReady
 from fasdl.contract import events
-from fasdl.contract.cache import CacheNotReady
+from fasdl.contract.errors import CacheNotReady, WorkerNotReady
 from infra import lambda_errors
 from infra.segment_states import (
     CRASHED,

@@ -37,15 +37,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from fasdl.aws.account import (
-    ACTIVE,
-    DEFAULT_ACCOUNT_CONCURRENCY,
-    FAILED,
-    INACTIVE,
-    MIN_UNRESERVED_CONCURRENCY,
-    PENDING,
-    POLL_S,
-)
+from fasdl.aws.account import ACTIVE, FAILED, INACTIVE, PENDING, POLL_S
+from fasdl.contract.lambda_quotas import DEFAULT_ACCOUNT_CONCURRENCY, MIN_UNRESERVED_CONCURRENCY
 from infra import lambda_errors
 from local.faults import InputError
 from local.loopback import LoopbackServer, Reply, Request

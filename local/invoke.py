@@ -36,8 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from local.sandbox_env import SHAPING_ENV
+
 DEADLINE_ENV = "FASDL_LOCAL_DEADLINE_MS"  # epoch ms at which the parent kills this process
-SHAPING_ENV = "FASDL_LOCAL_SHAPING"  # set by the emulator: see local/lambda_speed.py
 PEAK_RSS_KEY = "__localPeakRssKb"  # in RESULT_FILE: this process's VmHWM in kB
 
 

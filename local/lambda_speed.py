@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS
-from local.invoke import SHAPING_ENV
+from local.sandbox_env import SHAPING_ENV
 from planner.model.profiles import PlatformProfile, ProfileError, load_platform, load_platform_file
 
 if TYPE_CHECKING:

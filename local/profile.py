@@ -37,7 +37,11 @@ from fasdl.contract.plan import IDENTIFIER
 from local.lambda_speed import EmulationError, LambdaEmulation, load_emulation
 from local.profile_fit import DATASETS, ProfileRunError, fit_and_write
 from local.profile_run import (
+    DEFAULT_BATCHES,
+    DEFAULT_MEMORIES,
+    DEFAULT_SIZES_MB,
     CdkOutError,
+    ProfileOptions,
     emulation_summary,
     emulation_text,
     measure,
@@ -48,9 +52,6 @@ from local.servers import ServerError
 from local.template import TemplateError
 
 Say = Callable[[str], None]
-DEFAULT_MEMORIES: tuple[int, ...] = (512, 1024, 1769)
-DEFAULT_BATCHES: tuple[int, ...] = (8, 16, 32, 64)
-DEFAULT_SIZES_MB: tuple[float, ...] = (0.0625, 0.5, 1.0, 2.0, 4.0, 8.0)
 MIN_MEMORY_MB, MAX_MEMORY_MB = 128, 10_240  # Lambda's range, as infra/profiling_workflow checks
 # The platform profile is named <name>-<arch>-<channel>, at most 64 characters.
 MAX_NAME = 64 - len("-x86_64-valkey")
@@ -69,28 +70,6 @@ class ProfileInputError(ValueError):
     def __init__(self, flag: str, message: str) -> None:
         super().__init__(f"{flag}: {message}")
         self.flag = flag
-
-
-@dataclass(frozen=True)
-class ProfileOptions:
-    """What to profile; the defaults are the CLI's."""
-
-    memories: tuple[int, ...] = DEFAULT_MEMORIES
-    channel: str = "s3"
-    model: str = "cnn"
-    dataset: str = "digits"
-    batches: tuple[int, ...] = DEFAULT_BATCHES
-    sizes_mb: tuple[float, ...] = DEFAULT_SIZES_MB
-    warmup: int = 2
-    repeats: int = 5
-    transfer_repeats: int = 3
-    name: str | None = None  # default local-<model>-<dataset>
-    out: Path | None = None  # default profiles/local-<channel>
-    threads: int | None = None  # default per memory: ceil(M/1769), Lambda's vCPUs
-    cdk_out: Path | None = None
-    emulate: str | None = "default"  # a platform for load_emulation; None: no emulation
-    timeout_s: float | None = None  # per invocation; default the function's Timeout
-    profile_id: str | None = None  # default local-<time>
 
 
 @dataclass(frozen=True)

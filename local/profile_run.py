@@ -28,7 +28,6 @@ from local.template import (
 
 if TYPE_CHECKING:
     from local.lambda_speed import LambdaEmulation
-    from local.profile import ProfileOptions
 
 Say = Callable[[str], None]
 MB_PER_VCPU = 1769  # Lambda gives one vCPU per 1769 MB
@@ -202,3 +201,30 @@ def _invoke(emulator: LambdaEmulator, spec: FunctionSpec,
 
 def _joined(values: list[Any]) -> str:
     return ",".join(f"{v:g}" for v in values)
+
+
+DEFAULT_MEMORIES: tuple[int, ...] = (512, 1024, 1769)
+DEFAULT_BATCHES: tuple[int, ...] = (8, 16, 32, 64)
+DEFAULT_SIZES_MB: tuple[float, ...] = (0.0625, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """What to profile; the defaults are the CLI's."""
+
+    memories: tuple[int, ...] = DEFAULT_MEMORIES
+    channel: str = "s3"
+    model: str = "cnn"
+    dataset: str = "digits"
+    batches: tuple[int, ...] = DEFAULT_BATCHES
+    sizes_mb: tuple[float, ...] = DEFAULT_SIZES_MB
+    warmup: int = 2
+    repeats: int = 5
+    transfer_repeats: int = 3
+    name: str | None = None  # default local-<model>-<dataset>
+    out: Path | None = None  # default profiles/local-<channel>
+    threads: int | None = None  # default per memory: ceil(M/1769), Lambda's vCPUs
+    cdk_out: Path | None = None
+    emulate: str | None = "default"  # a platform for load_emulation; None: no emulation
+    timeout_s: float | None = None  # per invocation; default the function's Timeout
+    profile_id: str | None = None  # default local-<time>

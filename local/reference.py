@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from fasdl.contract.plan import Plan
-from fasdl.evaluate import confusion_of
 from fasdl.training.augment import training_tensors
 from fasdl.training.data import BatchStream, Partition, class_count, plan_partition
+from fasdl.training.evaluation import confusion_of
 from fasdl.training.networks import build_seeded_model
 from fasdl.training.optimizers import FlatParameters, build_optimizer
 

@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fasdl.aws.memory_report import WORKER_LOG_GROUP_ENV
-from fasdl.aws.torch_setup import STUB_ENV
-from fasdl.contract.settings import ENV_NAMES, Settings
+from fasdl.contract.settings import ENV_NAMES, STUB_ENV, WORKER_LOG_GROUP_ENV, Settings
 from local.emulator import FunctionSpec
 from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 

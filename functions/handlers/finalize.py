@@ -22,8 +22,9 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fasdl.aws.metrics import get_logger
-from fasdl.contract import cache as exchange_cache
+from fasdl.contract.cache import parse_endpoint
 from fasdl.contract.settings import Settings
+from fasdl.exchange import stores
 from fasdl.run import results, run_state
 
 logger = get_logger("fasdl-finalize")
@@ -34,7 +35,7 @@ def _clean(settings: Settings, run_id: str, run: object) -> None:
     which finalize reaches from inside the VPC."""
     try:
         cache = run.get("cache") if isinstance(run, dict) else None
-        settings = settings.with_cache(exchange_cache.parse(cache, "run.cache"))
+        settings = settings.with_cache(parse_endpoint(cache, "run.cache"))
         deleted = results.clean_exchange(settings, run_id)
     except Exception:  # cleanup must not hide the outcome; the lifecycle rule / TTL remain
         logger.exception("exchange cleanup failed", extra={"run_id": run_id})
@@ -47,7 +48,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = Settings.from_env()
     action = event.get("action")
     execution = str(event.get("execution", ""))
-    s3 = settings.s3_client()
+    s3 = stores.s3_client(settings)
     if action == "succeeded":
         run = run_state.parse_run(event.get("run"))
         outcome = results.write_final(s3, settings, run, execution)

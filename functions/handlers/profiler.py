@@ -21,8 +21,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from fasdl.aws import heap
 from fasdl.aws.metrics import get_logger
 from fasdl.aws.torch_setup import load_torch
-from fasdl.contract import cache as exchange_cache  # profiling imports torch only inside functions
+from fasdl.contract.cache import parse_endpoint  # profiling imports torch only inside functions
 from fasdl.contract.settings import Settings
+from fasdl.exchange import stores
 from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.factory import build_channel
 from fasdl.profiling import measure as profiling
@@ -51,7 +52,7 @@ def _channels(settings: Settings, wanted: tuple[str, ...] | None) -> dict[str, C
             f"deployment (available: {', '.join(available)})")
     channels: dict[str, Channel] = {}
     for name in names:
-        config = settings.exchange_config()
+        config = stores.exchange_config(settings)
         if name == "s3" and config.kind != "s3":  # Valkey stacks still own an exchange bucket
             from fasdl.exchange.channel.factory import ChannelConfig
 
@@ -66,12 +67,12 @@ def _channels(settings: Settings, wanted: tuple[str, ...] | None) -> dict[str, C
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # Valkey stacks: the cache's endpoint, found by the trigger (profiling state machine)
     try:
-        cache = exchange_cache.parse(event.get("cache"), "cache")
+        cache = parse_endpoint(event.get("cache"), "cache")
     except ValueError as error:
         raise profiling.ProfileRequestError(f"profiler {error}") from error
     settings = Settings.from_env().with_cache(cache)
     prefix = settings.profiles_prefix
-    s3 = settings.s3_client()
+    s3 = stores.s3_client(settings)
     action = event.get("action")
     if action == "collect":
         return profiling.collect(event.get("profile_id"), event.get("memories"), s3,

@@ -30,12 +30,13 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fasdl.aws import account, memory_report
+from fasdl.aws import account, cache_lookup, memory_report
 from fasdl.aws.metrics import get_logger
-from fasdl.contract import cache as exchange_cache
 from fasdl.contract import keys
+from fasdl.contract.cache import CacheEndpoint
 from fasdl.contract.events import RunState
-from fasdl.contract.settings import Settings
+from fasdl.contract.settings import WORKER_LOG_GROUP_ENV, Settings
+from fasdl.exchange import stores
 from fasdl.run import fencing, run_state
 
 logger = get_logger("fasdl-trigger")
@@ -49,8 +50,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
     logger.info("trigger", extra={"action": action})
     if action == "cache":  # the profiling state machine: where the Valkey cache is, or null
         return {"cache": exchange_cache_of(settings)}
-    s3 = settings.s3_client()
-    store = settings.results_store(s3)
+    s3 = stores.s3_client(settings)
+    store = stores.results_store(settings, s3)
 
     def issue_epoch(run_id: str) -> int:  # fences every older attempt's workers
         return fencing.issue_epoch(store, run_id)
@@ -87,7 +88,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
     return run
 
 
-def exchange_cache_of(settings: Settings) -> exchange_cache.CacheEndpoint | None:
+def exchange_cache_of(settings: Settings) -> CacheEndpoint | None:
     """Valkey plans: the cache's endpoint, looked up on every action (FasdlCacheStack may have
     been replaced since the last one); S3 plans: None."""
     if settings.channel != "valkey":
@@ -96,7 +97,7 @@ def exchange_cache_of(settings: Settings) -> exchange_cache.CacheEndpoint | None
         return {"address": settings.cache_endpoint, "port": settings.cache_port}
     import boto3
 
-    return exchange_cache.locate(boto3.client("elasticache"), settings.cache_name,
+    return cache_lookup.locate(boto3.client("elasticache"), settings.cache_name,
                                  settings.stack)
 
 
@@ -108,7 +109,7 @@ def _clean_dead_epoch(settings: Settings, dead: RunState) -> None:
         return
     prefix = keys.exchange_prefix(dead["run_id"], dead["segment"]["epoch"])
     try:
-        channel = settings.exchange_channel()
+        channel = stores.exchange_channel(settings)
         try:
             deleted = channel.delete_prefix(prefix)
         finally:
@@ -122,7 +123,7 @@ def _clean_dead_epoch(settings: Settings, dead: RunState) -> None:
 def _check_memory_of_failed_attempt(settings: Settings) -> None:
     """A crash may be an out-of-memory kill Lambda reported as Runtime.ExitError: read the
     workers' REPORT lines (fasdl.aws.memory_report) and fail now rather than die again."""
-    log_group = os.environ.get(memory_report.WORKER_LOG_GROUP_ENV)
+    log_group = os.environ.get(WORKER_LOG_GROUP_ENV)
     if not log_group:  # in-process tests without a log group: nothing to read
         return
     import boto3

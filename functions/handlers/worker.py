@@ -22,8 +22,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from fasdl.aws import heap
 from fasdl.aws.metrics import StepMetrics, get_logger, get_metrics
 from fasdl.aws.torch_setup import load_torch
-from fasdl.contract import cache as exchange_cache
+from fasdl.contract.cache import parse_endpoint
 from fasdl.contract.settings import Settings
+from fasdl.exchange import stores
 from fasdl.run.fault_hooks import FaultHooks
 
 logger = get_logger("fasdl-worker")
@@ -42,7 +43,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     from fasdl.run import segment_runner  # imports torch, so only once torch is importable
 
     try:
-        cache = exchange_cache.parse(event.get("cache"), "cache")
+        cache = parse_endpoint(event.get("cache"), "cache")
     except ValueError as error:
         raise segment_runner.WorkerEventError(f"event {error}") from error
     settings = Settings.from_env().with_cache(cache)
@@ -54,7 +55,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.info("torch loaded", extra=torch_load.log_fields())
         metrics.add_metric(name="TorchLoadTime", unit=MetricUnit.Seconds,
                            value=torch_load.seconds)
-    s3 = settings.s3_client()
+    s3 = stores.s3_client(settings)
 
     def remaining_s() -> float:
         return float(context.get_remaining_time_in_millis()) / 1000.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.fit.profiler import WorkloadFit, distinct
 from planner.fit.samples import Samples
+from planner.fit.workload_fit import WorkloadFit, distinct
 from planner.model.profiles import DIRECTIONS, PlatformProfile
 
 

@@ -25,20 +25,28 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.contract.plan import ARCHITECTURES, CHANNELS, IDENTIFIER, REGION, PlanError, Workload
-from planner.model.profile_fields import ProfileError as ProfileError
-from planner.model.profile_fields import (
+from fasdl.contract.fields import (
+    ProfileError,
     bad,
-    choice,
     construct,
     number,
     read_profile_json,
+    require_choice,
+    require_pattern,
     series,
     set_field,
-    sizes,
-    text,
 )
+from fasdl.contract.plan import ARCHITECTURES, CHANNELS, IDENTIFIER, REGION, PlanError, Workload
 from planner.model.recipe import Recipe
+
+
+def sizes(size_mb: ArrayLike) -> NDArray[np.float64]:
+    """Object sizes in MB as an array; a negative one is an error naming ``size_mb``."""
+    size = np.asarray(size_mb, dtype=np.float64)
+    if np.any(size < 0):
+        raise ProfileError(f"object size must be >= 0 MB, got {size_mb!r}", "size_mb")
+    return size
+
 
 Direction = Literal["up", "down"]
 DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
@@ -108,7 +116,7 @@ class WorkloadProfile:
                     raise
                 raise bad(name, f"{error.detail} ({reason})") from error
             set_field(self, name, value)
-        text("notes", self.notes)
+        require_pattern("notes", self.notes, None, "a string", bad)
         try:
             set_field(self, "recipe", Recipe.from_value(self.recipe))
         except PlanError as error:
@@ -203,10 +211,11 @@ class PlatformProfile:
     cpu_bf16_fold_mb_s: float = 0.0  # per MB of float32 values folded from a bfloat16 copy
 
     def __post_init__(self) -> None:
-        text("name", self.name, IDENTIFIER, "an identifier of 1-64 letters, digits, '_.-'")
-        choice("channel", self.channel, CHANNELS)
-        choice("arch", self.arch, ARCHITECTURES)
-        text("source", self.source)
+        require_pattern("name", self.name, IDENTIFIER,
+                        "an identifier of 1-64 letters, digits, '_.-'", bad)
+        require_choice("channel", self.channel, CHANNELS, bad)
+        require_choice("arch", self.arch, ARCHITECTURES, bad)
+        require_pattern("source", self.source, None, "a string", bad)
         memories = series("memory_mb", self.memory_mb, positive=True)
         if any(high <= low for low, high in itertools.pairwise(memories)):
             raise bad("memory_mb", f"must be strictly ascending, got {list(memories)}")
@@ -326,13 +335,14 @@ class Prices:
     s3_list: float = 0.005 / 1000  # LIST is billed like PUT; polling for objects pays it
 
     def __post_init__(self) -> None:
-        text("region", self.region, REGION, "an AWS region name such as us-east-1")
+        require_pattern("region", self.region, REGION, "an AWS region name such as us-east-1",
+                        bad)
         if not isinstance(self.lambda_gb_s, Mapping) or not self.lambda_gb_s:
             raise bad("lambda_gb_s", f"must map architectures ({', '.join(ARCHITECTURES)}) "
                                       f"to USD per GB-second, got {self.lambda_gb_s!r}")
         per_arch = {}
         for arch, price in self.lambda_gb_s.items():
-            choice(f"lambda_gb_s.{arch}", arch, ARCHITECTURES)
+            require_choice(f"lambda_gb_s.{arch}", arch, ARCHITECTURES, bad)
             per_arch[arch] = number(f"lambda_gb_s.{arch}", price, low=0.0)
         set_field(self, "lambda_gb_s", MappingProxyType(per_arch))
         for name in ("lambda_request", "s3_put", "s3_get", "sfn_transition", "valkey_gb_hour",
@@ -340,7 +350,7 @@ class Prices:
             set_field(self, name, number(name, getattr(self, name), low=0.0))
         set_field(self, "valkey_kb_per_ecpu",
              number("valkey_kb_per_ecpu", self.valkey_kb_per_ecpu, low=0.0, above=True))
-        text("source", self.source)
+        require_pattern("source", self.source, None, "a string", bad)
 
     def lambda_mb_s(self, arch: str) -> float:
         """USD per MB-second of function memory (GB = 1024 MB in Lambda billing)."""

@@ -13,9 +13,9 @@ import argparse
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from fasdl.contract.fields import require_choice, require_float
 from fasdl.contract.json_input import unknown_field_message
 from fasdl.contract.plan import AUGMENTATIONS, LR_SCHEDULES, OPTIMIZER_STATE, OPTIMIZERS, PlanError
-from fasdl.contract.plan_fields import require_choice, require_float
 
 # command-line flag -> recipe field
 FLAGS = {"--optimizer": "optimizer", "--learning-rate": "learning_rate",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from fasdl.run.fencing import DEFAULT_FENCE_CHECK_S
+from fasdl.contract.settings import DEFAULT_FENCE_CHECK_S
 from planner.model.profiles import Prices
 
 FloatArray = NDArray[np.float64]

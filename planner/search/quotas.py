@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from fasdl.aws.account import DEFAULT_ACCOUNT_CONCURRENCY, EXECUTIONS_PER_WORKER
 from fasdl.contract.fields import is_int_in
+from fasdl.contract.lambda_quotas import DEFAULT_ACCOUNT_CONCURRENCY, EXECUTIONS_PER_WORKER
 from planner.model.problem import VIOLATION_TEXT, ModelInputError, Problem, Violation
 from planner.search.searches import Choice, SearchResult
 

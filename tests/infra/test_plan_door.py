@@ -15,8 +15,8 @@ import aws_cdk as cdk
 import pytest
 
 from app import preflight
+from fasdl.contract.fields import AWS_REGIONS
 from fasdl.contract.plan import PLAN_MAX_COMPACT_BYTES, Plan, PlanError
-from fasdl.contract.plan_fields import AWS_REGIONS
 from infra.compute import plan_environment
 from infra.settings import (
     DEFAULT_PLAN_PATH,

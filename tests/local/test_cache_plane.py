@@ -9,7 +9,8 @@ from typing import Any
 import boto3
 import pytest
 
-from fasdl.contract.cache import CacheMissing, CacheNotReady, locate
+from fasdl.aws.cache_lookup import locate
+from fasdl.contract.errors import CacheMissing, CacheNotReady
 from local.cache_plane import CacheStackState, LocalElastiCache
 
 NAME = "fasdlstack-exchange"

@@ -12,7 +12,8 @@ import pytest
 from botocore.config import Config
 
 from fasdl.aws import account
-from fasdl.aws.account import ConcurrencyQuotaTooLow, WorkerFunctionFailed, WorkerNotReady
+from fasdl.aws.account import ConcurrencyQuotaTooLow, WorkerFunctionFailed
+from fasdl.contract.errors import WorkerNotReady
 from local.control_plane import (
     AccountOptions,
     ControlPlane,

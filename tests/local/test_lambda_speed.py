@@ -58,7 +58,7 @@ HANDLERS = textwrap.dedent("""
                 "threads": os.environ.get("OMP_NUM_THREADS")}
 
     def transfer(event, context):
-        channel = Settings.from_env().exchange_channel()  # as the worker builds it
+        channel = stores.exchange_channel(Settings.from_env())  # as the worker builds it
         began = time.monotonic()
         channel.put("k", b"x" * event["size"])
         put_s = time.monotonic() - began

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from local import profile, profile_run
-from local.profile import ProfileOptions, run_profile
+from local.profile import run_profile
+from local.profile_run import ProfileOptions
 from local.template import LocalTemplate
 from planner.cli import main as planner_main
 from planner.model.profiles import load_platform, load_platform_file, load_workload

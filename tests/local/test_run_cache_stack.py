@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fasdl.contract.cache import CacheMissing, CacheNotReady
+from fasdl.contract.errors import CacheMissing, CacheNotReady
 from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import synthesize
 from tests.local.runs import Run, local_run

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fasdl.contract.settings import DEFAULT_FENCE_CHECK_S
 from fasdl.exchange.channel.memory import MemoryChannel
-from fasdl.run.fencing import DEFAULT_FENCE_CHECK_S, Fence, issue_epoch
+from fasdl.run.fencing import Fence, issue_epoch
 from planner.model.profiles import load_prices
 from planner.model.segment_requests import FENCE_GETS_PER_WORKER, segment_request_cost
 

@@ -24,6 +24,7 @@ from moto.server import ThreadedMotoServer
 
 from fasdl.contract.plan import Plan
 from fasdl.contract.settings import Settings
+from fasdl.exchange import stores
 
 DATASETS, RESULTS, EXCHANGE = "datasets", "results", "exchange"
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -100,7 +101,7 @@ def s3(monkeypatch: pytest.MonkeyPatch, s3_env: Mapping[str, str],
     with _moto(s3_over_http) as endpoint:
         if endpoint is not None:
             monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-        client = Settings.from_env().s3_client()
+        client = stores.s3_client(Settings.from_env())
         for bucket in (DATASETS, RESULTS, EXCHANGE):
             client.create_bucket(Bucket=bucket)
         for (bucket, key), body in s3_objects.items():

@@ -12,10 +12,11 @@ from fasdl.aws import account
 from fasdl.aws.account import (
     ConcurrencyQuotaTooLow,
     WorkerFunctionFailed,
-    WorkerNotReady,
     check_concurrency,
     wait_until_active,
 )
+from fasdl.contract import lambda_quotas
+from fasdl.contract.errors import WorkerNotReady
 from planner.search import quotas
 from tests.runtime.conftest import offline_client
 
@@ -66,8 +67,8 @@ class Clock:
 
 def test_the_constants_are_the_planners() -> None:
     # the functions bundle has no planner: the planner reuses these (one definition)
-    assert quotas.DEFAULT_MAX_CONCURRENCY is account.DEFAULT_ACCOUNT_CONCURRENCY
-    assert quotas.Quotas(max_concurrency=9).max_workers == 9 // account.EXECUTIONS_PER_WORKER
+    assert quotas.DEFAULT_MAX_CONCURRENCY is lambda_quotas.DEFAULT_ACCOUNT_CONCURRENCY
+    assert quotas.Quotas(max_concurrency=9).max_workers == 9 // lambda_quotas.EXECUTIONS_PER_WORKER
 
 
 def test_unreserved_pool_of_2w_is_enough(client: Any, stub: Stubber) -> None:

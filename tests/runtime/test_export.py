@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from fasdl import evaluate
 from fasdl.contract.settings import Settings
 from fasdl.datasets import build_digits
 from fasdl.evaluate import main
 from fasdl.run import results
+from fasdl.training import evaluation
 from fasdl.training.augment import evaluation_tensors
 from fasdl.training.data import to_tensors
 from fasdl.training.export import (
@@ -209,14 +209,14 @@ def test_cli_batches_as_the_export_says(exported: bytes, split: Path, tmp_path: 
     """Worker 0 evaluates in batches of at most its training batch (its memory was planned
     for that batch's activations); the CLI batches the same way, so the logits are the same."""
     batches: list[int] = []
-    original = evaluate.add_batch
+    original = evaluation.add_batch
 
     def counted(confusion: Any, model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
                 augmentation: str) -> None:
         batches.append(len(y))
         original(confusion, model, x, y, augmentation)
 
-    monkeypatch.setattr(evaluate, "add_batch", counted)
+    monkeypatch.setattr(evaluation, "add_batch", counted)
     model_file = tmp_path / "model.npz"
     model_file.write_bytes(exported)
     assert main([str(model_file), str(split), "--json"]) == 0

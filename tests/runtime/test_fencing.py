@@ -22,7 +22,7 @@ import torch
 
 from fasdl.contract.plan import Plan
 from fasdl.contract.settings import Settings
-from fasdl.exchange import wire
+from fasdl.exchange import stores, wire
 from fasdl.run import segment_runner
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS
@@ -106,7 +106,7 @@ def _finish(run: dict[str, Any]) -> bytes:
         run = _action("next", run)
     out = finalize.handler({"action": "succeeded", "run": run, "execution": "e"},
                            FakeLambdaContext())
-    model: bytes = Settings.from_env().s3_client().get_object(
+    model: bytes = stores.s3_client(Settings.from_env()).get_object(
         Bucket=RESULTS, Key=out["model_key"])["Body"].read()
     return model
 

@@ -21,6 +21,7 @@ from fasdl.aws import torch_setup
 from fasdl.aws.metrics import StepMetrics
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.settings import Settings, SettingsError
+from fasdl.exchange import stores
 from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.run.checkpoint import array_bytes, commit_manifest, put_objects
 from fasdl.run.run_state import RetriesExhausted, RunStateError
@@ -159,7 +160,7 @@ def test_missing_environment_is_named() -> None:
     settings = Settings.from_env({"FASDL_CHANNEL": "valkey", "FASDL_DATASETS_BUCKET": "d",
                                   "FASDL_RESULTS_BUCKET": "r", "FASDL_CACHE_ENDPOINT": "h",
                                   "FASDL_CACHE_PORT": "6380", "FASDL_CACHE_TLS": "1"})
-    config = settings.exchange_config()
+    config = stores.exchange_config(settings)
     assert (config.kind, config.host, config.port, config.tls, config.cluster,
             config.prefix) == ("valkey", "h", 6380, True, True, "exchange/")
 

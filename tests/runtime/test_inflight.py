@@ -17,6 +17,7 @@ from fasdl.exchange.inflight import (
     MIB,
     FrameBudget,
     Uploads,
+    cap_bytes,
     default_inflight_mb,
     exchange_memory_mb,
     fetch_in_order,
@@ -48,10 +49,10 @@ def test_k1_resnet50_aggregator_term_is_bounded() -> None:
 def test_the_setting_overrides_the_derived_cap() -> None:
     env = {"FASDL_CHANNEL": "s3", "FASDL_DATASETS_BUCKET": "d", "FASDL_RESULTS_BUCKET": "r",
            "FASDL_EXCHANGE_BUCKET": "x"}
-    derived = Settings.from_env(env).exchange_inflight_bytes(3584, 97.49)
+    derived = cap_bytes(3584, 97.49, Settings.from_env(env).exchange_inflight_mb)
     assert derived == int(float(default_inflight_mb(3584, 97.49)) * MIB)
     tight = Settings.from_env({**env, "FASDL_EXCHANGE_INFLIGHT_MB": "32"})
-    assert tight.exchange_inflight_bytes(3584, 97.49) == 32 * MIB
+    assert cap_bytes(3584, 97.49, tight.exchange_inflight_mb) == 32 * MIB
     for bad in ("-1", "inf", "lots"):
         with pytest.raises(SettingsError, match="FASDL_EXCHANGE_INFLIGHT_MB"):
             Settings.from_env({**env, "FASDL_EXCHANGE_INFLIGHT_MB": bad})

@@ -13,10 +13,10 @@ from fasdl.aws.memory_report import (
     MemoryPeak,
     WorkerOutOfMemory,
     check_failed_attempt,
-    next_memory_mb,
     parse_report,
     peaks_since,
 )
+from fasdl.contract.errors import next_memory_mb
 from tests.runtime.conftest import offline_client
 
 GROUP = "/aws/lambda/FasdlStack-ComputeWorker"

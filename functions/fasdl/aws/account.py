@@ -45,12 +45,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-WORKER_FUNCTION_ENV = "FASDL_WORKER_FUNCTION"  # the worker's name, in the trigger's environment
-EXECUTIONS_PER_WORKER = 2  # a worker and a retried segment's overlapping attempt
-DEFAULT_ACCOUNT_CONCURRENCY = 1000  # Lambda's default "Concurrent executions" per Region
-MIN_UNRESERVED_CONCURRENCY = 100  # PutFunctionConcurrency must leave this many unreserved
-QUOTA_NAME = "Concurrent executions"
-QUOTA_CODE = "L-B99A9384"  # Service Quotas code of QUOTA_NAME (service code "lambda")
+from fasdl.contract.errors import WorkerNotReady
+from fasdl.contract.lambda_quotas import EXECUTIONS_PER_WORKER, QUOTA_CODE, QUOTA_NAME
+from fasdl.contract.settings import WORKER_FUNCTION_ENV
+
 POLL_S = 5.0  # botocore's function_active waiter polls GetFunctionConfiguration every 5 s
 MAX_WAIT_S = 90.0  # per trigger invocation; WorkerNotReady hands the rest to a Retry
 KEEP_S = 20.0  # of the trigger's remaining time, for the rest of the start action
@@ -62,10 +60,6 @@ WAKE_EVENT = b'{"action": "wake"}'  # only ever sent to an Inactive function, wh
 
 class ConcurrencyQuotaTooLow(RuntimeError):
     """The worker cannot get 2·W concurrent executions: nothing was started."""
-
-
-class WorkerNotReady(RuntimeError):
-    """The worker function is not Active yet; the state machine retries the start."""
 
 
 class WorkerFunctionFailed(RuntimeError):

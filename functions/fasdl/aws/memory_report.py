@@ -18,13 +18,13 @@ API: https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_Fi
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-WORKER_LOG_GROUP_ENV = "FASDL_WORKER_LOG_GROUP"  # the trigger's: the worker's log group
+from fasdl.contract.errors import same_size_advice
+
 REPORT_PATTERN = '"Max Memory Used"'  # FilterLogEvents term filter: REPORT lines only
 _REPORT = re.compile(r"REPORT RequestId:\s*(?P<id>\S+).*?Memory Size:\s*(?P<size>\d+)\s*MB"
                      r".*?Max Memory Used:\s*(?P<used>\d+(?:\.\d+)?)\s*MB", re.S)
@@ -32,19 +32,6 @@ _REPORT = re.compile(r"REPORT RequestId:\s*(?P<id>\S+).*?Memory Size:\s*(?P<size
 # samples the peak, so a killed invocation can report just under the size).
 EXHAUSTED_SHARE = 0.98
 MAX_PAGES = 20  # 10,000 events at most: every REPORT line of a 1,000-worker segment and more
-
-
-def next_memory_mb(memory_mb: int) -> int:
-    """A quarter more, on Lambda's 128-MB grid the planner uses, at most 10,240 MB."""
-    return min(10_240, math.ceil(memory_mb * 1.25 / 128) * 128)
-
-
-def same_size_advice(memory_mb: int) -> str:
-    """What to do after an out-of-memory kill at ``memory_mb`` (also in the state machine's
-    own out-of-memory cause, infra/segment_states.py)."""
-    return (f"Retrying at the same size would fail again: set deployment.memory_mb to "
-            f"{next_memory_mb(memory_mb)} in plan.json (or re-profile the workload, "
-            f"docs/profiling.md) and deploy again.")
 
 
 class WorkerOutOfMemory(RuntimeError):

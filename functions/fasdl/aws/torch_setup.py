@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-STUB_ENV = "FASDL_TORCH_LAYER_STUB"
+from fasdl.contract.settings import STUB_ENV
 
 
 class TorchUnavailable(RuntimeError):

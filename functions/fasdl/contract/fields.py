@@ -1,15 +1,32 @@
-"""What counts as an integer or a number in any input this project checks: JSON documents,
-events, environment-derived settings, command-line values. Python's ``bool`` is an ``int``
-subclass, so ``True`` would pass ``isinstance(value, int)``; it is never a count or a size
-here. Every input check asks these predicates (stdlib only: the trigger imports them), and
-the errors of the plan, profile and planning-problem checks share :class:`FieldError`.
+"""Field checking for every input this project reads: the plan (``PlanError``), the planner's
+profiles (``ProfileError``), events, settings and command-line values. Each check names the
+field, the value (cut short) and the allowed range. Stdlib only: the trigger imports it.
+
+What counts as an integer or a number: Python's ``bool`` is an ``int`` subclass, so ``True``
+would pass ``isinstance(value, int)``; it is never a count or a size here.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
 import numbers
-from typing import TypeGuard
+import re
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
+from fasdl.contract.json_input import (
+    JsonInputError,
+    load_json_bytes,
+    read_json_file,
+    unknown_field_message,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 class FieldError(ValueError):
     """Bad input that names where: ``field`` (a dotted path; None when the input as a whole
@@ -49,3 +66,216 @@ def is_int_at_least(value: object, low: int) -> TypeGuard[int]:
 def is_int_in(value: object, low: int, high: int) -> TypeGuard[int]:
     """An integer in [low, high]."""
     return is_int(value) and low <= value <= high
+
+# (field, detail) -> the error to raise: PlanError, or the profile checks' ``bad``
+Fail = Callable[[str, str], FieldError]
+
+
+def show(value: object) -> str:
+    """repr() of a value, cut short: an error names the value without echoing a megabyte."""
+    if isinstance(value, int) and value.bit_length() > 256:  # repr() refuses > 4300 digits
+        return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+# ---- the plan ---------------------------------------------------------------------------------
+# \Z, not $: "$" also matches before a trailing newline, so "us-east-1\n" would pass even
+# where a caller uses .match instead of .fullmatch.
+IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
+DATASET_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,255}\Z")
+REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d\Z")
+
+# AWS's commercial partition ("aws"): a Lambda + Step Functions stack deploys only where the
+# region exists, and the stack's ARNs assume this partition (China and GovCloud differ).
+# A region AWS opens later is one line here.
+AWS_REGIONS: frozenset[str] = frozenset({
+    "af-south-1", "ap-east-1", "ap-east-2", "ap-northeast-1", "ap-northeast-2",
+    "ap-northeast-3", "ap-south-1", "ap-south-2", "ap-southeast-1", "ap-southeast-2",
+    "ap-southeast-3", "ap-southeast-4", "ap-southeast-5", "ap-southeast-6", "ap-southeast-7",
+    "ca-central-1", "ca-west-1", "eu-central-1", "eu-central-2", "eu-north-1", "eu-south-1",
+    "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3", "il-central-1", "me-central-1",
+    "me-south-1", "me-west-1", "mx-central-1", "sa-east-1", "sa-west-1", "us-east-1",
+    "us-east-2", "us-west-1", "us-west-2",
+})
+
+
+class PlanError(FieldError):
+    """An invalid plan. ``field`` is the dotted path of the offending field."""
+
+    field: str
+
+    def __init__(self, field_path: str, message: str) -> None:
+        super().__init__(f"plan field '{field_path}': {message}", field_path, message)
+
+
+def require_int(path: str, value: object, low: int, high: int | None = None) -> int:
+    bound = f"[{low}, {high}]" if high is not None else f">= {low}"
+    if not is_int(value):
+        raise PlanError(path, f"must be an integer {bound}, got {show(value)}")
+    if value < low or (high is not None and value > high):
+        raise PlanError(path, f"must be in {bound}, got {show(value)}")
+    return value
+
+
+def require_float(path: str, value: object, low: float, high: float, *, open_low: bool = False,
+                  open_high: bool = False) -> float:
+    if not is_number(value):
+        raise PlanError(path, f"must be a number, got {show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the double range
+        number = math.inf
+    below = number <= low if open_low else number < low
+    above = number >= high if open_high else number > high
+    if below or above or number != number:  # NaN fails every comparison
+        left = "(" if open_low else "["
+        right = ")" if open_high else "]"
+        raise PlanError(path, f"must be in {left}{low}, {high}{right}, got {show(value)}")
+    return number
+
+
+def require_choice(path: str, value: object, choices: tuple[str, ...],
+                   fail: Fail = PlanError) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise fail(path, f"must be one of {', '.join(choices)}, got {show(value)}")
+    return value
+
+
+def require_pattern(path: str, value: object, pattern: re.Pattern[str] | None, what: str,
+                    fail: Fail = PlanError) -> str:
+    """A string (matching ``pattern`` when there is one)."""
+    if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
+        raise fail(path, f"must be {what}, got {show(value)}")
+    return value
+
+
+def require_dataset_key(path: str, value: object) -> str:
+    """An S3 key prefix: the pattern, and no empty, '.' or '..' segment (no escaping the
+    datasets prefix, no '//' keys)."""
+    key = require_pattern(path, value, DATASET_KEY,
+                          "an S3 key prefix of 1-256 letters, digits, '_', '.', '-', '/'")
+    if any(part in ("", ".", "..") for part in key.split("/")):
+        raise PlanError(path, "must be '/'-separated names without empty, '.' or '..' "
+                              f"segments, got {show(value)}")
+    return key
+
+
+def require_region(path: str, value: object) -> str:
+    region = require_pattern(path, value, REGION, "an AWS region name such as us-east-1")
+    if region not in AWS_REGIONS:
+        close = difflib.get_close_matches(region, sorted(AWS_REGIONS), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise PlanError(path, f"must be one of AWS's {len(AWS_REGIONS)} commercial regions "
+                              f"(fasdl.contract.fields.AWS_REGIONS), got {show(value)}{hint}")
+    return region
+
+
+def require_text_map(path: str, value: object, *, max_chars: int) -> dict[str, str]:
+    """An object of identifier keys and printable string values of at most ``max_chars``."""
+    if not isinstance(value, dict):
+        raise PlanError(path, f"must be an object of string values, got {type(value).__name__}")
+    for key, text in value.items():
+        require_pattern(f"{path}.{key}" if isinstance(key, str) else path, key, IDENTIFIER,
+                        "keyed by identifiers of 1-64 letters, digits, '_', '.', '-'")
+        if not isinstance(text, str) or not text.isprintable() or len(text) > max_chars:
+            raise PlanError(f"{path}.{key}", f"must be printable text of at most {max_chars} "
+                                             f"characters, got {show(text)}")
+    return dict(value)
+
+
+def require_number_map(path: str, value: object) -> dict[str, float]:
+    """An object of identifier keys and finite numbers (the prediction's breakdown)."""
+    if not isinstance(value, dict):
+        raise PlanError(path, f"must be an object of numbers, got {type(value).__name__}")
+    for key, number in value.items():
+        require_pattern(f"{path}.{key}", key, IDENTIFIER,
+                        "keyed by identifiers of 1-64 letters, digits, '_', '.', '-'")
+        require_float(f"{path}.{key}", number, -1e15, 1e15)
+    return dict(value)
+
+
+
+# ---- the planner's profiles ----------------------------------------------------------------
+class ProfileError(FieldError):
+    """An invalid or unknown profile. ``field`` names the offending field when there is one,
+    ``detail`` what is wrong with it (the message without the field's name), so a caller can
+    say where the field came from (a file, a fitted value)."""
+
+    def __init__(self, message: str, field: str | None = None,
+                 detail: str | None = None) -> None:
+        super().__init__(message, field, detail if detail is not None else message)
+
+
+def bad(field_name: str, message: str) -> ProfileError:
+    """The profile checks' ``fail``."""
+    return ProfileError(f"profile field '{field_name}': {message}", field_name, message)
+
+
+def number(field_name: str, value: object, *, low: float = -math.inf, above: bool = False,
+           high: float = math.inf) -> float:
+    """A finite real in [low, high] ((low, high] when ``above``); bools are rejected although
+    they are ints."""
+    relation = ">" if above else ">="
+    bound = "" if low == -math.inf else f" {relation} {low}"
+    bound += "" if high == math.inf else f"{' and' if bound else ''} <= {high}"
+    try:
+        finite = is_number(value) and math.isfinite(value)
+    except OverflowError:  # an int beyond the double range
+        finite = False
+    if not finite or not is_number(value):
+        raise bad(field_name, f"must be a finite number{bound}, got {show(value)}")
+    if value < low or (above and value == low) or value > high:
+        raise bad(field_name, f"must be{bound}, got {show(value)}")
+    return float(value)
+
+
+def set_field(instance: object, name: str, value: object) -> None:
+    object.__setattr__(instance, name, value)  # normalising a frozen dataclass in __post_init__
+
+
+def series(field_name: str, values: object, *, positive: bool) -> tuple[float, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
+        raise bad(field_name, f"must be a non-empty list of numbers, got {show(values)}")
+    return tuple(number(f"{field_name}[{index}]", value, low=0.0, above=positive)
+                 for index, value in enumerate(values))
+
+
+_Profile = TypeVar("_Profile", bound="DataclassInstance")
+
+
+def construct(kind: type[_Profile], data: object) -> _Profile:
+    """Build a profile from a JSON object: unknown and missing fields are named, then the
+    dataclass's own validation names any bad value."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"a {kind.__name__} must be a JSON object, got {type(data).__name__}",
+                           "<root>")
+    known = [f.name for f in fields(kind)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise bad(str(unknown[0]), unknown_field_message(str(unknown[0]), known))
+    required = [f.name for f in fields(kind)
+                if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise bad(missing[0], f"is missing; required fields: {', '.join(required)}")
+    return kind(**data)
+
+
+# Profiles are a few KB (a platform profile lists some memories); the limits stop hostile or
+# broken files before they cost memory or a traceback.
+PROFILE_MAX_BYTES = 1024 * 1024
+PROFILE_MAX_DEPTH = 4  # a platform profile's lists are at depth 2
+
+
+def read_profile_json(resource: Traversable | Path, what: str) -> object:
+    try:
+        if isinstance(resource, Path):
+            return read_json_file(resource, what=what, max_bytes=PROFILE_MAX_BYTES,
+                                  max_depth=PROFILE_MAX_DEPTH)
+        return load_json_bytes(resource.read_bytes(), what=f"{what} {resource}",
+                               max_bytes=PROFILE_MAX_BYTES, max_depth=PROFILE_MAX_DEPTH)
+    except OSError as error:
+        raise ProfileError(f"cannot read {what} {resource}: {error}", "<file>") from error
+    except JsonInputError as error:
+        raise ProfileError(str(error), "<file>") from error

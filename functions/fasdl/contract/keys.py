@@ -46,7 +46,7 @@ EPOCH_LIMIT = 10**9
 
 def exchange_prefix(run: str, epoch: int) -> str:
     """Everything the workers of one epoch of a run put on the exchange channel."""
-    return f"{_check_run(run)}/{_check_index('epoch', epoch, EPOCH_LIMIT)}/"
+    return f"{run_prefix(run)}{_check_index('epoch', epoch, EPOCH_LIMIT)}/"
 
 
 def claim_key(run: str, epoch: int, worker: int) -> str:
@@ -54,9 +54,56 @@ def claim_key(run: str, epoch: int, worker: int) -> str:
     return f"{exchange_prefix(run, epoch)}claim/{_check_index('worker', worker, 10000):04d}"
 
 
+# ---- the results bucket, under the runs prefix (Settings adds it) ---------------------------
+def run_prefix(run: str) -> str:
+    """Everything of one run, in the results bucket and on the exchange."""
+    return f"{_check_run(run)}/"
+
+
 def fence_key(run: str) -> str:
-    """The run's current epoch (results bucket, under the runs prefix)."""
-    return f"{_check_run(run)}/fence.json"
+    """The run's current epoch."""
+    return f"{run_prefix(run)}fence.json"
+
+
+def plan_key(run: str) -> str:
+    """The plan the trigger validated for the run (the run state's ``plan_key``)."""
+    return f"{run_prefix(run)}plan.json"
+
+
+def segments_prefix(run: str) -> str:
+    """The workers' segment results."""
+    return f"{run_prefix(run)}segments/"
+
+
+def segment_result_key(run: str, index: int, attempt: int, worker: int) -> str:
+    """One worker's result of one attempt of a segment."""
+    return (f"{segments_prefix(run)}{_check_index('segment', index, 10**5):05d}/"
+            f"attempt-{_check_index('attempt', attempt, 10**6)}/"
+            f"worker-{_check_index('worker', worker, 10000):04d}.json")
+
+
+def partitions_key(run: str) -> str:
+    """Each worker's row range of the training set, written by the trigger."""
+    return f"{run_prefix(run)}partitions.json"
+
+
+def summary_key(run: str) -> str:
+    return f"{run_prefix(run)}summary.json"
+
+
+def failure_key(run: str) -> str:
+    return f"{run_prefix(run)}failure.json"
+
+
+FINAL_NAMES = ("model.npy", "model.json", "model.npz")
+
+
+def final_key(run: str, name: str) -> str:
+    """One of a finished run's outputs (:data:`FINAL_NAMES`)."""
+    if name not in FINAL_NAMES:
+        raise KeyFormatError(f"final output must be one of {', '.join(FINAL_NAMES)}, "
+                             f"got {name!r}")
+    return f"{run_prefix(run)}{name}"
 
 
 def iteration_prefix(run: str, epoch: int, iteration: int) -> str:
@@ -90,7 +137,7 @@ def merged_key(run: str, epoch: int, iteration: int, shard: int,
 def checkpoint_prefix(run: str, resume_iteration: int) -> str:
     """The checkpoint a segment starting at ``resume_iteration`` resumes from."""
     index = _check_index("resume_iteration", resume_iteration, 10**8)
-    return f"{_check_run(run)}/checkpoint/it/{index:08d}/"
+    return f"{run_prefix(run)}checkpoint/it/{index:08d}/"
 
 
 def _epoch_prefix(run: str, resume_iteration: int, epoch: int) -> str:
@@ -115,3 +162,33 @@ def checkpoint_part_key(run: str, resume_iteration: int, epoch: int, worker: int
 def manifest_key(run: str, resume_iteration: int, epoch: int) -> str:
     """Created last, once: the checkpoint exists exactly when its manifest does."""
     return f"{_epoch_prefix(run, resume_iteration, epoch)}manifest.json"
+
+
+# ---- the profiler's samples (results bucket, under the profiles prefix) -----------------------
+def profile_memory_key(prefix: str, profile_id: str, memory_mb: float) -> str:
+    """One memory size's samples of a profile."""
+    return f"{prefix}{profile_id}/memory-{memory_mb:g}.jsonl"
+
+
+def profile_transfer_prefix(profile_id: str, memory_mb: float) -> str:
+    """The profiler's transfer objects on the exchange channel (under its own prefix)."""
+    return f"profiling/{profile_id}/{memory_mb:g}/"
+
+
+def profile_samples_key(prefix: str, profile_id: str) -> str:
+    """All of a profile's samples, collected."""
+    return f"{prefix}{profile_id}/samples.jsonl"
+
+
+# ---- the datasets bucket --------------------------------------------------------------------
+DATASET_ARRAYS = ("x", "y")
+TEST_SPLIT = "test"
+
+
+def dataset_array_key(dataset: str, name: str, *, test: bool = False) -> str:
+    """``<dataset>/x.npy`` and ``y.npy`` (training rows), ``<dataset>/test/x.npy`` and ``y.npy``
+    (the held-out split), as the importers lay them out (fasdl.datasets)."""
+    if name not in DATASET_ARRAYS:
+        raise KeyFormatError(f"dataset array must be one of {', '.join(DATASET_ARRAYS)}, "
+                             f"got {name!r}")
+    return f"{dataset}/{TEST_SPLIT}/{name}.npy" if test else f"{dataset}/{name}.npy"

@@ -17,18 +17,12 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from fasdl.contract.batches import global_batch, partition_sizes
-from fasdl.contract.fields import is_int
-from fasdl.contract.json_input import (
-    JsonInputError,
-    load_json_bytes,
-    read_json_file,
-    unknown_field_message,
-)
-from fasdl.contract.plan_fields import DATASET_KEY as DATASET_KEY
-from fasdl.contract.plan_fields import IDENTIFIER as IDENTIFIER
-from fasdl.contract.plan_fields import REGION as REGION
-from fasdl.contract.plan_fields import PlanError as PlanError
-from fasdl.contract.plan_fields import (
+from fasdl.contract.fields import DATASET_KEY as DATASET_KEY
+from fasdl.contract.fields import IDENTIFIER as IDENTIFIER
+from fasdl.contract.fields import REGION as REGION
+from fasdl.contract.fields import PlanError as PlanError
+from fasdl.contract.fields import (
+    is_int,
     require_choice,
     require_dataset_key,
     require_float,
@@ -37,6 +31,12 @@ from fasdl.contract.plan_fields import (
     require_pattern,
     require_region,
     require_text_map,
+)
+from fasdl.contract.json_input import (
+    JsonInputError,
+    load_json_bytes,
+    read_json_file,
+    unknown_field_message,
 )
 
 PLAN_VERSION = 1

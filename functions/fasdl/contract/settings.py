@@ -1,8 +1,6 @@
-"""Typed settings from the ``FASDL_*`` environment of fasdl/contract/events.py, and the clients
-they imply.
-
-Pure stdlib at import time: the trigger runs without torch, numpy or redis, so boto3 and the
-channel modules are imported only when a client is built.
+"""Typed settings from the ``FASDL_*`` environment: every variable's name, parsed (``from_env``)
+and rendered (``to_env``); fasdl.exchange.stores builds the clients they imply. Stdlib only: the
+trigger runs without torch, numpy or redis.
 
 Besides the contract's variables, local runs and tests may set:
 
@@ -31,15 +29,17 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fasdl.run.fencing import DEFAULT_FENCE_CHECK_S
-
-if TYPE_CHECKING:
-    from fasdl.exchange.channel.base import Channel
-    from fasdl.exchange.channel.factory import ChannelConfig
+from fasdl.contract import keys
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
+
+DEFAULT_FENCE_CHECK_S = 10.0  # one small GET per worker per 10 s: a zombie stops within it
+# Variables outside Settings: each is read by one function only.
+WORKER_LOG_GROUP_ENV = "FASDL_WORKER_LOG_GROUP"  # the trigger's: the worker's log group
+WORKER_FUNCTION_ENV = "FASDL_WORKER_FUNCTION"  # the trigger's: the worker function's name
+STUB_ENV = "FASDL_TORCH_LAYER_STUB"  # tests: a layer without torch (fasdl.aws.torch_setup)
 
 # Each Settings field's environment variable: the one list. Handlers parse it
 # (Settings.from_env); infra and the local runner render it (Settings.to_env).
@@ -212,80 +212,35 @@ class Settings:
         return dataclasses.replace(self, cache_endpoint=str(endpoint["address"]),
                                    cache_port=int(endpoint["port"]))
 
-    def exchange_inflight_bytes(self, memory_mb: float, model_mb: float) -> int:
-        """The worker's cap on frame bytes: the setting, or the plan's derived default."""
-        from fasdl.exchange.inflight import cap_bytes  # numpy: workers only
-
-        return cap_bytes(memory_mb, model_mb, self.exchange_inflight_mb)
-
-    # ---- keys -----------------------------------------------------------------------------
-    def run_prefix(self, run_id: str) -> str:
-        return f"{self.runs_prefix}{run_id}/"
-
+    # ---- keys: contract/keys.py builds them; the settings add the bucket's prefix ----------
     def plan_key(self, run_id: str) -> str:
-        return f"{self.run_prefix(run_id)}plan.json"
+        return f"{self.runs_prefix}{keys.plan_key(run_id)}"
 
     def segments_prefix(self, run_id: str) -> str:
         """Where the workers' segment results are (fasdl.run.results reads them)."""
-        return f"{self.run_prefix(run_id)}segments/"
+        return f"{self.runs_prefix}{keys.segments_prefix(run_id)}"
 
     def segment_result_key(self, run_id: str, index: int, attempt: int, worker: int) -> str:
-        return (f"{self.segments_prefix(run_id)}{index:05d}/attempt-{attempt}/"
-                f"worker-{worker:04d}.json")
+        return f"{self.runs_prefix}{keys.segment_result_key(run_id, index, attempt, worker)}"
 
     def summary_key(self, run_id: str) -> str:
-        return f"{self.run_prefix(run_id)}summary.json"
+        return f"{self.runs_prefix}{keys.summary_key(run_id)}"
 
     def failure_key(self, run_id: str) -> str:
-        return f"{self.run_prefix(run_id)}failure.json"
+        return f"{self.runs_prefix}{keys.failure_key(run_id)}"
+
+    def final_key(self, run_id: str, name: str) -> str:
+        return f"{self.runs_prefix}{keys.final_key(run_id, name)}"
 
     def fence_object_key(self, run_id: str) -> str:
         """The run's fence (fasdl.run.fencing) in the results bucket."""
-        from fasdl.contract.keys import fence_key
-
-        return f"{self.runs_prefix}{fence_key(run_id)}"
+        return f"{self.runs_prefix}{keys.fence_key(run_id)}"
 
     def exchange_run_prefix(self, run_id: str) -> str:
         """Every exchange key of the run, of every epoch, starts with this."""
-        return f"{self.exchange_prefix}{run_id}/"
-
-    # ---- clients --------------------------------------------------------------------------
-    def exchange_config(self, *, retry_fast: bool = False) -> ChannelConfig:
-        """The shard exchange: the S3 exchange bucket or the Valkey cache, under the prefix."""
-        from fasdl.exchange.channel.factory import ChannelConfig
-
-        if self.channel == "s3":
-            return ChannelConfig(kind="s3", prefix=self.exchange_prefix,
-                                 bucket=self.exchange_bucket, path_style=self.s3_path_style)
-        if not self.cache_endpoint:
-            raise SettingsError(f"no endpoint for the exchange cache {self.cache_name!r}: the "
-                                "run state's 'cache' field is missing (the trigger sets it)")
-        return ChannelConfig(kind="valkey", prefix=self.exchange_prefix, ttl_s=self.cache_ttl_s,
-                             host=self.cache_endpoint, port=self.cache_port, tls=self.cache_tls,
-                             cluster=self.cache_cluster, ca_certs=self.cache_ca_certs)
-
-    def exchange_channel(self) -> Channel:
-        from fasdl.exchange.channel.factory import build_channel
-
-        return build_channel(self.exchange_config())
-
-    def results_store(self, client: Any | None = None) -> Channel:
-        """The results bucket under ``runs/``: checkpoints (keys ``{run}/checkpoint/...``)."""
-        from fasdl.exchange.channel.s3 import S3Channel
-
-        return S3Channel(self.results_bucket, self.runs_prefix,
-                         client=client or self.s3_client())
-
-    def s3_client(self) -> Any:
-        """A boto3 S3 client; boto3 itself reads AWS_ENDPOINT_URL_S3 and the credentials."""
-        import boto3
-
-        from fasdl.exchange.channel.s3 import s3_client_config
-
-        session = boto3.session.Session()
-        return session.client("s3", region_name=session.region_name or "us-east-1",
-                              config=s3_client_config(path_style=self.s3_path_style))
+        return f"{self.exchange_prefix}{keys.run_prefix(run_id)}"
 
 
 # the defaults from_env falls back to for an unset or empty variable
 _DEFAULTS: dict[str, Any] = {field.name: field.default for field in dataclasses.fields(Settings)}
+

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from fasdl.contract.fields import is_int_at_least, is_number
+from fasdl.contract.keys import profile_memory_key, profile_samples_key, profile_transfer_prefix
 from fasdl.exchange.channel.base import Channel
 from fasdl.profiling.transfers import duplex_size_mb, measure_duplex, measure_transfers
 
@@ -251,25 +252,17 @@ def to_jsonl(records: Iterable[Mapping[str, Any]]) -> str:
     return "".join(json.dumps(record, sort_keys=True) + "\n" for record in records)
 
 
-def memory_key(prefix: str, profile_id: str, memory_mb: float) -> str:
-    return f"{prefix}{profile_id}/memory-{memory_mb:g}.jsonl"
-
-
-def samples_key(prefix: str, profile_id: str) -> str:
-    return f"{prefix}{profile_id}/samples.jsonl"
-
-
 def run_profile(request: ProfileRequest, memory_mb: float, channels: Mapping[str, Channel],
                 s3: Any, bucket: str, prefix: str = PROFILES_PREFIX) -> dict[str, Any]:
     """Measure, write the JSONL to ``bucket`` and return a small summary."""
     records = measure_training(request, memory_mb)
-    transfer_prefix = f"profiling/{request.profile_id}/{memory_mb:g}/"
+    transfer_prefix = profile_transfer_prefix(request.profile_id, memory_mb)
     for name, channel in channels.items():
         records += measure_transfers(channel, name, memory_mb, request.sizes_mb,
                                      request.transfer_repeats, transfer_prefix)
         records += measure_duplex(channel, name, memory_mb, duplex_size_mb(request.sizes_mb),
                                   request.transfer_repeats, transfer_prefix)
-    key = memory_key(prefix, request.profile_id, memory_mb)
+    key = profile_memory_key(prefix, request.profile_id, memory_mb)
     s3.put_object(Bucket=bucket, Key=key, Body=to_jsonl(records).encode(),
                   ContentType="application/x-ndjson")
     train = [r for r in records if r["kind"] == "train"]
@@ -289,7 +282,7 @@ def collect(profile_id: object, memories: object, s3: Any, bucket: str,
         raise _bad("memories", f"must be a non-empty list of memory sizes, got {memories!r}")
     parts = []
     for memory in sorted(set(memories)):
-        key = memory_key(prefix, profile_id, memory)
+        key = profile_memory_key(prefix, profile_id, memory)
         try:
             body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         except Exception as error:  # NoSuchKey names the memory that did not report
@@ -297,7 +290,7 @@ def collect(profile_id: object, memories: object, s3: Any, bucket: str,
                                f"{error}") from error
         parts.append(body.decode().rstrip("\n") + "\n")
     text = "".join(parts)
-    key = samples_key(prefix, profile_id)
+    key = profile_samples_key(prefix, profile_id)
     s3.put_object(Bucket=bucket, Key=key, Body=text.encode(),
                   ContentType="application/x-ndjson")
     return {"profile_id": profile_id, "bucket": bucket, "samples_key": key,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fasdl.aws.s3_errors import is_missing
+from fasdl.contract.keys import DATASET_ARRAYS, TEST_SPLIT, dataset_array_key
 from fasdl.contract.plan import Plan, PlanError
 
 RangeReader = Callable[[str, int, int], bytes]
@@ -63,17 +64,18 @@ def npy_shape(read_range: RangeReader, key: str) -> tuple[tuple[int, ...], str]:
     return array.shape, array.descr
 
 
-def _check_split(prefix: str, read_range: RangeReader,
-                 size_of: SizeOf) -> tuple[NpyArray, NpyArray]:
+def _check_split(dataset: str, read_range: RangeReader, size_of: SizeOf, *,
+                 test: bool = False) -> tuple[NpyArray, NpyArray]:
     """x and y of one split: present, typed, complete, as many rows each."""
-    keys = {name: f"{prefix}/{name}.npy" for name in ("x", "y")}
-    sizes = {name: size_of(key) for name, key in keys.items()}
-    missing = [keys[name] for name, size in sizes.items() if size is None]
+    prefix = f"{dataset}/{TEST_SPLIT}" if test else dataset
+    arrays = {name: dataset_array_key(dataset, name, test=test) for name in DATASET_ARRAYS}
+    sizes = {name: size_of(key) for name, key in arrays.items()}
+    missing = [arrays[name] for name, size in sizes.items() if size is None]
     if missing:
         raise PlanError("workload.dataset", f"dataset {prefix!r} not found in the datasets "
                                             f"bucket: missing {', '.join(missing)}")
     try:
-        x, y = (read_npy_header(read_range, keys[name]) for name in ("x", "y"))
+        x, y = (read_npy_header(read_range, arrays[name]) for name in ("x", "y"))
     except DatasetError as error:
         raise PlanError("workload.dataset", str(error)) from None
     if x.descr not in ("|u1", "<f4", _TEXT) or y.descr != "<i8" or len(y.shape) != 1:
@@ -93,7 +95,7 @@ def _check_split(prefix: str, read_range: RangeReader,
     for name, array in (("x", x), ("y", y)):
         if sizes[name] != array.expected_size():
             raise PlanError("workload.dataset",
-                            f"dataset object {keys[name]!r} holds {sizes[name]} bytes, but its "
+                            f"dataset object {arrays[name]!r} holds {sizes[name]} bytes, but its "
                             f"header says {array.expected_size()} ({array.shape} {array.descr}):"
                             f" a truncated or corrupted upload; upload it again")
     return x, y
@@ -108,9 +110,10 @@ def check_dataset(plan: Plan, read_range: RangeReader, size_of: SizeOf) -> Plan:
         raise PlanError("workload.samples",
                         f"the plan trains on {plan.workload.samples} samples but dataset "
                         f"{prefix!r} holds {x.shape[0]} rows")
-    test = f"{prefix}/test"
-    if size_of(f"{test}/x.npy") is not None or size_of(f"{test}/y.npy") is not None:
-        test_x, _ = _check_split(test, read_range, size_of)
+    test = f"{prefix}/{TEST_SPLIT}"
+    if any(size_of(dataset_array_key(prefix, name, test=True)) is not None
+           for name in DATASET_ARRAYS):
+        test_x, _ = _check_split(prefix, read_range, size_of, test=True)
         if test_x.shape[1:] != x.shape[1:]:
             raise PlanError("workload.dataset", f"dataset {test!r}: rows of shape "
                                                 f"{test_x.shape[1:]}, training rows are "

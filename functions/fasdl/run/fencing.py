@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fasdl.contract.errors import WorkerDuplicate, WorkerFenced
 from fasdl.contract.fields import is_int_at_least
 from fasdl.contract.keys import claim_key, fence_key
 
@@ -32,15 +33,6 @@ if TYPE_CHECKING:
     from fasdl.exchange.channel.base import Channel
 
 FENCE_FORMAT = 1
-DEFAULT_FENCE_CHECK_S = 10.0  # one small GET per worker per 10 s: a zombie stops within it
-
-
-class WorkerFenced(RuntimeError):
-    """This invocation's epoch is no longer the run's: it stops and writes nothing more."""
-
-
-class WorkerDuplicate(RuntimeError):
-    """Another invocation already trains this worker in this epoch."""
 
 
 class FenceError(RuntimeError):

@@ -24,6 +24,7 @@ from typing import Any
 
 from fasdl.contract.keys import manifest_key
 from fasdl.contract.settings import Settings
+from fasdl.exchange import stores
 
 _RESULT_KEY = re.compile(r"segments/(\d{5})/attempt-(\d+)/worker-(\d{4})\.json$")
 _SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -143,11 +144,10 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
     # the done state's resume_epoch: the epoch of the segment that finished the run
     manifest, model = final_model(s3, settings, run_id, final_iteration,
                                   int(run["segment"]["resume_epoch"]))
-    prefix = settings.run_prefix(run_id)
-    model_key = f"{prefix}model.npy"
+    model_key = settings.final_key(run_id, "model.npy")
     s3.put_object(Bucket=settings.results_bucket, Key=model_key, Body=model)
     meta = {str(k): str(v) for k, v in manifest.get("meta", {}).items()}
-    _put_json(s3, settings.results_bucket, f"{prefix}model.json", {
+    _put_json(s3, settings.results_bucket, settings.final_key(run_id, "model.json"), {
         "model": meta.get("model"), "num_classes": int(meta.get("num_classes", "0")),
         "input_shape": [int(n) for n in meta.get("input_shape", "").split(",") if n],
         "parameters": int(meta.get("parameters", "0")), "dtype": "float32",
@@ -156,7 +156,7 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
     export = final_export(s3, settings, run_id, manifest)
     export_key: str | None = None
     if export is not None:  # the complete state dict: python -m fasdl.evaluate reads it
-        export_key = f"{prefix}model.npz"
+        export_key = settings.final_key(run_id, "model.npz")
         s3.put_object(Bucket=settings.results_bucket, Key=export_key, Body=export)
     workers = len(run.get("workers", [])) or int(manifest["workers"])
     summary = {"run_id": run_id, "execution": execution, "plan_key": run.get("plan_key"),
@@ -201,7 +201,7 @@ def write_failure(s3: Any, settings: Settings, state: Mapping[str, Any],
 
 def clean_exchange(settings: Settings, run_id: str) -> int:
     """Delete every exchange key of the run (S3 prefix or Valkey SCAN); returns the count."""
-    channel = settings.exchange_channel()
+    channel = stores.exchange_channel(settings)
     try:
         return channel.delete_prefix(f"{run_id}/")
     finally:

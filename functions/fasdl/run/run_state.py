@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from fasdl.aws.s3_errors import is_missing
-from fasdl.contract import cache as exchange_cache
+from fasdl.contract import keys
+from fasdl.contract.cache import parse_endpoint
 from fasdl.contract.events import RunState, Segment
 from fasdl.contract.fields import is_int_at_least
 from fasdl.contract.json_input import unknown_field_message
@@ -92,7 +93,7 @@ def parse_run(run: object) -> RunState:
     if not isinstance(workers, list) or workers != list(range(len(workers))) or not workers:
         raise RunStateError("run state field 'run.workers': must be [0, 1, ..., W-1]")
     try:
-        exchange_cache.parse(run.get("cache"), "run.cache")
+        parse_endpoint(run.get("cache"), "run.cache")
     except ValueError as error:
         raise RunStateError(f"run state {error}") from error
     return cast(RunState, run)
@@ -248,9 +249,10 @@ def check_resume(run: Mapping[str, Any], s3: Any, *, results_bucket: str,
     """A console ``resume`` must be the state of an existing run, consistent with its plan,
     its checkpoints and its fence; anything else could mix keys or train past the plan."""
     run_id = resolve_run_id({"run_id": run["run_id"]}, None)
-    if run["plan_key"] != f"{runs_prefix}{run_id}/plan.json":
+    own_plan = f"{runs_prefix}{keys.plan_key(run_id)}"
+    if run["plan_key"] != own_plan:
         raise RunStateError(f"input field 'resume.plan_key': must be run {run_id!r}'s own plan "
-                            f"{runs_prefix}{run_id}/plan.json, got {run['plan_key']!r}")
+                            f"{own_plan}, got {run['plan_key']!r}")
     plan = load_run_plan(s3, results_bucket, run)
     seg = run["segment"]
     if seg["start_iteration"] + seg["iterations"] > plan.total_iterations:
@@ -284,7 +286,7 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     run_id = resolve_run_id(execution_input, event.get("execution"))
     plan = resolve_plan(execution_input, deployed_json, fingerprint)
     check_dataset(plan, s3_ranges(s3, datasets_bucket), s3_sizes(s3, datasets_bucket))
-    plan_key = f"{runs_prefix}{run_id}/plan.json"
+    plan_key = f"{runs_prefix}{keys.plan_key(run_id)}"
     execution = str(event.get("execution", ""))
     frozen = dataclasses.replace(plan, provenance={**plan.provenance, "run_id": run_id,
                                                    "execution": execution})
@@ -297,7 +299,7 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
         if Plan.from_json(existing.decode()).provenance.get("execution") != execution:
             raise RunStateError(f"input field 'run_id': run {run_id!r} already exists "
                                 f"(s3://{results_bucket}/{plan_key}); choose a new run_id")
-    s3.put_object(Bucket=results_bucket, Key=f"{runs_prefix}{run_id}/partitions.json",
+    s3.put_object(Bucket=results_bucket, Key=f"{runs_prefix}{keys.partitions_key(run_id)}",
                   Body=json.dumps(partition_layout(plan)).encode(),
                   ContentType="application/json")
     s3.put_object(Bucket=results_bucket, Key=plan_key, Body=frozen.to_json().encode(),

@@ -37,11 +37,13 @@ from botocore.exceptions import ClientError
 
 from fasdl.aws.metrics import StepMetrics
 from fasdl.aws.s3_errors import is_missing
+from fasdl.contract import keys
 from fasdl.contract.plan import Plan
 from fasdl.contract.settings import Settings
 from fasdl.contract.worker_event import WorkerEvent, WorkerEventError
-from fasdl.evaluate import add_batch
+from fasdl.exchange import stores
 from fasdl.exchange.channel.base import Channel, ChannelTimeout
+from fasdl.exchange.inflight import cap_bytes
 from fasdl.exchange.kreduce import KReduceWorker, StepStats
 from fasdl.run.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
 from fasdl.run.fault_hooks import NO_FAULTS, FaultHooks
@@ -63,6 +65,7 @@ from fasdl.training.data import (
     read_rows,
     s3_range_reader,
 )
+from fasdl.training.evaluation import add_batch
 from fasdl.training.export import evaluation_batch, export_checkpoint_meta
 from fasdl.training.networks import build_seeded_model
 
@@ -127,7 +130,8 @@ def _cached_labels(read_range: RangeReader, key: str, cache_dir: Path) -> np.nda
 
 def _dataset_version(s3: Any, bucket: str, prefix: str) -> str:
     """A cache directory name that changes when the dataset objects are replaced."""
-    tags = [s3.head_object(Bucket=bucket, Key=f"{prefix}/{name}.npy").get("ETag", "")
+    tags = [s3.head_object(Bucket=bucket,
+                           Key=keys.dataset_array_key(prefix, name)).get("ETag", "")
             for name in ("x", "y")]
     return hashlib.sha256(f"{bucket}/{prefix}:{tags}".encode()).hexdigest()[:16]
 
@@ -135,7 +139,7 @@ def _dataset_version(s3: Any, bucket: str, prefix: str) -> str:
 def _test_split(read_range: RangeReader, prefix: str,
                 cache_dir: Path) -> tuple[np.ndarray, np.ndarray] | None:
     try:
-        rows = read_layout(read_range, f"{prefix}/test/x.npy").rows
+        rows = read_layout(read_range, keys.dataset_array_key(prefix, "x", test=True)).rows
     except ClientError as error:  # no test split: nothing to evaluate
         if is_missing(error):
             return None
@@ -194,18 +198,21 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
     read_range = s3_range_reader(s3, settings.datasets_bucket)
     prefix = plan.workload.dataset.rstrip("/")
     cache_dir = Path(settings.cache_dir) / _dataset_version(s3, settings.datasets_bucket, prefix)
-    layout = read_layout(read_range, f"{prefix}/x.npy")
+    x_key = keys.dataset_array_key(prefix, "x")
+    layout = read_layout(read_range, x_key)
     try:  # images C×H×W, or text 2×L (token ids; attention mask)
-        input_shape = input_shape_of(f"dataset {prefix}/x.npy", layout.dtype, layout.row_shape)
+        input_shape = input_shape_of(f"dataset {x_key}", layout.dtype, layout.row_shape)
         check_rows(plan.training.augmentation, layout.row_shape, layout.dtype)
     except (DatasetError, AugmentationError) as error:
         raise WorkerEventError(str(error)) from error
-    num_classes = class_count(_cached_labels(read_range, f"{prefix}/y.npy", cache_dir))
+    labels = _cached_labels(read_range, keys.dataset_array_key(prefix, "y"), cache_dir)
+    num_classes = class_count(labels)
     model = build_seeded_model(plan.workload.model, plan.training.seed, num_classes,
                                input_shape)
     worker = KReduceWorker(plan, event.worker, exchange, model, event.run_id, event.epoch,
-                           inflight_bytes=settings.exchange_inflight_bytes(
-                               plan.deployment.memory_mb, plan.workload.model_mb))
+                           inflight_bytes=cap_bytes(plan.deployment.memory_mb,
+                                                    plan.workload.model_mb,
+                                                    settings.exchange_inflight_mb))
     meta = {"model": plan.workload.model, "num_classes": str(num_classes),
             "input_shape": ",".join(str(n) for n in input_shape),
             "parameters": str(worker.parameters.size),
@@ -321,14 +328,14 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
     ``invocation_id`` (the Lambda request id) claims the worker in the segment's epoch, so a
     second invocation of the same worker stops (fasdl.run.fencing)."""
     began = time.perf_counter()
-    s3 = s3 or settings.s3_client()
-    store = settings.results_store(s3)
+    s3 = s3 or stores.s3_client(settings)
+    store = stores.results_store(settings, s3)
     fence = Fence(store, event.run_id, event.epoch, check_every_s=settings.fence_check_s)
     fence.check(force=True)  # a late start of a superseded epoch stops before anything else
     plan = load_plan(s3, settings.results_bucket, event.plan_key)
     check_deployment(plan, settings.deployment)
     _check_event(plan, event)
-    exchange = settings.exchange_channel()
+    exchange = stores.exchange_channel(settings)
     result = SegmentResult(event.run_id, event.worker, event.segment())
     try:
         claim_worker(exchange, event.run_id, event.epoch, event.worker,

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from fasdl.contract import keys
 from fasdl.contract.plan import Plan
 
 # read_range(key, start, end) -> the bytes [start, end) of the object (end exclusive)
@@ -176,8 +177,8 @@ def load_partition(read_range: RangeReader, prefix: str, start: int, end: int,
         if all(path.exists() for path in cached.values()):
             return _checked(prefix, np.load(cached["x"], allow_pickle=False),
                             np.load(cached["y"], allow_pickle=False), end - start)
-    x = read_rows(read_range, f"{prefix}/x.npy", start, end)
-    y = read_rows(read_range, f"{prefix}/y.npy", start, end)
+    x = read_rows(read_range, keys.dataset_array_key(prefix, "x"), start, end)
+    y = read_rows(read_range, keys.dataset_array_key(prefix, "y"), start, end)
     partition = _checked(prefix, x, y, end - start)
     for name, path in cached.items():
         _save_atomically(path, x if name == "x" else y)

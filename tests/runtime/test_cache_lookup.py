@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from fasdl.contract import cache as exchange_cache
-from fasdl.contract.cache import CacheMissing, CacheNotReady, locate, parse
+from fasdl.aws.cache_lookup import NOT_FOUND, locate
+from fasdl.contract.cache import cache_stack_name, parse_endpoint
+from fasdl.contract.errors import CacheMissing, CacheNotReady
 from fasdl.contract.settings import Settings, SettingsError
+from fasdl.exchange import stores
 from tests.runtime.conftest import offline_client
 
 NAME = "fasdlstack-exchange"
@@ -37,7 +39,7 @@ def test_available_cache_gives_its_endpoint(client: Any, stub: Stubber) -> None:
 
 
 def test_missing_cache_says_how_to_deploy_it(client: Any, stub: Stubber) -> None:
-    stub.add_client_error("describe_serverless_caches", exchange_cache.NOT_FOUND,
+    stub.add_client_error("describe_serverless_caches", NOT_FOUND,
                           "ServerlessCache fasdlstack-exchange not found", 404,
                           expected_params={"ServerlessCacheName": NAME})
     with pytest.raises(CacheMissing, match=r"does not exist; deploy it with `npx cdk deploy "
@@ -51,7 +53,7 @@ def test_the_hint_names_the_cache_stack_of_a_renamed_stack(client: Any, stub: St
                       {"ServerlessCacheName": NAME})
     with pytest.raises(CacheMissing, match=r"npx cdk deploy TrainCacheStack -c plan"):
         locate(client, NAME, "TrainStack")
-    assert exchange_cache.cache_stack_name("Lab") == "LabCache"
+    assert cache_stack_name("Lab") == "LabCache"
 
 
 @pytest.mark.parametrize("status", ["creating", "modifying"])
@@ -82,7 +84,7 @@ def test_other_api_errors_pass_through(client: Any, stub: Stubber) -> None:
     ({"address": ADDRESS}, "run.cache.port")])
 def test_bad_run_state_cache_names_the_field(value: object, field: str) -> None:
     with pytest.raises(ValueError, match=f"field '{field}'"):
-        parse(value, "run.cache")
+        parse_endpoint(value, "run.cache")
 
 
 def test_settings_take_the_run_states_cache() -> None:
@@ -90,9 +92,9 @@ def test_settings_take_the_run_states_cache() -> None:
            "FASDL_RESULTS_BUCKET": "r", "FASDL_CACHE_NAME": NAME, "FASDL_CACHE_TLS": "1"}
     settings = Settings.from_env(env)
     with pytest.raises(SettingsError, match="run state's 'cache' field is missing"):
-        settings.exchange_config()
-    config = settings.with_cache(parse({"address": ADDRESS, "port": 6380}, "cache")
-                                 ).exchange_config()
+        stores.exchange_config(settings)
+    config = stores.exchange_config(
+        settings.with_cache(parse_endpoint({"address": ADDRESS, "port": 6380}, "cache")))
     assert (config.host, config.port, config.tls) == (ADDRESS, 6380, True)
     assert settings.with_cache(None) is settings
     with pytest.raises(SettingsError, match="FASDL_CACHE_NAME"):

@@ -1,0 +1,40 @@
+"""The errors the state machine matches by name (its Retry and Catch rules, infra/), raised by
+the handlers, and the advice an out-of-memory failure carries. Infra imports these names from
+here, so a rename breaks the synth, not a run."""
+
+from __future__ import annotations
+
+import math
+
+
+class WorkerFenced(RuntimeError):
+    """This invocation's epoch is no longer the run's: it stops and writes nothing more."""
+
+
+class WorkerDuplicate(RuntimeError):
+    """Another invocation already trains this worker in this epoch."""
+
+
+class WorkerNotReady(RuntimeError):
+    """The worker function is not Active yet; the state machine retries the start."""
+
+
+class CacheMissing(RuntimeError):
+    """The exchange cache does not exist, or is being deleted or failed: the run cannot start."""
+
+
+class CacheNotReady(RuntimeError):
+    """The exchange cache is being created or modified: the state machine retries later."""
+
+
+def next_memory_mb(memory_mb: int) -> int:
+    """A quarter more, on Lambda's 128-MB grid the planner uses, at most 10,240 MB."""
+    return min(10_240, math.ceil(memory_mb * 1.25 / 128) * 128)
+
+
+def same_size_advice(memory_mb: int) -> str:
+    """What to do after an out-of-memory kill at ``memory_mb`` (also in the state machine's
+    own out-of-memory cause, infra/segment_states.py)."""
+    return (f"Retrying at the same size would fail again: set deployment.memory_mb to "
+            f"{next_memory_mb(memory_mb)} in plan.json (or re-profile the workload, "
+            f"docs/profiling.md) and deploy again.")

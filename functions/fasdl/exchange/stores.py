@@ -1,0 +1,46 @@
+"""The stores a function's settings (fasdl.contract.settings) name, as clients: the shard
+exchange (the S3 exchange bucket or the Valkey cache), the results bucket's checkpoint store,
+and S3 itself. boto3 and redis are imported only when a client is built: the trigger runs
+without redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fasdl.contract.settings import Settings, SettingsError
+from fasdl.exchange.channel.base import Channel
+from fasdl.exchange.channel.factory import ChannelConfig, build_channel
+from fasdl.exchange.channel.s3 import S3Channel, s3_client_config
+
+
+def exchange_config(settings: Settings) -> ChannelConfig:
+    """The shard exchange: the S3 exchange bucket or the Valkey cache, under the prefix."""
+    if settings.channel == "s3":
+        return ChannelConfig(kind="s3", prefix=settings.exchange_prefix,
+                             bucket=settings.exchange_bucket, path_style=settings.s3_path_style)
+    if not settings.cache_endpoint:
+        raise SettingsError(f"no endpoint for the exchange cache {settings.cache_name!r}: the "
+                            "run state's 'cache' field is missing (the trigger sets it)")
+    return ChannelConfig(kind="valkey", prefix=settings.exchange_prefix,
+                         ttl_s=settings.cache_ttl_s, host=settings.cache_endpoint,
+                         port=settings.cache_port, tls=settings.cache_tls,
+                         cluster=settings.cache_cluster, ca_certs=settings.cache_ca_certs)
+
+
+def exchange_channel(settings: Settings) -> Channel:
+    return build_channel(exchange_config(settings))
+
+
+def results_store(settings: Settings, client: Any | None = None) -> Channel:
+    """The results bucket under ``runs/``: checkpoints (keys ``{run}/checkpoint/...``)."""
+    return S3Channel(settings.results_bucket, settings.runs_prefix,
+                     client=client or s3_client(settings))
+
+
+def s3_client(settings: Settings) -> Any:
+    """A boto3 S3 client; boto3 itself reads AWS_ENDPOINT_URL_S3 and the credentials."""
+    import boto3
+
+    session = boto3.session.Session()
+    return session.client("s3", region_name=session.region_name or "us-east-1",
+                          config=s3_client_config(path_style=settings.s3_path_style))

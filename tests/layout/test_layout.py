@@ -1,0 +1,127 @@
+"""The layout's rules (docs/architecture.md, "Layers"): no import circle among the product's
+modules, counting every import (module level, TYPE_CHECKING, inside a function); the runtime's
+modules live in their rooms; the import-linter contracts hold."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# package -> the folder that holds it
+ROOTS = {"planner": REPO_ROOT, "infra": REPO_ROOT, "local": REPO_ROOT,
+         "fasdl": REPO_ROOT / "functions", "handlers": REPO_ROOT / "functions"}
+ENTRY_POINTS = {"__init__.py", "evaluate.py"}  # python -m fasdl.evaluate
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package, base in ROOTS.items():
+        for path in (base / package).rglob("*.py"):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported(module: str, path: Path) -> set[str]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets = {_resolve(name, modules) for name in _imported(module, path)}
+        graph[module] = {t for t in targets if t and t != module and t != package
+                         and not module.startswith(f"{t}.")}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph.get(child, ())))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_no_import_circle_in_the_product() -> None:
+    graph = import_graph()
+    assert len(graph) > 100  # the walk found the packages
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_runtime_keeps_its_modules_in_rooms() -> None:
+    loose = sorted(path.name for path in (REPO_ROOT / "functions" / "fasdl").glob("*.py"))
+    assert set(loose) <= ENTRY_POINTS, f"modules outside a room: {sorted(set(loose) - ENTRY_POINTS)}"
+
+
+def test_the_layering_contracts_hold() -> None:
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT / 'functions'}{os.pathsep}{REPO_ROOT}"}
+    linter = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(linter), "--no-cache"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
