@@ -1,6 +1,7 @@
 """Exchange patterns, measured: K-REDUCE (the planner's K*, HAP) vs ScatterReduce vs AllReduce.
 
-For a ResNet-50-size and a SqueezeNet-size model (fasdl.networks' size-matched MLPs: the paper
+For a ResNet-50-size and a SqueezeNet-size model (fasdl.training.networks' size-matched MLPs: the
+paper
 models' parameter bytes S_m at a compute cost this CPU affords), at one W and emulated M each:
 
 1. profile the model locally under Lambda emulation (``python -m local profile``);
@@ -11,7 +12,7 @@ models' parameter bytes S_m at a compute cost this CPU affords), at one W and em
    (Lambda GB-seconds of the measured epoch + the exchange requests the epoch makes).
 
 Prints predicted and measured per pattern, whether the model's ranking holds, updates the
-README's Results table and docs/results/patterns.png; last line one JSON object.
+the table in docs/results.md and docs/results/patterns.png; last line one JSON object.
 Goal: K-REDUCE is never slower than the better baseline. Also measured: the pipelined exchange
 at K-REDUCE's own configuration (the model's best C) and the planner's own pipelined choice;
 issue 14's goal is the first at <= 0.7× K-REDUCE's epoch (ResNet-size), <= 0.85× (SqueezeNet).
@@ -19,9 +20,10 @@ issue 14's goal is the first at <= 0.7× K-REDUCE's epoch (ResNet-size), <= 0.85
     .venv/bin/python -m bench.patterns [--models resnet50-size ...] [--profile-dir DIR]
         [--channel s3|valkey]
 
-``--channel valkey`` measures the same cases through Valkey (its own profiles, README section
-and docs/results/patterns-valkey.*): a store whose server is not the bottleneck here, where
-SeaweedFS's ~10 ms of CPU per MB on the machine's two shared cores sets the S3 exchange.
+``--channel valkey`` measures the same cases through Valkey (its own profiles, section of
+docs/results.md and docs/results/patterns-valkey.*): a store whose server is not the
+bottleneck here, where SeaweedFS's ~10 ms of CPU per MB on the machine's two shared cores sets
+the S3 exchange.
 """
 
 from __future__ import annotations
@@ -45,11 +47,12 @@ from bench.local_runs import (
     scratch,
     write_plan,
 )
-from bench.readme import predicted_vs_measured, update_section
-from planner.cost_model import Problem, evaluate
-from planner.pipelined import chunk_choices
-from planner.profiles import load_platform_file, load_prices, load_workload
-from planner.search import Choice, choice_from
+from bench.readme import image, predicted_vs_measured, update_section
+from planner.model.cost_model import evaluate
+from planner.model.pipelined import chunk_choices
+from planner.model.problem import Problem
+from planner.model.profiles import load_platform_file, load_prices, load_workload
+from planner.search.searches import Choice, choice_from
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 PATTERNS = ("kreduce", "scatterreduce", "allreduce")
@@ -232,7 +235,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 def write_results(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]],
                   summary: dict[str, Any], channel: str) -> None:
-    """docs/results/patterns[-valkey].{png,json} and the README section of the channel."""
+    """docs/results/patterns[-valkey].{png,json} and the channel's section of docs/results.md."""
     name = "patterns" if channel == "s3" else f"patterns-{channel}"
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(rows, RESULTS / f"{name}.png")
@@ -246,7 +249,7 @@ def write_results(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]],
         f"{v['planned_pipelined_vs_kreduce_epoch_ratio']:.2f}×; pipelined with bfloat16 "
         f"uploads, same config: {v['pipelined_bf16_vs_kreduce_epoch_ratio']:.2f}×."
         for case, v in found.items())
-    update_section(name, table(rows) + "\n\n" + notes + f"\n\n![{name}](docs/results/{name}.png)")
+    update_section(name, "\n\n".join((table(rows), notes, image(name, RESULTS / f"{name}.png"))))
 
 
 def main() -> None:
@@ -255,8 +258,8 @@ def main() -> None:
                         help="only these models (default: both)")
     parser.add_argument("--profile-dir", type=Path, help="reuse (or write) the profiles here")
     parser.add_argument("--channel", choices=("s3", "valkey"), default="s3",
-                        help="the exchange channel (default s3, the table the README leads with)")
-    parser.add_argument("--no-readme", action="store_true", help="do not update README.md")
+                        help="the exchange channel (default s3, docs/results.md's first table)")
+    parser.add_argument("--no-readme", action="store_true", help="do not update docs/results.md")
     args = parser.parse_args()
     cases = [c for c in CASES if args.models is None or c.name in args.models]
     work = scratch("fasdl-bench-patterns-")

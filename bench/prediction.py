@@ -7,7 +7,7 @@
    planner's model from the fitted profiles, then run exactly that plan through the
    synthesized state machine (``python -m local run --emulate-lambda``) and measure it from
    the workers' per-iteration records (bench/local_runs.py says what is counted).
-3. Print predicted, measured and error per configuration; update README's Results table and
+3. Print predicted, measured and error per configuration; update docs/results.md's table and
    docs/results/prediction.png; the last line is one JSON object with the mean and max
    absolute relative error, and the pipelined configurations' (C > 1) mean apart.
    Goal: mean <= 5 %, max <= 8 %, for the pipelined ones too.
@@ -38,8 +38,8 @@ from bench.local_runs import (
     scratch,
     write_plan,
 )
-from bench.readme import predicted_vs_measured, update_section
-from planner.profiles import load_platform_file, load_workload
+from bench.readme import image, predicted_vs_measured, update_section
+from planner.model.profiles import load_platform_file, load_workload
 
 GOAL_MEAN, GOAL_MAX = 0.05, 0.08
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
@@ -63,7 +63,7 @@ CONFIGS = (
     Config("valkey-w2-m1024-k1-sqz-bsp", workers=2, memory_mb=1024, aggregators=1,
            batch_aggregator=32, channel="valkey", model=SQUEEZENET_SIZE, sync="bsp",
            epochs=2),
-    # the pipelined exchange (planner/pipelined.py), C chunks per shard
+    # the pipelined exchange (planner/model/pipelined.py), C chunks per shard
     # (a 4.7 MB model: the cnn's 0.02 MB would make chunks of a few KB, and its < 20 ms steps
     # leave the training fit, not the exchange, to decide the error)
     Config("s3-w3-m768-k2-sqz-c2", workers=3, memory_mb=768, aggregators=2,
@@ -154,7 +154,7 @@ def main() -> None:
                         help="run only these configurations (default: all)")
     parser.add_argument("--profile-dir", type=Path,
                         help="reuse (or write) the local profiles here (s3/ and valkey/)")
-    parser.add_argument("--no-readme", action="store_true", help="do not update README.md")
+    parser.add_argument("--no-readme", action="store_true", help="do not update docs/results.md")
     args = parser.parse_args()
     configs = [c for c in CONFIGS if args.configs is None or c.label in args.configs]
     work = scratch("fasdl-bench-prediction-")
@@ -180,7 +180,7 @@ def main() -> None:
         update_section("prediction", table(rows) + f"\n\nMean absolute error "
                        f"{summary['mean_abs_error']:.1%}, max {summary['max_abs_error']:.1%} "
                        f"(goal: mean <= 5 %, max <= 8 %).\n\n"
-                       "![predicted vs measured](docs/results/prediction.png)")
+                       + image("predicted vs measured", RESULTS / "prediction.png"))
     print(json.dumps(summary))
 
 

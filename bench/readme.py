@@ -1,5 +1,6 @@
-"""Write a benchmark's table into README.md between its markers, so `make bench` keeps the
-Results section true. Markers: ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``."""
+"""Write a benchmark's table into docs/results.md between its markers, so `make bench` keeps
+the results true. Markers: ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``. (The module
+kept its name from when the tables were in README.md.)"""
 
 from __future__ import annotations
 
@@ -7,22 +8,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+RESULTS_DOC = Path(__file__).resolve().parent.parent / "docs" / "results.md"
 
 
 class MarkerMissing(RuntimeError):
-    """README.md lacks the markers of a benchmark section."""
+    """The results document lacks the markers of a benchmark section."""
 
 
-def update_section(name: str, markdown: str, readme: Path = README) -> None:
+def update_section(name: str, markdown: str, doc: Path = RESULTS_DOC) -> None:
+    """Replace what stands between the markers of ``name`` in ``doc`` with ``markdown``."""
     begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
-    text = readme.read_text()
+    text = doc.read_text()
     if begin not in text or end not in text:
-        raise MarkerMissing(f"{readme}: add the lines {begin} and {end} where the {name} "
+        raise MarkerMissing(f"{doc}: add the lines {begin} and {end} where the {name} "
                             "results belong")
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
-    readme.write_text(f"{head}{begin}\n{markdown.strip()}\n{end}{tail}")
+    doc.write_text(f"{head}{begin}\n{markdown.strip()}\n{end}{tail}")
+
+
+def image(alt: str, path: Path, doc: Path = RESULTS_DOC) -> str:
+    """A Markdown image of ``path`` (a file under ``doc``'s folder), linked relative to ``doc``."""
+    return f"![{alt}]({path.resolve().relative_to(doc.resolve().parent).as_posix()})"
 
 
 def predicted_vs_measured(axis: Any, labels: Sequence[str], predicted: Sequence[float],

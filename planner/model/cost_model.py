@@ -1,8 +1,8 @@
 """FasDL's performance and cost model, vectorized over arrays of configurations.
 
-Equations are FasDL's (IEEE TC 2025, Eq. 1-11) with the thesis corrections
-(shared/papers/fasdl-thesis-digest.md §2-3). Every quantity below is a numpy array with one
-entry per configuration (W, M, K, B^a, B^n, sync):
+Equations are FasDL's (IEEE TC 2025, Eq. 1-11) with the corrections of the thesis behind it
+(its §2-3: the E factor, the alignment rule, the memory model; numbered below). Every quantity
+below is a numpy array with one entry per configuration (W, M, K, B^a, B^n, sync):
 
 - shard size            S_s = S_m / K                                        (thesis 3-1)
 - throughput            tp = p(M)·(1 − exp(−t(M)·S))  per direction          (3-5, 3-6)

@@ -1,8 +1,9 @@
-"""The pure logic the local benchmarks rely on: EMF parsing, README sections, verdicts."""
+"""The pure logic the local benchmarks rely on: EMF parsing, results sections, verdicts."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,9 @@ from bench.local_runs import (
     worker_iteration_times,
 )
 from bench.patterns import table, verdicts
-from bench.readme import MarkerMissing, update_section
-from planner.cost_model import aligned_non_aggregator_batch, evaluate
-from planner.profiles import load_platform, load_workload
+from bench.readme import RESULTS_DOC, MarkerMissing, image, update_section
+from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
+from planner.model.profiles import load_platform, load_workload
 
 
 def _emf(values: list[float]) -> str:
@@ -46,6 +47,32 @@ def test_readme_section_is_replaced_between_its_markers(tmp_path: Path) -> None:
     assert readme.read_text() == "# t\n<!-- bench:x -->\n| newer |\n<!-- /bench:x -->\ntail\n"
     with pytest.raises(MarkerMissing, match="bench:y"):
         update_section("y", "z", readme)
+
+
+# The benchmarks that rewrite a table (bench.prediction, bench.patterns [--channel valkey]).
+SECTIONS = ("prediction", "patterns", "patterns-valkey")
+
+
+def test_results_doc_holds_every_benchmark_section_and_the_readme_none() -> None:
+    text = RESULTS_DOC.read_text()
+    readme = (RESULTS_DOC.parent.parent / "README.md").read_text()
+    for name in SECTIONS:
+        begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+        assert text.count(begin) == text.count(end) == 1, name
+        section = text.split(begin, 1)[1].split(end, 1)[0]
+        links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section)
+        assert links, f"{name}: the section has no plot"
+        for link in links:  # relative to docs/results.md, as a Markdown viewer resolves them
+            assert (RESULTS_DOC.parent / link).is_file(), f"{name}: {link} does not exist"
+        assert begin not in readme and end not in readme, f"README.md still holds {name}"
+
+
+def test_images_are_linked_relative_to_the_results_doc(tmp_path: Path) -> None:
+    doc = tmp_path / "docs" / "results.md"
+    assert image("patterns", tmp_path / "docs" / "results" / "patterns.png", doc) == (
+        "![patterns](results/patterns.png)")
+    assert image("p", RESULTS_DOC.parent / "results" / "prediction.png") == (
+        "![p](results/prediction.png)")
 
 
 def test_fixed_choice_is_the_models_evaluation_of_exactly_that_config() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
-from fasdl.aws.memory_report import next_memory_mb
+from fasdl.contract.errors import next_memory_mb
 from infra import lambda_errors, segment_states, workflow
 from infra.access import WILDCARD_RESOURCE_ACTIONS
 from infra.cache import cache_limits, cache_name

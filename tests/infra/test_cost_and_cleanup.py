@@ -173,9 +173,10 @@ def test_alarm_topic_passes_nag_and_cfn_lint(email_synth: Synth, tmp_path: Path)
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
-# ---- the cache's idle cost, as the README states it ------------------------------------
+# ---- the cache's idle cost, as the README and the user guide state it --------------------
 def test_readme_states_the_valkey_idle_cost_from_the_shipped_prices() -> None:
     prices = json.loads(PRICES.read_text())
     monthly = prices["valkey_min_gb"] * prices["valkey_gb_hour"] * HOURS_PER_MONTH
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert f"${monthly:.2f}" in readme, f"README should state the idle cost ${monthly:.2f}"
+    for doc in ("README.md", "docs/user-guide.md"):  # "Costs after a run" in both
+        text = (REPO_ROOT / doc).read_text()
+        assert f"${monthly:.2f}" in text, f"{doc} should state the idle cost ${monthly:.2f}"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fasdl.aws.account import WORKER_FUNCTION_ENV
+from fasdl.contract.settings import WORKER_FUNCTION_ENV
 from infra.compute import TRIGGER_TIMEOUT
 from infra.settings import DEFAULT_PLAN_PATH, SynthSettingsError
 from tests.infra.conftest import Synth, synthesize

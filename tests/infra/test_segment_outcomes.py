@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from fasdl.contract.errors import WorkerDuplicate, WorkerFenced
 from fasdl.exchange.channel import ChannelError, ChannelTimeout
 from fasdl.exchange.wire import FrameError
-from fasdl.run.fencing import WorkerDuplicate, WorkerFenced
 from fasdl.run.segment_runner import SegmentTooLong
 from infra import lambda_errors, segment_states, workflow
 from infra.segment_states import CRASHED, FAILED, OUT_OF_MEMORY, PRECEDENCE, TIMED_OUT

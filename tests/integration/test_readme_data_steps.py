@@ -8,9 +8,9 @@ import re
 import shlex
 from pathlib import Path
 
-from fasdl import dataset_check
+from fasdl.contract.plan import Plan
 from fasdl.datasets.__main__ import main as import_dataset
-from fasdl.plan import Plan
+from fasdl.run import dataset_check
 from infra.settings import DEFAULT_PLAN_PATH, REPO_ROOT
 from local.servers import SeaweedS3Server
 
@@ -19,9 +19,12 @@ SYNC = re.compile(r"^aws s3 sync (?P<src>\S+) s3://<DatasetsBucketName>/(?P<pref
 
 
 def _readme_steps() -> tuple[list[str], list[tuple[str, str]]]:
-    """The importer command and the sync commands of README step 5, cifar10 -> digits."""
+    """The importer command and the sync commands of README step 5, cifar10 -> digits (the
+    README's other importer line, `digits data/digits` under "Plan a job", is run by
+    tests/integration/test_readme_commands.py)."""
     lines = [line.strip() for line in (REPO_ROOT / "README.md").read_text().splitlines()]
-    (importer,) = [line for line in lines if line.startswith(".venv/bin/python -m fasdl.datasets")]
+    (importer,) = [line for line in lines
+                   if line.startswith(".venv/bin/python -m fasdl.datasets cifar10 ")]
     syncs = [SYNC.match(line) for line in lines if line.startswith("aws s3 sync data/")]
     assert syncs and all(syncs), "README step 5 must upload with `aws s3 sync`"
     return (shlex.split(importer.split("#")[0]),

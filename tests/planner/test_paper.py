@@ -124,7 +124,7 @@ def test_k_reduce_is_no_costlier_than_the_baselines(name: str, channel: str, rul
 
 def test_allreduce_cannot_fit_bert_in_time() -> None:
     """Table IV: AllReduce has no fit for BERT; with the fitted S3 profile our model agrees.
-    (For ResNet50 the paper also says no fit; our model finds W = 2 fits: see the README.)"""
+    (For ResNet50 the paper also says no fit; our model finds W = 2 fits: see docs/results.md.)"""
     problem, _ = table_iv_problem("bert-base-cola")
     result = exact(problem, "allreduce")
     assert result.choice is None and result.violation == Violation.DEADLINE

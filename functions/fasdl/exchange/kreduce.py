@@ -13,7 +13,7 @@ iteration every worker takes one step of its own optimizer (fasdl.training.optim
 Why it re-applies its step: trained from merged l−1 as it is (the paper's HAP), every merge
 mixes fresh models with models one merge behind, the model advances ~1/(1 + w_n) of the
 update per iteration (w_n: the non-aggregators' batch share) and a fixed budget ends
-under-trained (README "Convergence"). Merged l−1 plus its own step is its best guess of
+under-trained (docs/results.md, "Convergence"). Merged l−1 plus its own step is its best guess of
 merged l; it costs one optimizer update (fasdl.training.optimizers reapply), no memory.
 
 Why model averaging after local momentum steps equals large-batch SGD with momentum (bsp):
