@@ -17,7 +17,8 @@ below is a numpy array with one entry per configuration (W, M, K, B^a, B^n, sync
   with ``own_shard_local`` (the default) an aggregator's T_up and T_down move (K−1)·S_s, not
   S_m; non-aggregators still move S_m each way; request and byte counts are the same either
   way. ``own_shard_local=False`` is the paper's equations as printed (the paper-reproduction
-  tests). Measured (bench/prediction.py) that form over-predicted an S3 iteration by 45-95 %.
+  tests); against local runs that form over-predicts an S3 iteration by far (measured:
+  docs/results.md, "Measurements behind design choices").
 - training              T_train(B) = a·(B + b)/(M + m)                        (3-12)
 - alignment             B^n = B^a + T_agg·(M + m)/a, floored and clipped to the global-batch
                         budget and B_M (digest §3.7-5)                       (3-22)
@@ -193,6 +194,28 @@ def busy_s(workload: WorkloadProfile, memory_mb: ArrayLike, batch: ArrayLike,
                       dtype=np.float64)
 
 
+def run_cost(problem: Problem, memory_mb: IntArray | int,
+             workers: FloatArray | IntArray | int, aggregators: FloatArray | IntArray | int, *,
+             worker_seconds: FloatArray, time_s: FloatArray, iterations: FloatArray,
+             segments: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """A run's cost in USD: (Lambda compute, requests and transitions, exchange, checkpoint
+    and data requests). Each term rises with each input, so the search's bounds feed it floors
+    of them (planner/search/bounds.py)."""
+    prices = problem.prices
+    w = np.broadcast_to(np.asarray(workers, dtype=np.int64), np.shape(time_s))
+    k = np.broadcast_to(np.asarray(aggregators, dtype=np.int64), np.shape(time_s))
+    compute = prices.lambda_mb_s(problem.arch) * np.asarray(memory_mb) * worker_seconds
+    runs = np.asarray(segments, dtype=np.float64)
+    transitions = (SFN_FIXED_TRANSITIONS
+                   + runs * (SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w))
+    requests = (runs * w + 2) * prices.lambda_request + transitions * prices.sfn_transition
+    exchange = exchange_cost(prices, problem.channel, problem.workload.model_mb, w, k,
+                             iterations, time_s, problem.exchange_chunks, problem.upload_share)
+    checkpoint = segment_request_cost(prices, problem.channel, w, k, runs, time_s)
+    return (np.asarray(compute, dtype=np.float64), np.asarray(requests, dtype=np.float64),
+            np.asarray(exchange, dtype=np.float64), np.asarray(checkpoint, dtype=np.float64))
+
+
 def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggregators: ArrayLike,
              batch_aggregator: ArrayLike, batch_non_aggregator: ArrayLike,
              bsp: ArrayLike = False) -> Evaluation:
@@ -202,7 +225,7 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
                                                         batch_aggregator,
                                                         batch_non_aggregator)))
     sync_bsp = np.broadcast_to(np.asarray(bsp, dtype=bool), w.shape)
-    wl, prices = problem.workload, problem.prices
+    wl = problem.workload
     bn = np.where(k >= w, ba, bn)
     global_batch = k * ba + (w - k) * bn
     iterations = wl.samples / global_batch
@@ -219,15 +242,9 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     segment_iterations, segments = _segmenting(budget, iteration, total_iterations)
     time = total_iterations * iteration + segments * (load + checkpoint) + cold
 
-    cost_lambda = prices.lambda_mb_s(problem.arch) * mem * w * time
-    invocations = segments * w + 2
-    transitions = (SFN_FIXED_TRANSITIONS
-                   + segments * (SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w))
-    cost_requests = invocations * prices.lambda_request + transitions * prices.sfn_transition
-    cost_exchange = exchange_cost(prices, problem.channel, wl.model_mb, w, k,
-                                  total_iterations, time, problem.exchange_chunks,
-                                  problem.upload_share)
-    cost_checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time)
+    cost_lambda, cost_requests, cost_exchange, cost_checkpoint = run_cost(
+        problem, mem, w, k, worker_seconds=w * time, time_s=time,
+        iterations=total_iterations, segments=segments)
     cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
 
     violation = _violations(problem, w, mem, k, ba, bn, global_batch, segment_iterations, time)

@@ -17,6 +17,7 @@ Pipelined (C > 1): planner/model/pipelined.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,24 +46,49 @@ def shard_throughputs(problem: Problem, memory_mb: ArrayLike, shard_mb: ArrayLik
             platform.throughput("down", memory_mb, sent))
 
 
+@dataclass(frozen=True)
+class AggregatorTerms:
+    """A phased aggregator's exchange in W: T_up, T_agg = (W−1)·per_peer + publish, T_down."""
+
+    upload: FloatArray
+    per_peer: FloatArray  # one peer's shard downloaded
+    publish: FloatArray   # the merged shard uploaded
+    download: FloatArray
+
+    @property
+    def fixed(self) -> FloatArray:
+        """Everything but the W−1 peer downloads: c_a = fixed + (W−1)·per_peer."""
+        return np.asarray(self.upload + self.publish + self.download, dtype=np.float64)
+
+
+def aggregator_terms(problem: Problem, memory_mb: ArrayLike, aggregators: ArrayLike
+                     ) -> AggregatorTerms:
+    """The terms of a phased aggregator's exchange at M and K (any W > 1)."""
+    model_mb = problem.workload.model_mb
+    shard_mb = model_mb / np.asarray(aggregators, dtype=np.float64)
+    sent_mb = shard_mb * problem.upload_share  # a worker's shard as it travels
+    tp_up, tp_down, sent_up, sent_down = shard_throughputs(problem, memory_mb, shard_mb)
+    # the shards an aggregator ships: all K (paper) or all but its own (runtime)
+    moved_mb = model_mb - shard_mb if problem.own_shard_local else np.full_like(shard_mb,
+                                                                                 model_mb)
+    return AggregatorTerms(upload=moved_mb * problem.upload_share / sent_up,
+                           per_peer=sent_mb / sent_down, publish=shard_mb / tp_up,
+                           download=moved_mb / tp_down)
+
+
 def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray,
                         aggregators: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     """An aggregator's (T_up, T_agg, T_down) per iteration; all zero for a single worker."""
-    model_mb = problem.workload.model_mb
-    shard_mb = model_mb / aggregators
-    sent_mb = shard_mb * problem.upload_share  # a worker's shard as it travels
-    tp_up, tp_down, sent_up, sent_down = shard_throughputs(problem, memory_mb, shard_mb)
+    terms = aggregator_terms(problem, memory_mb, aggregators)
     alone = workers <= 1
-    # the shards an aggregator ships: all K (paper) or all but its own (runtime)
-    moved_mb = model_mb - shard_mb if problem.own_shard_local else model_mb
-    upload = np.where(alone, 0.0, moved_mb * problem.upload_share / sent_up)
-    aggregate = np.where(alone, 0.0, (workers - 1) * sent_mb / sent_down + shard_mb / tp_up)
-    download = np.where(alone, 0.0, moved_mb / tp_down)
+    upload = np.where(alone, 0.0, terms.upload)
+    aggregate = np.where(alone, 0.0, (workers - 1) * terms.per_peer + terms.publish)
+    download = np.where(alone, 0.0, terms.download)
     return upload, aggregate, download
 
 
-def non_aggregator_times(problem: Problem, memory_mb: IntArray,
-                         aggregators: IntArray) -> tuple[FloatArray, FloatArray]:
+def non_aggregator_times(problem: Problem, memory_mb: ArrayLike,
+                         aggregators: ArrayLike) -> tuple[FloatArray, FloatArray]:
     """A non-aggregator's (T_up, T_down): all K shards up, all K merged shards down
     (pipelined: K·C chunks each way, overlapped; the iteration counts the longer)."""
     model_mb = problem.workload.model_mb
@@ -71,7 +97,8 @@ def non_aggregator_times(problem: Problem, memory_mb: IntArray,
         terms = pipelined_terms(problem.platform, memory_mb, model_mb, aggregators, chunks,
                                 problem.upload_share)
         return terms.uploads_n, terms.downloads_n
-    _, tp_down, sent_up, _ = shard_throughputs(problem, memory_mb, model_mb / aggregators)
+    shard_mb = model_mb / np.asarray(aggregators, dtype=np.float64)
+    _, tp_down, sent_up, _ = shard_throughputs(problem, memory_mb, shard_mb)
     return model_mb * problem.upload_share / sent_up, model_mb / tp_down
 
 

@@ -1,7 +1,8 @@
 """The exact search, bounded in memory and time: branch and bound over the planner's grid.
 
-Evaluating the whole grid (M, W, K, B^a, B^n) at once took memory growing with (B^g_max/16)^2
-(5.4 GB at 8,192, a MemoryError at 16,000) and is out of reach once B^n is searched too. The
+Evaluating the whole grid (M, W, K, B^a, B^n) at once took memory growing with (B^g_max/16)^2,
+gigabytes at global batches in the thousands (measured: docs/results.md, "Measurements behind
+design choices"), and is out of reach once B^n is searched too. The
 grid is walked in four levels instead, best lower bound first:
 
 1. blocks: a memory and up to 32 consecutive W (every K and batch of them);
@@ -37,19 +38,12 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from planner.model.cost_model import (
-    SFN_FIXED_TRANSITIONS,
-    SFN_TRANSITIONS_PER_SEGMENT,
-    SFN_TRANSITIONS_PER_WORKER,
-    aligned_non_aggregator_batch,
-    segment_io_mb,
-)
-from planner.model.exchange_cost import exchange_cost
-from planner.model.exchange_time import shard_throughputs
+from planner.model import cost_model
+from planner.model.cost_model import aligned_non_aggregator_batch, segment_io_mb
+from planner.model.exchange_time import aggregator_terms, non_aggregator_times
 from planner.model.memory import role_max_batch
 from planner.model.pipelined import pipelined_terms
 from planner.model.problem import FloatArray, IntArray, Problem
-from planner.model.segment_requests import segment_request_cost
 
 BnRule = Literal["search", "align"]
 BN_RULES: tuple[str, ...] = ("search", "align")
@@ -121,31 +115,21 @@ def _communication_tables(problem: Problem, at: FloatArray, k: FloatArray
                                 problem.upload_share)
         return {"floor_a": terms.floor_a, "fixed_a": terms.fixed_a,
                 "per_peer": terms.per_peer, "non_agg": terms.non_aggregator}
-    shard, u = wl.model_mb / k, problem.upload_share
-    up, down, up_u, down_u = shard_throughputs(problem, at, shard)
-    moved = wl.model_mb - shard if problem.own_shard_local else np.full_like(shard, wl.model_mb)
-    fixed_a = moved * u / up_u + shard / up + moved / down
-    return {"floor_a": np.zeros_like(fixed_a), "fixed_a": fixed_a,
-            "per_peer": shard * u / down_u,
-            "non_agg": wl.model_mb * u / up_u + wl.model_mb / down}
+    phased = aggregator_terms(problem, at, k)
+    upload_n, download_n = non_aggregator_times(problem, at, k)
+    return {"floor_a": np.zeros_like(phased.fixed), "fixed_a": phased.fixed,
+            "per_peer": phased.per_peer, "non_agg": upload_n + download_n}
 
 
 def run_cost(problem: Problem, memory: IntArray | int, workers: FloatArray | IntArray | int,
              aggregators: FloatArray | IntArray | int, worker_seconds: FloatArray,
              time_s: FloatArray, iterations: FloatArray, segments: FloatArray) -> FloatArray:
-    """evaluate()'s cost from its inputs; each term rises with each of them, so floors of
-    W·time, time, iterations and segments give a floor of the cost."""
-    prices = problem.prices
-    w = np.broadcast_to(np.asarray(workers, dtype=np.int64), np.shape(time_s))
-    k = np.broadcast_to(np.asarray(aggregators, dtype=np.int64), np.shape(time_s))
-    compute = prices.lambda_mb_s(problem.arch) * np.asarray(memory) * worker_seconds
-    transitions = SFN_FIXED_TRANSITIONS + segments * (
-        SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w)
-    requests = (segments * w + 2) * prices.lambda_request + transitions * prices.sfn_transition
-    exchange = exchange_cost(prices, problem.channel, problem.workload.model_mb, w, k,
-                             iterations, time_s, problem.exchange_chunks, problem.upload_share)
-    checkpoint = segment_request_cost(prices, problem.channel, w, k, segments, time_s)
-    return np.asarray(compute + requests + exchange + checkpoint, dtype=np.float64)
+    """A floor of evaluate()'s cost: the model's own cost terms (cost_model.run_cost) fed floors
+    of W·time, time, iterations and segments."""
+    return np.asarray(sum(cost_model.run_cost(problem, memory, workers, aggregators,
+                                              worker_seconds=worker_seconds, time_s=time_s,
+                                              iterations=iterations, segments=segments)),
+                      dtype=np.float64)
 
 
 def _weighted_comm(t: Tables, index: int | slice, workers: NDArray[np.float64],
