@@ -24,6 +24,7 @@ from fasdl.contract.plan import Plan
 from fasdl.training.augment import training_tensors
 from fasdl.training.data import BatchStream, Partition, class_count, plan_partition
 from fasdl.training.evaluation import confusion_of
+from fasdl.training.losses import build_loss
 from fasdl.training.networks import build_seeded_model
 from fasdl.training.optimizers import FlatParameters, build_optimizer
 
@@ -63,7 +64,7 @@ def reference_curve(plan: Plan, train: Partition, test: Partition | None,
     classes = class_count(train.y)
     model = build_seeded_model(plan.workload.model, t.seed, classes, shape)
     optimizer = build_optimizer(FlatParameters(model), plan)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = build_loss(plan.workload)
     streams = worker_streams(plan, train)
     points: list[dict[str, Any]] = []
     losses: list[float] = []

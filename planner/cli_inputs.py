@@ -42,8 +42,8 @@ FIT_FIELD_TO_ARGUMENT = {
     "arch": "--arch", "invocation_overhead_s": "--invocation-overhead",
 }
 # The exact search is a branch and bound with memory bounded by its chunks
-# (planner/search/bounds.py):
-# 65,536 with W up to 1,000 takes ~1 s and < 100 MB of peak RSS (bench/planner_search.py
+# (planner/search/bounds.py): up to this global batch with W up to 1,000 it stays well within
+# its time and memory goals (measured: docs/results.md, "Planner search", bench/planner_search.py
 # --large). Beyond it nothing is measured, and ImageNet-size global batches (8k-64k) fit.
 MAX_GLOBAL_BATCH = 65536
 BATCH_STEP = Problem.batch_step  # the step of B^a in every search
@@ -91,6 +91,7 @@ def build_problem(args: argparse.Namespace) -> Problem:
     workload = _load_file("--workload", "workload", load_workload, args.workload,
                           shipped=args.workload in known_workloads())
     workload = _with_recipe_flags(workload, args)
+    check_model(workload)
     if args.platform:
         platform = _load_file("--platform", "platform", load_platform_file, args.platform)
         if (platform.channel, platform.arch) != (args.channel, args.arch):
@@ -111,6 +112,19 @@ def build_problem(args: argparse.Namespace) -> Problem:
         raise _problem_error(error, args) from error
     _check_min_workers(problem)
     return problem
+
+
+def check_model(workload: WorkloadProfile) -> None:
+    """Build the workload's model as a worker will (on the meta device) before any plan is
+    written: an unknown name, a missing file or function, a wrong signature or input shape, or
+    a model_mb that is not the model's, is the workload's error (exit 2)."""
+    from fasdl.contract.user_code import UserCodeError  # torch: only once a plan is asked for
+    from fasdl.training.model_check import check_workload
+
+    try:
+        check_workload(workload.to_workload())
+    except (PlanError, UserCodeError) as error:
+        raise CliError("--workload", f"workload {workload.name}: {error}") from error
 
 
 def _with_recipe_flags(workload: WorkloadProfile, args: argparse.Namespace

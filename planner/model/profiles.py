@@ -59,7 +59,8 @@ _DATA: Traversable = resources.files("planner") / "data"
 LAMBDA_MB_PER_VCPU = 1769.0
 LAMBDA_MAX_VCPUS = 6.0
 # The torch load (zstd stream + tar extraction, then `import torch`) runs on one thread:
-# uncapped on 2 cores it keeps < 1 CPU busy (docs/cold-start.md), so vCPUs past one do not help.
+# uncapped it keeps less than one CPU busy (measured: docs/cold-start.md), so vCPUs past one do
+# not help.
 TORCH_LOAD_THREADS = 1.0
 
 
@@ -105,6 +106,13 @@ class WorkloadProfile:
     # measured, and T_train stands for it): planner/model/client_cpu.py's bound charges it
     cpu_step_s: float = 0.0
     cpu_sample_s: float = 0.0
+    # the plan's optional workload fields (fasdl.contract.workload): a model of your own, its
+    # loss, initial weights, the dataset's statistics
+    input_shape: list[int] | None = None
+    classes: int | None = None
+    loss: str = "cross_entropy"
+    initial_weights: str | None = None
+    normalization: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name, low, above, high in _WORKLOAD_NUMBERS:
@@ -158,7 +166,10 @@ class WorkloadProfile:
     def to_workload(self) -> Workload:
         workload = Workload(name=self.name, model=self.model, dataset=self.dataset,
                             samples=self.samples, dataset_mb=self.dataset_mb,
-                            model_mb=self.model_mb)
+                            model_mb=self.model_mb, input_shape=self.input_shape,
+                            classes=self.classes, loss=self.loss,
+                            initial_weights=self.initial_weights,
+                            normalization=self.normalization)
         workload.validate()
         return workload
 
@@ -171,11 +182,31 @@ class WorkloadProfile:
         data = asdict(self)
         if not self.cpu_profiled:
             del data["cpu_step_s"], data["cpu_sample_s"]  # not profiled: files stay as they were
+        for name, default in _OPTIONAL_WORKLOAD_FIELDS.items():
+            if data[name] == default:  # absent, as in the shipped files
+                del data[name]
         return data
 
     @classmethod
     def from_dict(cls, data: object) -> WorkloadProfile:
+        if isinstance(data, dict) and not any(name in data for name in COMPUTE_FIELDS):
+            raise ProfileError(unprofiled_message(str(data.get("name", "?"))))
         return construct(cls, data)
+
+
+_OPTIONAL_WORKLOAD_FIELDS: dict[str, object] = {
+    "input_shape": None, "classes": None, "loss": "cross_entropy", "initial_weights": None,
+    "normalization": None}
+# The fitted coefficients: a workload without any of them (python -m planner workload new
+# writes one) must be profiled before it can be planned.
+COMPUTE_FIELDS = ("a", "b", "m", "k", "c")
+
+
+def unprofiled_message(name: str) -> str:
+    return (f"workload {name} is not profiled yet (no compute coefficients a, b, m, k, c): "
+            f"profile it on this machine with `python -m local profile --workload "
+            f"<its file>`, or on AWS with the profiling state machine (docs/profiling.md), "
+            f"then plan with the profile it writes")
 
 
 CPU_FIELDS = ("cpu_up_request_s", "cpu_up_mb_s", "cpu_down_request_s", "cpu_down_mb_s",

@@ -15,7 +15,8 @@ from typing import Any
 
 from fasdl.contract.fields import require_choice, require_float
 from fasdl.contract.json_input import unknown_field_message
-from fasdl.contract.plan import AUGMENTATIONS, LR_SCHEDULES, OPTIMIZER_STATE, OPTIMIZERS, PlanError
+from fasdl.contract.plan import LR_SCHEDULES, OPTIMIZER_STATE, OPTIMIZERS, PlanError
+from fasdl.contract.workload import AUGMENTATIONS
 
 # command-line flag -> recipe field
 FLAGS = {"--optimizer": "optimizer", "--learning-rate": "learning_rate",

@@ -24,11 +24,9 @@ from fasdl.contract.fields import PlanError as PlanError
 from fasdl.contract.fields import (
     is_int,
     require_choice,
-    require_dataset_key,
     require_float,
     require_int,
     require_number_map,
-    require_pattern,
     require_region,
     require_text_map,
 )
@@ -38,6 +36,8 @@ from fasdl.contract.json_input import (
     read_json_file,
     unknown_field_message,
 )
+from fasdl.contract.workload import AUGMENTATIONS, NEEDS_NORMALIZATION
+from fasdl.contract.workload import Workload as Workload  # the plan's section, re-exported
 
 PLAN_VERSION = 1
 
@@ -50,7 +50,6 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")  # fasdl.training.optimizers
 OPTIMIZER_STATE: dict[str, tuple[str, ...]] = {"sgd": ("momentum",),
                                                "adamw": ("exp_avg", "exp_avg_sq")}
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "linear")
-AUGMENTATIONS: tuple[str, ...] = ("none", "cifar")  # fasdl.training.augment
 # What uploaded shards carry (fasdl.exchange.codec): float32 values, or their bfloat16
 # difference from the last merged model with error feedback (half the upload bytes)
 EXCHANGE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
@@ -80,28 +79,6 @@ PLAN_MAX_COMPACT_BYTES = 3072
 PROVENANCE_MAX_CHARS = 512
 
 _Section = TypeVar("_Section", "Workload", "Deployment", "Training", "Prediction")
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What is trained. ``samples`` is D, ``dataset_mb`` S_d, ``model_mb`` S_m."""
-
-    name: str
-    model: str
-    dataset: str
-    samples: int
-    dataset_mb: float
-    model_mb: float
-
-    def validate(self) -> None:
-        require_pattern("workload.name", self.name, IDENTIFIER,
-                        "an identifier of 1-64 letters, digits, '_', '.', '-'")
-        require_pattern("workload.model", self.model, IDENTIFIER,
-                        "a model registry name of 1-64 letters, digits, '_', '.', '-'")
-        require_dataset_key("workload.dataset", self.dataset)
-        require_int("workload.samples", self.samples, 1, 10**10)
-        require_float("workload.dataset_mb", self.dataset_mb, 0.0, 1e7, open_low=True)
-        require_float("workload.model_mb", self.model_mb, 0.0, 1e5, open_low=True)
 
 
 @dataclass(frozen=True)
@@ -239,6 +216,12 @@ class Plan:
         if self.prediction is not None:
             self.prediction.validate()
         require_text_map("provenance", self.provenance, max_chars=PROVENANCE_MAX_CHARS)
+        if (self.training.augmentation in NEEDS_NORMALIZATION
+                and self.workload.normalization is None):
+            raise PlanError("workload.normalization",
+                            f"is required by training.augmentation "
+                            f"'{self.training.augmentation}' (the dataset's meta.json has it; "
+                            f"python -m planner workload new copies it)")
         if self.global_batch > self.workload.samples:
             raise PlanError(
                 "workload.samples",

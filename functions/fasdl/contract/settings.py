@@ -40,6 +40,7 @@ DEFAULT_FENCE_CHECK_S = 10.0  # one small GET per worker per 10 s: a zombie stop
 WORKER_LOG_GROUP_ENV = "FASDL_WORKER_LOG_GROUP"  # the trigger's: the worker's log group
 WORKER_FUNCTION_ENV = "FASDL_WORKER_FUNCTION"  # the trigger's: the worker function's name
 STUB_ENV = "FASDL_TORCH_LAYER_STUB"  # tests: a layer without torch (fasdl.aws.torch_setup)
+USER_MODULES_ENV = "FASDL_USER_MODULES"  # {reference: module} of the code the synth shipped
 
 # Each Settings field's environment variable: the one list. Handlers parse it
 # (Settings.from_env); infra and the local runner render it (Settings.to_env).

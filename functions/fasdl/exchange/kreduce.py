@@ -57,6 +57,7 @@ from fasdl.exchange.inflight import SCALED_AT_ONCE, Uploads, add_weighted, frame
 from fasdl.exchange.pipeline import PipelinedExchange
 from fasdl.exchange.shard_layout import chunk_bounds, shard_bounds
 from fasdl.exchange.wire import decode_shard, encode_shard_into
+from fasdl.training.losses import Loss, build_loss
 from fasdl.training.optimizers import FlatParameters, build_optimizer
 
 ParamsSource = Literal["merged", "own"]
@@ -85,7 +86,7 @@ class KReduceWorker:
     """One worker of a K-REDUCE run; the handler calls :meth:`step` once per iteration."""
 
     def __init__(self, plan: Plan, worker_id: int, channel: Channel, model: nn.Module,
-                 run_id: str, epoch: int, *, loss_fn: nn.Module | None = None,
+                 run_id: str, epoch: int, *, loss_fn: Loss | None = None,
                  wait_timeout_s: float = 300.0, max_in_flight: int = 8,
                  inflight_bytes: int | None = None) -> None:
         self.workers = plan.deployment.workers
@@ -98,7 +99,7 @@ class KReduceWorker:
         self.model = model
         self.run_id = run_id
         self.epoch = epoch  # namespaces keys and frames (fasdl.run.fencing)
-        self.loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+        self.loss_fn = loss_fn if loss_fn is not None else build_loss(plan.workload)
         self.wait_timeout_s = wait_timeout_s
         self.is_aggregator = worker_id < self.aggregators
         self.stale_by_one = self._is_stale(worker_id)

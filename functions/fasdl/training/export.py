@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from fasdl.contract.fields import is_int_at_least
-from fasdl.contract.plan import AUGMENTATIONS
+from fasdl.contract.workload import AUGMENTATIONS
 from fasdl.training.networks import MODELS, InputShape, build_seeded_model
 from fasdl.training.text_networks import TEXT_MODELS
 

@@ -5,10 +5,10 @@
 layout, ImageNet stem included (ResNet-50: 7×7 stride-2 conv and a stride-2 max-pool;
 MobileNetV2: stride-2 first conv and second stage), applied to 32×32 images as the paper's
 workload coefficients imply: its training times (a, b, m) and the batches it ran (ResNet-50
-at B = 512 in 3,328 MB) fit these, measured at ~2.3 and ~1.6 MB per sample, not CIFAR stems
-at ~31 and ~13 MB (bench/memory_roles.py). ``resnet18`` and ``squeezenet`` keep small-image
-stems (3×3 stride-1 first conv). All end in global average pooling, so their parameter count
-does not depend on the input size.
+at B = 512 in 3,328 MB) fit these, not CIFAR stems, whose activations take many times the
+memory per sample (measured: docs/results.md, "Measurements behind design choices").
+``resnet18`` and ``squeezenet`` keep small-image stems (3×3 stride-1 first conv). All end in
+global average pooling, so their parameter count does not depend on the input size.
 ``mlp-resnet50-size``/``mlp-squeezenet-size`` are MLPs with those two models' parameter size
 (for any input shape), for measuring exchange patterns where a real ResNet is too slow on a CPU.
 
@@ -28,7 +28,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from fasdl.contract.user_code import UserCodeError
+from fasdl.contract.workload import code_reference
 from fasdl.training.text_networks import TEXT_MODELS, build_text_model
+from fasdl.training.user_code import check_signature, load_function
 
 # images: (channels, height, width); text: (2, sequence length), token ids and attention mask
 InputShape = tuple[int, ...]
@@ -208,12 +211,30 @@ MODELS: dict[str, Builder] = {
 }
 
 
+USER_BUILDER = "function(num_classes, input_shape) -> torch.nn.Module"
+
+
+def build_user_model(reference: str, num_classes: int, input_shape: InputShape) -> nn.Module:
+    """The user's own model: ``file.py:function`` called as function(num_classes, input_shape)."""
+    builder = load_function(reference, "workload.model")
+    check_signature(builder, (num_classes, tuple(input_shape)), "workload.model", USER_BUILDER)
+    model = builder(num_classes, tuple(input_shape))
+    if not isinstance(model, nn.Module):
+        raise UserCodeError("workload.model", f"{reference} returned {type(model).__name__}, "
+                                              f"not a torch.nn.Module")
+    return model
+
+
 def build_model(name: str, num_classes: int = 10,
                 input_shape: InputShape = (3, 32, 32)) -> nn.Module:
-    """A freshly initialised model (seed torch before calling for identical replicas)."""
+    """A freshly initialised model (seed torch before calling for identical replicas): a
+    registry name, or the user's ``file.py:function``."""
+    if code_reference(name) is not None:
+        return build_user_model(name, num_classes, input_shape)
     builder = MODELS.get(name)
     if builder is None:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}, or "
+                         f"path/to/file.py:function")
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}")
     if name in TEXT_MODELS:  # (2, L): the text builder checks it

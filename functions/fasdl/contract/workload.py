@@ -1,0 +1,151 @@
+"""The plan's ``workload``: what is trained, on what data, from which initial weights.
+
+``model`` is a model of the registry (fasdl.training.networks) or a reference to the user's own
+code, ``path/to/file.py:function``: a builder ``function(num_classes, input_shape) ->
+torch.nn.Module`` (fasdl.training.user_code imports it; infra ships the file, and its package
+if it is one, with the functions). A referenced model needs ``input_shape`` and ``classes``,
+so that the planner and the synth can build it before anything is deployed.
+``loss`` is ``cross_entropy`` (default), ``mse`` or ``bce`` (on one-hot targets), or a reference
+``file.py:function`` to ``function() -> torch.nn.Module`` called as ``loss(logits, labels)``.
+``initial_weights``: a safetensors file's key in the datasets bucket (fine-tuning).
+``normalization``: per-channel ``mean`` and ``std`` of the dataset, from its importer's
+``meta.json``; the ``images`` and ``normalize`` augmentations use them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fasdl.contract.fields import (
+    DATASET_KEY,
+    IDENTIFIER,
+    PlanError,
+    is_number,
+    require_choice,
+    require_dataset_key,
+    require_float,
+    require_int,
+    require_pattern,
+    show,
+)
+
+# fasdl.training.augment: none; cifar (crop, flip, CIFAR-10's statistics); images (crop, flip,
+# the dataset's own statistics); normalize (the dataset's statistics only)
+AUGMENTATIONS: tuple[str, ...] = ("none", "cifar", "images", "normalize")
+NEEDS_NORMALIZATION: tuple[str, ...] = ("images", "normalize")
+LOSSES: tuple[str, ...] = ("cross_entropy", "mse", "bce")
+# path/to/file.py:function; a path of letters, digits, '_', '.', '-' and '/' (absolute or
+# relative to where the planner, the synth and the local runner are started)
+CODE_REFERENCE = re.compile(r"^(?P<path>/?[A-Za-z0-9_.\-/]{1,255}\.py):"
+                            r"(?P<function>[A-Za-z_][A-Za-z0-9_]{0,63})\Z")
+MAX_INPUT_DIMS = 4
+MAX_CLASSES = 100_000
+
+
+def code_reference(value: str) -> tuple[str, str] | None:
+    """(file, function) of a ``file.py:function`` reference, None for a registry name."""
+    match = CODE_REFERENCE.fullmatch(value)
+    if match is None:
+        return None
+    return match["path"], match["function"]
+
+
+def _require_model(path: str, value: object) -> str:
+    if isinstance(value, str) and code_reference(value) is not None:
+        file = code_reference(value)[0]  # type: ignore[index]
+        if ".." in file.split("/"):
+            raise PlanError(path, f"the file's path must not contain '..', got {show(value)}")
+        return value
+    return require_pattern(path, value, IDENTIFIER,
+                           "a model registry name (1-64 letters, digits, '_', '.', '-') or "
+                           "path/to/file.py:function")
+
+
+def _require_shape(path: str, value: object) -> list[int]:
+    if not isinstance(value, list | tuple) or not 1 <= len(value) <= MAX_INPUT_DIMS:
+        raise PlanError(path, f"must be a list of 1-{MAX_INPUT_DIMS} sizes, e.g. [3, 32, 32], "
+                              f"got {show(value)}")
+    return [require_int(f"{path}[{index}]", size, 1, 100_000)
+            for index, size in enumerate(value)]
+
+
+def _require_normalization(path: str, value: object, channels: int | None) -> None:
+    if not isinstance(value, dict) or set(value) != {"mean", "std"}:
+        raise PlanError(path, f"must be an object with 'mean' and 'std' lists, got "
+                              f"{show(value)}")
+    for name in ("mean", "std"):
+        numbers = value[name]
+        if not isinstance(numbers, list) or not 1 <= len(numbers) <= 64 or not all(
+                is_number(number) for number in numbers):
+            raise PlanError(f"{path}.{name}", f"must be a list of 1-64 numbers, got "
+                                              f"{show(numbers)}")
+        low = 1e-6 if name == "std" else -1e6
+        for index, number in enumerate(numbers):
+            require_float(f"{path}.{name}[{index}]", number, low, 1e6)
+    if len(value["mean"]) != len(value["std"]):
+        raise PlanError(f"{path}.std", f"must have as many entries as mean "
+                                       f"({len(value['mean'])}), got {len(value['std'])}")
+    if channels is not None and len(value["mean"]) != channels:
+        raise PlanError(f"{path}.mean", f"must have one entry per input channel "
+                                        f"(input_shape[0] = {channels}), got "
+                                        f"{len(value['mean'])}")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained. ``samples`` is D, ``dataset_mb`` S_d, ``model_mb`` S_m."""
+
+    name: str
+    model: str
+    dataset: str
+    samples: int
+    dataset_mb: float
+    model_mb: float
+    input_shape: list[int] | None = None
+    classes: int | None = None
+    loss: str = "cross_entropy"
+    initial_weights: str | None = None
+    normalization: dict[str, Any] | None = None
+
+    def validate(self) -> None:
+        require_pattern("workload.name", self.name, IDENTIFIER,
+                        "an identifier of 1-64 letters, digits, '_', '.', '-'")
+        _require_model("workload.model", self.model)
+        require_dataset_key("workload.dataset", self.dataset)
+        require_int("workload.samples", self.samples, 1, 10**10)
+        require_float("workload.dataset_mb", self.dataset_mb, 0.0, 1e7, open_low=True)
+        require_float("workload.model_mb", self.model_mb, 0.0, 1e5, open_low=True)
+        self._validate_user_fields()
+
+    def _validate_user_fields(self) -> None:
+        if self.input_shape is not None:
+            _require_shape("workload.input_shape", self.input_shape)
+        if self.classes is not None:
+            require_int("workload.classes", self.classes, 2, MAX_CLASSES)
+        if self.user_model is not None:
+            for name in ("input_shape", "classes"):
+                if getattr(self, name) is None:
+                    raise PlanError(f"workload.{name}", f"is required for a model of your own "
+                                                        f"({self.model})")
+        if code_reference(self.loss) is None:
+            require_choice("workload.loss", self.loss, LOSSES)
+        if self.initial_weights is not None:
+            key = require_dataset_key("workload.initial_weights", self.initial_weights)
+            if not key.endswith(".safetensors") or not DATASET_KEY.fullmatch(key):
+                raise PlanError("workload.initial_weights", f"must be the datasets bucket key "
+                                                            f"of a .safetensors file, got "
+                                                            f"{show(key)}")
+        if self.normalization is not None:
+            channels = self.input_shape[0] if self.input_shape else None
+            _require_normalization("workload.normalization", self.normalization, channels)
+
+    @property
+    def user_model(self) -> tuple[str, str] | None:
+        """(file, function) when the model is the user's own code."""
+        return code_reference(self.model)
+
+    @property
+    def user_loss(self) -> tuple[str, str] | None:
+        return code_reference(self.loss)
