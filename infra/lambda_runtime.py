@@ -119,6 +119,7 @@ def image_tag(runtime: str = PYTHON_RUNTIME) -> str:
     major, minor = runtime_python(runtime)
     return f"public.ecr.aws/lambda/python:{major}.{minor}"
 
-# /tmp the stack reserves for the unpacked torch tree (483 MB measured, with .pyc) plus headroom;
-# the layer build's scan fails when a build's unpacked tree does not fit it.
+# /tmp the stack reserves for the unpacked torch tree, .pyc included (measured:
+# docs/cold-start.md), plus headroom; the layer build's scan fails when a build's unpacked tree
+# does not fit it.
 TORCH_TMP_RESERVE_MB = 640

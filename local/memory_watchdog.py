@@ -12,7 +12,8 @@ once the group uses more than M × 2^20 bytes. The group's use at a sample is th
   process between two samples is still seen at the next one.
 
 Members are the leader's descendants (``/proc/<pid>/task/*/children``, every ``tree_s``,
-0.1 s) plus a scan of ``/proc`` for the session (every ``scan_s``, 5 s: ~6 ms each; it finds
+0.1 s) plus a scan of ``/proc`` for the session (every ``scan_s``, 5 s: a scan costs far more
+than a tree walk, docs/results.md, "Measurements behind design choices"; it finds
 orphans reparented away from the leader). Linux only. docs/emulation.md says why 25 ms and
 what sampling can miss.
 """

@@ -18,10 +18,11 @@ here finishes early in the slot, so a 12-byte marker written just before the val
 its key plus ``VISIBLE_SUFFIX``, carries the wall-clock time the slot ends (``time.time()``
 is shared by every process of the machine), and a shaped reader that finds the value sooner
 waits until then. Without this, a BSP aggregator read its peers' shards at the start of their
-uploads and iterations ran 40 % shorter than the shaped bandwidth allows. A value without a
+uploads and iterations ran well under what the shaped bandwidth allows. A value without a
 marker passes through at once. The marker is a separate object, not a prefix, so a frame is
-never copied to prepend it or to strip it: a 97.5 MB model's aggregator ran out of memory at
-M = 1024 MB with one copy per put and get, which Lambda would not have made.
+never copied to prepend it or to strip it: with one copy per put and get a large model's
+aggregator ran out of a memory size that fits it on Lambda, which makes no such copies
+(measured: docs/results.md, "Measurements behind design choices").
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ class ShapedChannel(Channel):
             if wait > 0:  # still uploading: a real reader would not have it yet
                 self.shaper.sleep(wait)
             # its download starts once the upload is over, also when that happened while
-            # this read was under way (a slow read on a loaded machine saw it 10 ms early)
+            # this read was under way (a slow read on a loaded machine saw it early)
             began = max(began, visible)
         self.shaper.settle("down", began, len(value))
         return value

@@ -227,10 +227,9 @@ def derive_valkey_profile(s3: PlatformProfile,
 
 # Per invocation, what is left of a cold start once the torch load has its own term below:
 # Lambda's own init (runtime start, the handlers' light imports) and the first S3 request's
-# connection setup. It was 2.0 s when it also covered torch (1.2-1.5 s measured then).
+# connection setup (what it was when it also covered torch: docs/cold-start.md).
 DEFAULT_INVOCATION_OVERHEAD_S = 0.5
 # Per cold start: CPU-seconds (user + sys) of the torch unpack + `import torch` at one full vCPU:
-# 9.22 s, the median bench/cold_start.py measured at 1769 MB on a 2-core x86_64 development VM
-# with a disk-backed /tmp (docs/cold-start.md; 5-6 s of it is that disk's sys time, 4.3-5.3 s
-# with /tmp in RAM). A local measurement, not an AWS one.
+# the median bench/cold_start.py measured at 1769 MB on a development VM, a local measurement,
+# not an AWS one (docs/cold-start.md; docs/results.md, "Measurements behind design choices").
 DEFAULT_TORCH_LOAD_CPU_S = 9.2

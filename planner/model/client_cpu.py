@@ -20,8 +20,8 @@ The κ come from the profiler's transfer samples (``cpu_s``, ``fold_cpu_s``,
 never measured on AWS) has κ = 0 and the bound is void. The arithmetic's κ are the marginal
 CPU per MB (least squares through the origin, so the largest samples set it): under a CPU cap
 its cost per MB grows with size until the arrays no longer stay in cache between the cap's
-stops (measured at 0.29 vCPU: the codec's fold 0.8 ms/MB at 0.5 MB, 1.5-1.8 from 4 MB on),
-and in a run they never do: a training step runs between two uses of the same shard.
+stops (measured: docs/results.md, "Measurements behind design choices"), and in a run they
+never do: a training step runs between two uses of the same shard.
 Traffic per iteration is the runtime's (an aggregator keeps its own shard), C requests per
 shard (C = 1: the phased exchange), u = the uploads' share of float32 bytes:
 

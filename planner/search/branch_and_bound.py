@@ -3,7 +3,8 @@ the boxes that may still win, and names the binding constraint when nothing is f
 
 Memory is bounded by the chunk of configurations evaluated at once (LEAF_CHUNK) and the boxes
 of TRIPLE_GROUP triples, never by the grid: B^g_max = 65,536 with W up to 1,000 is searched
-in ~1 s and ~150 MB (bench/planner_search.py --large).
+within the search's time and memory goals (measured: docs/results.md, "Planner search";
+bench/planner_search.py --large).
 """
 
 from __future__ import annotations

@@ -3,17 +3,15 @@
 Lambda holds the whole process to the function's memory size, for every step of a segment and
 for the next invocation in a reused sandbox. glibc's default allocator does not: it raises its
 mmap threshold each time a large block is freed, after which activations of every size are
-carved from one heap that fragments step by step. Measured here on squeezenet at B = 192 (the
-planner's plan at M = 768; bench/memory_roles.py): peaks of 792-844 MB after six steps, growing
-from 686-750 MB after the first, never the same twice. With the threshold fixed at 4 MiB (every
-activation above it is its own mapping, unmapped when freed) the same workers peaked at
-707-731 MB, run after run. Faulting those pages in again at each step costs little once freed
-heap is kept (the trim threshold): median step times of squeezenet (B = 192) and resnet50
-(B = 64), six interleaved runs each, stayed within 3 % of the default's (0.742 vs 0.722 s,
-0.889 vs 0.901 s); the threshold alone, with glibc's 128 KiB trim threshold, cost 30-40 %.
+carved from one heap that fragments step by step: a worker's peak grows from step to step,
+past its plan, and differs from run to run. With the mmap threshold fixed (every activation
+above it is its own mapping, unmapped when freed) the peak stays put, run after run. Faulting
+those pages in again at each step costs little once freed heap is kept (the trim threshold);
+the fixed threshold alone, with glibc's small default trim threshold, slows every step.
 Freed memory a previous invocation left behind (glibc keeps freed heap pages and one arena per
-busy thread) would also count against the next one: workers at M = 384 MB peaked at 371 MB
-cold and were killed at 385 MB in their first warm invocation.
+busy thread) would also count against the next one: a worker that fit its memory cold was
+killed in its first warm invocation (measured: docs/results.md, "Measurements behind design
+choices").
 
 :func:`configure_allocator` (at import, before the worker starts its threads) caps glibc's
 arenas and fixes its thresholds; :func:`release_memory` (at each invocation's start) collects
@@ -42,8 +40,8 @@ TRIM_THRESHOLD_BYTES = 256 << 20
 def _libc() -> ctypes.CDLL | None:
     """The C library, opened once. Not through ``ctypes.util.find_library``: that runs
     ``ldconfig -p`` in a child process, a fork of the whole worker at every invocation, which a
-    memory limit that samples the sandbox's processes counts twice (seen: a 376 MB worker
-    killed at 752 MB of 384)."""
+    memory limit that samples the sandbox's processes counts twice (seen killing a worker that
+    fit: docs/results.md, "Measurements behind design choices")."""
     for name in ("libc.so.6", None):  # glibc by its soname; else the process's own symbols
         try:
             return ctypes.CDLL(name)

@@ -8,8 +8,8 @@ clear problem instead of an ImportError deep inside a module; otherwise the real
 Why not at module import (Lambda's init phase): on-demand init is limited to 10 s, and when it
 does not finish Lambda retries it at the first invocation under the function timeout
 (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html). Unpacking
-~483 MB and importing torch at M/1769 vCPU takes far longer than 10 s at small M
-(docs/cold-start.md, bench/cold_start.py). So handlers call :func:`load_torch` at the start of
+and importing torch at M/1769 vCPU takes far longer than that at small M (measured:
+docs/cold-start.md, bench/cold_start.py). So handlers call :func:`load_torch` at the start of
 each invocation: the first one in a sandbox pays the unpack + import and reports its time, later
 ones get the cached result for free.
 """

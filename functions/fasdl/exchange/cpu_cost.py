@@ -12,8 +12,8 @@ CPU on the values themselves, and at a fraction of a vCPU that can set the pace:
   (``bf16_fold_cpu_s``).
 
 Each function returns the process CPU of one pass over ``values`` (float32). The buffers are
-written once first: a worker reuses its own, and first-touch page faults cost 3-8x the
-arithmetic itself.
+written once first: a worker reuses its own, and first-touch page faults would cost several
+times the arithmetic itself (measured: docs/results.md, "Measurements behind design choices").
 """
 
 from __future__ import annotations

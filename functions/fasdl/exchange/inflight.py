@@ -1,10 +1,11 @@
 """Bytes of shard frames a K-REDUCE worker holds at once: capped at run time, modelled in plans.
 
 A worker holds frames in three places: upload buffers (being sent, or kept to be reused next
-iteration: a fresh 50 MB frame costs ~30 ms of page faults), downloaded frames it has not yet
-folded, and an aggregator's merged shard. :class:`FrameBudget` keeps their sum at most the cap
-C, except that one frame is always admitted when nothing else is held (so a shard larger than
-C still moves, one at a time). Hence frames held <= max(C, one frame).
+iteration: a fresh frame pays its page faults again, fasdl.exchange.wire.encode_shard_into),
+downloaded frames it has not yet folded, and an aggregator's merged shard. :class:`FrameBudget`
+keeps their sum at most the cap C, except that one frame is always admitted when nothing else
+is held (so a shard larger than C still moves, one at a time). Hence frames held
+<= max(C, one frame).
 
 The default cap (:func:`default_inflight_mb`, MB = 2^20 bytes; in bytes :func:`cap_bytes`)::
 
@@ -58,9 +59,10 @@ def add_weighted(total: np.ndarray, part: np.ndarray, weight: float,
         scaled = scratch[:stop - begin]
         np.multiply(part[begin:stop], weight, out=scaled)
         total[begin:stop] += scaled
-# Bytes a GET of an f-byte frame holds at its peak, per channel, measured on a 90 MB value:
-# boto3 reads an S3 body straight into the result; redis-py's pure-Python reply parser
-# buffers the value, then copies it out (3 f). A download is counted at this size until folded.
+# Bytes a GET of an f-byte frame holds at its peak, per channel (measured: docs/results.md,
+# "Measurements behind design choices"): boto3 reads an S3 body straight into the result;
+# redis-py's pure-Python reply parser buffers the value, then copies it out (3 f). A download
+# is counted at this size until folded.
 READ_COPIES: dict[str, float] = {"s3": 1.0, "valkey": 3.0}
 FloatArray = NDArray[np.float64]
 
@@ -255,10 +257,11 @@ def pipelined_cap_bytes(cap: int, largest_shard: int, read_copies: float) -> int
 
     The phased exchange always admits one shard frame, so it holds up to max(C, r·f), and
     the planner charges that (:func:`exchange_memory_mb`). Chunk frames under C alone left
-    room for one chunk download at a time beside the uploads at M/20 (a 97.5 MB model at
-    1024 MB): each chunk's fold and decode then idled the download link, and the exchange
-    ran 17 % longer than the planner's pipeline (bench.patterns). Up to the phased peak,
-    downloads overlap the fold within the memory the plan was checked with."""
+    room for one chunk download at a time beside the uploads at M/20 for a large model: each
+    chunk's fold and decode then idled the download link, and the exchange ran well behind the
+    planner's pipeline (measured: docs/results.md, "Measurements behind design choices").
+    Up to the phased peak, downloads overlap the fold within the memory the plan was checked
+    with."""
     return max(cap, int(frame_size(largest_shard) * read_copies))
 
 

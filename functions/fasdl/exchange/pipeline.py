@@ -122,7 +122,8 @@ class PipelinedExchange:
         ``merged``, chunk by chunk. Every aggregator's merged chunks are on every worker's
         path, so its own folds go first: with merged chunk c read before copies of c+1, each
         aggregator's next fold waited on the others' last publish, one chunk deep, and the
-        squeezenet-size Valkey exchange (bench.patterns) took 1.35x as long."""
+        exchange took markedly longer (measured: docs/results.md, "Measurements behind design
+        choices")."""
         chunks = range(len(self.parts[0]))
         order: list[tuple[Kind, Part]] = []
         if self.is_aggregator:
@@ -197,8 +198,8 @@ class _Iteration:
     def _reap_puts(self) -> bool:
         """Settle every finished put or delete, in any order. Settling only the oldest left
         later finished ones in ``puts``, so :meth:`_wait` returned at once on them: the loop
-        spun ~400 times per iteration, and on a 0.29-vCPU Lambda share that CPU was half the
-        exchange's."""
+        spun, and on a small Lambda share that CPU was a large part of the exchange's
+        (measured: docs/results.md, "Measurements behind design choices")."""
         pending: deque[tuple[Future[None], bytearray | None]] = deque()
         finished: list[tuple[Future[None], bytearray | None]] = []
         for entry in self.puts:  # each future asked once: one that ends meanwhile waits a turn

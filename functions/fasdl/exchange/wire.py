@@ -11,11 +11,12 @@ whole shard; frames written before it existed held 0 there, so they read as chun
 codes are 1 float32, 2 float64 and 3 bfloat16, whose values travel as the upper 16 bits of
 their float32 (``BFLOAT16_BITS``, uint16: fasdl.exchange.codec makes and reads them).
 
-The CRC-32C (Castagnoli, hardware-accelerated via google-crc32c: ~4x zlib's crc32, which
-cost a third of a Valkey round trip in bench/channel.py) covers the header fields before it
-*and* the payload, so a flipped bit anywhere is
-caught. Decoding checks the identity fields against what the reader expects: a frame from
-another run, a stale iteration or the wrong shard/worker is rejected, never averaged in.
+The CRC-32C (Castagnoli, hardware-accelerated via google-crc32c: several times faster than
+zlib's crc32, which was a large share of a Valkey round trip; measured: docs/results.md,
+"Measurements behind design choices") covers the header fields before it *and* the payload,
+so a flipped bit anywhere is caught. Decoding checks the identity fields against what the
+reader expects: a frame from another run, a stale iteration or the wrong shard/worker is
+rejected, never averaged in.
 Never pickle: the payload is the array's bytes and nothing else.
 """
 
@@ -148,8 +149,9 @@ def encode_shard_into(
     """:func:`encode_shard` into ``buffer`` (reused when its size fits, else a new one).
 
     A worker re-sends same-sized shards every iteration: writing into a buffer it keeps saves
-    the fresh allocation's page faults, ~30 ms of the ~40 ms it takes to frame 50 MB. The
-    caller must not reuse the buffer before the channel's put of it has returned.
+    the fresh allocation's page faults, most of the time framing takes (measured:
+    docs/results.md, "Measurements behind design choices"). The caller must not reuse the
+    buffer before the channel's put of it has returned.
     """
     values, prefix = _header_prefix(array, run_digest(run), iteration, worker, shard, chunk)
     size = HEADER_SIZE + values.nbytes

@@ -8,7 +8,8 @@ Per invocation (one M, the function's configured memory):
   ``STEP_PAUSE_S``, and the median process CPU of those steps (``cpu_s``). In a run a step
   follows the exchange's waits, so under a CPU quota (CFS bandwidth control) it starts with the
   period's unused quota: a step of a few ms runs at a core's speed, not at M/1769 of one.
-  Timed back to back under the emulator's cap, steps of 6-13 ms of CPU measured 5-31 ms;
+  Timed back to back under the emulator's cap instead, such steps measured erratically
+  (docs/results.md, "Measurements behind design choices");
 * **peak memory** per batch size: the process's resident high-water mark, ``VmHWM`` of
   /proc/self/status (``ru_maxrss`` where /proc is missing). The mark is reset before each
   batch by writing ``5`` to /proc/self/clear_refs; where that is not allowed the mark only

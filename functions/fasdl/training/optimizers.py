@@ -34,7 +34,8 @@ class FlatParameters:
     Flattened once: afterwards the sharding and the averaging work on one vector with no
     per-step gather/scatter copies. Gradients stay autograd's own per-parameter tensors:
     binding them to views of a flat buffer too would make autograd accumulate in place
-    (zero + read-add-write every step), measured ~8% slower on resnet18.
+    (zero + read-add-write every step), which measured slower (docs/results.md,
+    "Measurements behind design choices").
     """
 
     def __init__(self, model: nn.Module) -> None:

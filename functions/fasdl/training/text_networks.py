@@ -15,13 +15,10 @@ within 0.12 %). ``bert-mini`` is Google's BERT-Mini shape (L=4, H=256, A=4) with
 vocabulary (the importer's default size when it builds its own WordPiece vocabulary; the
 generated text set needs 100; 8,192 rows would add 7 MiB to every exchange, unused) and no
 dropout. No pre-trained weights: layers start from torch's own initialisation, not BERT's
-normal(0, 0.02). Trained from scratch with the runtime's plain SGD with momentum (no Adam),
-BERT's kept the attention near uniform and the models at chance (dev MCC 0): bert-mini for
-6-8 epochs at learning rates 0.02-0.3 on a harder first version of the generated text set,
-a 2-layer H=128 variant for 12 epochs on the shipped one; torch's, without dropout, took
-bert-mini to a dev MCC of 0.38 in 6 epochs (learning rate 0.02, batch 32; measured on a
-2-core machine, one process, seed 0). That plateau's length depends on the seed: with seed 1
-(learning rate 0.03 or 0.05, batch 64) bert-mini stayed at chance for 7 epochs.
+normal(0, 0.02): trained from scratch with the runtime's plain SGD with momentum (no Adam),
+BERT's kept the attention near uniform and the models at chance, while torch's, without
+dropout, leave that plateau after a number of epochs that depends on the seed (measured:
+docs/results.md, "Measurements behind design choices").
 """
 
 from __future__ import annotations

@@ -90,6 +90,8 @@ class Channel(ABC):
             now = time.monotonic()
             if now >= deadline:
                 raise ChannelTimeout(key, now - start)
-            if delays is None:  # made on the first miss: seeding an RNG costs ~30 µs per hit
+            # made on the first miss, so a hit pays no RNG seeding (measured: docs/results.md,
+            # "Measurements behind design choices")
+            if delays is None:
                 delays = iter(self.backoff.delays())
             time.sleep(min(next(delays), max(0.0, deadline - now)))

@@ -36,13 +36,14 @@ _RETRY_BACKOFF = Backoff(first_s=0.05, cap_s=1.0)
 
 _T = TypeVar("_T")
 
-# Replies are parsed by hiredis (functions/requirements.txt): a GET of 0.4-4 MB costs 0.3 ms of
-# CPU per MB with it against 1.6-1.9 with redis-py's Python parser, on a Lambda share as small
-# as 0.29 vCPU. Commands keep redis-py's own packer, which sends a large value as a buffer of
-# its own; hiredis' packer copies it into the command (SET: 2.0 ms/MB against 0.2-0.3). A
-# connection picks its packer from this flag when it is made (plain and cluster clients alike)
-# and its parser when redis.connection was imported; redis is pinned, and
-# tests/integration/test_channels.py checks both on every Valkey backend.
+# Replies are parsed by hiredis (functions/requirements.txt): redis-py's Python parser spends
+# several times its CPU per MB of a GET, which a small Lambda share feels. Commands keep
+# redis-py's own packer, which sends a large value as a buffer of its own; hiredis' packer
+# copies it into the command, several times the CPU per MB of a SET (measured:
+# docs/results.md, "Measurements behind design choices"). A connection picks its packer from
+# this flag when it is made (plain and cluster clients alike) and its parser when
+# redis.connection was imported; redis is pinned, and tests/integration/test_channels.py
+# checks both on every Valkey backend.
 redis.connection.HIREDIS_AVAILABLE = False  # type: ignore[attr-defined]  # imported there
 
 
@@ -57,9 +58,10 @@ def _batched(items: Iterable[bytes | str], size: int) -> Iterator[list[bytes | s
         yield batch
 
 
-# Waiting for a peer's key: a Valkey GET takes ~1-3 ms and a miss costs one ECPU, so poll
-# 10x sooner than the S3 default (5 ms, where every GET is billed per request); the 5 ms
-# first delay added ~2 ms to each 17 ms emulated iteration (bench/prediction.py).
+# Waiting for a peer's key: a Valkey GET is a round trip of milliseconds and a miss costs one
+# ECPU, so poll 10x sooner than the S3 default (5 ms, where every GET is billed per request),
+# whose first delay was a visible share of a small emulated iteration (measured:
+# docs/results.md, "Measurements behind design choices").
 POLL_BACKOFF = Backoff(first_s=0.0005, cap_s=0.05)
 
 
