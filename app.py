@@ -27,6 +27,7 @@ import sys
 
 import aws_cdk as cdk
 
+from fasdl.contract.user_code import UserCodeError
 from infra.compute import reserved_worker_concurrency
 from infra.nag import add_checks
 from infra.profiling_workflow import CONTEXT_MEMORIES, CONTEXT_PROFILING, profiling_memories
@@ -53,6 +54,21 @@ def preflight(app: cdk.App, settings: SynthSettings) -> None:
     if account and not ACCOUNT.fullmatch(str(account)):
         raise SynthSettingsError(f"context 'account' must be a 12-digit AWS account id, got "
                             f"{account!r}")
+    check_own_code(settings)
+
+
+def check_own_code(settings: SynthSettings) -> None:
+    """A model or loss of the user's own is built here as a worker will build it (torch on the
+    meta device), so a wrong file, function, signature or shape fails the synth, not a run."""
+    workload = settings.plan.workload
+    if workload.user_model is None and workload.user_loss is None:
+        return
+    if settings.worker_packaging == "image":
+        raise SynthSettingsError("context 'worker_packaging': image does not ship your own "
+                                 "model code yet; use zip (the default)")
+    from fasdl.training.model_check import check_workload
+
+    check_workload(workload)
 
 
 def main() -> None:
@@ -61,7 +77,7 @@ def main() -> None:
     try:
         settings = load_settings(context)
         preflight(app, settings)
-    except (PlanError, SynthSettingsError) as error:
+    except (PlanError, SynthSettingsError, UserCodeError) as error:
         # One line and exit 2 before any construct exists, so no asset is staged.
         print(f"fasdl: invalid synth input: {error}", file=sys.stderr)
         raise SystemExit(2) from error

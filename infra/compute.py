@@ -42,6 +42,7 @@ from infra.settings import (
     SynthSettingsError,
 )
 from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX, Storage
+from infra.user_code import USER_CODE_LAYER_ID, UserCode, stage_user_code
 
 # Every function and the layer run on infra.lambda_runtime.PYTHON_RUNTIME (Amazon Linux 2023).
 RUNTIME = lambda_.Runtime(PYTHON_RUNTIME, lambda_.RuntimeFamily.PYTHON)
@@ -154,6 +155,11 @@ class Compute(Construct):
         self._environment = self._common_environment(stack_name, storage, cache_name)
         self._code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=ASSET_EXCLUDES)
         self.layer = self._build_layer()
+        self.layers = [self.layer]
+        user_code = stage_user_code(plan)
+        if user_code is not None:  # the plan's own model or loss: a layer of its own
+            self.layers.append(self._build_user_code_layer(user_code))
+            self._environment.update(user_code.environment)
         ephemeral = ephemeral_storage_mb(plan)
         timeout = Duration.seconds(plan.deployment.timeout_s)
         in_vpc = vpc is not None
@@ -223,6 +229,16 @@ class Compute(Construct):
             removal_policy=RemovalPolicy.DESTROY,
         )
 
+    def _build_user_code_layer(self, user_code: UserCode) -> lambda_.LayerVersion:
+        return lambda_.LayerVersion(
+            self, USER_CODE_LAYER_ID,
+            code=lambda_.Code.from_asset(str(user_code.staging)),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[self._architecture],
+            description="Your own model/loss code (python/ is on sys.path)",
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
     @property
     def _architecture(self) -> lambda_.Architecture:
         arch = self._settings.plan.deployment.arch
@@ -272,7 +288,7 @@ class Compute(Construct):
             code=self._code,
             # Every function needs the layer's runtime deps (numpy, redis, Powertools);
             # only the worker and profiler unpack its torch archive.
-            layers=[self.layer],
+            layers=self.layers,
             environment={**self._environment, **spec.extra_env},
             **self._function_props(spec),
         )

@@ -65,6 +65,7 @@ class FunctionSpec:
     memory_mb: int = 128
     environment: Mapping[str, str] = field(default_factory=dict)
     runtime: str = PYTHON_RUNTIME  # the template's Runtime; names the execution environment
+    python_path: tuple[Path, ...] = ()  # layers' python/ folders, after the code (as Lambda)
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ class LambdaEmulator:
             "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
             "AWS_EXECUTION_ENV": f"AWS_Lambda_{spec.runtime}",
             "LAMBDA_TASK_ROOT": str(spec.code_dir), "_HANDLER": spec.handler,
-            "PYTHONPATH": str(spec.code_dir), "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(map(str, (spec.code_dir, *spec.python_path))),
+            "PYTHONUNBUFFERED": "1",
             DEADLINE_ENV: str(deadline_ms),
         })
         threads = self.threads

@@ -35,7 +35,13 @@ from typing import Any
 from fasdl.contract.fields import is_int_in
 from fasdl.contract.plan import IDENTIFIER
 from local.lambda_speed import EmulationError, LambdaEmulation, load_emulation
-from local.profile_fit import DATASETS, ProfileRunError, fit_and_write
+from local.profile_fit import (
+    DATASETS,
+    BaseWorkload,
+    ProfileRunError,
+    fit_and_write,
+    load_base_workload,
+)
 from local.profile_run import (
     DEFAULT_BATCHES,
     DEFAULT_MEMORIES,
@@ -83,7 +89,7 @@ class LocalProfile:
     png: Path | None
     summary_path: Path
     summary: dict[str, Any] = field(repr=False)
-    plan_command: str
+    plan_command: str | None  # None: the fit is below the quality gates
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,7 @@ def _check_grid(options: ProfileOptions) -> None:
     """Channel, dataset and the memories, batches and sizes the fit needs."""
     if options.channel not in ("s3", "valkey"):
         raise ProfileInputError("--channel", f"must be s3 or valkey, got {options.channel!r}")
-    if options.dataset not in DATASETS:
+    if options.workload is None and options.dataset not in DATASETS:
         raise ProfileInputError("--dataset", f"must be one of {', '.join(DATASETS)}, "
                                              f"got {options.dataset!r}")
     bad = [m for m in options.memories if not is_int_in(m, MIN_MEMORY_MB, MAX_MEMORY_MB)]
@@ -121,7 +127,9 @@ def _check_grid(options: ProfileOptions) -> None:
 
 def _check_run(options: ProfileOptions) -> tuple[str, Path]:
     """The profile's name and output folder; threads, timeout and --cdk-out."""
-    name = options.name or f"local-{options.model}-{options.dataset}"
+    base = base_workload(options)
+    name = options.name or (f"local-{base.name}" if base else
+                            f"local-{options.model}-{options.dataset}")
     if not IDENTIFIER.match(name) or len(name) > MAX_NAME:
         raise ProfileInputError("--name", f"must be 1-{MAX_NAME} letters, digits, '_.-' "
                                           f"(starting with a letter or digit), got {name!r}")
@@ -172,9 +180,27 @@ def validate(options: ProfileOptions) -> _Checked:
                     emulation=_emulation(options))
 
 
+def base_workload(options: ProfileOptions) -> BaseWorkload | None:
+    """The workload file to profile (--workload), or None (--model and --dataset)."""
+    if options.workload is None:
+        return None
+    try:
+        return load_base_workload(options.workload)
+    except ValueError as error:
+        raise ProfileInputError("--workload", str(error)) from error
+
+
+def _what(options: ProfileOptions) -> dict[str, Any]:
+    """The model and its inputs, as the profiler's event names them."""
+    base = base_workload(options)
+    if base is None:
+        return {"model": options.model, "dataset": options.dataset}
+    return {"model": base.model, "input_shape": base.input_shape, "num_classes": base.classes}
+
+
 def _config(options: ProfileOptions, profile_id: str) -> dict[str, Any]:
     """The profiling state machine's merged input (its Map passes it as ``config``)."""
-    return {"profile_id": profile_id, "model": options.model, "dataset": options.dataset,
+    return {"profile_id": profile_id, **_what(options),
             "batches": sorted(set(options.batches)), "warmup": options.warmup,
             "repeats": options.repeats, "sizes_mb": sorted(set(options.sizes_mb)),
             "transfer_repeats": options.transfer_repeats, "channels": [options.channel],
@@ -198,17 +224,20 @@ def run_profile(options: ProfileOptions, say: Say = print) -> LocalProfile:
         config = _config(options, checked.profile_id)
         measured = measure(options, template, config=config, emulation=checked.emulation,
                            timeout_s=options.timeout_s, out=checked.out, work=work, say=say)
+        base = base_workload(options)
         outputs = fit_and_write(
-            measured.samples, checked.out, work, name=checked.name, model=options.model,
-            dataset=options.dataset, channel=options.channel,
+            measured.samples, checked.out, work, name=checked.name,
+            model=base.model if base else options.model,
+            info=base.dataset if base else DATASETS[options.dataset], base=base,
+            channel=options.channel,
             provenance=(f"python -m local profile ({checked.profile_id}): "
                         f"{emulation_text(checked.emulation)}; S3 is SeaweedFS on loopback"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     warnings = short_iterations(measured.samples, checked.emulation)
     summary = {
-        "status": "ok", "profile_id": checked.profile_id, "model": options.model,
-        "dataset": options.dataset, "channel": options.channel,
+        "status": "ok", "profile_id": checked.profile_id, **_what(options),
+        "channel": options.channel,
         "memories": config["memories"], "batches": config["batches"],
         "sizes_mb": config["sizes_mb"], "warmup": options.warmup, "repeats": options.repeats,
         "transfer_repeats": options.transfer_repeats,
@@ -222,8 +251,12 @@ def run_profile(options: ProfileOptions, say: Say = print) -> LocalProfile:
         say(line)
     say(f"wrote {', '.join(str(p) for p in outputs.written)}, {summary_path} "
         f"in {summary['elapsed_s']:.0f} s")
-    say(f"plan with it (set the deadline, batch cap and epochs of your job):\n"
-        f"  {outputs.plan_command}")
+    if outputs.plan_command is None:
+        say("the fit is below the quality gates (summary.json, 'fit_warnings'): no plan "
+            "command; profile again with more batches and memories")
+    else:
+        say(f"plan with it (set the deadline, batch cap and epochs of your job):\n"
+            f"  {outputs.plan_command}")
     return LocalProfile(out=checked.out, samples=outputs.samples, workload=outputs.workload,
                         platform=outputs.platform, png=outputs.png, summary_path=summary_path,
                         summary=summary, plan_command=outputs.plan_command)
@@ -260,6 +293,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         f"{MAX_MEMORY_MB}], at least 2 (default {_joined(list(DEFAULT_MEMORIES))})")
     parser.add_argument("--channel", default="s3", metavar="{s3,valkey}",
                         help="exchange channel whose transfers are measured (default s3)")
+    parser.add_argument("--workload", type=Path, help="a workload of your own model and data "
+                        "(python -m planner workload new): its model, input shape, classes "
+                        "and dataset size; replaces --model and --dataset")
     parser.add_argument("--model", default="cnn", help="registry model (default cnn)")
     parser.add_argument("--dataset", default="digits", metavar="{digits,cifar10}",
                         help="input shape, classes and dataset size (default digits)")
@@ -298,7 +334,8 @@ def options_from_args(args: argparse.Namespace) -> ProfileOptions:
         dataset=args.dataset, batches=tuple(args.batches), sizes_mb=tuple(args.sizes_mb),
         warmup=args.warmup, repeats=args.repeats, transfer_repeats=args.transfer_repeats,
         name=args.name, out=args.out, threads=args.threads, cdk_out=args.cdk_out,
-        emulate=args.emulate_lambda, timeout_s=args.timeout, profile_id=args.profile_id)
+        emulate=args.emulate_lambda, timeout_s=args.timeout, profile_id=args.profile_id,
+        workload=args.workload)
 
 
 def main(args: argparse.Namespace, say: Say) -> int:

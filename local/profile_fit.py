@@ -33,6 +33,66 @@ DATASETS: dict[str, DatasetInfo] = {
 }
 
 
+# Fit quality below which the profile writes no plan command: a plan from such a fit would
+# predict with errors of that order (R² of the time fit a, b, m and of the memory fit k, c)
+MIN_R_SQUARED = 0.9
+MAX_RELATIVE_ERROR = 0.25
+# The workload fields of a `planner workload new` file that the fit keeps as they were
+KEPT_FIELDS = ("model", "model_mb", "input_shape", "classes", "loss", "initial_weights",
+               "normalization", "recipe", "dataset", "samples", "dataset_mb")
+
+
+@dataclass(frozen=True)
+class BaseWorkload:
+    """A workload to profile (python -m planner workload new wrote it): what the profiler
+    builds and what the fitted profile keeps."""
+
+    name: str
+    model: str
+    input_shape: list[int]
+    classes: int
+    dataset: DatasetInfo
+    fields: dict[str, Any]
+
+
+def load_base_workload(path: Path) -> BaseWorkload:
+    """A workload file with or without compute coefficients; raises ValueError naming the
+    field (the profile's --workload)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    missing = [name for name in ("name", "model", "input_shape", "classes", "dataset",
+                                 "samples", "dataset_mb", "model_mb") if name not in data]
+    if missing:
+        raise ValueError(f"{path}: field '{missing[0]}' is missing (python -m planner "
+                         f"workload new writes it)")
+    kept = {name: data[name] for name in KEPT_FIELDS if name in data}
+    return BaseWorkload(name=str(data["name"]), model=str(data["model"]),
+                        input_shape=list(data["input_shape"]), classes=int(data["classes"]),
+                        dataset=DatasetInfo(str(data["dataset"]), int(data["samples"]),
+                                            float(data["dataset_mb"])),
+                        fields=kept)
+
+
+def quality_warnings(quality: dict[str, Any]) -> list[str]:
+    """What falls short of the gates (empty: the fit may be planned with)."""
+    warnings = []
+    for name in ("time (a, b, m)", "memory (k, c)"):
+        fit = quality.get(name)
+        if not fit:
+            continue
+        if fit["r_squared"] < MIN_R_SQUARED or fit["max_relative_error"] > MAX_RELATIVE_ERROR:
+            warnings.append(
+                f"warning: the {name} fit is below the gates (R² {fit['r_squared']:.4f} >= "
+                f"{MIN_R_SQUARED} and max relative error {fit['max_relative_error']:.1%} <= "
+                f"{MAX_RELATIVE_ERROR:.0%} wanted): no plan command; profile more --batches "
+                f"and --memories, larger batches, or --repeats")
+    return warnings
+
+
 class ProfileRunError(RuntimeError):
     """An invocation or the fit failed after the servers started (exit 1)."""
 
@@ -46,11 +106,24 @@ class FitOutputs:
     png: Path | None
     lines: list[str]  # the coefficients and fit quality, for the terminal
     summary: dict[str, Any]  # workload, platform, quality, files, plan_command
-    plan_command: str
+    plan_command: str | None  # None: the fit is below the quality gates
 
     @property
     def written(self) -> list[Path]:
         return [p for p in (self.samples, self.workload, self.platform, self.png) if p]
+
+
+def _kept(base: BaseWorkload | None) -> dict[str, Any]:
+    if base is None:
+        return {}
+    from planner.model.recipe import Recipe
+
+    kept = dict(base.fields)
+    if "recipe" in kept:
+        kept["recipe"] = Recipe.from_value(kept["recipe"])
+    if "input_shape" in kept:
+        kept["input_shape"] = list(kept["input_shape"])
+    return kept
 
 
 def _worst(fits: list[dict[str, Any]]) -> dict[str, Any]:
@@ -60,10 +133,11 @@ def _worst(fits: list[dict[str, Any]]) -> dict[str, Any]:
             "max_relative_error": max(f["max_relative_error"] for f in fits)}
 
 
-def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str, dataset: str,
-                  channel: str, provenance: str) -> FitOutputs:
-    """Fit both profiles from ``samples`` into ``out``; raises :class:`ProfileRunError`."""
-    info = DATASETS[dataset]
+def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str,
+                  info: DatasetInfo, channel: str, provenance: str,
+                  base: BaseWorkload | None = None) -> FitOutputs:
+    """Fit both profiles from ``samples`` into ``out``; raises :class:`ProfileRunError`.
+    ``base``: the workload profiled, whose own fields the fitted profile keeps."""
     png = out / "fit.png"
     request = FitRequest(samples=[str(samples)], out=str(work / "fit.json"), kind="both",
                          name=name, dataset=info.key, dataset_samples=info.samples,
@@ -78,36 +152,55 @@ def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str
         raise ProfileRunError(f"the fit of {samples} failed: {error}") from error
     if workload.model != model:
         raise ProfileRunError(f"{samples} holds model {workload.model}, not {model}")
-    workload = replace(workload, notes=f"{provenance}. {workload.notes}")
+    workload = replace(workload, notes=f"{provenance}. {workload.notes}",
+                       profiled_memory_mb=_profiled_memories(samples), **_kept(base))
     platform = replace(platform, source=f"{provenance}. {platform.source}")
     workload_path, platform_path = out / "workload.json", out / "platform.json"
     workload_path.write_text(json.dumps(workload.to_dict(), indent=2) + "\n")
     platform_path.write_text(json.dumps(platform.to_dict(), indent=2) + "\n")
-    command = shlex.join([
-        "python", "-m", "planner", "plan", "--workload", str(workload_path),
+    summary = _summary(fitted, workload, platform)
+    warnings = quality_warnings(summary["quality"])
+    command = None if warnings else _plan_command(workload_path, platform_path, platform)
+    summary.update({
+        "gates": {"min_r_squared": MIN_R_SQUARED, "max_relative_error": MAX_RELATIVE_ERROR},
+        "fit_warnings": warnings, "plan_command": command,
+        "files": {"samples": str(samples), "workload": str(workload_path),
+                  "platform": str(platform_path), "png": str(png) if png.is_file() else None}})
+    shown = [line for line in lines if not line.startswith("wrote ")] + warnings
+    return FitOutputs(out=out, samples=samples, workload=workload_path, platform=platform_path,
+                      png=png if png.is_file() else None, lines=shown, summary=summary,
+                      plan_command=command)
+
+
+def _profiled_memories(samples: Path) -> list[float] | None:
+    """[smallest, largest] memory the training samples were measured at."""
+    memories = sorted({float(record["memory_mb"]) for record in
+                       (json.loads(line) for line in samples.read_text().splitlines()
+                        if line.strip()) if record.get("kind") == "train"})
+    return [memories[0], memories[-1]] if memories else None
+
+
+def _plan_command(workload: Path, platform_path: Path, platform: PlatformProfile) -> str:
+    return shlex.join([
+        "python", "-m", "planner", "plan", "--workload", str(workload),
         "--platform", str(platform_path), "--channel", platform.channel,
         "--arch", platform.arch, "--deadline", "3600", "--max-global-batch", "256",
         "--epochs", "10", "--out", "plan.json"])
-    time_quality = fitted["workload"]["time_quality"]
-    memory_quality = fitted["workload"]["memory_quality"]
+
+
+def _summary(fitted: dict[str, Any], workload: WorkloadProfile,
+             platform: PlatformProfile) -> dict[str, Any]:
     transfers = fitted["transfer_fits"]
-    summary: dict[str, Any] = {
+    return {
         "workload": {key: value for key, value in workload.to_dict().items() if key != "notes"},
         "platform": {key: value for key, value in platform.to_dict().items()
                      if key != "source"},
         "quality": {
-            "time (a, b, m)": time_quality,
-            "memory (k, c)": memory_quality,
+            "time (a, b, m)": fitted["workload"]["time_quality"],
+            "memory (k, c)": fitted["workload"]["memory_quality"],
             "transfer (p, t)": _worst(transfers),
             "transfer series": [{key: fit[key] for key in (
                 "memory_mb", "direction", "peak", "rate", "points", "r_squared",
                 "max_relative_error")} for fit in transfers],
         },
-        "files": {"samples": str(samples), "workload": str(workload_path),
-                  "platform": str(platform_path), "png": str(png) if png.is_file() else None},
-        "plan_command": command,
     }
-    shown = [line for line in lines if not line.startswith("wrote ")]
-    return FitOutputs(out=out, samples=samples, workload=workload_path, platform=platform_path,
-                      png=png if png.is_file() else None, lines=shown, summary=summary,
-                      plan_command=command)

@@ -228,3 +228,4 @@ class ProfileOptions:
     emulate: str | None = "default"  # a platform for load_emulation; None: no emulation
     timeout_s: float | None = None  # per invocation; default the function's Timeout
     profile_id: str | None = None  # default local-<time>
+    workload: Path | None = None  # a workload file to profile (replaces model and dataset)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fasdl.contract.settings import ENV_NAMES, STUB_ENV, WORKER_LOG_GROUP_ENV, Settings
+from infra.user_code import USER_CODE_LAYER_ID
 from local.emulator import FunctionSpec
 from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
@@ -90,6 +91,7 @@ class FunctionResource:
     code_dir: Path
     runtime: str
     reserved_concurrency: int | None = None  # ReservedConcurrentExecutions
+    layer_python: tuple[Path, ...] = ()  # the user-code layer's python/ (Lambda's /opt/python)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class LocalTemplate:
             specs[logical_id] = FunctionSpec(
                 name=logical_id, handler=resource.handler, code_dir=resource.code_dir,
                 timeout_s=resource.timeout_s, memory_mb=resource.memory_mb, environment=env,
-                runtime=resource.runtime)
+                runtime=resource.runtime, python_path=resource.layer_python)
         return specs
 
     def function_named(self, handler_module: str) -> str:
@@ -182,6 +184,22 @@ def _code_dir(outdir: Path, code: dict[str, Any]) -> Path:
     return staged
 
 
+def _user_code_layers(outdir: Path, props: dict[str, Any], resources: dict[str, Any]
+                      ) -> tuple[Path, ...]:
+    """The staged ``python/`` folders of the function's user-code layers (infra/user_code.py):
+    Lambda puts a layer's python/ on sys.path; the torch layer is the local venv's torch."""
+    found: list[Path] = []
+    for layer in props.get("Layers", []):
+        logical_id = layer.get("Ref") if isinstance(layer, dict) else None
+        if not logical_id or USER_CODE_LAYER_ID not in logical_id:
+            continue
+        asset = resources[logical_id].get("Metadata", {}).get("aws:asset:path")
+        if not asset or not (outdir / str(asset) / "python").is_dir():
+            raise TemplateError(f"layer {logical_id} has no staged python/ folder in {outdir}")
+        found.append(outdir / str(asset) / "python")
+    return tuple(found)
+
+
 def load_template(path: Path, *, region: str,
                   state_machine: str | None = None) -> LocalTemplate:
     """The template's only state machine, or (a stack with several, e.g. profiling on) the one
@@ -212,7 +230,8 @@ def load_template(path: Path, *, region: str,
             environment=_environment(props, resources),
             code_dir=_code_dir(path.parent, props.get("Code", {})),
             runtime=str(props.get("Runtime", "")),
-            reserved_concurrency=props.get("ReservedConcurrentExecutions"))
+            reserved_concurrency=props.get("ReservedConcurrentExecutions"),
+            layer_python=_user_code_layers(path.parent, props, resources))
     return LocalTemplate(path=path, region=region,
                          state_machine_name=str(machines[0]["Properties"]["StateMachineName"]),
                          definition=definition, functions=functions)

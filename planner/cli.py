@@ -50,6 +50,8 @@ from planner.search.searches import (
     exact,
     exhaustive,
 )
+from planner.workload_new import add_arguments as add_workload_arguments
+from planner.workload_new import command_workload
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
 
@@ -121,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     frontier.add_argument("--points", type=int, default=40, help="deadlines to sample (>= 2)")
     _add_fit_arguments(commands.add_parser(
         "fit", help="fit workload/platform profiles from profiler samples (JSONL)"))
+    workload = commands.add_parser("workload", help="workloads of your own model and data")
+    kinds = workload.add_subparsers(dest="workload_command", required=True,
+                                    parser_class=_Parser)
+    add_workload_arguments(kinds.add_parser(
+        "new", help="write a workload (model_mb, samples, dataset_mb measured; not profiled)"))
     return parser
 
 
@@ -183,14 +190,27 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         raise CliError("--workload", str(error)) from error
     if args.out:
         write_atomically("--out", args.out, plan.to_json())
+    warnings = extrapolation_warnings(problem, result.choice.memory_mb)
     if args.json:
         emit(json.dumps({"status": "ok", "search": _search_summary(result),
-                         "plan": plan.to_dict(), "out": args.out}))
+                         "plan": plan.to_dict(), "out": args.out, "warnings": warnings}))
     else:
         emit(describe_choice(problem, result))
+        for warning in warnings:
+            emit(f"warning: {warning}")
         if args.out:
             emit(f"wrote {args.out}")
     return EXIT_OK
+
+
+def extrapolation_warnings(problem: Problem, memory_mb: int) -> list[str]:
+    """A memory outside the profiled range extrapolates the workload's fit: say so."""
+    profiled = problem.workload.profiled_memory_mb
+    if not profiled or profiled[0] <= memory_mb <= profiled[1]:
+        return []
+    return [f"M = {memory_mb} MB is outside the memories the workload was profiled at "
+            f"({profiled[0]:g}-{profiled[1]:g} MB): its time and memory are extrapolated; "
+            f"profile up to it (python -m local profile --memories ...) to trust them"]
 
 
 def comparison(problem: Problem, quotas: Quotas | None = None,
@@ -315,7 +335,7 @@ def _command_fit_csv(args: argparse.Namespace, emit: Callable[[str], None]) -> i
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], int]] = {
     "plan": command_plan, "compare": command_compare, "frontier": command_frontier,
-    "fit": command_fit,
+    "fit": command_fit, "workload": command_workload,
 }
 
 

@@ -113,6 +113,9 @@ class WorkloadProfile:
     loss: str = "cross_entropy"
     initial_weights: str | None = None
     normalization: dict[str, Any] | None = None
+    # [smallest, largest] M the profiler measured (None: the paper's or a hand-made profile);
+    # a plan outside it extrapolates the fit, and says so
+    profiled_memory_mb: list[float] | None = None
 
     def __post_init__(self) -> None:
         for name, low, above, high in _WORKLOAD_NUMBERS:
@@ -196,7 +199,7 @@ class WorkloadProfile:
 
 _OPTIONAL_WORKLOAD_FIELDS: dict[str, object] = {
     "input_shape": None, "classes": None, "loss": "cross_entropy", "initial_weights": None,
-    "normalization": None}
+    "normalization": None, "profiled_memory_mb": None}
 # The fitted coefficients: a workload without any of them (python -m planner workload new
 # writes one) must be profiled before it can be planned.
 COMPUTE_FIELDS = ("a", "b", "m", "k", "c")

@@ -61,6 +61,7 @@ from typing import Any
 
 from fasdl.contract.fields import is_int_at_least, is_number
 from fasdl.contract.keys import profile_memory_key, profile_samples_key, profile_transfer_prefix
+from fasdl.contract.workload import MAX_INPUT_DIMS, code_reference
 from fasdl.exchange.channel.base import Channel
 from fasdl.profiling.transfers import duplex_size_mb, measure_duplex, measure_transfers
 
@@ -105,7 +106,7 @@ class ProfileRequest:
 
     profile_id: str
     model: str = "cnn"
-    input_shape: tuple[int, int, int] = (3, 32, 32)
+    input_shape: tuple[int, ...] = (3, 32, 32)
     num_classes: int = 10
     batches: tuple[int, ...] = (16, 32, 64, 128)
     warmup: int = 2
@@ -129,8 +130,11 @@ class ProfileRequest:
 def _model_field(model: object) -> dict[str, Any]:
     from fasdl.training.networks import MODELS
 
+    if isinstance(model, str) and code_reference(model) is not None:
+        return {"model": model}  # the user's own builder: imported when measured
     if model not in MODELS:
-        raise _bad("model", f"must be one of {', '.join(sorted(MODELS))}, got {model!r}")
+        raise _bad("model", f"must be one of {', '.join(sorted(MODELS))} or "
+                            f"path/to/file.py:function, got {model!r}")
     return {"model": model}
 
 
@@ -142,9 +146,10 @@ def _dataset_field(dataset: object) -> dict[str, Any]:
 
 
 def _shape_field(shape: object) -> dict[str, Any]:
-    if not isinstance(shape, list) or len(shape) != 3 or any(
+    if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_INPUT_DIMS or any(
             not is_int_at_least(v, 1) for v in shape):
-        raise _bad("input_shape", f"must be [channels, height, width], got {shape!r}")
+        raise _bad("input_shape", f"must be a list of 1-{MAX_INPUT_DIMS} sizes, e.g. [3, 32, "
+                                  f"32], got {shape!r}")
     return {"input_shape": tuple(shape)}
 
 
