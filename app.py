@@ -58,12 +58,12 @@ def preflight(app: cdk.App, settings: SynthSettings) -> None:
 
 
 def check_own_code(settings: SynthSettings) -> None:
-    """A model or loss of the user's own is built here as a worker will build it (torch on the
-    meta device), so a wrong file, function, signature or shape fails the synth, not a run."""
+    """The workload's model is built here as a worker will build it (a model of the user's own
+    on the meta device; a registry name is looked up), so an unknown name or a wrong file,
+    function, signature or shape fails the synth, not a run."""
     workload = settings.plan.workload
-    if workload.user_model is None and workload.user_loss is None:
-        return
-    if settings.worker_packaging == "image":
+    own_code = workload.user_model is not None or workload.user_loss is not None
+    if own_code and settings.worker_packaging == "image":
         raise SynthSettingsError("context 'worker_packaging': image does not ship your own "
                                  "model code yet; use zip (the default)")
     from fasdl.training.model_check import check_workload

@@ -1,0 +1,79 @@
+"""A plan of the user's own model at the synth: the file ships as a layer the functions import it
+from (``FASDL_USER_MODULES``), and a model the workers could not build stops the synth with
+one line naming the field (exit 2), before anything is staged."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.user_code import USER_CODE_LAYER_ID
+from tests.infra.conftest import REPO_ROOT, STUB_TORCH_LAYER, synthesize
+
+MODEL = ("from torch import nn\n\ndef build(num_classes, input_shape):\n"
+         "    return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))\n")
+
+
+def _plan(tmp_path: Path, model: str) -> Path:
+    data: dict[str, Any] = json.loads((REPO_ROOT / "infra" / "default_plan.json").read_text())
+    data["workload"].update(model=model, input_shape=[1, 8, 8], classes=10,
+                            model_mb=round(650 * 4 / 2**20, 4))
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_users_model_ships_as_a_layer(tmp_path: Path) -> None:
+    (tmp_path / "tiny_model.py").write_text(MODEL)
+    reference = f"{tmp_path}/tiny_model.py:build"
+    synth = synthesize("own_model", _plan(tmp_path, reference))
+    resources = synth.json["Resources"]
+    layers = {key: value for key, value in resources.items()
+              if value["Type"] == "AWS::Lambda::LayerVersion" and USER_CODE_LAYER_ID in key}
+    assert len(layers) == 1
+    (layer_id,) = layers
+    functions = {key: value["Properties"] for key, value in resources.items()
+                 if value["Type"] == "AWS::Lambda::Function"
+                 and "Handler" in value["Properties"]
+                 and value["Properties"]["Handler"].startswith("handlers.")}
+    for name in ("worker", "finalize", "profiler"):
+        (props,) = [p for p in functions.values() if p["Handler"] == f"handlers.{name}.handler"]
+        assert {"Ref": layer_id} in props["Layers"], name
+        modules = json.loads(props["Environment"]["Variables"]["FASDL_USER_MODULES"])
+        assert modules == {reference: "tiny_model"}
+
+
+
+def _synth_app(plan: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "app.py")], cwd=REPO_ROOT, capture_output=True,
+        text=True, timeout=180, check=False,
+        env={**os.environ, "PATH": path, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+             "CDK_CONTEXT_JSON": json.dumps({"plan": str(plan),
+                                             "torch_layer": str(STUB_TORCH_LAYER)}),
+             "CDK_OUTDIR": str(out)})
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ("{dir}/tiny_model.py:absent", "workload.model: {dir}/tiny_model.py has no function "
+                                   "'absent'"),
+    ("{dir}/missing.py:build", "workload.model: file {dir}/missing.py not found"),
+    ("mynet", "plan field 'workload.model': unknown model 'mynet'"),
+])
+def test_a_model_the_workers_could_not_build_stops_the_synth(tmp_path: Path, model: str,
+                                                             message: str) -> None:
+    (tmp_path / "tiny_model.py").write_text(MODEL)
+    out = tmp_path / "cdk.out"
+    result = _synth_app(_plan(tmp_path, model.format(dir=tmp_path)), out)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"fasdl: invalid synth input: {message.format(dir=tmp_path)}")
+    assert not out.exists() or not any(out.iterdir())
