@@ -59,7 +59,7 @@ from fasdl.datasets.digits import build_digits
 from fasdl.datasets.textset import write_textset
 from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.kreduce import KReduceWorker
-from fasdl.training.augment import training_tensors
+from fasdl.training.augment import Normalization, normalization_of, training_tensors
 from fasdl.training.data import (
     LocalFiles,
     Partition,
@@ -152,9 +152,9 @@ def _plan(case: Case, train: Partition, aggregators: int, sync: str,
 
 
 def score(model: torch.nn.Module, test: Partition, case: Case, augmentation: str,
-          classes: int) -> float:
+          classes: int, normalization: Normalization | None = None) -> float:
     """The case's metric on the test split: accuracy, or Matthews correlation."""
-    metrics = evaluate(model, test, classes, augmentation)
+    metrics = evaluate(model, test, classes, augmentation, normalization)
     value = metrics[case.metric]
     return 0.0 if value is None else value  # one predicted class: no correlation
 
@@ -178,6 +178,7 @@ def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
     workers = [KReduceWorker(plan, w, channel, copy.deepcopy(model), case.name, 1,
                              wait_timeout_s=120.0) for w in range(case.workers)]
     sources = worker_streams(plan, train)
+    normalization = normalization_of(plan.workload)  # images, normalize: the dataset's
     errors: list[BaseException] = []
 
     def train_worker(worker: KReduceWorker) -> None:
@@ -185,7 +186,8 @@ def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
             for iteration in range(plan.total_iterations):
                 batch = training_tensors(*sources[worker.worker_id].next_batch(),
                                          plan.training.augmentation, seed=plan.training.seed,
-                                         worker=worker.worker_id, iteration=iteration)
+                                         worker=worker.worker_id, iteration=iteration,
+                                         normalization=normalization)
                 worker.step(*batch, iteration)
         except BaseException as error:  # re-raised in the caller
             errors.append(error)
@@ -201,7 +203,7 @@ def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
         raise errors[0]
     # an aggregator: it holds the merged model
     return score(workers[0].model, test, case, plan.training.augmentation,
-                 class_count(train.y))
+                 class_count(train.y), normalization)
 
 
 def run_names(case: Case) -> list[str]:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from fasdl.contract.plan import Plan
-from fasdl.training.augment import training_tensors
+from fasdl.training.augment import Normalization, normalization_of, training_tensors
 from fasdl.training.data import BatchStream, Partition, class_count, plan_partition
 from fasdl.training.evaluation import confusion_of
 from fasdl.training.losses import build_loss
@@ -41,11 +41,12 @@ def worker_streams(plan: Plan, train: Partition) -> list[BatchStream]:
     return streams
 
 
-def evaluate(model: torch.nn.Module, test: Partition, classes: int, augmentation: str
-             ) -> dict[str, float | None]:
+def evaluate(model: torch.nn.Module, test: Partition, classes: int, augmentation: str,
+             normalization: Normalization | None = None) -> dict[str, float | None]:
     """Accuracy (and, for two classes, Matthews correlation) on the test rows, batched and
     normalised as worker 0 and python -m fasdl.evaluate do it."""
-    confusion = confusion_of(model, test.x, test.y, classes, augmentation=augmentation)
+    confusion = confusion_of(model, test.x, test.y, classes, augmentation=augmentation,
+                             normalization=normalization)
     return {"accuracy": confusion.accuracy(), "mcc": confusion.mcc()}
 
 
@@ -66,13 +67,15 @@ def reference_curve(plan: Plan, train: Partition, test: Partition | None,
     optimizer = build_optimizer(FlatParameters(model), plan)
     loss_fn = build_loss(plan.workload)
     streams = worker_streams(plan, train)
+    normalization = normalization_of(plan.workload)  # images, normalize: the dataset's
     points: list[dict[str, Any]] = []
     losses: list[float] = []
     began = time.monotonic()
     for iteration in range(max(ends, default=0)):
         # each worker's rows augmented as that worker would, then one union batch
         batches = [training_tensors(*stream.next_batch(), t.augmentation, seed=t.seed,
-                                    worker=worker, iteration=iteration)
+                                    worker=worker, iteration=iteration,
+                                    normalization=normalization)
                    for worker, stream in enumerate(streams)]
         model.train()
         optimizer.zero_grad()
@@ -82,8 +85,8 @@ def reference_curve(plan: Plan, train: Partition, test: Partition | None,
         optimizer.step(iteration)
         losses.append(float(loss.detach()))
         if iteration + 1 in ends:
-            metrics = (evaluate(model, test, classes, t.augmentation) if test is not None
-                       else {"accuracy": None, "mcc": None})
+            metrics = (evaluate(model, test, classes, t.augmentation, normalization)
+                       if test is not None else {"accuracy": None, "mcc": None})
             points.append({"iteration": iteration + 1, "loss_mean": float(np.mean(losses)),
                            **metrics})
             losses = []

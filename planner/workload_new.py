@@ -106,7 +106,9 @@ def build_workload(args: argparse.Namespace) -> dict[str, Any]:
                      input_shape=_input_shape(args, facts), classes=facts["classes"],
                      loss=args.loss, initial_weights=args.initial_weights,
                      normalization=facts["normalization"])
-    augmentation = args.augmentation or DEFAULT_AUGMENTATION.get(facts["kind"] or "", "none")
+    augmentation = args.augmentation or (
+        DEFAULT_AUGMENTATION.get(facts["kind"] or "", "none") if facts["normalization"]
+        else "none")
     try:
         draft.validate()
         recipe = Recipe(augmentation=augmentation)

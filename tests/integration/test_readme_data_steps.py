@@ -51,4 +51,5 @@ def test_readme_data_steps_pass_the_triggers_check(seaweed_server: SeaweedS3Serv
     assert checked.workload.samples == plan.workload.samples
     keys = {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET)["Contents"]}
     assert keys == {"datasets/digits/x.npy", "datasets/digits/y.npy",
+                    "datasets/digits/meta.json",  # the importer's description, read by no worker
                     "datasets/digits/test/x.npy", "datasets/digits/test/y.npy"}

@@ -135,7 +135,8 @@ def test_wrong_memory_and_unreachable_channel_are_refused() -> None:
     ({"profile_id": "x", "batches": [0]}, "batches"),
     ({"profile_id": "x", "batches": []}, "batches"),
     ({"profile_id": "x", "sizes_mb": [1024]}, "sizes_mb"),
-    ({"profile_id": "x", "input_shape": [3, 32]}, "input_shape"),
+    ({"profile_id": "x", "input_shape": [3, 0, 32]}, "input_shape"),
+    ({"profile_id": "x", "input_shape": [1, 2, 3, 4, 5]}, "input_shape"),
     ({"profile_id": "x", "dataset": "imagenet"}, "dataset"),
     ({"profile_id": "x", "channels": ["ftp"]}, "channels"),
 ])

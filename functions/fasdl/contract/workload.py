@@ -71,7 +71,8 @@ def _require_shape(path: str, value: object) -> list[int]:
             for index, size in enumerate(value)]
 
 
-def _require_normalization(path: str, value: object, channels: int | None) -> None:
+def _require_normalization(path: str, value: object, shape: list[int] | None) -> None:
+    """Per-channel statistics: one per channel of C x H x W rows, one for feature vectors."""
     if not isinstance(value, dict) or set(value) != {"mean", "std"}:
         raise PlanError(path, f"must be an object with 'mean' and 'std' lists, got "
                               f"{show(value)}")
@@ -87,9 +88,10 @@ def _require_normalization(path: str, value: object, channels: int | None) -> No
     if len(value["mean"]) != len(value["std"]):
         raise PlanError(f"{path}.std", f"must have as many entries as mean "
                                        f"({len(value['mean'])}), got {len(value['std'])}")
-    if channels is not None and len(value["mean"]) != channels:
-        raise PlanError(f"{path}.mean", f"must have one entry per input channel "
-                                        f"(input_shape[0] = {channels}), got "
+    wanted = None if shape is None else (1 if len(shape) == 1 else shape[0])
+    if wanted is not None and len(value["mean"]) != wanted:
+        raise PlanError(f"{path}.mean", f"must have {wanted} entries (one per channel of "
+                                        f"input_shape {shape}; one for feature vectors), got "
                                         f"{len(value['mean'])}")
 
 
@@ -138,8 +140,8 @@ class Workload:
                                                             f"of a .safetensors file, got "
                                                             f"{show(key)}")
         if self.normalization is not None:
-            channels = self.input_shape[0] if self.input_shape else None
-            _require_normalization("workload.normalization", self.normalization, channels)
+            _require_normalization("workload.normalization", self.normalization,
+                                   self.input_shape)
 
     @property
     def user_model(self) -> tuple[str, str] | None:

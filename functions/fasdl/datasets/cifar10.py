@@ -2,7 +2,8 @@
 
 The binary version stores records of 1 label byte + 3072 pixel bytes (1024 red, 1024 green,
 1024 blue, row-major 32×32), so a batch file reshapes directly to N×3×32×32 uint8. The
-python version of CIFAR-10 is a pickle and is deliberately not supported.
+python version of CIFAR-10 is a pickle and is deliberately not supported. ``train/meta.json``
+(fasdl.datasets.meta) names the ten classes in label order.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
+from fasdl.datasets.meta import write_splits
 from fasdl.datasets.output import staged_output
-from fasdl.training.data import DatasetError, write_dataset
+from fasdl.training.data import DatasetError
 
 RECORD_BYTES = 1 + 3 * 32 * 32
 TRAIN_FILES = tuple(f"data_batch_{index}.bin" for index in range(1, 6))
 TEST_FILES = ("test_batch.bin",)
 NUM_CLASSES = 10
+CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+               "truck")  # batches.meta.txt's order: label i is CLASS_NAMES[i]
 
 
 def parse_batch(name: str, raw: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -58,12 +62,12 @@ def import_cifar10_binary(archive: str | Path, out_dir: str | Path, *,
     """Write ``{out_dir}/train`` and ``{out_dir}/test`` datasets, both or neither
     (fasdl.datasets.output); returns rows per split."""
     batches = _read_batches(archive)
-    rows: dict[str, int] = {}
+    splits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for split, names in (("train", TRAIN_FILES), ("test", TEST_FILES)):
+        parts = [parse_batch(name, batches[name]) for name in names]
+        splits[split] = (np.concatenate([part[0] for part in parts]),
+                         np.concatenate([part[1] for part in parts]))
     with staged_output(out_dir, force=force) as staging:
-        for split, names in (("train", TRAIN_FILES), ("test", TEST_FILES)):
-            parts = [parse_batch(name, batches[name]) for name in names]
-            x = np.concatenate([part[0] for part in parts])
-            y = np.concatenate([part[1] for part in parts])
-            write_dataset(staging / split, x, y)
-            rows[split] = len(y)
-    return rows
+        write_splits(staging, "images", splits["train"], splits["test"],
+                     class_names=CLASS_NAMES)
+    return {split: len(splits[split][1]) for split in ("train", "test")}

@@ -1,7 +1,8 @@
 """The shipped small real dataset: scikit-learn's digits (1797 8×8 images, bundled, offline).
 
 Pixels 0..16 are scaled to 0..255 uint8 (N×1×8×8) so the runtime treats them like any image
-dataset; the train/test split is a seeded, per-class stratified shuffle.
+dataset; the train/test split is a seeded, per-class stratified shuffle
+(fasdl.datasets.split); ``train/meta.json`` (fasdl.datasets.meta) names the classes "0".."9".
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fasdl.datasets.meta import write_splits
 from fasdl.datasets.output import staged_output
-from fasdl.training.data import write_dataset
+from fasdl.datasets.split import check_test_fraction, stratified_split
+
+CLASS_NAMES = tuple(str(digit) for digit in range(10))
 
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -28,19 +32,10 @@ def build_digits(out_dir: str | Path, *, test_fraction: float = 0.2,
                  seed: int = 0, force: bool = False) -> dict[str, int]:
     """Write ``{out_dir}/train`` and ``{out_dir}/test``, both or neither
     (fasdl.datasets.output); returns rows per split."""
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    check_test_fraction(test_fraction)
     x, y = digits_arrays()
-    rng = np.random.default_rng(seed)
-    test_rows: list[np.ndarray] = []
-    for label in np.unique(y):
-        members = rng.permutation(np.flatnonzero(y == label))
-        test_rows.append(members[:round(len(members) * test_fraction)])
-    is_test = np.zeros(len(y), dtype=bool)
-    is_test[np.concatenate(test_rows)] = True
-    train_order = rng.permutation(np.flatnonzero(~is_test))
-    test_order = rng.permutation(np.flatnonzero(is_test))
+    train_order, test_order = stratified_split(y, test_fraction, seed)
     with staged_output(out_dir, force=force) as staging:
-        write_dataset(staging / "train", x[train_order], y[train_order])
-        write_dataset(staging / "test", x[test_order], y[test_order])
+        write_splits(staging, "images", (x[train_order], y[train_order]),
+                     (x[test_order], y[test_order]), class_names=CLASS_NAMES)
     return {"train": len(train_order), "test": len(test_order)}

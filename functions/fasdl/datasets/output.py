@@ -7,12 +7,14 @@ point (bad archive, full disk, interrupt) leaves the output folder as it was. A 
 output folder is refused unless ``force``: then it is replaced whole, so no stale ``test/``
 survives next to new training data.
 
-Layout: ``<out>/train/{x,y}.npy`` and ``<out>/test/{x,y}.npy``. Upload ``train/`` to the
-dataset prefix itself and ``test/`` under it (README, "Deploying to AWS").
+Layout: ``<out>/train/{x,y}.npy``, ``<out>/train/meta.json`` (fasdl.datasets.meta; checked
+against the rows too) and ``<out>/test/{x,y}.npy``. Upload ``train/`` to the dataset prefix
+itself and ``test/`` under it (README, "Deploying to AWS").
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -54,7 +56,19 @@ def _verify(folder: Path) -> dict[str, int]:
             raise DatasetError(f"{folder / split}: x has {len(arrays[0])} rows, y "
                                f"{len(arrays[1])}")
         rows[split] = len(arrays[1])
+    _verify_meta(folder / "train" / "meta.json", rows)
     return rows
+
+
+def _verify_meta(path: Path, rows: dict[str, int]) -> None:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise DatasetError(f"{path}: not a readable meta.json ({error})") from error
+    if (meta.get("samples"), meta.get("test_samples")) != (rows["train"], rows["test"]):
+        raise DatasetError(f"{path}: says {meta.get('samples')} training and "
+                           f"{meta.get('test_samples')} test rows, the splits hold "
+                           f"{rows['train']} and {rows['test']}")
 
 
 @contextmanager

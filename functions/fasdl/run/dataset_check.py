@@ -86,9 +86,10 @@ def _check_split(dataset: str, read_range: RangeReader, size_of: SizeOf, *,
         raise PlanError("workload.dataset", f"dataset {prefix!r}: int32 text x must be "
                                             f"N x 2 x L (token ids; attention mask), got "
                                             f"shape {x.shape}")
-    if x.descr != _TEXT and len(x.shape) != 4:
-        raise PlanError("workload.dataset", f"dataset {prefix!r}: x must be N x C x H x W, "
-                                            f"got shape {x.shape}")
+    if x.descr != _TEXT and len(x.shape) not in (2, 4):
+        raise PlanError("workload.dataset", f"dataset {prefix!r}: x must be N x C x H x W "
+                                            f"(images) or N x F (feature vectors), got shape "
+                                            f"{x.shape}")
     if x.shape[0] != y.shape[0]:
         raise PlanError("workload.dataset", f"dataset {prefix!r}: x has {x.shape[0]} rows, "
                                             f"y has {y.shape[0]}")

@@ -230,13 +230,15 @@ class DataCursor:
 
 def input_shape_of(key: str, dtype: np.dtype[Any], row_shape: tuple[int, ...]
                    ) -> tuple[int, ...]:
-    """The model input shape of rows of ``key``: C×H×W images, or 2×L int32 text rows."""
+    """The model input shape of rows of ``key``: C×H×W images, F-feature vectors (rows
+    N×F, input shape [F]: for a model of your own), or 2×L int32 text rows."""
     if dtype == TEXT_DTYPE:
         if len(row_shape) != 2 or row_shape[0] != 2 or row_shape[1] < 1:
             raise DatasetError(f"{key}: int32 text rows must be N x 2 x L (token ids; "
                                f"attention mask), got rows of {row_shape}")
-    elif len(row_shape) != 3:
-        raise DatasetError(f"{key}: image rows must be N x C x H x W, got rows of {row_shape}")
+    elif len(row_shape) not in (1, 3) or min(row_shape) < 1:
+        raise DatasetError(f"{key}: uint8/float32 rows must be N x C x H x W (images) or "
+                           f"N x F (feature vectors), got rows of {row_shape}")
     return tuple(int(n) for n in row_shape)
 
 
