@@ -113,19 +113,6 @@ class FitOutputs:
         return [p for p in (self.samples, self.workload, self.platform, self.png) if p]
 
 
-def _kept(base: BaseWorkload | None) -> dict[str, Any]:
-    if base is None:
-        return {}
-    from planner.model.recipe import Recipe
-
-    kept = dict(base.fields)
-    if "recipe" in kept:
-        kept["recipe"] = Recipe.from_value(kept["recipe"])
-    if "input_shape" in kept:
-        kept["input_shape"] = list(kept["input_shape"])
-    return kept
-
-
 def _worst(fits: list[dict[str, Any]]) -> dict[str, Any]:
     """One quality for a parameter group fitted per series: the worst series."""
     return {"points": sum(f["points"] for f in fits),
@@ -144,8 +131,10 @@ def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str
                          dataset_mb=info.size_mb, channel=channel, png=str(png))
     try:
         lines, fitted = run_fit(request)
-        workload = WorkloadProfile.from_dict(
-            json.loads(Path(fitted["written"]["workload"]).read_text()))
+        fitted_workload = json.loads(Path(fitted["written"]["workload"]).read_text())
+        # the profiled workload's own fields (its model's input shape, loss, statistics...)
+        workload = WorkloadProfile.from_dict({**fitted_workload,
+                                              **(base.fields if base else {})})
         platform = PlatformProfile.from_dict(
             json.loads(Path(fitted["written"]["platform"]).read_text()))
     except (SampleError, ProfileError) as error:  # validated input, so the samples are odd
@@ -153,7 +142,7 @@ def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str
     if workload.model != model:
         raise ProfileRunError(f"{samples} holds model {workload.model}, not {model}")
     workload = replace(workload, notes=f"{provenance}. {workload.notes}",
-                       profiled_memory_mb=_profiled_memories(samples), **_kept(base))
+                       profiled_memory_mb=_profiled_memories(samples))
     platform = replace(platform, source=f"{provenance}. {platform.source}")
     workload_path, platform_path = out / "workload.json", out / "platform.json"
     workload_path.write_text(json.dumps(workload.to_dict(), indent=2) + "\n")

@@ -57,13 +57,24 @@ class FinishedRun:
         annotate_report(built, invocations, self.roles, memory_limit=self.memory_limit)
         written = write_report(built, self.report_dir)
         if built["summary"] is not None:  # the trained weights, next to their report
-            model = self.report_dir / "model.npy"
-            self.client.download_file(self.results_bucket, built["summary"]["model_key"],
-                                      str(model))
-            written.append(model)
+            written += self._final_outputs(built["summary"])
         say(format_summary(built))
         say(format_limits(built))
         say(f"report: {', '.join(str(p) for p in written)}")
+
+    def _final_outputs(self, summary: dict[str, Any]) -> list[Path]:
+        """model.npy (the flat vector the bitwise tests compare) and, when the run exported
+        them, model.safetensors and model.json (python -m fasdl.evaluate reads those)."""
+        keys = {"model.npy": summary["model_key"]}
+        if summary.get("export_key"):
+            keys.update({"model.safetensors": summary["export_key"],
+                         "model.json": LAYOUT.final_key(self.run_id, "model.json")})
+        paths = []
+        for name, key in keys.items():
+            path = self.report_dir / name
+            self.client.download_file(self.results_bucket, key, str(path))
+            paths.append(path)
+        return paths
 
     def _json_object(self, key: str) -> dict[str, Any] | None:
         try:

@@ -180,6 +180,7 @@ def prepare_dataset(plan: Plan, options: RunOptions, work: Path,
         if not files[name].is_file():
             raise InputError(f"missing dataset: {files[name]} not found")
     files = {name: path for name, path in files.items() if path.is_file()}
+    files.update(_initial_weights(plan, root, base))
     try:
         rows = [np.load(files[n], mmap_mode="r", allow_pickle=False).shape[0]
                 for n in ("x.npy", "y.npy")]
@@ -196,6 +197,23 @@ def prepare_dataset(plan: Plan, options: RunOptions, work: Path,
         raise InputError(f"dataset {base}: x has {rows[0]} rows, y {rows[1]}; the plan trains "
                          f"on workload.samples={plan.workload.samples}")
     return plan, files
+
+
+def _initial_weights(plan: Plan, root: Path, base: Path) -> dict[str, Path]:
+    """The plan's initial weights, uploaded with the dataset as on AWS (``aws s3 sync`` of the
+    train folder): a key under the dataset's prefix, the file in the train folder."""
+    key = plan.workload.initial_weights
+    if key is None:
+        return {}
+    prefix = plan.workload.dataset.rstrip("/") + "/"
+    if not key.startswith(prefix):
+        raise InputError(f"workload.initial_weights: {key} must be under the dataset's prefix "
+                         f"{prefix} for a local run (put the file in the train folder)")
+    name = key.removeprefix(prefix)
+    found = [folder / name for folder in (base, root) if (folder / name).is_file()]
+    if not found:
+        raise InputError(f"workload.initial_weights: {name} not found in {base}")
+    return {name: found[0]}
 
 
 # ---- template ---------------------------------------------------------------------------------

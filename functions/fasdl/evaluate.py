@@ -1,14 +1,15 @@
-"""CLI: ``python -m fasdl.evaluate MODEL_FILE DATASET_DIR [--json]``.
+"""CLI: ``python -m fasdl.evaluate MODEL DATASET_DIR [--meta FILE] [--json]``.
 
-Rebuilds the network from a model export (``runs/<run_id>/model.npz``, fasdl.training.export) and
-prints its accuracy on ``DATASET_DIR/x.npy`` + ``y.npy`` (one split of the importer's output,
-e.g. ``data/cifar10/test``), and for a two-class model its Matthews correlation (``mcc``,
-CoLA's metric). Inputs are scaled and normalised exactly as the workers do it
-(fasdl.training.augment.evaluation_tensors, with the run's augmentation from the export's metadata)
-and
-batched as worker 0 batched its held-out evaluation (the export's ``eval_batch``), so the
-accuracy (and MCC) of a run's final export equals the one its summary reports for the last
-segment.
+Rebuilds the network a run exported (fasdl.training.export): ``MODEL`` is its
+``model.safetensors``, described by the ``model.json`` beside it (or ``--meta FILE``); the
+module is built as the plan named it (a registry model or the user's ``file.py:function``,
+imported relative to the current folder) and the state dict loaded strictly. Prints its
+accuracy on ``DATASET_DIR/x.npy`` + ``y.npy`` (one split of the importer's output, e.g.
+``data/cifar10/test``), and for a two-class model its Matthews correlation (``mcc``, CoLA's
+metric). Inputs are scaled and normalised exactly as the workers do it
+(fasdl.training.augment.evaluation_tensors, with the run's augmentation and normalization from
+model.json) and batched as worker 0 batched its held-out evaluation (``eval_batch``), so the
+accuracy (and MCC) of a run's export equals the one its summary reports for the last segment.
 Exit 0 with the result (``--json``: one JSON line), or 2 with ``fasdl.evaluate: <why>``.
 """
 
@@ -21,14 +22,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from fasdl.training.augment import AugmentationError, check_rows
 from fasdl.training.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES, DatasetError
 from fasdl.training.evaluation import Progress, confusion_of
 from fasdl.training.export import (
     ExportError,
     ExportMeta,
-    build_from_export,
-    load_export,
+    build_exported,
+    load_meta,
+    load_tensors,
 )
 
 EXIT_BAD_INPUT = 2
@@ -53,10 +57,11 @@ def load_split(directory: Path, meta: ExportMeta) -> tuple[np.ndarray, np.ndarra
     if tuple(x.shape[1:]) != meta.input_shape:
         raise DatasetError(f"{paths['x']}: rows are {tuple(x.shape[1:])}, the model "
                            f"({meta.model}) expects {meta.input_shape}")
+    check_rows(meta.augmentation, tuple(x.shape[1:]), x.dtype, meta.input_normalization)
     low, high = int(y.min()), int(y.max())
-    if low < 0 or high >= meta.num_classes:
+    if low < 0 or high >= meta.classes:
         raise DatasetError(f"{paths['y']}: labels span [{low}, {high}], the model has "
-                           f"{meta.num_classes} classes")
+                           f"{meta.classes} classes")
     return x, y
 
 
@@ -87,27 +92,44 @@ def _progress_printer() -> Progress:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fasdl.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_file", type=Path, help="a model export (model.npz)")
+    parser.add_argument("model_file", type=Path, metavar="MODEL",
+                        help="a run's model.safetensors")
     parser.add_argument("dataset_dir", type=Path, help="a folder with x.npy and y.npy")
+    parser.add_argument("--meta", type=Path, metavar="FILE",
+                        help="its model.json (default: the model.json beside MODEL)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     return parser
 
 
+def load_model(model_file: Path, meta_file: Path) -> tuple[ExportMeta, torch.nn.Module]:
+    """model.json's description and the module it names with model.safetensors' state."""
+    if not meta_file.is_file():
+        raise ExportError(f"{meta_file}: no such file (pass the run's model.json with --meta)")
+    meta = load_meta(meta_file.read_bytes(), str(meta_file))
+    data = model_file.read_bytes()
+    if data[:6] == b"\x93NUMPY" or data[:2] == b"PK":
+        raise ExportError(f"{model_file}: a numpy file, not model.safetensors (model.npy holds "
+                          f"only the flat parameters; older runs' model.npz is not read)")
+    return meta, build_exported(meta, load_tensors(data, str(model_file)))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    meta_file = args.meta or args.model_file.with_name("model.json")
     try:
-        meta, arrays = load_export(args.model_file.read_bytes())
+        meta, model = load_model(args.model_file, meta_file)
         x, y = load_split(args.dataset_dir, meta)
-        model = build_from_export((meta, arrays))
-    except (ExportError, DatasetError, OSError) as error:
-        print(f"fasdl.evaluate: {_one_line(error, args.model_file)}", file=sys.stderr)
+    except (ExportError, DatasetError, AugmentationError, OSError) as error:
+        print(f"fasdl.evaluate: {' '.join(str(error).split())}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    confusion = confusion_of(model, x, y, meta.num_classes, _progress_printer(),
-                             augmentation=meta.augmentation, batch=meta.eval_batch)
+    confusion = confusion_of(model, x, y, meta.classes, _progress_printer(),
+                             augmentation=meta.augmentation, batch=meta.eval_batch,
+                             normalization=meta.input_normalization)
     correct, mcc = confusion.correct, confusion.mcc()
     result = {"accuracy": correct / len(y), "correct": correct, "samples": len(y),
-              "mcc": mcc, "model": meta.model, "num_classes": meta.num_classes,
-              "model_file": str(args.model_file), "dataset": str(args.dataset_dir)}
+              "mcc": mcc, "model": meta.model, "classes": meta.classes,
+              "model_file": str(args.model_file), "meta_file": str(meta_file),
+              "dataset": str(args.dataset_dir)}
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -115,11 +137,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"accuracy {result['accuracy']:.4f} ({correct}/{len(y)} samples){matthews} of "
               f"{meta.model} on {args.dataset_dir}")
     return 0
-
-
-def _one_line(error: Exception, model_file: Path) -> str:
-    text = " ".join(str(error).split())
-    return f"{model_file}: {text}" if isinstance(error, ExportError) else text
 
 
 if __name__ == "__main__":

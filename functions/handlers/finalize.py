@@ -1,8 +1,8 @@
 """Finalize Lambda (fasdl/contract/events.py).
 
 * ``succeeded`` ``{"run": RunState, "execution": arn}``: copies the last checkpoint's merged
-  model to ``runs/<run_id>/model.npy`` (+ ``model.json``; + ``model.npz``, the complete
-  state dict, when the checkpoint holds worker 0's ``export``), writes
+  model to ``runs/<run_id>/model.npy`` and worker 0's export objects to
+  ``model.safetensors`` (the complete state dict) and ``model.json`` (fasdl.run.results), writes
   ``runs/<run_id>/summary.json`` from the workers' segment results, deletes the run's
   exchange keys and returns
   ``{run_id, model_key, summary_key, extra}``.

@@ -8,6 +8,7 @@ weights bit for bit, whatever the channel and whether a worker was killed on the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from safetensors.torch import load_file
 
 from fasdl.contract import keys
 from fasdl.contract.keys import manifest_key, shard_key
@@ -30,7 +32,8 @@ from fasdl.contract.plan import Deployment, Plan, Training, Workload
 from fasdl.datasets import build_digits
 from fasdl.exchange.shard_layout import shard_bounds
 from fasdl.exchange.wire import encode_shard
-from fasdl.training.networks import parameter_count
+from fasdl.training.evaluation import confusion_of
+from fasdl.training.networks import build_model, parameter_count
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from tests.lambda_context import FakeLambdaContext
 
@@ -205,8 +208,9 @@ def reference(s3_stack: Stack) -> tuple[dict[str, Any], dict[str, Any], bytes]:
     return result, summary, s3_stack.read(result["model_key"])
 
 
-def _evaluate_export(stack: Stack, export_key: str, folder: Path) -> dict[str, Any]:
-    """``python -m fasdl.evaluate`` as a user runs it, on the export and the test split."""
+def _evaluate_export(stack: Stack, run_id: str, folder: Path) -> dict[str, Any]:
+    """``python -m fasdl.evaluate`` as a user runs it, on the run's model.safetensors (with
+    its model.json beside it) and the test split."""
     client = stack.s3.client()
     try:
         for name in ("x", "y"):
@@ -214,14 +218,27 @@ def _evaluate_export(stack: Stack, export_key: str, folder: Path) -> dict[str, A
                                  str(folder / f"{name}.npy"))
     finally:
         client.close()
-    (folder / "model.npz").write_bytes(stack.read(export_key))
-    done = subprocess.run([sys.executable, "-m", "fasdl.evaluate", str(folder / "model.npz"),
-                           str(folder), "--json"], capture_output=True, text=True, timeout=120,
+    for name in ("model.safetensors", "model.json"):
+        (folder / name).write_bytes(stack.read(f"runs/{run_id}/{name}"))
+    done = subprocess.run([sys.executable, "-m", "fasdl.evaluate",
+                           str(folder / "model.safetensors"), str(folder), "--json"],
+                          capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": f"{FUNCTIONS}{os.pathsep}{ROOT}"},
                           check=False)
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
+
+
+def _plain_torch_accuracy(folder: Path) -> float:
+    """The user guide's lines: the registry module, safetensors' loader, load_state_dict;
+    then the test split in model.json's evaluation batches."""
+    meta = json.loads((folder / "model.json").read_text())
+    model = build_model(meta["model"], meta["classes"], tuple(meta["input_shape"]))
+    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    x, y = np.load(folder / "x.npy"), np.load(folder / "y.npy")
+    confusion = confusion_of(model, x, y, meta["classes"], batch=meta["eval_batch"])
+    return confusion.correct / len(y)
 
 
 @pytest.mark.slow
@@ -236,8 +253,10 @@ def test_s3_run_trains_digits_and_finalizes(
     assert summary["final_accuracy"] > 0.6  # held-out digits, chance is 0.1
     meta = json.loads(s3_stack.read(f"runs/{run_id}/model.json"))
     assert meta["model"] == "mlp" and meta["input_shape"] == [1, 8, 8]
-    assert meta["num_classes"] == 10
+    assert (meta["classes"], meta["iterations"], meta["run_id"]) == (10, 58, run_id)
     assert meta["parameters"] == parameter_count("mlp", 10, (1, 8, 8))
+    assert meta["sha256"] == hashlib.sha256(
+        s3_stack.read(f"runs/{run_id}/model.safetensors")).hexdigest()
     weights = np.load(__import__("io").BytesIO(model), allow_pickle=False)
     assert weights.dtype == np.float32 and weights.shape == (meta["parameters"],)
     progress = json.loads(s3_stack.read(f"runs/{run_id}/segments/00001/attempt-0/"
@@ -250,11 +269,14 @@ def test_s3_run_trains_digits_and_finalizes(
     client = s3_stack.s3.client()
     listed = client.list_objects_v2(Bucket=BUCKETS[1], Prefix=f"runs/{run_id}/checkpoint/")
     client.close()
-    exports = [item["Key"] for item in listed["Contents"] if item["Key"].endswith("/export")]
+    exports = [item["Key"] for item in listed["Contents"]
+               if item["Key"].endswith("/export/model.safetensors")]
     assert len(exports) == 1 and "/it/00000058/" in exports[0], exports
-    assert result["extra"]["export_key"] == summary["export_key"] == f"runs/{run_id}/model.npz"
-    evaluated = _evaluate_export(s3_stack, summary["export_key"], tmp_path)
+    assert result["extra"]["export_key"] == summary["export_key"] == (
+        f"runs/{run_id}/model.safetensors")
+    evaluated = _evaluate_export(s3_stack, run_id, tmp_path)
     assert evaluated["accuracy"] == summary["final_accuracy"] and evaluated["model"] == "mlp"
+    assert _plain_torch_accuracy(tmp_path) == summary["final_accuracy"]
 
 
 @pytest.mark.slow

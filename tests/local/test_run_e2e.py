@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fasdl.datasets import build_digits
 from infra.settings import REPO_ROOT
 
 EPOCHS = 3  # one segment per epoch: 3 show the loop, the checkpoints and the loss falling
@@ -46,6 +47,22 @@ def _holding(directory: Path) -> list[int]:
         except OSError:  # exited meanwhile, or not ours
             continue
     return found
+
+
+def _evaluate_report_model(tmp_path: Path, accuracy: float) -> None:
+    """The report folder's trained model, as a user evaluates it: model.safetensors and
+    model.json (model.npy, the flat vector, stays beside them) on the digits test split,
+    built as the run built it, give the accuracy worker 0 reported."""
+    report = tmp_path / "report"
+    assert {"model.npy", "model.safetensors", "model.json"} <= {p.name for p in
+                                                                report.iterdir()}
+    build_digits(tmp_path / "digits")
+    done = subprocess.run([sys.executable, "-m", "fasdl.evaluate",
+                           str(report / "model.safetensors"), str(tmp_path / "digits" / "test"),
+                           "--json"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["accuracy"] == accuracy
 
 
 @pytest.mark.slow
@@ -81,6 +98,7 @@ def test_run_trains_every_epoch(tmp_path: Path, channel: str) -> None:
         done.stdout
     for name in ("training.png", "time_split.png"):
         assert (tmp_path / "report" / name).stat().st_size > 1000
+    _evaluate_report_model(tmp_path, report["final_accuracy"])
     ports = _ports(done.stdout)
     assert ports and all(_closed(port) for port in ports)
     assert _holding(tmp_path) == []

@@ -6,6 +6,7 @@ tests/integration/test_workers.py.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from fasdl.aws import torch_setup
 from fasdl.aws.metrics import StepMetrics
+from fasdl.contract.keys import EXPORT_OBJECTS
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.settings import Settings, SettingsError
 from fasdl.exchange import stores
@@ -187,8 +189,12 @@ def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
                                              "epoch": 2, "resume_epoch": 0}}
     store = S3Channel(RESULTS, "runs/", client=s3)
     weights = np.arange(12, dtype=np.float32)
-    for worker in range(4):
-        objects = {"model": array_bytes(weights)} if worker == 0 else {f"w{worker}": b"m"}
+    described = {"format": 1, "model": "mlp", "classes": 3, "input_shape": [1, 4, 4]}
+    for worker in range(4):  # worker 0's export objects: finalize copies them without torch
+        objects = ({"model": array_bytes(weights),
+                    EXPORT_OBJECTS["model.safetensors"]: b"state dict",
+                    EXPORT_OBJECTS["model.json"]: json.dumps(described).encode()}
+                   if worker == 0 else {f"w{worker}": b"m"})
         put_objects(store, "fin", 10, 0, worker, objects)
     commit_manifest(store, "fin", 10, 0, workers=4, timeout_s=5.0,
                     meta={"model": "mlp", "num_classes": "3", "input_shape": "1,4,4",
@@ -208,8 +214,12 @@ def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
                                                        "runs/fin/summary.json")
     model = s3.get_object(Bucket=RESULTS, Key=out["model_key"])["Body"].read()
     assert np.array_equal(np.load(io.BytesIO(model), allow_pickle=False), weights)
+    assert s3.get_object(Bucket=RESULTS, Key="runs/fin/model.safetensors")["Body"].read() == (
+        b"state dict")
     meta = _read(s3, "runs/fin/model.json")
-    assert meta["input_shape"] == [1, 4, 4] and meta["num_classes"] == 3
+    assert meta == {**described, "iterations": 10, "run_id": "fin",
+                    "sha256": hashlib.sha256(b"state dict").hexdigest()}
+    assert out["extra"]["export_key"] == "runs/fin/model.safetensors"
     summary = _read(s3, out["summary_key"])
     assert summary["segments"][0]["attempt"] == 1 and summary["retried_attempts"] == 1
     assert summary["final_loss"] == 2.5 and summary["final_accuracy"] == 0.9
@@ -336,7 +346,7 @@ def test_handler_modules_import_without_torch() -> None:
     # Lambda's init phase runs the module import: it must not unpack or import torch
     import subprocess
 
-    code = ("import sys, handlers.worker, handlers.profiler; from fasdl import torch_setup; "
+    code = ("import sys, handlers.worker, handlers.profiler; from fasdl.aws import torch_setup; "
             "print(sorted({'torch', 'fasdl_torch_loader'} & set(sys.modules)), "
             "torch_setup._loaded)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -22,8 +22,15 @@ from fasdl.training.augment import evaluation_tensors
 from fasdl.training.classification import Confusion
 from fasdl.training.data import LocalFiles, write_dataset
 from fasdl.training.data import to_tensors as data_to_tensors
-from fasdl.training.export import ExportError, build_from_export, export_bytes
+from fasdl.training.export import (
+    ExportError,
+    build_exported,
+    describe,
+    load_meta,
+    load_tensors,
+)
 from fasdl.training.networks import build_model, build_seeded_model, parameter_count
+from tests.runtime.exported_model import export_files, workload
 from tests.runtime.test_kreduce import make_plan, run_parallel
 
 LENGTH = 16
@@ -106,9 +113,8 @@ def test_export_and_evaluate_cli_report_the_mcc_worker_zero_computes(
     model = build_seeded_model("bert-mini", 7, 2, (2, LENGTH))
     with torch.no_grad():  # a model that is not at chance, so the MCC is not 0 by accident
         model.classifier.bias.copy_(torch.tensor([0.0, 0.1]))
-    data = export_bytes(model, model_name="bert-mini", num_classes=2, input_shape=(2, LENGTH))
-    path = tmp_path / "model.npz"
-    path.write_bytes(data)
+    meta = {"model": "bert-mini", "num_classes": "2", "input_shape": f"2,{LENGTH}"}
+    path, described = export_files(model, tmp_path, meta, workload("bert-mini"))
     x, y = np.load(text_split / "x.npy"), np.load(text_split / "y.npy")
     model.eval()
     with torch.no_grad():  # one batch, as worker 0 evaluates 40 rows
@@ -121,7 +127,8 @@ def test_export_and_evaluate_cli_report_the_mcc_worker_zero_computes(
     assert result["model"] == "bert-mini" and result["samples"] == 40
     assert evaluate_main([str(path), str(text_split)]) == 0
     assert f"MCC {expected.mcc():.4f}" in capsys.readouterr().out
-    rebuilt = build_from_export(data)
+    rebuilt = build_exported(load_meta(described.read_bytes()),
+                             load_tensors(path.read_bytes()))
     features, _ = data_to_tensors(x, y)
     model.eval()
     assert torch.equal(rebuilt(features), model(features))
@@ -129,9 +136,8 @@ def test_export_and_evaluate_cli_report_the_mcc_worker_zero_computes(
     write_dataset(wrong, np.zeros((3, 2, 8), dtype=np.int32), np.zeros(3, dtype=np.int64))
     assert evaluate_main([str(path), str(wrong)]) == 2
     assert "rows are (2, 8), the model (bert-mini) expects (2, 16)" in capsys.readouterr().err
-    as_image = export_bytes(model, model_name="bert-mini", num_classes=2, input_shape=(3, 4, 4))
-    with pytest.raises(ExportError, match=r"input_shape must be \[2, L\].* for bert-mini"):
-        build_from_export(as_image)
+    with pytest.raises(ExportError, match=r"'input_shape' must be \[2, L\].* for bert-mini"):
+        describe(model, {**meta, "input_shape": "3,4,4"}, workload("bert-mini"))
 
 
 def test_the_trigger_accepts_text_rows_and_refuses_other_int32_shapes(tmp_path: Path) -> None:

@@ -95,7 +95,12 @@ def failure_key(run: str) -> str:
     return f"{run_prefix(run)}failure.json"
 
 
-FINAL_NAMES = ("model.npy", "model.json", "model.npz")
+# model.npy: the merged flat parameter vector; model.safetensors: the module's complete
+# state_dict(); model.json: how to rebuild the module (fasdl.training.export)
+FINAL_NAMES = ("model.npy", "model.safetensors", "model.json")
+# the objects of a run's last checkpoint (worker 0's) that finalize publishes as these
+EXPORT_OBJECTS = {"model.safetensors": "export/model.safetensors",
+                  "model.json": "export/model.json"}
 
 
 def final_key(run: str, name: str) -> str:

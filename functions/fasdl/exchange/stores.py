@@ -1,20 +1,25 @@
 """The stores a function's settings (fasdl.contract.settings) name, as clients: the shard
 exchange (the S3 exchange bucket or the Valkey cache), the results bucket's checkpoint store,
-and S3 itself. boto3 and redis are imported only when a client is built: the trigger runs
-without redis."""
+and S3 itself. redis is imported only when a Valkey channel is built: the trigger runs
+without it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasdl.contract.settings import Settings, SettingsError
 from fasdl.exchange.channel.base import Channel
-from fasdl.exchange.channel.factory import ChannelConfig, build_channel
 from fasdl.exchange.channel.s3 import S3Channel, s3_client_config
+
+if TYPE_CHECKING:
+    from fasdl.exchange.channel.factory import ChannelConfig
 
 
 def exchange_config(settings: Settings) -> ChannelConfig:
     """The shard exchange: the S3 exchange bucket or the Valkey cache, under the prefix."""
+    # the factory imports the Valkey channel, and so redis: the trigger has none
+    from fasdl.exchange.channel.factory import ChannelConfig
+
     if settings.channel == "s3":
         return ChannelConfig(kind="s3", prefix=settings.exchange_prefix,
                              bucket=settings.exchange_bucket, path_style=settings.s3_path_style)
@@ -28,6 +33,8 @@ def exchange_config(settings: Settings) -> ChannelConfig:
 
 
 def exchange_channel(settings: Settings) -> Channel:
+    from fasdl.exchange.channel.factory import build_channel
+
     return build_channel(exchange_config(settings))
 
 

@@ -21,8 +21,9 @@ Contents (arrays as .npy bytes, state as JSON — never pickle):
   (fasdl.exchange.codec: the last merged model, the rounding residual, an aggregator's
   previous merged shard), ``worker/{i}/buffers`` (batch-norm statistics, .npz),
   ``worker/{i}/torch_rng`` and ``worker/{i}/state.json`` (data cursor, numpy RNG state);
-* ``export`` in the run's last checkpoint only: worker 0's complete state dict
-  (fasdl.training.export), which finalize publishes as ``model.npz``.
+* ``export/model.safetensors`` and ``export/model.json`` in the run's last checkpoint only:
+  worker 0's complete state dict and its description (fasdl.training.export), which finalize
+  publishes as ``model.safetensors`` and ``model.json``.
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ def save_worker(store: Channel, run: str, epoch: int, worker: KReduceWorker,
                 cursor: DataCursor, numpy_rng: np.random.Generator | None = None, *,
                 extra_objects: Mapping[str, ObjectSource] | None = None) -> int:
     """Write ``worker``'s share of the checkpoint after its last step, plus
-    ``extra_objects`` (e.g. ``export``) under their own names, one object at a time.
+    ``extra_objects`` (e.g. the export's) under their own names, one object at a time.
 
     Returns the resume iteration the checkpoint is keyed by (last step + 1).
     """

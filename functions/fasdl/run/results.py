@@ -3,10 +3,12 @@
 Objects in the results bucket, under ``runs/<run_id>/``:
 
 * ``model.npy``: the merged flat float32 parameter vector, copied verbatim from the last
-  checkpoint after its sha256 was checked against the manifest; ``model.json`` says how to
-  rebuild the network (registry name, classes, input shape, parameter count);
-* ``model.npz``: the complete state dict with batch-norm statistics (fasdl.training.export), copied
-  verbatim and checked likewise from the checkpoint's ``export`` object, when it has one;
+  checkpoint after its sha256 was checked against the manifest (``model_key``);
+* ``model.safetensors``: worker 0's complete state dict, batch-norm statistics included
+  (fasdl.training.export), copied verbatim and checked likewise from the last checkpoint's
+  export objects (``export_key``); ``model.json``: their description of how to rebuild the
+  module, plus the run id, the iterations and the sha256 of ``model.safetensors``. A
+  checkpoint without export objects (written before workers made them) publishes neither;
 * ``summary.json``: per segment (the attempt that completed) mean loss over the workers,
   worker 0's held-out accuracy and, for two-class workloads, its Matthews correlation
   (``mcc``, CoLA's metric), time split summed over the workers; plus run totals;
@@ -22,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from fasdl.contract.keys import manifest_key
+from fasdl.contract.keys import EXPORT_OBJECTS, manifest_key
 from fasdl.contract.settings import Settings
 from fasdl.exchange import stores
 
@@ -117,28 +119,55 @@ def final_model(s3: Any, settings: Settings, run_id: str, resume_iteration: int,
     return manifest, data
 
 
-def final_export(s3: Any, settings: Settings, run_id: str,
-                 manifest: Mapping[str, Any]) -> bytes | None:
-    """The verified ``export`` object of a final checkpoint's manifest; None for checkpoints
-    written before workers exported (finalize then publishes model.npy alone)."""
-    record = manifest.get("objects", {}).get("export")
+def final_object(s3: Any, settings: Settings, run_id: str, manifest: Mapping[str, Any],
+                 name: str) -> bytes | None:
+    """The verified object ``name`` of a final checkpoint's manifest; None when it has none."""
+    record = manifest.get("objects", {}).get(name)
     if record is None:
         return None
     try:
         data: bytes = s3.get_object(Bucket=settings.results_bucket,
                                     Key=settings.runs_prefix + record["key"])["Body"].read()
     except Exception as error:
-        raise ResultError(f"run {run_id!r}: final export {record.get('key')!r} listed in the "
-                          f"manifest cannot be read: {error}") from error
+        raise ResultError(f"run {run_id!r}: final checkpoint object {record.get('key')!r} "
+                          f"listed in the manifest cannot be read: {error}") from error
     if len(data) != record["size"] or hashlib.sha256(data).hexdigest() != record["sha256"]:
-        raise ResultError(f"run {run_id!r}: final export {record['key']!r} does not match its "
-                          f"manifest checksum")
+        raise ResultError(f"run {run_id!r}: final checkpoint object {record['key']!r} does not "
+                          f"match its manifest checksum")
     return data
+
+
+def publish_export(s3: Any, settings: Settings, run_id: str, manifest: Mapping[str, Any],
+                   iterations: int) -> str | None:
+    """model.safetensors, then model.json, from the last checkpoint's export objects; the
+    key of model.safetensors, or None (nothing written) for a checkpoint without them."""
+    weights, described = (final_object(s3, settings, run_id, manifest, EXPORT_OBJECTS[name])
+                          for name in ("model.safetensors", "model.json"))
+    if weights is None or described is None:
+        if weights is not None or described is not None:
+            raise ResultError(f"run {run_id!r}: the final checkpoint holds only one of "
+                              f"{', '.join(EXPORT_OBJECTS.values())}")
+        return None
+    try:
+        meta = json.loads(described)
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != 1:  # fasdl.training.export's
+        raise ResultError(f"run {run_id!r}: {EXPORT_OBJECTS['model.json']!r} of the final "
+                          f"checkpoint is not a JSON export description of format 1")
+    meta.update(iterations=iterations, sha256=hashlib.sha256(weights).hexdigest(),
+                run_id=run_id)
+    export_key = settings.final_key(run_id, "model.safetensors")
+    s3.put_object(Bucket=settings.results_bucket, Key=export_key, Body=weights,
+                  ContentType="application/octet-stream")
+    _put_json(s3, settings.results_bucket, settings.final_key(run_id, "model.json"), meta)
+    return export_key
 
 
 def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
                 execution: str) -> dict[str, Any]:
-    """model.npy + model.json + summary.json for a finished run; returns FinalizeResult."""
+    """model.npy, model.safetensors + model.json and summary.json for a finished run;
+    returns FinalizeResult."""
     run_id = str(run["run_id"])
     final_iteration = int(run["segment"]["start_iteration"])
     # the done state's resume_epoch: the epoch of the segment that finished the run
@@ -146,18 +175,8 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
                                   int(run["segment"]["resume_epoch"]))
     model_key = settings.final_key(run_id, "model.npy")
     s3.put_object(Bucket=settings.results_bucket, Key=model_key, Body=model)
-    meta = {str(k): str(v) for k, v in manifest.get("meta", {}).items()}
-    _put_json(s3, settings.results_bucket, settings.final_key(run_id, "model.json"), {
-        "model": meta.get("model"), "num_classes": int(meta.get("num_classes", "0")),
-        "input_shape": [int(n) for n in meta.get("input_shape", "").split(",") if n],
-        "parameters": int(meta.get("parameters", "0")), "dtype": "float32",
-        "iterations": final_iteration, "sha256": hashlib.sha256(model).hexdigest(),
-        "model_key": model_key, "format": "flat parameter vector (.npy), module order"})
-    export = final_export(s3, settings, run_id, manifest)
-    export_key: str | None = None
-    if export is not None:  # the complete state dict: python -m fasdl.evaluate reads it
-        export_key = settings.final_key(run_id, "model.npz")
-        s3.put_object(Bucket=settings.results_bucket, Key=export_key, Body=export)
+    # the complete state dict and its description: python -m fasdl.evaluate reads them
+    export_key = publish_export(s3, settings, run_id, manifest, final_iteration)
     workers = len(run.get("workers", [])) or int(manifest["workers"])
     summary = {"run_id": run_id, "execution": execution, "plan_key": run.get("plan_key"),
                "model_key": model_key, "export_key": export_key, "workers": workers,

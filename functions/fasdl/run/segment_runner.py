@@ -27,7 +27,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,12 @@ from fasdl.run.fault_hooks import NO_FAULTS, FaultHooks
 from fasdl.run.fencing import Fence, claim_worker
 from fasdl.run.run_state import check_deployment
 from fasdl.run.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
-from fasdl.training.augment import AugmentationError, check_rows, training_tensors
+from fasdl.training.augment import (
+    AugmentationError,
+    check_rows,
+    normalization_of,
+    training_tensors,
+)
 from fasdl.training.classification import Confusion
 from fasdl.training.data import (
     BatchStream,
@@ -66,7 +70,8 @@ from fasdl.training.data import (
     s3_range_reader,
 )
 from fasdl.training.evaluation import add_batch
-from fasdl.training.export import evaluation_batch, export_checkpoint_meta
+from fasdl.training.export import evaluation_batch, export_objects
+from fasdl.training.initial_weights import InitialWeightsError, apply_initial_weights
 from fasdl.training.networks import build_seeded_model
 
 CHECKPOINT_BASE_S = 2.0  # a few small PUTs plus the committer's wait
@@ -202,13 +207,16 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
     layout = read_layout(read_range, x_key)
     try:  # images C×H×W, or text 2×L (token ids; attention mask)
         input_shape = input_shape_of(f"dataset {x_key}", layout.dtype, layout.row_shape)
-        check_rows(plan.training.augmentation, layout.row_shape, layout.dtype)
+        check_rows(plan.training.augmentation, layout.row_shape, layout.dtype,
+                   normalization_of(plan.workload))
     except (DatasetError, AugmentationError) as error:
         raise WorkerEventError(str(error)) from error
     labels = _cached_labels(read_range, keys.dataset_array_key(prefix, "y"), cache_dir)
     num_classes = class_count(labels)
     model = build_seeded_model(plan.workload.model, plan.training.seed, num_classes,
                                input_shape)
+    if plan.workload.initial_weights is not None and event.start_iteration == 0:
+        _load_initial_weights(model, s3, settings.datasets_bucket, plan.workload.initial_weights)
     worker = KReduceWorker(plan, event.worker, exchange, model, event.run_id, event.epoch,
                            inflight_bytes=cap_bytes(plan.deployment.memory_mb,
                                                     plan.workload.model_mb,
@@ -219,6 +227,20 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
             "augmentation": plan.training.augmentation,
             "eval_batch": str(evaluation_batch(plan.batch_of(0)))}  # worker 0 evaluates
     return _Job(plan, read_range, prefix, cache_dir, meta, model, worker)
+
+
+def _load_initial_weights(model: torch.nn.Module, s3: Any, bucket: str, key: str) -> None:
+    """The run's first segment starts from the user's weights (later ones from checkpoints)."""
+    try:
+        data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        apply_initial_weights(model, data, f"s3://{bucket}/{key}")
+    except InitialWeightsError as error:
+        raise WorkerEventError(str(error)) from error
+    except Exception as error:
+        if is_missing(error):
+            raise WorkerEventError(f"workload.initial_weights: s3://{bucket}/{key} not found "
+                                   f"(upload it with the dataset)") from error
+        raise
 
 
 def _restore(job: _Job, store: Channel, event: WorkerEvent) -> None:
@@ -238,6 +260,7 @@ def _train(job: _Job, event: WorkerEvent, settings: Settings, guard: TimeGuard, 
            result: SegmentResult, metrics: StepMetrics | None, hooks: FaultHooks) -> None:
     assert job.stream is not None
     timeout_s = float(job.plan.deployment.timeout_s)
+    normalization = normalization_of(job.plan.workload)  # images, normalize: the dataset's
     for iteration in range(event.start_iteration, event.start_iteration + event.iterations):
         guard.check(iteration)
         fence.check()  # a superseded epoch stops before it writes this iteration's shards
@@ -248,7 +271,7 @@ def _train(job: _Job, event: WorkerEvent, settings: Settings, guard: TimeGuard, 
             settings, guard.recent, min(timeout_s, guard.remaining_s() - guard.reserve_s()))
         batch = training_tensors(*job.stream.next_batch(), job.plan.training.augmentation,
                                  seed=job.plan.training.seed, worker=event.worker,
-                                 iteration=iteration)
+                                 iteration=iteration, normalization=normalization)
         cpu_before = time.process_time()
         try:
             stats = job.worker.step(*batch, iteration)
@@ -270,9 +293,10 @@ def _checkpoint(job: _Job, store: Channel, event: WorkerEvent, settings: Setting
     saved = time.perf_counter()
     job.worker.release_step_buffers()  # the checkpoint's objects take their place
     # the run's end: worker 0's merged parameters with its own batch-norm statistics, a
-    # model complete for inference (finalize publishes it as model.npz)
+    # model complete for inference, and its description (finalize publishes them as
+    # model.safetensors and model.json)
     last = event.start_iteration + event.iterations == job.plan.total_iterations
-    extra = ({"export": partial(export_checkpoint_meta, job.model, job.meta)}
+    extra = (export_objects(job.model, job.meta, job.plan.workload)
              if event.worker == 0 and last else None)
     fence.check(force=True)
     result.resume_iteration = save_worker(store, event.run_id, event.epoch, job.worker,
@@ -312,7 +336,8 @@ def _evaluate_in_time(job: _Job, time_left_s: Callable[[], float],
             return
         chunk_began = time.perf_counter()
         add_batch(confusion, job.model, x[start:start + batch], y[start:start + batch],
-                  job.plan.training.augmentation)
+                  job.plan.training.augmentation,
+                  normalization=normalization_of(job.plan.workload))
         slowest = max(slowest, time.perf_counter() - chunk_began)
     result.accuracy, result.test_samples = confusion.correct / max(1, len(y)), len(y)
     result.mcc = confusion.mcc()

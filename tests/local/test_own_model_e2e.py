@@ -1,0 +1,182 @@
+"""Your own model and data, end to end, as a user does it (docs/user-guide.md, "Your own model
+and data", runs exactly these commands): a small ResNet-style network in a file of its own, a
+folder of PNG images per class, `fasdl.datasets images`, `planner workload new`, a local
+profile, `planner plan`, `cdk synth`, `local run` through the synthesized state machine,
+`fasdl.evaluate` on the export, and plain PyTorch loading the export into the user's own
+module. Then a run that starts from initial weights of the user's own."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from infra.settings import REPO_ROOT, STUB_TORCH_LAYER
+
+pytestmark = pytest.mark.slow
+
+MODEL = '''"""A small ResNet-style network: not in the registry."""
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.norm = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + self.norm(self.conv(x)))
+
+
+def build(num_classes, input_shape):
+    return nn.Sequential(
+        nn.Conv2d(input_shape[0], 8, 3, padding=1), nn.ReLU(), Block(8), Block(8),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes))
+'''
+CLASSES = {"red": (200, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 200)}
+IMAGES_PER_CLASS = 40
+RUN_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Prepared:
+    root: Path
+    model_file: Path
+    data: Path
+    workload: Path  # the profiled workload
+    plan: Path
+    cdk_out: Path
+
+
+def _run(*argv: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                 f"{os.environ.get('PATH', '')}",
+           "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+    assert done.returncode == 0, f"{argv}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def _python(*argv: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return _run(sys.executable, "-m", *argv, cwd=cwd, timeout=timeout)
+
+
+def _images(folder: Path) -> None:
+    """Noisy squares of each class's colour: easy to learn, not trivial to memorise."""
+    rng = np.random.default_rng(0)
+    for name, colour in CLASSES.items():
+        (folder / name).mkdir(parents=True)
+        for index in range(IMAGES_PER_CLASS):
+            noise = rng.integers(-60, 60, (12, 12, 3))
+            pixels = np.clip(np.array(colour)[None, None, :] + noise, 0, 255)
+            Image.fromarray(pixels.astype(np.uint8)).save(folder / name / f"{index}.png")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prepared]:
+    root = tmp_path_factory.mktemp("own-model")
+    model_file = root / "models" / "small_resnet.py"
+    model_file.parent.mkdir()
+    model_file.write_text(MODEL)
+    _images(root / "images")
+    data = root / "data"
+    _python("fasdl.datasets", "images", str(root / "images"), str(data), "--size", "16", "16",
+            cwd=root)
+    new = root / "small-resnet.json"
+    _python("planner", "workload", "new", "--model", f"{model_file}:build",
+            "--dataset", str(data), "--name", "small-resnet", "--out", str(new), cwd=root)
+    profile = root / "profile"
+    _python("local", "profile", "--workload", str(new), "--memories", "512", "1024",
+            "--batches", "8", "16", "--sizes-mb", "0.0625", "0.5", "--warmup", "1",
+            "--repeats", "2", "--transfer-repeats", "1", "--out", str(profile),
+            cwd=REPO_ROOT, timeout=900)
+    plan = root / "plan.json"
+    _python("planner", "plan", "--workload", str(profile / "workload.json"),
+            "--platform", str(profile / "platform.json"), "--channel", "s3",
+            "--deadline", "3600", "--max-global-batch", "32", "--min-workers", "2",
+            "--epochs", "4", "--out", str(plan), cwd=root)
+    cdk_out = root / "cdk.out"
+    _run("npx", "cdk", "synth", "--no-notices", "-q", "-c", f"plan={plan}",
+         "-c", f"torch_layer={STUB_TORCH_LAYER}", "-o", str(cdk_out), cwd=REPO_ROOT)
+    yield Prepared(root, model_file, data, profile / "workload.json", plan, cdk_out)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _local_run(prepared: Prepared, plan: Path, report: Path) -> dict[str, Any]:
+    _python("local", "run", "--plan", str(plan), "--dataset", str(prepared.data),
+            "--cdk-out", str(prepared.cdk_out), "--report-dir", str(report),
+            "--timeout", str(RUN_TIMEOUT_S), cwd=REPO_ROOT, timeout=RUN_TIMEOUT_S + 120)
+    summary: dict[str, Any] = json.loads((report / "report.json").read_text())
+    return summary
+
+
+def _users_module(model_file: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("users_small_resnet", model_file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_users_model_trains_and_loads_in_plain_pytorch(prepared: Prepared) -> None:
+    plan = json.loads(prepared.plan.read_text())
+    assert plan["workload"]["model"] == f"{prepared.model_file}:build"
+    assert plan["deployment"]["workers"] >= 2
+    report = prepared.root / "report"
+    _local_run(prepared, prepared.plan, report)
+    evaluated = json.loads(_python("fasdl.evaluate", str(report / "model.safetensors"),
+                                   str(prepared.data / "test"), "--json",
+                                   cwd=prepared.root).stdout.splitlines()[-1])
+    assert evaluated["accuracy"] > 0.6  # three colours: far above chance (1/3)
+    # what a user writes: their own module, the export's state dict, the importer's test split
+    from safetensors.torch import load_file
+
+    meta = json.loads((report / "model.json").read_text())
+    model = _users_module(prepared.model_file).build(meta["classes"], meta["input_shape"])
+    model.load_state_dict(load_file(str(report / "model.safetensors")))
+    model.eval()
+    x = np.load(prepared.data / "test" / "x.npy")
+    y = np.load(prepared.data / "test" / "y.npy")
+    mean = torch.tensor(meta["normalization"]["mean"]).view(1, -1, 1, 1)
+    std = torch.tensor(meta["normalization"]["std"]).view(1, -1, 1, 1)
+    with torch.no_grad():
+        inputs = (torch.from_numpy(x).float() / 255 - mean) / std
+        predicted = model(inputs).argmax(1).numpy()
+    assert float(np.mean(predicted == y)) == pytest.approx(evaluated["accuracy"], abs=1e-9)
+
+
+def test_a_run_starts_from_the_users_initial_weights(prepared: Prepared) -> None:
+    """All-zero weights: every logit is 0 for every input, so the first iteration's loss is
+    ln 3 on every worker whatever its batch; the seeded initialisation would not give it."""
+    from safetensors.torch import save_file
+
+    model = _users_module(prepared.model_file).build(len(CLASSES), [3, 16, 16])
+    zeros = {name: torch.zeros_like(value) for name, value in model.state_dict().items()}
+    save_file(zeros, str(prepared.data / "train" / "start.safetensors"))
+    plan = json.loads(prepared.plan.read_text())
+    plan["workload"]["initial_weights"] = f"{plan['workload']['dataset']}/start.safetensors"
+    plan["training"]["segment_iterations"] = 2
+    plan["training"]["epochs"] = 1
+    path = prepared.root / "plan-initial.json"
+    path.write_text(json.dumps(plan))
+    report = prepared.root / "report-initial"
+    summary = _local_run(prepared, path, report)
+    # the mean over the workers of each one's loss before its first step
+    assert summary["segments"][0]["loss_first"] == pytest.approx(math.log(3), abs=1e-6)
+    assert summary["segments"][0]["workers"] == plan["deployment"]["workers"]
