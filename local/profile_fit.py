@@ -128,13 +128,12 @@ def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str
     png = out / "fit.png"
     request = FitRequest(samples=[str(samples)], out=str(work / "fit.json"), kind="both",
                          name=name, dataset=info.key, dataset_samples=info.samples,
-                         dataset_mb=info.size_mb, channel=channel, png=str(png))
+                         dataset_mb=info.size_mb, channel=channel, png=str(png),
+                         workload_fields=base.fields if base else {})
     try:
         lines, fitted = run_fit(request)
-        fitted_workload = json.loads(Path(fitted["written"]["workload"]).read_text())
-        # the profiled workload's own fields (its model's input shape, loss, statistics...)
-        workload = WorkloadProfile.from_dict({**fitted_workload,
-                                              **(base.fields if base else {})})
+        workload = WorkloadProfile.from_dict(
+            json.loads(Path(fitted["written"]["workload"]).read_text()))
         platform = PlatformProfile.from_dict(
             json.loads(Path(fitted["written"]["platform"]).read_text()))
     except (SampleError, ProfileError) as error:  # validated input, so the samples are odd

@@ -132,6 +132,13 @@ def emulation_summary(emulation: LambdaEmulation | None) -> dict[str, Any] | Non
             "platform": None if emulation.platform is None else emulation.platform.name}
 
 
+def _shapes(config: dict[str, Any]) -> str:
+    """What the profiler feeds the model: a dataset's shapes, or the workload's input shape."""
+    if "dataset" in config:
+        return f"{config['dataset']} shapes"
+    return f"inputs of {config['input_shape']}, {config['num_classes']} classes"
+
+
 def measure(options: ProfileOptions, template: LocalTemplate, *, config: dict[str, Any],
             emulation: LambdaEmulation | None, timeout_s: float | None, out: Path, work: Path,
             say: Say) -> Measured:
@@ -151,7 +158,7 @@ def measure(options: ProfileOptions, template: LocalTemplate, *, config: dict[st
                 spec = replace(spec, timeout_s=timeout_s)
             threads = threads_for(memory, options.threads, emulation)
             say(f"[{index}/{len(memories)}] {memory} MB ({spec.name}, {threads} thread(s)"
-                f"{_cpu_cap(emulation, memory)}): {options.model} on {options.dataset} shapes "
+                f"{_cpu_cap(emulation, memory)}): {config['model']} on {_shapes(config)} "
                 f"at B={_joined(config['batches'])}, {options.warmup}+{options.repeats} "
                 f"iterations each; {options.channel} put/get of {_joined(config['sizes_mb'])} "
                 f"MB x{options.transfer_repeats}")

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -151,12 +151,16 @@ def model_size_mb(fit: WorkloadFit, override: float | None) -> float:
 
 
 def workload_profile(fit: WorkloadFit, *, name: str, dataset: str, samples: int,
-                     dataset_mb: float, model_mb: float, notes: str = "") -> WorkloadProfile:
-    return WorkloadProfile(name=name, model=fit.model, dataset=dataset, samples=samples,
-                           dataset_mb=dataset_mb, model_mb=model_mb,
-                           a=_six_digits(fit.a), b=_six_digits(fit.b), m=_six_digits(fit.m),
-                           k=_six_digits(fit.k), c=_six_digits(fit.c), notes=notes,
-                           cpu_step_s=fit.cpu_step_s, cpu_sample_s=fit.cpu_sample_s)
+                     dataset_mb: float, model_mb: float, notes: str = "",
+                     **fields: Any) -> WorkloadProfile:
+    """The fitted profile; ``fields``: the workload's own (a model of one's own needs its
+    input_shape and classes; its loss, statistics and recipe go along)."""
+    return WorkloadProfile(**{
+        "name": name, "model": fit.model, "dataset": dataset, "samples": samples,
+        "dataset_mb": dataset_mb, "model_mb": model_mb, "notes": notes,
+        "cpu_step_s": fit.cpu_step_s, "cpu_sample_s": fit.cpu_sample_s, **fields,
+        "a": _six_digits(fit.a), "b": _six_digits(fit.b), "m": _six_digits(fit.m),
+        "k": _six_digits(fit.k), "c": _six_digits(fit.c)})
 
 
 def _six_digits(value: float) -> float:
@@ -248,6 +252,8 @@ class FitRequest:
     invocation_overhead_s: float | None = None
     torch_load_cpu_s: float | None = None  # None: planner.fit.throughput's local measurement
     png: str | None = None
+    # the workload's own fields the profile keeps (local profile --workload)
+    workload_fields: Mapping[str, Any] = field(default_factory=dict)
 
 
 def output_paths(out: str, kind: str) -> dict[str, str]:
@@ -331,4 +337,5 @@ def _workload_options(request: FitRequest, fit: WorkloadFit) -> dict[str, Any]:
     return {"name": request.name, "dataset": request.dataset or f"datasets/{request.name}",
             "samples": request.dataset_samples, "dataset_mb": request.dataset_mb,
             "model_mb": model_size_mb(fit, request.model_mb),
-            "notes": f"fitted by python -m planner fit; time {fit.time_quality.describe()}"}
+            "notes": f"fitted by python -m planner fit; time {fit.time_quality.describe()}",
+            **request.workload_fields}

@@ -24,7 +24,7 @@ import pytest
 import torch
 from PIL import Image
 
-from infra.settings import REPO_ROOT, STUB_TORCH_LAYER
+from infra.settings import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -53,14 +53,26 @@ IMAGES_PER_CLASS = 40
 RUN_TIMEOUT_S = 300
 
 
+GUIDE = REPO_ROOT / "docs" / "user-guide.md"
+MARKER = "<!-- own-model-test -->"
+
+
+def guide_commands() -> list[str]:
+    """The command lines of the guide's marked block, comments dropped."""
+    text = GUIDE.read_text()
+    block = text[text.index(MARKER):].split("```", 2)[1]
+    return [line for line in block.splitlines()[1:] if line.strip()
+            and not line.lstrip().startswith("#")]
+
+
 @dataclass(frozen=True)
 class Prepared:
     root: Path
     model_file: Path
     data: Path
-    workload: Path  # the profiled workload
     plan: Path
     cdk_out: Path
+    evaluated: dict[str, Any]  # the guide's last command: fasdl.evaluate --json
 
 
 def _run(*argv: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -90,31 +102,22 @@ def _images(folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prepared]:
+    """The user's files in a temporary folder, then the guide's commands, as written."""
     root = tmp_path_factory.mktemp("own-model")
     model_file = root / "models" / "small_resnet.py"
     model_file.parent.mkdir()
     model_file.write_text(MODEL)
     _images(root / "images")
-    data = root / "data"
-    _python("fasdl.datasets", "images", str(root / "images"), str(data), "--size", "16", "16",
-            cwd=root)
-    new = root / "small-resnet.json"
-    _python("planner", "workload", "new", "--model", f"{model_file}:build",
-            "--dataset", str(data), "--name", "small-resnet", "--out", str(new), cwd=root)
-    profile = root / "profile"
-    _python("local", "profile", "--workload", str(new), "--memories", "512", "1024",
-            "--batches", "8", "16", "--sizes-mb", "0.0625", "0.5", "--warmup", "1",
-            "--repeats", "2", "--transfer-repeats", "1", "--out", str(profile),
-            cwd=REPO_ROOT, timeout=900)
-    plan = root / "plan.json"
-    _python("planner", "plan", "--workload", str(profile / "workload.json"),
-            "--platform", str(profile / "platform.json"), "--channel", "s3",
-            "--deadline", "3600", "--max-global-batch", "32", "--min-workers", "2",
-            "--epochs", "4", "--out", str(plan), cwd=root)
-    cdk_out = root / "cdk.out"
-    _run("npx", "cdk", "synth", "--no-notices", "-q", "-c", f"plan={plan}",
-         "-c", f"torch_layer={STUB_TORCH_LAYER}", "-o", str(cdk_out), cwd=REPO_ROOT)
-    yield Prepared(root, model_file, data, profile / "workload.json", plan, cdk_out)
+    commands = guide_commands()
+    assert len(commands) == 7
+    done = None
+    for command in commands:
+        done = _run("bash", "-c", command.replace("$WORK", str(root)), cwd=REPO_ROOT,
+                    timeout=900)
+    assert done is not None
+    evaluated = json.loads(done.stdout.splitlines()[-1])
+    yield Prepared(root, model_file, root / "data", root / "plan.json", root / "cdk.out",
+                   evaluated)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -139,10 +142,7 @@ def test_the_users_model_trains_and_loads_in_plain_pytorch(prepared: Prepared) -
     assert plan["workload"]["model"] == f"{prepared.model_file}:build"
     assert plan["deployment"]["workers"] >= 2
     report = prepared.root / "report"
-    _local_run(prepared, prepared.plan, report)
-    evaluated = json.loads(_python("fasdl.evaluate", str(report / "model.safetensors"),
-                                   str(prepared.data / "test"), "--json",
-                                   cwd=prepared.root).stdout.splitlines()[-1])
+    evaluated = prepared.evaluated
     assert evaluated["accuracy"] > 0.6  # three colours: far above chance (1/3)
     # what a user writes: their own module, the export's state dict, the importer's test split
     from safetensors.torch import load_file
