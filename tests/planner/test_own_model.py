@@ -171,6 +171,8 @@ def test_plan_builds_the_users_model(capsys: pytest.CaptureFixture[str], written
     ({"model": "{file}:flat", "input_shape": [1, 4, 4], "model_mb": round(195 * 4 / 2**20, 4)},
      "workload.input_shape", "forward fails on a batch of [2, 1, 4, 4]"),
     ({"classes": None}, "classes", "is required for a model of your own"),
+    # a copied workload that states its shape: a registry model is held to it too
+    ({"model": "resnet18"}, "workload.model_mb", "must be 42.6"),
 ])
 def test_plan_refuses_what_a_worker_would_fail_on(
         capsys: pytest.CaptureFixture[str], written: Path, model_file: Path,

@@ -60,14 +60,16 @@ def check_loss(workload: Workload) -> None:
 
 def check_workload(workload: Workload) -> float | None:
     """Check what can be checked before a deployment; returns the model's S_m in MiB when the
-    model is the user's own (None for the registry's, whose sizes the paper gives)."""
+    workload states its input shape and classes (a model of one's own must; a registry model
+    may, and is then held to them too); None for the paper's registry workloads."""
     check_loss(workload)
     if workload.user_model is None:
         if workload.model not in MODELS:
             raise PlanError("workload.model", f"unknown model {workload.model!r}; known: "
                                               f"{', '.join(sorted(MODELS))}, or "
                                               f"path/to/file.py:function")
-        return None
+        if workload.input_shape is None or workload.classes is None:
+            return None  # the paper's workloads: model_mb is the paper's (1000 classes)
     try:
         model = build_on_meta(workload)
     except (UserCodeError, PlanError):
