@@ -298,6 +298,7 @@ class Plan:
         data = asdict(self)
         if self.prediction is None:
             data.pop("prediction")
+        data["workload"] = self.workload.to_dict()
         return {"version": data.pop("version"), **data}
 
     def to_compact_json(self) -> str:

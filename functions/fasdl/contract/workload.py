@@ -15,7 +15,7 @@ so that the planner and the synth can build it before anything is deployed.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from fasdl.contract.fields import (
@@ -142,6 +142,15 @@ class Workload:
         if self.normalization is not None:
             _require_normalization("workload.normalization", self.normalization,
                                    self.input_shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, the optional ones only where set: a plan without them reads (and
+        takes the trigger's 4 KB environment) as before they existed."""
+        data = asdict(self)
+        for item in fields(self):
+            if item.default is not MISSING and data[item.name] == item.default:
+                del data[item.name]
+        return data
 
     @property
     def user_model(self) -> tuple[str, str] | None:
