@@ -34,6 +34,10 @@ from local.shaping import MB, VISIBLE_SUFFIX, BandwidthShaper, Link, ShapedChann
 from local.throttle import CpuThrottle
 from planner.model.profiles import Direction, PlatformProfile, load_platform
 
+# wall-clock and CPU-share measurements: run alone (make test's serial pass), not beside
+# another xdist worker's load
+pytestmark = pytest.mark.serial
+
 SIZES_MB = (1, 4, 16)
 MEMORIES = (512, 2048)
 # A busy loop (or a sleepy one) that reports its own CPU seconds per wall second.
@@ -49,6 +53,7 @@ LOOP = textwrap.dedent("""
 HANDLERS = textwrap.dedent("""
     import os, time
     from fasdl.contract.settings import Settings
+    from fasdl.exchange import stores
 
     def busy(event, context):
         wall, cpu = time.monotonic(), time.process_time()
