@@ -50,8 +50,11 @@ lint: setup
 	$(VENV)/bin/mypy
 	PYTHONPATH=functions:. $(VENV)/bin/lint-imports --no-cache
 
+# Two passes: most of the suite on two xdist workers, then the timing-sensitive tests (marker
+# serial: wall-clock budgets, CPU shares, shaped bandwidth) alone, with no other worker's load.
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not serial"
+	$(PY) -m pytest -m serial -n 0
 
 # The local main job: plan, synth, local servers, the synthesized state machine, a report.
 run: setup

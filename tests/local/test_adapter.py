@@ -20,6 +20,10 @@ from local.emulator import LambdaEmulator
 from local.template import LocalTemplate, function_arn
 from tests.local.conftest import STUBS
 
+# wall-clock and CPU-share measurements: run alone (make test's serial pass), not beside
+# another xdist worker's load
+pytestmark = pytest.mark.serial
+
 BINDINGS = {"FASDL_DATASETS_BUCKET": "datasets", "FASDL_RESULTS_BUCKET": "results",
             "FASDL_EXCHANGE_BUCKET": "exchange", "FASDL_WORKER_LOG_GROUP": "worker-logs"}
 WORKER_TIMEOUT_S = 4

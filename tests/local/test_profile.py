@@ -21,6 +21,10 @@ from local.template import LocalTemplate
 from planner.cli import main as planner_main
 from planner.model.profiles import load_platform, load_platform_file, load_workload
 
+# wall-clock and CPU-share measurements: run alone (make test's serial pass), not beside
+# another xdist worker's load
+pytestmark = pytest.mark.serial
+
 MEMORIES = (884, 1769)  # 0.5 and 1 vCPU under emulation
 
 

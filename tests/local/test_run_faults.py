@@ -30,6 +30,10 @@ from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import synthesize
 from tests.local.runs import Run, local_run, with_memory
 
+# wall-clock and CPU-share measurements: run alone (make test's serial pass), not beside
+# another xdist worker's load
+pytestmark = pytest.mark.serial
+
 EPOCHS = 8  # 22 iterations per epoch
 SEGMENT = 88  # two segments
 RUN_TIMEOUT_S = 150

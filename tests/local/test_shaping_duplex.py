@@ -12,6 +12,10 @@ from planner.model.profiles import PlatformProfile, load_platform
 from tests.local.test_lambda_speed import FakeClock
 from tests.planner.problems import with_duplex
 
+# wall-clock and CPU-share measurements: run alone (make test's serial pass), not beside
+# another xdist worker's load
+pytestmark = pytest.mark.serial
+
 
 def test_shared_link_fills_gaps_before_later_reservations() -> None:
     link = SharedLink()
