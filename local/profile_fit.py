@@ -148,7 +148,7 @@ def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str
     platform_path.write_text(json.dumps(platform.to_dict(), indent=2) + "\n")
     summary = _summary(fitted, workload, platform)
     warnings = quality_warnings(summary["quality"])
-    command = None if warnings else _plan_command(workload_path, platform_path, platform)
+    command = None if warnings else plan_command(workload_path, platform_path, platform)
     summary.update({
         "gates": {"min_r_squared": MIN_R_SQUARED, "max_relative_error": MAX_RELATIVE_ERROR},
         "fit_warnings": warnings, "plan_command": command,
@@ -168,7 +168,7 @@ def _profiled_memories(samples: Path) -> list[float] | None:
     return [memories[0], memories[-1]] if memories else None
 
 
-def _plan_command(workload: Path, platform_path: Path, platform: PlatformProfile) -> str:
+def plan_command(workload: Path, platform_path: Path, platform: PlatformProfile) -> str:
     return shlex.join([
         "python", "-m", "planner", "plan", "--workload", str(workload),
         "--platform", str(platform_path), "--channel", platform.channel,

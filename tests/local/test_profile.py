@@ -16,6 +16,12 @@ import pytest
 
 from local import profile, profile_run
 from local.profile import run_profile
+from local.profile_fit import (
+    MAX_RELATIVE_ERROR,
+    MIN_R_SQUARED,
+    plan_command,
+    quality_warnings,
+)
 from local.profile_run import ProfileOptions
 from local.template import LocalTemplate
 from planner.cli import main as planner_main
@@ -90,11 +96,20 @@ def test_profile_end_to_end(tmp_path: Path) -> None:
     for group in ("time (a, b, m)", "memory (k, c)", "transfer (p, t)"):
         assert set(quality[group]) >= {"r_squared", "max_relative_error", "points"}
     assert quality["time (a, b, m)"]["points"] == 6
-    assert "a=" in output and "R²" in output and result.plan_command in output
+    assert "a=" in output and "R²" in output
     # digits iterations take a few ms: shorter than the CPU cap's burst, which is flagged
     assert summary["warnings"] and summary["warnings"][0] in output
-
-    argv = shlex.split(result.plan_command)[3:]  # drop "python -m planner"
+    assert summary["gates"] == {"min_r_squared": MIN_R_SQUARED,
+                                "max_relative_error": MAX_RELATIVE_ERROR}
+    assert summary["fit_warnings"] == quality_warnings(quality)
+    if result.plan_command is None:  # a stall made the fit miss its gates: said, no command
+        assert summary["fit_warnings"] and all(w in output for w in summary["fit_warnings"])
+        assert "no plan command" in output and summary["plan_command"] is None
+        command = plan_command(result.workload, result.platform, platform)
+    else:
+        assert result.plan_command in output and not summary["fit_warnings"]
+        command = result.plan_command
+    argv = shlex.split(command)[3:]  # drop "python -m planner"
     argv[argv.index("--out") + 1] = str(tmp_path / "plan.json")
     assert planner_main(argv) in (0, 3)  # loads both profiles; 3 would be "infeasible"
 
@@ -162,3 +177,15 @@ def test_threads_follow_memory() -> None:
     assert [profile_run.threads_for(m, None, None) for m in (512, 1769, 1770, 4096)] == [
         1, 1, 2, 3]
     assert profile_run.threads_for(512, 4, None) == 4
+
+
+def test_the_fit_gates() -> None:
+    good = {"r_squared": 0.95, "max_relative_error": 0.1, "points": 6}
+    assert quality_warnings({"time (a, b, m)": good, "memory (k, c)": good}) == []
+    for bad in ({**good, "r_squared": 0.5}, {**good, "max_relative_error": 0.4}):
+        (warning,) = quality_warnings({"time (a, b, m)": bad, "memory (k, c)": good})
+        assert warning.startswith("warning: the time (a, b, m) fit is below the gates")
+    (warning,) = quality_warnings({"time (a, b, m)": good, "memory (k, c)": {
+        **good, "max_relative_error": 0.3}})
+    assert "memory (k, c)" in warning and "no plan command" in warning
+    assert quality_warnings({"time (a, b, m)": good, "memory (k, c)": None}) == []
