@@ -163,10 +163,8 @@ def test_cli_normalises_with_the_datasets_statistics(
     assert seen and set(seen) == {Normalization((0.25,), (0.5,))}
 
 
-def test_cli_evaluates_a_users_own_module(digits: Path, split: Path, tmp_path: Path) -> None:
-    """model.json names ``nets/mine.py:build``, resolved from the folder the command runs in;
-    the state dict has the module's own names, and plain torch loads it into the user's own
-    class."""
+def _user_net(tmp_path: Path) -> Any:
+    """The user's nets/mine.py, written under ``tmp_path`` and imported as a user would."""
     (tmp_path / "nets").mkdir()
     (tmp_path / "nets" / "mine.py").write_text(USER_NET)
     sys.path.insert(0, str(tmp_path / "nets"))
@@ -175,6 +173,14 @@ def test_cli_evaluates_a_users_own_module(digits: Path, split: Path, tmp_path: P
     finally:
         sys.path.remove(str(tmp_path / "nets"))
         sys.modules.pop("mine", None)
+    return mine
+
+
+def test_cli_evaluates_a_users_own_module(digits: Path, split: Path, tmp_path: Path) -> None:
+    """model.json names ``nets/mine.py:build``, resolved from the folder the command runs in;
+    the state dict has the module's own names, and plain torch loads it into the user's own
+    class."""
+    mine = _user_net(tmp_path)
     torch.manual_seed(0)
     own = trained(mine.build(10, (1, 8, 8)), digits)
     reference = "nets/mine.py:build"
@@ -247,14 +253,7 @@ def test_the_user_guides_five_lines_load_your_own_module(tmp_path: Path) -> None
         "### Your trained model", 1)[1]
     lines = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert len(lines.splitlines()) == 5 and "load_state_dict(load_file(" in lines
-    (tmp_path / "nets").mkdir()
-    (tmp_path / "nets" / "mine.py").write_text(USER_NET)
-    sys.path.insert(0, str(tmp_path / "nets"))
-    try:
-        import mine
-    finally:
-        sys.path.remove(str(tmp_path / "nets"))
-        sys.modules.pop("mine", None)
+    mine = _user_net(tmp_path)
     torch.manual_seed(1)
     own = mine.build(10, (3, 32, 32))
     own(torch.rand(8, 3, 32, 32))  # batch-norm statistics move
