@@ -22,17 +22,25 @@ from planner.cli_inputs import (
     BATCH_STEP,
     MAX_GLOBAL_BATCH,
     CliError,
+    build_instances,
     build_problem,
     build_quotas,
     check_writable,
     fit_profile_error,
     write_atomically,
 )
+from planner.model.instances import INSTANCE_FORMAT
 from planner.model.problem import Problem
 from planner.model.profiles import ProfileError
 from planner.model.recipe import add_recipe_arguments
 from planner.planfile import to_plan
-from planner.report import choice_table, describe_choice, render_frontier
+from planner.report import (
+    choice_table,
+    describe_choice,
+    instance_points,
+    instance_report,
+    render_frontier,
+)
 from planner.search.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
 from planner.search.quotas import (
     DEFAULT_MAX_CONCURRENCY,
@@ -96,6 +104,11 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                         help="B^n of K-REDUCE: search (every multiple of 16 within the caps, "
                              "the default of the exact and exhaustive searches) or align (the "
                              "paper's alignment rule, which two-stage always uses)")
+    parser.add_argument("--instance", action="append", metavar=INSTANCE_FORMAT,
+                        help="one machine of yours to compare (repeatable): USD an hour "
+                             "(0-1000], measured seconds an epoch (0-1e7], start-up seconds "
+                             "[0-86400] (default 60); a shipped name (p5.4xlarge, "
+                             "c7i.4xlarge) replaces that row")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     add_recipe_arguments(parser)
 
@@ -115,9 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--literal-early-stop", action="store_true",
                       help="two-stage only: the early stop exactly as printed in Alg. 3.1")
     plan.add_argument("--out", help="write the plan JSON here (e.g. plan.json)")
-    compare = commands.add_parser("compare", help="K-REDUCE vs the baselines, same model")
+    plan.add_argument("--explain", action="store_true",
+                      help="also compare one instance (GPU, CPU, --instance) and say which "
+                           "option is cheapest and which meets the deadline")
+    compare = commands.add_parser("compare", help="K-REDUCE vs the baselines and one instance")
     _add_problem_arguments(compare)
-    frontier = commands.add_parser("frontier", help="minimum cost vs deadline per pattern")
+    frontier = commands.add_parser("frontier", help="minimum cost vs deadline; instances too")
     _add_problem_arguments(frontier)
     frontier.add_argument("--png", required=True, help="output PNG file")
     frontier.add_argument("--points", type=int, default=40, help="deadlines to sample (>= 2)")
@@ -178,11 +194,15 @@ def _run_search(args: argparse.Namespace, problem: Problem, quotas: Quotas) -> S
 
 def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     problem, quotas = build_problem(args), build_quotas(args)
+    # --instance asks for the comparison too: a flag that changed nothing would mislead
+    instances = build_instances(args, problem) if args.explain or args.instance else None
     if args.out:
         check_writable("--out", args.out)
     result = _run_search(args, problem, quotas)
+    explained = (instance_report(problem, [result], instances, "plan")
+                 if instances is not None else ([], {}))
     if result.choice is None:
-        return _infeasible(args, result, emit)
+        return _infeasible(args, result, emit, explained)
     try:
         plan = to_plan(problem, result.choice, search=result.method, quotas=quotas)
         plan.check_environment_size()  # what the synth will ask of it
@@ -193,11 +213,14 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     warnings = extrapolation_warnings(problem, result.choice.memory_mb)
     if args.json:
         emit(json.dumps({"status": "ok", "search": _search_summary(result),
-                         "plan": plan.to_dict(), "out": args.out, "warnings": warnings}))
+                         "plan": plan.to_dict(), "out": args.out, "warnings": warnings,
+                         **explained[1]}))
     else:
         emit(describe_choice(problem, result))
         for warning in warnings:
             emit(f"warning: {warning}")
+        for line in explained[0]:
+            emit(line)
         if args.out:
             emit(f"wrote {args.out}")
     return EXIT_OK
@@ -234,18 +257,21 @@ def comparison(problem: Problem, quotas: Quotas | None = None,
 
 def command_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     problem, quotas = build_problem(args), build_quotas(args)
+    instances = build_instances(args, problem)
     results = comparison(problem, quotas, args.bn_rule or "search")
     reference = results[0].choice
+    lines, fields = instance_report(problem, results, instances, "K-REDUCE")
     if args.json:
         emit(json.dumps({"status": "ok" if reference else "infeasible",
-                         "results": [_search_summary(r) for r in results]}))
+                         "results": [_search_summary(r) for r in results], **fields}))
     else:
-        emit(choice_table(problem, results))
+        emit("\n".join([choice_table(problem, results), "", *lines]))
     return EXIT_OK if reference else EXIT_INFEASIBLE
 
 
 def command_frontier(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     problem, quotas = build_problem(args), build_quotas(args)
+    runs = build_instances(args, problem).runs
     if not 2 <= args.points <= MAX_POINTS:
         raise CliError("--points", f"must be in [2, {MAX_POINTS}], got {args.points}")
     check_writable("--png", args.png)
@@ -254,17 +280,20 @@ def command_frontier(args: argparse.Namespace, emit: Callable[[str], None]) -> i
         return _infeasible(args, search_within(problem, quotas, exact), emit)
     try:
         curves = render_frontier(bounded, args.png, points=args.points,
-                                 bn_rule=args.bn_rule or "search")
+                                 bn_rule=args.bn_rule or "search", instances=runs)
     except OSError as error:
         raise CliError("--png", f"cannot write {args.png}: {error}") from error
     if args.json:
-        emit(json.dumps({"status": "ok", "png": args.png, "curves": curves}))
+        emit(json.dumps({"status": "ok", "png": args.png, "curves": curves,
+                         "instances": instance_points(runs)}))
     else:
         feasible = {name: sum(c is not None for c in curve["cost_usd"])
                     for name, curve in curves.items()}
         emit(f"wrote {args.png}: minimum cost vs deadline for "
              + ", ".join(f"{name} ({count} feasible deadlines)"
-                         for name, count in feasible.items()))
+                         for name, count in feasible.items())
+             + "".join(f"; one {p['name']}: {p['time_s']:,.0f} s, ${p['cost_usd']:.4f}"
+                       for p in instance_points(runs)))
     return EXIT_OK
 
 
@@ -286,12 +315,17 @@ def _search_summary(result: SearchResult) -> dict[str, Any]:
     return summary
 
 
-def _infeasible(args: argparse.Namespace, result: SearchResult,
-                emit: Callable[[str], None]) -> int:
+def _infeasible(args: argparse.Namespace, result: SearchResult, emit: Callable[[str], None],
+                explained: tuple[list[str], dict[str, Any]] | None = None) -> int:
+    """Nothing on Lambda fits; with --explain the instance rows still say what would."""
+    lines, fields = explained or ([], {})
     if args.json:
-        emit(json.dumps({"status": "infeasible", "search": _search_summary(result)}))
+        emit(json.dumps({"status": "infeasible", "search": _search_summary(result),
+                         **fields}))
     else:
         print(f"infeasible: {result.reason}", file=sys.stderr)
+        for line in lines:
+            emit(line)
     return EXIT_INFEASIBLE
 
 

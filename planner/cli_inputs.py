@@ -9,11 +9,20 @@ import argparse
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
 from fasdl.contract.plan import PlanError
+from planner.model.instance_table import billing_rule, default_user_startup_s, shipped_options
+from planner.model.instances import (
+    INSTANCE_FORMAT,
+    InstanceError,
+    InstanceOption,
+    InstanceRun,
+    parse_instance,
+    price_run,
+)
 from planner.model.problem import ModelInputError, Problem
 from planner.model.profiles import (
     ProfileError,
@@ -165,6 +174,36 @@ def _problem_error(error: ModelInputError, args: argparse.Namespace) -> CliError
         message = (f"must be in [0, {args.timeout / 2:g}] s, at most half of --timeout "
                    f"{args.timeout:g}, got {args.timeout_margin:g}")
     return CliError(argument, message)
+
+
+@dataclass(frozen=True)
+class Instances:
+    """The instance rows of a problem: shipped where measured, then the user's --instance."""
+
+    runs: tuple[InstanceRun, ...]
+    notes: tuple[str, ...]  # why a shipped row is missing
+    billing: str
+
+
+def build_instances(args: argparse.Namespace, problem: Problem) -> Instances:
+    """Shipped offers for the workload plus each ``--instance``; a user's row replaces a
+    shipped one of the same name (e.g. your discounted price for it)."""
+    shipped = shipped_options(problem.workload, problem.max_global_batch)
+    own: dict[str, InstanceOption] = {}
+    for text in args.instance or []:
+        try:
+            option = parse_instance(text, default_user_startup_s())
+        except InstanceError as error:
+            raise CliError("--instance", f"{error.field}: {error.detail} (format "
+                                         f"{INSTANCE_FORMAT}, got {text!r})") from error
+        if option.name in own:
+            raise CliError("--instance", f"name {option.name!r} given twice; each "
+                                         "--instance needs its own NAME")
+        own[option.name] = option
+    options = [o for o in shipped.options if o.name not in own] + list(own.values())
+    return Instances(runs=tuple(price_run(o, problem.epochs, problem.deadline_s)
+                                for o in options),
+                     notes=shipped.notes, billing=billing_rule())
 
 
 def build_quotas(args: argparse.Namespace) -> Quotas:

@@ -1,17 +1,23 @@
-"""Human-readable output of the planner: one choice, a comparison table, the frontier plot."""
+"""Human-readable output of the planner: one choice, a comparison table, the instance rows
+and their verdict, the frontier plot."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from planner.cli_inputs import Instances
 from planner.model.cost_model import busy_s
 from planner.model.exchange_time import cpu_bounds, non_aggregator_times
+from planner.model.instances import InstanceRun
 from planner.model.problem import Problem
 from planner.model.profiles import lambda_vcpus
 from planner.search.searches import PATTERNS, Choice, SearchResult, frontier
+from planner.verdict import Option, instance_lines, verdict
 
 PATTERN_TITLES = {"kreduce": "K-REDUCE", "kreduce-pipelined": "K-REDUCE pipelined",
                   "scatterreduce": "ScatterReduce",
@@ -88,6 +94,37 @@ def _cpu_lines(problem: Problem, choice: Choice) -> list[str]:
     return [f"      CPU at {float(lambda_vcpus(choice.memory_mb)):.2f} vCPU: {roles}{sets}"]
 
 
+def result_title(result: SearchResult) -> str:
+    return METHOD_TITLES.get(result.method) or (
+        f"{PATTERN_TITLES.get(result.pattern, result.pattern)} ({result.method})")
+
+
+def lambda_option(results: Sequence[SearchResult]) -> Option | None:
+    """The cheapest Lambda configuration among ``results``, as the verdict weighs it."""
+    feasible = [(r, r.choice) for r in results if r.choice is not None]
+    if not feasible:
+        return None
+    result, choice = min(feasible, key=lambda pair: pair[1].cost_usd)
+    detail = f"{result_title(result)}, {choice.workers} x {choice.memory_mb:,} MB"
+    return Option("lambda", f"Lambda ({detail})", choice.time_s, choice.cost_usd, True,
+                  detail=detail)
+
+
+def instance_report(problem: Problem, results: Sequence[SearchResult], instances: Instances,
+                    reference: str) -> tuple[list[str], dict[str, Any]]:
+    """The instance table and the verdict against the Lambda ``results``, as text lines and
+    as the JSON fields ``instances``, ``instance_notes`` and ``verdict``. ``reference`` names
+    the first result (its cost is the table's 100 %)."""
+    first = results[0].choice if results else None
+    lines = instance_lines(instances.runs, instances.notes, instances.billing,
+                           first.cost_usd if first else None, reference)
+    reason = next((r.reason for r in reversed(results) if r.reason), "")  # the broadest
+    judged = verdict(lambda_option(results), instances.runs, problem.deadline_s, reason)
+    return [*lines, judged["text"]], {
+        "instances": [run.to_dict() for run in instances.runs],
+        "instance_notes": list(instances.notes), "verdict": judged}
+
+
 def choice_table(problem: Problem, results: list[SearchResult]) -> str:
     reference = results[0].choice
     header = (f"{'strategy':<26} {'W':>4} {'M (MB)':>7} {'K':>4} {'B^a':>5} {'B^n':>5} "
@@ -96,8 +133,7 @@ def choice_table(problem: Problem, results: list[SearchResult]) -> str:
              f"{problem.max_global_batch}, {problem.epochs} epochs, {problem.channel}, "
              f"{problem.arch}", header, "-" * len(header)]
     for result in results:
-        title = METHOD_TITLES.get(result.method) or (
-            f"{PATTERN_TITLES.get(result.pattern, result.pattern)} ({result.method})")
+        title = result_title(result)
         choice = result.choice
         if choice is None:
             lines.append(f"{title:<26} no fit: {result.reason}")
@@ -112,8 +148,10 @@ def choice_table(problem: Problem, results: list[SearchResult]) -> str:
 
 
 def render_frontier(problem: Problem, png: str, *, points: int = 40,
-                    bn_rule: str = "search") -> dict[str, Any]:
-    """Minimum cost vs deadline for each pattern; writes a PNG and returns the curves."""
+                    bn_rule: str = "search",
+                    instances: Sequence[InstanceRun] = ()) -> dict[str, Any]:
+    """Minimum cost vs deadline for each pattern, and each instance as one point (its time,
+    its cost: it meets every deadline from its time on); writes a PNG, returns the curves."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -128,6 +166,7 @@ def render_frontier(problem: Problem, png: str, *, points: int = 40,
                            "cost_usd": [None if np.isnan(c) else round(float(c), 6)
                                         for c in costs]}
         axes.plot(deadlines, costs, marker=".", label=PATTERN_TITLES[pattern])
+    _instance_points(axes, instances)
     axes.axvline(problem.deadline_s, color="grey", linestyle=":", label="requested deadline")
     axes.set_xscale("log")
     axes.set_xlabel("deadline (s)")
@@ -141,3 +180,20 @@ def render_frontier(problem: Problem, png: str, *, points: int = 40,
     figure.savefig(png, dpi=110)
     plt.close(figure)
     return curves
+
+
+def instance_points(runs: Sequence[InstanceRun]) -> list[dict[str, Any]]:
+    """What the frontier plots for the instances: one (time, cost) point each."""
+    return [{"name": run.option.name, "time_s": run.time_s, "cost_usd": run.cost_usd,
+             "exact": run.option.exact}
+            for run in runs]
+
+
+def _instance_points(axes: Any, runs: Sequence[InstanceRun]) -> None:
+    # black markers: the pattern curves own the colour cycle
+    for point, marker in zip(instance_points(runs), itertools.cycle("*PXDs^"), strict=False):
+        axes.scatter([point["time_s"]], [point["cost_usd"]], marker=marker, s=110, zorder=3,
+                     color="black", label=f"one {point['name']}"
+                     + ("" if point["exact"] else " (not measured on it)"))
+        axes.annotate(point["name"], (point["time_s"], point["cost_usd"]),
+                      textcoords="offset points", xytext=(6, 4), fontsize=8)
