@@ -14,7 +14,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup system test lint run synth bench layer clean
+.PHONY: setup system test lint run synth bench layer requirements-layer clean
 
 setup: system $(VENV)/.installed node_modules/.installed $(CHECKOV_STAMP)
 
@@ -83,6 +83,10 @@ bench: setup
 layer: setup
 	$(PY) layers/torch/build.py --function-dir functions $(if $(ARCH),--arch $(ARCH),) \
 		$(if $(WHEEL),--wheel $(WHEEL),)
+
+# The layer of a workload's own packages (workload.requirements), after `make layer`.
+requirements-layer: setup
+	$(PY) layers/torch/requirements_layer.py --requirements $(REQUIREMENTS)
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import Duration, IgnoreMode, RemovalPolicy, Size
@@ -42,7 +43,12 @@ from infra.settings import (
     SynthSettingsError,
 )
 from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX, Storage
-from infra.user_code import USER_CODE_LAYER_ID, UserCode, stage_user_code
+from infra.user_code import (
+    REQUIREMENTS_LAYER_ID,
+    USER_CODE_LAYER_ID,
+    UserCode,
+    stage_user_code,
+)
 
 # Every function and the layer run on infra.lambda_runtime.PYTHON_RUNTIME (Amazon Linux 2023).
 RUNTIME = lambda_.Runtime(PYTHON_RUNTIME, lambda_.RuntimeFamily.PYTHON)
@@ -160,6 +166,8 @@ class Compute(Construct):
         if user_code is not None:  # the plan's own model or loss: a layer of its own
             self.layers.append(self._build_user_code_layer(user_code))
             self._environment.update(user_code.environment)
+        if settings.requirements_layer_dir is not None:  # workload.requirements' wheels
+            self.layers.append(self._build_requirements_layer(settings.requirements_layer_dir))
         ephemeral = ephemeral_storage_mb(plan)
         timeout = Duration.seconds(plan.deployment.timeout_s)
         in_vpc = vpc is not None
@@ -236,6 +244,16 @@ class Compute(Construct):
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[self._architecture],
             description="Your own model/loss code (python/ is on sys.path)",
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
+    def _build_requirements_layer(self, layer_dir: Path) -> lambda_.LayerVersion:
+        return lambda_.LayerVersion(
+            self, REQUIREMENTS_LAYER_ID,
+            code=lambda_.Code.from_asset(str(layer_dir), exclude=["**/__pycache__"]),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[self._architecture],
+            description="The packages of workload.requirements (python/ is on sys.path)",
             removal_policy=RemovalPolicy.DESTROY,
         )
 

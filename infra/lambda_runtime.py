@@ -119,6 +119,11 @@ def image_tag(runtime: str = PYTHON_RUNTIME) -> str:
     major, minor = runtime_python(runtime)
     return f"public.ecr.aws/lambda/python:{major}.{minor}"
 
+# Lambda's limit on a function's code and all its layers, unzipped (bytes)
+UNZIPPED_CODE_LIMIT = 262_144_000
+# Written last by layers/torch/requirements_layer.py: what the synth checks the layer against
+REQUIREMENTS_MANIFEST = "requirements.json"
+
 # /tmp the stack reserves for the unpacked torch tree, .pyc included (measured:
 # docs/cold-start.md), plus headroom; the layer build's scan fails when a build's unpacked tree
 # does not fit it.

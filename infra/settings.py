@@ -10,6 +10,13 @@ Context keys (``cdk synth -c key=value`` or ``cdk.json``):
                       is used and a warning is printed: the deployed functions would lack torch.
                       A build for another CPU architecture than the plan's, or for another
                       runtime or CPython ABI than infra.lambda_runtime's, is an error.
+``requirements_layer``  directory of the layer of ``workload.requirements`` (the user's extra
+                      wheels), built by ``layers/torch/requirements_layer.py``; default
+                      ``layers/requirements/dist``. Needed only when the plan names a
+                      requirements file and the torch layer is a real build; its manifest must
+                      be of that file's exact bytes and the torch layer's target. With the
+                      stand-in torch layer (local runs) the functions import this machine's
+                      packages and no requirements layer is added.
 ``worker_packaging``  ``zip`` (default: asset + torch layer) or ``image`` (container image
                       built from ``infra/container/Dockerfile`` at deploy time; needs Docker).
 ``alarm_email``       address subscribed (by email, after its owner confirms) to the
@@ -35,7 +42,14 @@ from pathlib import Path
 from typing import Literal, cast
 
 from fasdl.contract.plan import Plan, PlanError
-from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, lambda_target
+from fasdl.contract.requirements import requirements_digest
+from infra.lambda_runtime import (
+    PYTHON_RUNTIME,
+    REQUIREMENTS_MANIFEST,
+    TORCH_TMP_RESERVE_MB,
+    UNZIPPED_CODE_LIMIT,
+    lambda_target,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLAN_PATH = REPO_ROOT / "infra" / "default_plan.json"
@@ -49,6 +63,8 @@ LAYER_MANIFEST = "torch.tar.zst.json"
 CONTEXT_PLAN = "plan"
 CONTEXT_TORCH_LAYER = "torch_layer"
 CONTEXT_PACKAGING = "worker_packaging"
+CONTEXT_REQUIREMENTS_LAYER = "requirements_layer"
+DEFAULT_REQUIREMENTS_LAYER = "layers/requirements/dist"
 PACKAGINGS: tuple[str, ...] = ("zip", "image")
 CONTEXT_ALARM_EMAIL = "alarm_email"
 # One @, no spaces, a dot in the domain: catches typos and placeholders; SNS's confirmation
@@ -84,6 +100,7 @@ class SynthSettings:
     alarm_email: str | None = None
     reserve_concurrency: bool = False
     inline_map_max_workers: int = INLINE_MAP_LIMIT
+    requirements_layer_dir: Path | None = None  # the layer of workload.requirements
 
 
 def _resolve(path: str | Path) -> Path:
@@ -114,12 +131,16 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSett
         layer_dir, is_stub = STUB_TORCH_LAYER, True
     if not is_stub:
         _check_layer_target(layer_dir, plan.deployment.arch)
+    requirements = None if is_stub else _requirements_layer(
+        plan, _resolve(str(context.get(CONTEXT_REQUIREMENTS_LAYER)
+                           or DEFAULT_REQUIREMENTS_LAYER)), layer_dir)
     return SynthSettings(plan=plan, plan_path=plan_path, torch_layer_dir=layer_dir,
                     torch_layer_is_stub=is_stub, worker_packaging=cast(Packaging, packaging),
                     alarm_email=alarm_email,
                     reserve_concurrency=_flag(context, CONTEXT_RESERVE_CONCURRENCY),
                     inline_map_max_workers=_inline_map_max_workers(
-                        context.get(CONTEXT_INLINE_MAP_MAX_WORKERS)))
+                        context.get(CONTEXT_INLINE_MAP_MAX_WORKERS)),
+                    requirements_layer_dir=requirements)
 
 
 def _flag(context: dict[str, object], key: str) -> bool:
@@ -183,6 +204,46 @@ def _check_layer_target(layer_dir: Path, arch: str) -> None:
             f"torch layer {layer_dir} unpacks to {unpacked_mb:.0f} MiB, over the "
             f"{TORCH_TMP_RESERVE_MB} MiB of /tmp the stack reserves for it "
             "(infra.lambda_runtime.TORCH_TMP_RESERVE_MB); strip more or raise the reserve")
+
+
+
+def _requirements_layer(plan: Plan, layer_dir: Path, torch_layer_dir: Path) -> Path | None:
+    """The built layer of workload.requirements: of the file's exact bytes, for the torch
+    layer's target, and the layers and function code within Lambda's unzipped limit."""
+    file = plan.workload.requirements
+    if file is None:
+        return None
+    path = Path(file)  # its pins: app.py's check_own_code (fasdl.training.model_check)
+    if not path.is_file():
+        raise PlanError("workload.requirements", f"file {file} not found")
+    build = (f"build it with `python layers/torch/requirements_layer.py --requirements {file}` "
+             f"or pass -c {CONTEXT_REQUIREMENTS_LAYER}=<dir>")
+    try:
+        manifest = json.loads((layer_dir / REQUIREMENTS_MANIFEST).read_text())
+        torch_manifest = json.loads((torch_layer_dir / LAYER_MANIFEST).read_text())
+    except (OSError, ValueError):
+        raise SynthSettingsError(f"workload.requirements: no built layer of {file} in "
+                                 f"{layer_dir}; {build}") from None
+    if manifest.get("requirements_sha256") != requirements_digest(path):
+        raise SynthSettingsError(f"workload.requirements: the layer in {layer_dir} was built "
+                                 f"from another version of {file}; re{build.removeprefix('b')}")
+    built = [manifest.get(key) for key in ("arch", "runtime", "python")]
+    torch = [torch_manifest.get(key) for key in ("arch", "runtime", "python")]
+    if built != torch:
+        raise SynthSettingsError(f"workload.requirements: the layer in {layer_dir} is for "
+                                 f"{built}, the torch layer for {torch}; re"
+                                 f"{build.removeprefix('b')}")
+    total = sum(_tree_bytes(folder) for folder in (layer_dir, torch_layer_dir, FUNCTIONS_DIR))
+    if total > UNZIPPED_CODE_LIMIT:
+        raise SynthSettingsError(f"workload.requirements: the layers and the function code "
+                                 f"take {total:,} bytes unzipped, over Lambda's limit of "
+                                 f"{UNZIPPED_CODE_LIMIT:,}; ship fewer packages")
+    return layer_dir
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(path.stat().st_size for path in root.rglob("*")
+               if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts)
 
 
 __all__ = ["PlanError", "SynthSettings", "SynthSettingsError", "load_settings"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from fasdl.contract.workload import USER_FIELDS
 from planner.fit.profiler import FitRequest, run_fit
 from planner.fit.samples import SampleError
 from planner.model.profiles import PlatformProfile, ProfileError, WorkloadProfile
@@ -38,8 +39,7 @@ DATASETS: dict[str, DatasetInfo] = {
 MIN_R_SQUARED = 0.9
 MAX_RELATIVE_ERROR = 0.25
 # The workload fields of a `planner workload new` file that the fit keeps as they were
-KEPT_FIELDS = ("model", "model_mb", "input_shape", "classes", "loss", "initial_weights",
-               "normalization", "recipe", "dataset", "samples", "dataset_mb")
+KEPT_FIELDS = ("model", "model_mb", *USER_FIELDS, "recipe", "dataset", "samples", "dataset_mb")
 
 
 @dataclass(frozen=True)

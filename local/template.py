@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fasdl.contract.settings import ENV_NAMES, STUB_ENV, WORKER_LOG_GROUP_ENV, Settings
-from infra.user_code import USER_CODE_LAYER_ID
+from infra.user_code import REQUIREMENTS_LAYER_ID, USER_CODE_LAYER_ID
 from local.emulator import FunctionSpec
 from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
@@ -30,6 +30,8 @@ ACCOUNT = "123456789012"  # moto's default account: the continue-as-new ARN must
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STUB_LAYER = REPO_ROOT / "layers" / "torch" / "stub"
 SYNTH_TIMEOUT_S = 240
+# Layers whose python/ goes on the emulated functions' PYTHONPATH (torch is the venv's own)
+OWN_LAYER_IDS = (USER_CODE_LAYER_ID, REQUIREMENTS_LAYER_ID)
 _OFFLINE_ENV = {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
                 "CDK_DISABLE_VERSION_CHECK": "1", "CDK_DISABLE_CLI_TELEMETRY": "true"}
 
@@ -186,12 +188,13 @@ def _code_dir(outdir: Path, code: dict[str, Any]) -> Path:
 
 def _user_code_layers(outdir: Path, props: dict[str, Any], resources: dict[str, Any]
                       ) -> tuple[Path, ...]:
-    """The staged ``python/`` folders of the function's user-code layers (infra/user_code.py):
-    Lambda puts a layer's python/ on sys.path; the torch layer is the local venv's torch."""
+    """The staged ``python/`` folders of the function's user-code and requirements layers
+    (infra/user_code.py): Lambda puts a layer's python/ on sys.path; the torch layer is the
+    local venv's torch."""
     found: list[Path] = []
     for layer in props.get("Layers", []):
         logical_id = layer.get("Ref") if isinstance(layer, dict) else None
-        if not logical_id or USER_CODE_LAYER_ID not in logical_id:
+        if not logical_id or not any(own in logical_id for own in OWN_LAYER_IDS):
             continue
         asset = resources[logical_id].get("Metadata", {}).get("aws:asset:path")
         if not asset or not (outdir / str(asset) / "python").is_dir():

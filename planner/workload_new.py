@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss", default="cross_entropy",
                         help="cross_entropy (default), mse, bce or path/to/file.py:function")
     parser.add_argument("--initial-weights", help="a .safetensors key in the datasets bucket")
+    parser.add_argument("--requirements", help="a pip requirements file (exact pins) of the "
+                                               "packages your code imports beside torch and "
+                                               "numpy; the layer of their wheels is built by "
+                                               "layers/torch/requirements_layer.py")
     parser.add_argument("--augmentation", help="none, cifar, images or normalize (default: "
                                                "images for images, normalize for arrays)")
     parser.add_argument("--out", help="where to write the workload (default <name>.json)")
@@ -84,8 +88,15 @@ def _input_shape(args: argparse.Namespace, facts: dict[str, Any]) -> list[int]:
 
 def _model_mb(workload: Workload) -> float:
     """S_m of the model, built on the meta device (torch is imported here only)."""
-    from fasdl.training.model_check import build_on_meta, check_loss, parameter_mb_of
+    from fasdl.training.model_check import (
+        build_on_meta,
+        check_loss,
+        check_requirements,
+        parameter_mb_of,
+    )
 
+    if workload.requirements is not None:  # a PlanError naming workload.requirements
+        check_requirements(Path(workload.requirements))
     try:
         check_loss(workload)
         return round(parameter_mb_of(build_on_meta(workload)), 4)
@@ -105,7 +116,7 @@ def build_workload(args: argparse.Namespace) -> dict[str, Any]:
                      dataset_mb=facts["dataset_mb"], model_mb=1.0,
                      input_shape=_input_shape(args, facts), classes=facts["classes"],
                      loss=args.loss, initial_weights=args.initial_weights,
-                     normalization=facts["normalization"])
+                     normalization=facts["normalization"], requirements=args.requirements)
     augmentation = args.augmentation or (
         DEFAULT_AUGMENTATION.get(facts["kind"] or "", "none") if facts["normalization"]
         else "none")

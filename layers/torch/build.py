@@ -33,10 +33,11 @@ from typing import IO, NoReturn
 
 import zstandard
 
-# build.py runs as a script (and tests load it by path): make its sibling modules and the
-# repository's infra/ importable.
+# build.py runs as a script (and tests load it by path): make its sibling modules, the
+# repository's infra/ and the runtime's contract (functions/fasdl/contract) importable.
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [p for p in (str(HERE), str(HERE.parents[1])) if p not in sys.path]
+sys.path[:0] = [p for p in (str(HERE), str(HERE.parents[1]), str(HERE.parents[1] / "functions"))
+                if p not in sys.path]
 from lambda_scan import ARCHIVE, LIMIT, Report, scan, summary, tree_bytes  # noqa: E402
 from runtime_deps import install_runtime_deps, read_requirements  # noqa: E402
 from target_python import NO_PYC_COST, find_target_python, precompile  # noqa: E402

@@ -7,46 +7,35 @@ architecture. boto3/botocore are pinned as well: the runtime's own copy changes 
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from target_wheel import manylinux_platforms
 
+from fasdl.contract.requirements import read_pins
 from infra.lambda_runtime import LambdaTarget
 
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "functions" / "requirements.txt"
 # Tests and type stubs are never imported at run time.
 PRUNE = ("tests", "__pycache__", "*.pyi")
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!-]+)$")
 
 
 def read_requirements(path: Path = REQUIREMENTS) -> dict[str, str]:
-    """name -> version of every ``name==version`` line; anything else is an error."""
-    pins: dict[str, str] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        match = _PIN.match(line)
-        if match is None:
-            raise ValueError(f"{path}:{number}: {line!r} is not an exact pin; "
-                             "write name==version (the layer and the image install exact pins)")
-        pins[match[1]] = match[2]
-    return pins
+    """name -> version of every pin; anything but exact pins raises RequirementsError."""
+    return read_pins(path)
 
 
-def install_runtime_deps(python_dir: Path, target: LambdaTarget,
-                         requirements: Path = REQUIREMENTS) -> dict[str, str]:
-    """pip-install the pinned wheels for the target into ``python_dir``; returns name -> pin."""
-    pins = read_requirements(requirements)
-    specs = [f"{name}=={version}" for name, version in pins.items()]
+def pip_install(specs: list[str], python_dir: Path, target: LambdaTarget,
+                options: Sequence[str] = ()) -> None:
+    """pip-install ``specs`` as wheels for the target into ``python_dir``, then prune what is
+    never imported; raises RuntimeError with pip's own message."""
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
                "--only-binary=:all:", "--implementation", "cp",
                "--python-version", target.python_version, "--abi", target.abi,
-               "--target", str(python_dir), "--upgrade"]
+               "--target", str(python_dir), "--upgrade", *options]
     for tag in manylinux_platforms(target):
         command += ["--platform", tag]
     completed = subprocess.run([*command, *specs], capture_output=True, text=True, check=False)
@@ -59,4 +48,11 @@ def install_runtime_deps(python_dir: Path, target: LambdaTarget,
                 shutil.rmtree(path, ignore_errors=True)
             elif path.exists():
                 path.unlink()
+
+
+def install_runtime_deps(python_dir: Path, target: LambdaTarget,
+                         requirements: Path = REQUIREMENTS) -> dict[str, str]:
+    """pip-install the pinned wheels for the target into ``python_dir``; returns name -> pin."""
+    pins = read_requirements(requirements)
+    pip_install([f"{name}=={version}" for name, version in pins.items()], python_dir, target)
     return pins

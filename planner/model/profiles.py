@@ -37,6 +37,7 @@ from fasdl.contract.fields import (
     set_field,
 )
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS, IDENTIFIER, REGION, PlanError, Workload
+from fasdl.contract.workload import USER_FIELDS
 from planner.model.recipe import Recipe
 
 
@@ -113,6 +114,7 @@ class WorkloadProfile:
     loss: str = "cross_entropy"
     initial_weights: str | None = None
     normalization: dict[str, Any] | None = None
+    requirements: str | None = None
     # [smallest, largest] M the profiler measured (None: the paper's or a hand-made profile);
     # a plan outside it extrapolates the fit, and says so
     profiled_memory_mb: list[float] | None = None
@@ -169,10 +171,8 @@ class WorkloadProfile:
     def to_workload(self) -> Workload:
         workload = Workload(name=self.name, model=self.model, dataset=self.dataset,
                             samples=self.samples, dataset_mb=self.dataset_mb,
-                            model_mb=self.model_mb, input_shape=self.input_shape,
-                            classes=self.classes, loss=self.loss,
-                            initial_weights=self.initial_weights,
-                            normalization=self.normalization)
+                            model_mb=self.model_mb,
+                            **{name: getattr(self, name) for name in USER_FIELDS})
         workload.validate()
         return workload
 
@@ -198,8 +198,8 @@ class WorkloadProfile:
 
 
 _OPTIONAL_WORKLOAD_FIELDS: dict[str, object] = {
-    "input_shape": None, "classes": None, "loss": "cross_entropy", "initial_weights": None,
-    "normalization": None, "profiled_memory_mb": None}
+    **{name: Workload.__dataclass_fields__[name].default for name in USER_FIELDS},
+    "profiled_memory_mb": None}
 # The fitted coefficients: a workload without any of them (python -m planner workload new
 # writes one) must be profiled before it can be planned.
 COMPUTE_FIELDS = ("a", "b", "m", "k", "c")

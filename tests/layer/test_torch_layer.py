@@ -25,6 +25,8 @@ import pytest
 import runtime_deps
 import zstandard
 
+from tests.layer.wheels import make_wheel
+
 ROOT = Path(__file__).resolve().parents[2]
 LOADER = ROOT / "layers" / "torch" / "loader" / "fasdl_torch_loader.py"
 LIMIT = 262_144_000
@@ -265,3 +267,40 @@ def test_runtime_deps_come_from_the_layer(layer: dict[str, Any]) -> None:
     assert layer["manifest"]["runtime_deps"] == pins
     assert files["boto3"][1] == pins["boto3"] and files["botocore"][1] == pins["botocore"]
     assert files["numpy"][1] == pins["numpy"]
+
+
+BESIDE = r"""
+import json, sys
+sys.path[:0] = sys.argv[1:]  # the order Lambda gives the layers' python/ folders
+import demo_extra, numpy
+print(json.dumps({"value": demo_extra.VALUE, "numpy": numpy.__file__}))
+"""
+
+
+@pytest.mark.slow
+def test_requirements_layer_beside_the_real_torch_layer(layer: dict[str, Any],
+                                                        tmp_path: Path) -> None:
+    """A requirements layer built for the real layer's target (from its manifest) leaves out
+    what it holds (numpy, jmespath) and imports beside it in a process without the venv."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "demo-extra", "1.0", {"demo_extra/__init__.py": b"VALUE = 7\n"},
+               requires=("numpy>=2", "jmespath"))
+    (tmp_path / "requirements.txt").write_text("demo-extra==1.0\nnumpy==2.4.6\n")
+    out = tmp_path / "requirements-layer"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "layers" / "torch" / "requirements_layer.py"),
+         "--requirements", str(tmp_path / "requirements.txt"), "--torch-layer",
+         str(layer["out"]), "--out", str(out), "--find-links", str(wheels)],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "requirements.json").read_text())
+    assert manifest["python"] == layer["manifest"]["python"] == "cp311"
+    assert manifest["torch_layer_sha256"] == layer["manifest"]["sha256"]
+    assert sorted(path.name for path in (out / "python").iterdir()) == [
+        "demo_extra", "demo_extra-1.0.dist-info"]
+    proc = run_isolated(BESIDE, str(out / "python"), str(layer["out"] / "python"))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-4000:]
+    imported = json.loads(stdout.strip().splitlines()[-1])
+    assert imported["value"] == 7
+    assert imported["numpy"].startswith(str(layer["out"] / "python"))

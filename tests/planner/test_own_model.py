@@ -196,3 +196,28 @@ def test_a_plan_outside_the_profiled_memories_says_so(
     assert document["plan"]["deployment"]["memory_mb"] <= 1024
     assert any("outside the memories the workload was profiled at (2048-4096 MB)" in warning
                for warning in document["warnings"])
+
+
+def test_the_requirements_file_goes_into_the_workload_and_the_plan(
+        capsys: pytest.CaptureFixture[str], model_file: Path, dataset: Path,
+        tmp_path: Path) -> None:
+    requirements = tmp_path / "requirements-model.txt"
+    requirements.write_text("demo-extra>=1\n")
+    out = tmp_path / "mine.json"
+    code, _, stderr = new_workload(capsys, f"{model_file}:build", dataset, out,
+                                   "--requirements", str(requirements))
+    assert code == 2 and not out.exists()
+    assert stderr.startswith("error: argument --requirements: ")
+    assert "requirements-model.txt:1: 'demo-extra>=1' is not an exact pin" in stderr
+    requirements.write_text("demo-extra==1.0\n")
+    code, document, _ = new_workload(capsys, f"{model_file}:build", dataset, out,
+                                     "--requirements", str(requirements))
+    assert code == 0 and document["workload"]["requirements"] == str(requirements)
+    plan = tmp_path / "plan.json"
+    code, _, _ = run(capsys, "plan", "--workload", str(profiled(out)), *PLAN, "--out", str(plan))
+    assert code == 0
+    assert json.loads(plan.read_text())["workload"]["requirements"] == str(requirements)
+    requirements.unlink()
+    code, _, stderr = run(capsys, "plan", "--workload", str(profiled(out)), *PLAN)
+    assert code == 2
+    assert "workload.requirements" in stderr and "cannot read" in stderr

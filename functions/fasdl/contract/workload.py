@@ -10,6 +10,9 @@ so that the planner and the synth can build it before anything is deployed.
 ``initial_weights``: a safetensors file's key in the datasets bucket (fine-tuning).
 ``normalization``: per-channel ``mean`` and ``std`` of the dataset, from its importer's
 ``meta.json``; the ``images`` and ``normalize`` augmentations use them.
+``requirements``: a pip requirements file (exact ``name==version`` pins) of the packages the
+user's code imports beside the runtime's; a layer of their wheels is built for Lambda by
+``layers/torch/requirements_layer.py`` and the synth checks it matches this file.
 """
 
 from __future__ import annotations
@@ -40,7 +43,13 @@ LOSSES: tuple[str, ...] = ("cross_entropy", "mse", "bce")
 # relative to where the planner, the synth and the local runner are started)
 CODE_REFERENCE = re.compile(r"^(?P<path>/?[A-Za-z0-9_.\-/]{1,255}\.py):"
                             r"(?P<function>[A-Za-z_][A-Za-z0-9_]{0,63})\Z")
+# path/to/requirements.txt, with the same path rules as a code reference
+REQUIREMENTS_FILE = re.compile(r"^/?[A-Za-z0-9_.\-/]{1,255}\.txt\Z")
 MAX_INPUT_DIMS = 4
+# The optional fields of the user's own model and data, in the plan, in a profile and in a
+# `planner workload new` file alike
+USER_FIELDS: tuple[str, ...] = ("input_shape", "classes", "loss", "initial_weights",
+                                "normalization", "requirements")
 MAX_CLASSES = 100_000
 
 
@@ -52,15 +61,31 @@ def code_reference(value: str) -> tuple[str, str] | None:
     return match["path"], match["function"]
 
 
+def _require_no_parent(path: str, file: str, value: object) -> None:
+    if ".." in file.split("/"):
+        raise PlanError(path, f"the file's path must not contain '..', got {show(value)}")
+
+
 def _require_model(path: str, value: object) -> str:
     if isinstance(value, str) and code_reference(value) is not None:
-        file = code_reference(value)[0]  # type: ignore[index]
-        if ".." in file.split("/"):
-            raise PlanError(path, f"the file's path must not contain '..', got {show(value)}")
+        _require_no_parent(path, code_reference(value)[0], value)  # type: ignore[index]
         return value
     return require_pattern(path, value, IDENTIFIER,
                            "a model registry name (1-64 letters, digits, '_', '.', '-') or "
                            "path/to/file.py:function")
+
+
+def _require_weights_key(path: str, value: object) -> None:
+    key = require_dataset_key(path, value)
+    if not key.endswith(".safetensors") or not DATASET_KEY.fullmatch(key):
+        raise PlanError(path, f"must be the datasets bucket key of a .safetensors file, got "
+                              f"{show(key)}")
+
+
+def _require_requirements(path: str, value: object) -> None:
+    file = require_pattern(path, value, REQUIREMENTS_FILE,
+                           "the path of a pip requirements .txt file")
+    _require_no_parent(path, file, value)
 
 
 def _require_shape(path: str, value: object) -> list[int]:
@@ -110,6 +135,7 @@ class Workload:
     loss: str = "cross_entropy"
     initial_weights: str | None = None
     normalization: dict[str, Any] | None = None
+    requirements: str | None = None
 
     def validate(self) -> None:
         require_pattern("workload.name", self.name, IDENTIFIER,
@@ -134,14 +160,12 @@ class Workload:
         if code_reference(self.loss) is None:
             require_choice("workload.loss", self.loss, LOSSES)
         if self.initial_weights is not None:
-            key = require_dataset_key("workload.initial_weights", self.initial_weights)
-            if not key.endswith(".safetensors") or not DATASET_KEY.fullmatch(key):
-                raise PlanError("workload.initial_weights", f"must be the datasets bucket key "
-                                                            f"of a .safetensors file, got "
-                                                            f"{show(key)}")
+            _require_weights_key("workload.initial_weights", self.initial_weights)
         if self.normalization is not None:
             _require_normalization("workload.normalization", self.normalization,
                                    self.input_shape)
+        if self.requirements is not None:
+            _require_requirements("workload.requirements", self.requirements)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, the optional ones only where set: a plan without them reads (and

@@ -5,10 +5,14 @@ one error naming the field."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
 from fasdl.contract.fields import PlanError
+from fasdl.contract.requirements import FIELD as REQUIREMENTS_FIELD
+from fasdl.contract.requirements import RequirementsError, read_pins
 from fasdl.contract.user_code import UserCodeError
 from fasdl.contract.workload import Workload
 from fasdl.training.networks import MODELS, build_model
@@ -58,11 +62,22 @@ def check_loss(workload: Workload) -> None:
                                              f"loss(logits, labels)")
 
 
+def check_requirements(file: Path) -> None:
+    """The requirements file is there and holds exact pins (the layer build checks the pins
+    against what the functions ship)."""
+    try:
+        read_pins(file)
+    except RequirementsError as error:
+        raise PlanError(REQUIREMENTS_FIELD, str(error)) from None
+
+
 def check_workload(workload: Workload) -> float | None:
     """Check what can be checked before a deployment; returns the model's S_m in MiB when the
     workload states its input shape and classes (a model of one's own must; a registry model
     may, and is then held to them too); None for the paper's registry workloads."""
     check_loss(workload)
+    if workload.requirements is not None:
+        check_requirements(Path(workload.requirements))
     if workload.user_model is None:
         if workload.model not in MODELS:
             raise PlanError("workload.model", f"unknown model {workload.model!r}; known: "

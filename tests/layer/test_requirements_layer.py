@@ -1,0 +1,125 @@
+"""layers/torch/requirements_layer.py: the layer of workload.requirements, built with real pip
+from real wheel files, for the torch layer's target (its manifest), scanned like the torch
+layer; refused pins exit 2 naming the field, scan findings exit 3 and write no manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.lambda_runtime import PYTHON_RUNTIME, REQUIREMENTS_MANIFEST, lambda_target
+from tests.layer.wheels import make_wheel
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "layers" / "torch" / "requirements_layer.py"
+CODE = {"demo_extra/__init__.py": b"VALUE = 42\n"}
+
+
+def torch_layer(folder: Path, python: str | None = None) -> Path:
+    """A torch layer folder as build.py leaves it, reduced to what this build reads: the
+    manifest (the target) and python/'s dist-infos (what the layer already holds)."""
+    target = lambda_target("x86_64")
+    manifest = {"arch": "x86_64", "runtime": PYTHON_RUNTIME, "python": python or target.abi,
+                "sha256": "0" * 64, "unpacked_bytes": 1000}
+    folder.mkdir(parents=True)
+    (folder / "torch.tar.zst.json").write_text(json.dumps(manifest))
+    for dist in ("numpy-2.4.6", "boto3-1.44.5", "jmespath-1.0.1"):
+        info = folder / "python" / f"{dist}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Name: {dist.split('-')[0]}\n")
+    return folder
+
+
+def build(tmp_path: Path, requirements: str, wheels: Path, *, layer: Path | None = None,
+          out: Path | None = None) -> subprocess.CompletedProcess[str]:
+    file = tmp_path / "requirements.txt"
+    file.write_text(requirements)
+    layer = layer or torch_layer(tmp_path / "torch-layer")
+    return subprocess.run(
+        [sys.executable, str(BUILD), "--requirements", str(file), "--torch-layer", str(layer),
+         "--out", str(out or tmp_path / "out"), "--find-links", str(wheels),
+         "--function-dir", str(tmp_path / "torch-layer")],
+        capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_builds_the_users_pins_and_leaves_out_what_the_torch_layer_holds(
+        tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "demo-extra", "1.0", CODE,
+               requires=("numpy>=2", "jmespath", "colorama; sys_platform == 'win32'",
+                         "pytest; extra == 'test'"))
+    result = build(tmp_path, "# mine\ndemo-extra==1.0\nnumpy==2.4.6\n", wheels)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    assert (out / "python" / "demo_extra" / "__init__.py").read_bytes() == CODE[
+        "demo_extra/__init__.py"]
+    assert not list((out / "python").glob("numpy*")), "numpy is the torch layer's"
+    manifest = json.loads((out / REQUIREMENTS_MANIFEST).read_text())
+    digest = hashlib.sha256((tmp_path / "requirements.txt").read_bytes()).hexdigest()
+    assert manifest["requirements_sha256"] == digest
+    assert manifest["pins"] == {"demo-extra": "1.0"}
+    assert (manifest["arch"], manifest["python"]) == ("x86_64", lambda_target("x86_64").abi)
+    assert "OK: compatible" in result.stdout
+
+
+@pytest.mark.parametrize(("requirements", "message"), [
+    ("numpy==2.0.0\n", "numpy==2.0.0, but the functions already ship numpy==2.4.6"),
+    ("torch==2.13.0\n", "torch comes with the torch layer"),
+    ("demo-extra>=1.0\n", "requirements.txt:1: 'demo-extra>=1.0' is not an exact pin"),
+    ("numpy==2.4.6\n", "pins nothing the functions do not already ship"),
+])
+def test_refused_pins_exit_2_naming_the_field(tmp_path: Path, requirements: str,
+                                              message: str) -> None:
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "demo-extra", "1.0", CODE)
+    result = build(tmp_path, requirements, wheels)
+    assert result.returncode == 2, result.stdout
+    assert "workload.requirements" in result.stderr and message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unpinned_dependency_is_named(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "demo-extra", "1.0", CODE, requires=("tinydep>=1", "jmespath"))
+    result = build(tmp_path, "demo-extra==1.0\n", wheels)
+    assert result.returncode == 2
+    assert "does not pin everything" in result.stderr
+    assert "demo_extra needs tinydep>=1" in result.stderr and "jmespath" not in result.stderr
+
+
+def _extension_module() -> Path:
+    """A real extension module of this machine's CPython 3.11 (the functions run 3.12):
+    zstandard's C backend, a pinned dependency."""
+    import zstandard.backend_c
+
+    path = Path(str(zstandard.backend_c.__file__))
+    assert path.name.endswith(".cpython-311-x86_64-linux-gnu.so"), path
+    return path
+
+
+def test_a_native_file_for_another_python_fails_the_scan_and_keeps_the_old_layer(
+        tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "demo-extra", "1.0", CODE)
+    assert build(tmp_path, "demo-extra==1.0\n", wheels).returncode == 0
+    before = (tmp_path / "out" / REQUIREMENTS_MANIFEST).read_text()
+    module = _extension_module()
+    make_wheel(wheels, "demo-native", "1.0", {f"demo_native/{module.name}": module.read_bytes()})
+    result = build(tmp_path, "demo-native==1.0\n", wheels, layer=tmp_path / "torch-layer")
+    assert result.returncode == 3, result.stderr
+    assert "abi-tag" in result.stdout and "FAILED" in result.stdout
+    assert (tmp_path / "out" / REQUIREMENTS_MANIFEST).read_text() == before
+
+
+def test_without_a_built_torch_layer_it_says_so(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "demo-extra", "1.0", CODE)
+    result = build(tmp_path, "demo-extra==1.0\n", wheels, layer=tmp_path / "absent")
+    assert result.returncode == 2
+    assert "--torch-layer: no finished torch layer build" in result.stderr
+    assert "make layer" in result.stderr
