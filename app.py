@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""CDK entry point: `cdk synth|deploy [-c plan=plan.json] [-c torch_layer=DIR]
-[-c requirements_layer=DIR] [-c worker_packaging=zip|image] [-c alarm_email=you@example.com]
-[-c nag=true] [-c account=123456789012] [-c stack_name=NAME] [-c reserve_concurrency=true]
-[-c inline_map_max_workers=1..40]` (infra/settings.py says what each does).
+"""CDK entry point: `cdk synth|deploy [-c plan=plan.json] [-c workload=FILE]
+[-c torch_layer=DIR] [-c requirements_layer=DIR] [-c worker_packaging=zip|image]
+[-c alarm_email=you@example.com] [-c nag=true] [-c account=123456789012] [-c stack_name=NAME]
+[-c reserve_concurrency=true] [-c inline_map_max_workers=1..40]`
+(infra/settings.py says what each does).
 
 The plan is loaded and validated before any construct is created, so an invalid plan stops
 synth with the plan's own PlanError message (exit code 2). Without `-c plan=...` the documented
@@ -34,8 +35,9 @@ from infra.profiling_workflow import CONTEXT_MEMORIES, CONTEXT_PROFILING, profil
 from infra.settings import PlanError, SynthSettings, SynthSettingsError, load_settings
 from infra.stack import DEFAULT_STACK_NAME, build_stacks
 
-CONTEXT_KEYS = ("plan", "torch_layer", "requirements_layer", "worker_packaging", "alarm_email",
-                "nag", "account", "stack_name", "reserve_concurrency", "inline_map_max_workers")
+CONTEXT_KEYS = ("plan", "workload", "torch_layer", "requirements_layer", "worker_packaging",
+                "alarm_email", "nag", "account", "stack_name", "reserve_concurrency",
+                "inline_map_max_workers")
 # CloudFormation's stack-name rule, less room for the cache stack's "Cache" suffix.
 STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,122}")
 ACCOUNT = re.compile(r"\d{12}")

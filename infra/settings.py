@@ -4,6 +4,10 @@ Context keys (``cdk synth -c key=value`` or ``cdk.json``):
 
 ``plan``              path of a planner ``plan.json``; default :data:`DEFAULT_PLAN_PATH`
                       (W=4 CNN on digits, S3 channel, x86_64).
+``workload``          a workload file (``python -m planner workload new`` wrote it, or a
+                      profile) that replaces the plan's workload, prediction dropped: deploys
+                      the code of a workload not planned yet, to profile it on AWS
+                      (docs/profiling.md). The plan's deployment and training stay.
 ``torch_layer``       directory of the built torch layer; default ``layers/torch/dist``
                       (``make layer``). When it holds no finished build (no
                       ``torch.tar.zst.json`` manifest), the tiny stand-in ``layers/torch/stub``
@@ -37,12 +41,13 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, cast
 
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.requirements import requirements_digest
+from fasdl.contract.workload import Workload
 from infra.lambda_runtime import (
     PYTHON_RUNTIME,
     REQUIREMENTS_MANIFEST,
@@ -61,6 +66,7 @@ DOCKERFILE = "infra/container/Dockerfile"
 LAYER_MANIFEST = "torch.tar.zst.json"
 
 CONTEXT_PLAN = "plan"
+CONTEXT_WORKLOAD = "workload"
 CONTEXT_TORCH_LAYER = "torch_layer"
 CONTEXT_PACKAGING = "worker_packaging"
 CONTEXT_REQUIREMENTS_LAYER = "requirements_layer"
@@ -113,6 +119,7 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSett
     plan_arg = context.get(CONTEXT_PLAN)
     plan_path = _resolve(str(plan_arg)) if plan_arg else DEFAULT_PLAN_PATH
     plan = Plan.load(plan_path)  # PlanError propagates unchanged, before any construct
+    plan = _with_workload(plan, context.get(CONTEXT_WORKLOAD))
     plan.check_environment_size()  # the trigger's environment carries it
 
     packaging = str(context.get(CONTEXT_PACKAGING) or "zip")
@@ -205,6 +212,32 @@ def _check_layer_target(layer_dir: Path, arch: str) -> None:
             f"{TORCH_TMP_RESERVE_MB} MiB of /tmp the stack reserves for it "
             "(infra.lambda_runtime.TORCH_TMP_RESERVE_MB); strip more or raise the reserve")
 
+
+
+def _with_workload(plan: Plan, value: object) -> Plan:
+    """The plan with the workload of a workload file (its Workload fields; the fitted
+    coefficients and the recipe are the planner's); the plan's prediction is not this
+    workload's, so it is dropped."""
+    if value is None or value == "":
+        return plan
+    path = _resolve(str(value))
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise SynthSettingsError(f"context '{CONTEXT_WORKLOAD}': cannot read {path}: "
+                                 f"{error}") from None
+    if not isinstance(data, dict):
+        raise SynthSettingsError(f"context '{CONTEXT_WORKLOAD}': {path} must hold a JSON "
+                                 "object (python -m planner workload new writes one)")
+    names = {item.name for item in fields(Workload)}
+    document = plan.to_dict()
+    document.pop("prediction", None)
+    document["workload"] = {key: item for key, item in data.items() if key in names}
+    document["provenance"] = {**plan.provenance, "workload": f"-c workload={value}"}
+    try:
+        return Plan.from_dict(document)
+    except PlanError as error:
+        raise SynthSettingsError(f"context '{CONTEXT_WORKLOAD}': {path}: {error}") from None
 
 
 def _requirements_layer(plan: Plan, layer_dir: Path, torch_layer_dir: Path) -> Path | None:

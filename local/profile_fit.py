@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fasdl.contract.workload import USER_FIELDS
+from planner.fit.base_workload import kept_fields, read_base_workload
 from planner.fit.profiler import FitRequest, run_fit
 from planner.fit.samples import SampleError
 from planner.model.profiles import PlatformProfile, ProfileError, WorkloadProfile
@@ -38,8 +38,6 @@ DATASETS: dict[str, DatasetInfo] = {
 # predict with errors of that order (R² of the time fit a, b, m and of the memory fit k, c)
 MIN_R_SQUARED = 0.9
 MAX_RELATIVE_ERROR = 0.25
-# The workload fields of a `planner workload new` file that the fit keeps as they were
-KEPT_FIELDS = ("model", "model_mb", *USER_FIELDS, "recipe", "dataset", "samples", "dataset_mb")
 
 
 @dataclass(frozen=True)
@@ -58,23 +56,12 @@ class BaseWorkload:
 def load_base_workload(path: Path) -> BaseWorkload:
     """A workload file with or without compute coefficients; raises ValueError naming the
     field (the profile's --workload)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read {path}: {error}") from error
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    missing = [name for name in ("name", "model", "input_shape", "classes", "dataset",
-                                 "samples", "dataset_mb", "model_mb") if name not in data]
-    if missing:
-        raise ValueError(f"{path}: field '{missing[0]}' is missing (python -m planner "
-                         f"workload new writes it)")
-    kept = {name: data[name] for name in KEPT_FIELDS if name in data}
+    data = read_base_workload(path)
     return BaseWorkload(name=str(data["name"]), model=str(data["model"]),
                         input_shape=list(data["input_shape"]), classes=int(data["classes"]),
                         dataset=DatasetInfo(str(data["dataset"]), int(data["samples"]),
                                             float(data["dataset_mb"])),
-                        fields=kept)
+                        fields=kept_fields(data))
 
 
 def quality_warnings(quality: dict[str, Any]) -> list[str]:

@@ -157,6 +157,9 @@ def _add_fit_arguments(fit: argparse.ArgumentParser) -> None:
                      "<stem>-workload.json and <stem>-platform.json next to it; with --csv, "
                      "the folder for aws-lambda-x86_64-{s3,valkey}.json")
     fit.add_argument("--kind", choices=("workload", "platform", "both"), default="both")
+    fit.add_argument("--workload", type=Path,
+                     help="the workload profiled (python -m planner workload new wrote it): "
+                          "the profile keeps its model, shape, classes, dataset and fields")
     fit.add_argument("--name", help="profile name (required for a workload profile)")
     fit.add_argument("--model-mb", type=float, help="model size when the samples lack it")
     fit.add_argument("--dataset", help="dataset key prefix (default datasets/<name>)")
@@ -332,14 +335,19 @@ def _infeasible(args: argparse.Namespace, result: SearchResult, emit: Callable[[
 def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     if args.csv is not None:
         return _command_fit_csv(args, emit)
+    from planner.fit.base_workload import kept_fields
     from planner.fit.profiler import FitRequest, run_fit
     from planner.fit.samples import SampleError
 
+    base = _fit_base_workload(args.workload)
     request = FitRequest(
-        samples=args.samples, out=args.out, kind=args.kind, name=args.name,
-        model_mb=args.model_mb, dataset=args.dataset, dataset_samples=args.dataset_samples,
-        dataset_mb=args.dataset_mb, channel=args.channel, arch=args.arch,
-        invocation_overhead_s=args.invocation_overhead, png=args.png)
+        samples=args.samples, out=args.out, kind=args.kind, name=args.name or base.get("name"),
+        model_mb=args.model_mb or base.get("model_mb"),
+        dataset=args.dataset or base.get("dataset"),
+        dataset_samples=args.dataset_samples or base.get("samples"),
+        dataset_mb=args.dataset_mb or base.get("dataset_mb"), channel=args.channel,
+        arch=args.arch, invocation_overhead_s=args.invocation_overhead, png=args.png,
+        workload_fields=kept_fields(base) if base else {})
     try:
         lines, summary = run_fit(request)
     except SampleError as error:
@@ -348,6 +356,18 @@ def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         raise fit_profile_error(error) from error
     emit(json.dumps({"status": "ok", **summary}) if args.json else "\n".join(lines))
     return EXIT_OK
+
+
+def _fit_base_workload(path: Path | None) -> dict[str, Any]:
+    """The workload file of ``fit --workload``; {} without one."""
+    from planner.fit.base_workload import read_base_workload
+
+    if path is None:
+        return {}
+    try:
+        return read_base_workload(path)
+    except ValueError as error:
+        raise CliError("--workload", str(error)) from error
 
 
 def _command_fit_csv(args: argparse.Namespace, emit: Callable[[str], None]) -> int:

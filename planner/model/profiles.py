@@ -208,8 +208,9 @@ COMPUTE_FIELDS = ("a", "b", "m", "k", "c")
 def unprofiled_message(name: str) -> str:
     return (f"workload {name} is not profiled yet (no compute coefficients a, b, m, k, c): "
             f"profile it on this machine with `python -m local profile --workload "
-            f"<its file>`, or on AWS with the profiling state machine (docs/profiling.md), "
-            f"then plan with the profile it writes")
+            f"<its file>`, or on AWS (deploy with `-c workload=<its file> -c profiling=true`, "
+            f"run the profiling state machine, then `python -m planner fit --workload <its "
+            f"file> --samples ...`: docs/profiling.md), then plan with the profile it writes")
 
 
 CPU_FIELDS = ("cpu_up_request_s", "cpu_up_mb_s", "cpu_down_request_s", "cpu_down_mb_s",

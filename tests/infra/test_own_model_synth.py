@@ -77,3 +77,48 @@ def test_a_model_the_workers_could_not_build_stops_the_synth(tmp_path: Path, mod
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"fasdl: invalid synth input: {message.format(dir=tmp_path)}")
     assert not out.exists() or not any(out.iterdir())
+
+
+def _workload_file(tmp_path: Path, **changes: Any) -> Path:
+    """A workload as `python -m planner workload new` writes it: no compute coefficients."""
+    data = {"name": "tiny", "model": f"{tmp_path}/tiny_model.py:build",
+            "dataset": "datasets/tiny", "samples": 120, "dataset_mb": 0.01,
+            "model_mb": round(650 * 4 / 2**20, 4), "input_shape": [1, 8, 8], "classes": 10,
+            "recipe": {"augmentation": "none"}, "notes": "not profiled yet", **changes}
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps({key: value for key, value in data.items()
+                                if value is not None}))
+    return path
+
+
+def test_a_workload_not_planned_yet_ships_for_profiling_on_aws(tmp_path: Path) -> None:
+    """`-c workload=FILE` deploys the code of a workload that has no plan yet (planning needs
+    its profile): the default plan's deployment with that workload, no prediction."""
+    (tmp_path / "tiny_model.py").write_text(MODEL)
+    workload = _workload_file(tmp_path)
+    synth = synthesize("workload_only", REPO_ROOT / "infra" / "default_plan.json",
+                       {"profiling": "true"}, workload=str(workload))
+    plan = synth.settings.plan
+    default = json.loads((REPO_ROOT / "infra" / "default_plan.json").read_text())
+    assert plan.workload.model == f"{tmp_path}/tiny_model.py:build"
+    assert plan.workload.samples == 120 and plan.prediction is None
+    assert plan.to_dict()["deployment"] == default["deployment"]
+    assert plan.provenance["workload"] == f"-c workload={workload}"
+    profilers = [value["Properties"] for value in synth.resources("AWS::Lambda::Function").values()
+                 if value["Properties"].get("Handler") == "handlers.profiler.handler"]
+    assert profilers
+    for props in profilers:
+        modules = json.loads(props["Environment"]["Variables"]["FASDL_USER_MODULES"])
+        assert modules == {plan.workload.model: "tiny_model"}
+
+
+def test_a_bad_workload_file_names_the_context_and_the_field(tmp_path: Path) -> None:
+    (tmp_path / "tiny_model.py").write_text(MODEL)
+    from infra.settings import SynthSettingsError, load_settings
+
+    with pytest.raises(SynthSettingsError, match=r"context 'workload': .*workload\.classes"):
+        load_settings({"workload": str(_workload_file(tmp_path, classes=None)),
+                       "torch_layer": str(STUB_TORCH_LAYER)}, warn=False)
+    with pytest.raises(SynthSettingsError, match="context 'workload': cannot read"):
+        load_settings({"workload": str(tmp_path / "absent.json"),
+                       "torch_layer": str(STUB_TORCH_LAYER)}, warn=False)

@@ -148,6 +148,8 @@ def test_plan_refuses_an_unprofiled_workload_with_the_profile_command(
     assert code == 2
     assert "is not profiled yet" in stderr
     assert "python -m local profile --workload" in stderr
+    assert "-c workload=<its file> -c profiling=true" in stderr
+    assert "python -m planner fit --workload" in stderr
 
 
 def test_plan_builds_the_users_model(capsys: pytest.CaptureFixture[str], written: Path,
@@ -221,3 +223,27 @@ def test_the_requirements_file_goes_into_the_workload_and_the_plan(
     code, _, stderr = run(capsys, "plan", "--workload", str(profiled(out)), *PLAN)
     assert code == 2
     assert "workload.requirements" in stderr and "cannot read" in stderr
+
+
+def test_samples_from_aws_fit_into_a_profile_of_the_users_workload(
+        capsys: pytest.CaptureFixture[str], written: Path, tmp_path: Path) -> None:
+    """The AWS path (docs/profiling.md): the profiling state machine's samples, fitted with
+    `fit --workload`, keep the workload's own model, shape, classes and dataset, and plan."""
+    from tests.planner.test_profiler_fit import train_records, transfer_records, write
+
+    samples = write(tmp_path / "samples.jsonl", train_records(0.01) + transfer_records(0.01))
+    code, stdout, _ = run(capsys, "fit", "--samples", samples, "--out",
+                          str(tmp_path / "aws.json"), "--workload", str(written))
+    assert code == 0, stdout
+    fitted = json.loads((tmp_path / "aws-workload.json").read_text())
+    base = json.loads(written.read_text())
+    for name in ("name", "model", "model_mb", "input_shape", "classes", "normalization",
+                 "dataset", "samples", "dataset_mb", "recipe"):
+        assert fitted[name] == base[name], name
+    assert fitted["a"] > 0 and fitted["k"] > 0
+    code, _, stderr = run(capsys, "plan", "--workload", str(tmp_path / "aws-workload.json"),
+                          "--platform", str(tmp_path / "aws-platform.json"), *PLAN)
+    assert code == 0, stderr
+    code, _, stderr = run(capsys, "fit", "--samples", samples, "--out",
+                          str(tmp_path / "x.json"), "--workload", str(tmp_path / "absent.json"))
+    assert code == 2 and "argument --workload: cannot read" in stderr
