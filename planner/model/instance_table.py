@@ -131,8 +131,8 @@ def _unmeasured(workload: WorkloadProfile) -> str:
         if m.model not in measured[m.input]:
             measured[m.input].append(m.model)
     listing = "; ".join(f"{', '.join(models)} at {shape}" for shape, models in measured.items())
-    shape = ("x".join(str(n) for n in workload.input_shape)
-             if workload.input_shape is not None else "an input shape it does not state")
-    return (f"no shipped instance row: model {workload.model} at {shape} (workload "
-            f"{workload.name}) was not measured on an instance (measured: {listing}); "
-            "compare with your own measurement: --instance NAME:USD_PER_HOUR:SECONDS_PER_EPOCH")
+    shape = ("" if workload.input_shape is None
+             else " at " + "x".join(str(n) for n in workload.input_shape))
+    return (f"no shipped instance row: workload {workload.name} (model {workload.model}{shape}) "
+            f"has no instance measurement (measured: {listing}); compare with your own: "
+            "--instance NAME:USD_PER_HOUR:SECONDS_PER_EPOCH")

@@ -162,7 +162,7 @@ def test_a_workload_without_a_measurement_says_why_and_takes_instance_rows() -> 
     code, out, _ = cli("compare", *digits, "--instance", "laptop:0.05:2", "--json")
     assert [r["name"] for r in one_json(out)["instances"]] == ["laptop"]
     code, out, _ = cli("compare", *digits)
-    assert "no shipped instance row: model cnn" in " ".join(out.split())
+    assert "no shipped instance row: workload cnn-digits (model cnn)" in " ".join(out.split())
 
 
 def test_plan_explain_mentions_the_instance_comparison(tmp_path: Path) -> None:
