@@ -23,9 +23,21 @@ class CountingChannel(MemoryChannel):
         self.gets += 1
         return super().try_get(key)
 
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        self.gets += 1
+        return super().get_versioned(key)
+
     def put(self, key: str, data: bytes | bytearray) -> None:
         self.puts += 1
         super().put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes | bytearray) -> bool:
+        self.puts += 1
+        return super().put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes | bytearray, etag: str) -> bool:
+        self.puts += 1
+        return super().put_if_match(key, data, etag)
 
 
 @pytest.mark.parametrize(("channel", "claim_puts"), [("s3", 4), ("valkey", 0)])
@@ -45,6 +57,8 @@ def test_the_fence_reads_a_worker_makes_are_what_the_planner_charges() -> None:
     store = CountingChannel()
     epoch = issue_epoch(store, "run")
     assert (store.gets, store.puts) == (1, 1)  # the trigger's read-then-write, per segment
+    epoch = issue_epoch(store, "run")  # a later one: a read, then a write on its ETag
+    assert (store.gets, store.puts, epoch) == (2, 2, 2)
     clock = [0.0]
     fence = Fence(store, "run", epoch, check_every_s=DEFAULT_FENCE_CHECK_S,
                   clock=lambda: clock[0])

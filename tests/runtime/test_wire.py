@@ -107,6 +107,22 @@ def test_flipped_bit_is_caught_by_the_crc(position: int) -> None:
         decode_shard(bytes(corrupted), **IDS)
 
 
+def test_every_single_bit_flip_of_the_whole_frame_is_refused() -> None:
+    """Header bytes 52-63 are padding outside the crc: they must be zero, so a flip there is
+    refused too (it was accepted, harmlessly, before)."""
+    intact = frame()
+    for position in range(len(intact)):
+        for bit in range(8):
+            corrupted = bytearray(intact)
+            corrupted[position] ^= 1 << bit
+            with pytest.raises(FrameError):
+                decode_shard(bytes(corrupted), **IDS)
+    padded = bytearray(intact)
+    padded[60] = 1
+    with pytest.raises(FrameError, match="padding bytes are not zero"):
+        decode_shard(bytes(padded), **IDS)
+
+
 def test_bad_magic_version_and_dtype_code() -> None:
     data = bytearray(frame())
     with pytest.raises(FrameError, match="not a shard frame"):

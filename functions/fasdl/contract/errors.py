@@ -11,6 +11,16 @@ class WorkerFenced(RuntimeError):
     """This invocation's epoch is no longer the run's: it stops and writes nothing more."""
 
 
+class FenceWentBack(RuntimeError):
+    """The run's fence is below this worker's epoch, or gone: the store lost writes, so nothing
+    it holds is trusted; the segment fails (never retried on it)."""
+
+
+class FenceConflict(RuntimeError):
+    """Another trigger action issued an epoch after this one read the fence: this action's run
+    state is stale (a retried Invoke's first copy, or a second execution of the run)."""
+
+
 class WorkerDuplicate(RuntimeError):
     """Another invocation already trains this worker in this epoch."""
 

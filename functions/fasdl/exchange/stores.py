@@ -38,7 +38,7 @@ def exchange_channel(settings: Settings) -> Channel:
     return build_channel(exchange_config(settings))
 
 
-def results_store(settings: Settings, client: Any | None = None) -> Channel:
+def results_store(settings: Settings, client: Any | None = None) -> S3Channel:
     """The results bucket under ``runs/``: checkpoints (keys ``{run}/checkpoint/...``)."""
     return S3Channel(settings.results_bucket, settings.runs_prefix,
                      client=client or s3_client(settings))

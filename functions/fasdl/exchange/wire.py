@@ -14,9 +14,9 @@ their float32 (``BFLOAT16_BITS``, uint16: fasdl.exchange.codec makes and reads t
 The CRC-32C (Castagnoli, hardware-accelerated via google-crc32c: several times faster than
 zlib's crc32, which was a large share of a Valkey round trip; measured: docs/results.md,
 "Measurements behind design choices") covers the header fields before it *and* the payload,
-so a flipped bit anywhere is caught. Decoding checks the identity fields against what the
-reader expects: a frame from another run, a stale iteration or the wrong shard/worker is
-rejected, never averaged in.
+and the 12 padding bytes after it must be zero, so a flipped bit anywhere is caught. Decoding
+checks the identity fields against what the reader expects: a frame from another run, a stale
+iteration or the wrong shard/worker is rejected, never averaged in.
 Never pickle: the payload is the array's bytes and nothing else.
 """
 
@@ -36,6 +36,7 @@ VERSION = 2  # 2: CRC-32C instead of zlib's CRC-32
 HEADER = struct.Struct("<4sBBHQ16sQIII12x")
 HEADER_SIZE = HEADER.size  # 64: keeps the payload 16-byte aligned inside a bytes object
 _CRC_OFFSET = HEADER_SIZE - 16  # the crc covers the header bytes before this offset
+_PADDING_OFFSET = _CRC_OFFSET + 4  # zero bytes: checked, as the crc does not cover them
 RUN_DIGEST_SIZE = 16
 
 BFLOAT16_BITS: np.dtype[np.generic] = np.dtype("<u2")
@@ -185,6 +186,8 @@ def read_header(data: bytes | bytearray | memoryview) -> FrameHeader:
     if dtype is None:
         known = ", ".join(f"{c}={d}" for c, d in _DTYPE_BY_CODE.items())
         raise FrameError(f"unknown dtype code {code} in frame, expected one of {known}")
+    if any(bytes(memoryview(data)[_PADDING_OFFSET:HEADER_SIZE])):
+        raise FrameError("corrupted frame: the header's padding bytes are not zero")
     header = FrameHeader(version, dtype, count, digest, iteration, worker, shard, crc, chunk)
     found = len(data) - HEADER_SIZE
     if found != header.payload_size:

@@ -113,6 +113,21 @@ def _records(data: Mapping[str, Any]) -> dict[str, ObjectRecord]:
             for name, r in data.items()}
 
 
+def _own_records(part: Mapping[str, Any], run: str, resume_iteration: int, epoch: int,
+                 worker: int) -> dict[str, ObjectRecord]:
+    """A part record's objects, once it is shown to be this worker's, of this epoch, naming
+    only this epoch's objects: a record another attempt left is never committed."""
+    if part.get("worker") != worker or part.get("epoch") != epoch:
+        raise CheckpointError(f"part record of worker {worker} in epoch {epoch} says worker "
+                              f"{part.get('worker')!r}, epoch {part.get('epoch')!r}")
+    records = _records(part["objects"])
+    for name, record in records.items():
+        if record.key != checkpoint_object_key(run, resume_iteration, epoch, name):
+            raise CheckpointError(f"part record of worker {worker} in epoch {epoch} names "
+                                  f"{record.key!r}, not this epoch's object {name!r}")
+    return records
+
+
 def _record(key: str, data: ObjectBytes) -> ObjectRecord:
     return ObjectRecord(key, hashlib.sha256(data).hexdigest(), len(data))
 
@@ -132,7 +147,8 @@ def put_objects(store: Channel, run: str, resume_iteration: int, epoch: int, wor
     part = {name: {"key": r.key, "sha256": r.sha256, "size": r.size}
             for name, r in records.items()}
     store.put(checkpoint_part_key(run, resume_iteration, epoch, worker),
-              json.dumps({"worker": worker, "objects": part}, sort_keys=True).encode())
+              json.dumps({"worker": worker, "epoch": epoch, "objects": part},
+                         sort_keys=True).encode())
 
 
 def commit_manifest(store: Channel, run: str, resume_iteration: int, epoch: int, *,
@@ -146,7 +162,7 @@ def commit_manifest(store: Channel, run: str, resume_iteration: int, epoch: int,
         # which the state machine reruns like any dead peer (infra/segment_states.py)
         part = json.loads(store.get(
             checkpoint_part_key(run, resume_iteration, epoch, worker), deadline))
-        for name, record in _records(part["objects"]).items():
+        for name, record in _own_records(part, run, resume_iteration, epoch, worker).items():
             if name in objects:
                 raise CheckpointError(f"object {name!r} written by two workers")
             objects[name] = record

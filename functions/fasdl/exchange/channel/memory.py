@@ -6,6 +6,7 @@ bucket; ``prefix`` namespaces keys exactly as in the S3 and Valkey channels.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterable
 
@@ -52,6 +53,21 @@ class MemoryChannel(Channel):
         with self._lock:
             return self._store.get(self.prefix + key)
 
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The value and an ETag as S3 makes one for a single PUT (the MD5 of the bytes)."""
+        with self._lock:
+            value = self._store.get(self.prefix + key)
+        return None if value is None else (value, _etag(value))
+
+    def put_if_match(self, key: str, data: bytes | bytearray, etag: str) -> bool:
+        value = bytes(data)
+        with self._lock:
+            current = self._store.get(self.prefix + key)
+            if current is None or _etag(current) != etag:
+                return False
+            self._store[self.prefix + key] = value
+            return True
+
     def delete(self, keys: Iterable[str]) -> None:
         with self._lock:
             for key in keys:
@@ -70,3 +86,7 @@ class MemoryChannel(Channel):
         with self._lock:
             return sorted(k[len(self.prefix):] for k in self._store
                           if k.startswith(self.prefix))
+
+
+def _etag(value: bytes) -> str:
+    return f'"{hashlib.md5(value, usedforsecurity=False).hexdigest()}"'

@@ -105,7 +105,8 @@ class S3Channel(Channel):
         raise ChannelError(f"s3 {self.endpoint}: put_if_absent {key!r}: still conflicting "
                            f"after {_CONFLICT_RETRIES} attempts")
 
-    def try_get(self, key: str) -> bytes | None:
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The value of ``key`` and its ETag (for :meth:`put_if_match`), or None."""
         try:
             response = self._client.get_object(Bucket=self.bucket, Key=self.prefix + key)
             body: bytes = response["Body"].read()
@@ -115,7 +116,29 @@ class S3Channel(Channel):
             raise self._fail("get", key, exc) from exc
         except BotoCoreError as exc:
             raise self._fail("get", key, exc) from exc
-        return body
+        return body, str(response["ETag"])
+
+    def put_if_match(self, key: str, data: bytes | bytearray, etag: str) -> bool:
+        """Replace ``key`` only if its ETag is still ``etag`` (``If-Match``); False when S3
+        answers 412 PreconditionFailed (changed since), 404 (gone) or 409
+        ConditionalRequestConflict (a concurrent conditional write: "fetch the object's ETag
+        and retry", AWS S3 User Guide, "conditional writes"), nothing written by this call."""
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data,
+                                    IfMatch=etag)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409") or \
+                    is_missing(exc):
+                return False
+            raise self._fail("put_if_match", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("put_if_match", key, exc) from exc
+        return True
+
+    def try_get(self, key: str) -> bytes | None:
+        found = self.get_versioned(key)
+        return None if found is None else found[0]
 
     def delete(self, keys: Iterable[str]) -> None:
         self._delete_full_keys(self.prefix + key for key in keys)
