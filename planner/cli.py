@@ -22,6 +22,7 @@ from planner.cli_inputs import (
     BATCH_STEP,
     MAX_GLOBAL_BATCH,
     CliError,
+    add_instance_argument,
     build_instances,
     build_problem,
     build_quotas,
@@ -29,7 +30,6 @@ from planner.cli_inputs import (
     fit_profile_error,
     write_atomically,
 )
-from planner.model.instances import INSTANCE_FORMAT
 from planner.model.problem import Problem
 from planner.model.profiles import ProfileError
 from planner.model.recipe import add_recipe_arguments
@@ -37,6 +37,7 @@ from planner.planfile import to_plan
 from planner.report import (
     choice_table,
     describe_choice,
+    frontier_summary,
     instance_points,
     instance_report,
     render_frontier,
@@ -104,11 +105,7 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                         help="B^n of K-REDUCE: search (every multiple of 16 within the caps, "
                              "the default of the exact and exhaustive searches) or align (the "
                              "paper's alignment rule, which two-stage always uses)")
-    parser.add_argument("--instance", action="append", metavar=INSTANCE_FORMAT,
-                        help="one machine of yours to compare (repeatable): USD an hour "
-                             "(0-1000], measured seconds an epoch (0-1e7], start-up seconds "
-                             "[0-86400] (default 60); a shipped name (p5.4xlarge, "
-                             "c7i.4xlarge) replaces that row")
+    add_instance_argument(parser)
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     add_recipe_arguments(parser)
 
@@ -290,13 +287,7 @@ def command_frontier(args: argparse.Namespace, emit: Callable[[str], None]) -> i
         emit(json.dumps({"status": "ok", "png": args.png, "curves": curves,
                          "instances": instance_points(runs)}))
     else:
-        feasible = {name: sum(c is not None for c in curve["cost_usd"])
-                    for name, curve in curves.items()}
-        emit(f"wrote {args.png}: minimum cost vs deadline for "
-             + ", ".join(f"{name} ({count} feasible deadlines)"
-                         for name, count in feasible.items())
-             + "".join(f"; one {p['name']}: {p['time_s']:,.0f} s, ${p['cost_usd']:.4f}"
-                       for p in instance_points(runs)))
+        emit(f"wrote {args.png}: {frontier_summary(curves, runs)}")
     return EXIT_OK
 
 

@@ -185,6 +185,14 @@ class Instances:
     billing: str
 
 
+def add_instance_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--instance", action="append", metavar=INSTANCE_FORMAT,
+                        help="one machine of yours to compare (repeatable): USD an hour "
+                             "(0-1000], measured seconds an epoch (0-1e7], start-up seconds "
+                             "[0-86400] (default 60); a shipped name (p5.4xlarge, "
+                             "c7i.4xlarge) replaces that row")
+
+
 def build_instances(args: argparse.Namespace, problem: Problem) -> Instances:
     """Shipped offers for the workload plus each ``--instance``; a user's row replaces a
     shipped one of the same name (e.g. your discounted price for it)."""

@@ -182,6 +182,17 @@ def render_frontier(problem: Problem, png: str, *, points: int = 40,
     return curves
 
 
+def frontier_summary(curves: dict[str, Any], runs: Sequence[InstanceRun]) -> str:
+    """What ``frontier`` wrote, in one line: feasible deadlines per pattern, each instance."""
+    feasible = {name: sum(c is not None for c in curve["cost_usd"])
+                for name, curve in curves.items()}
+    return ("minimum cost vs deadline for "
+            + ", ".join(f"{name} ({count} feasible deadlines)"
+                        for name, count in feasible.items())
+            + "".join(f"; one {p['name']}: {p['time_s']:,.0f} s, ${p['cost_usd']:.4f}"
+                      for p in instance_points(runs)))
+
+
 def instance_points(runs: Sequence[InstanceRun]) -> list[dict[str, Any]]:
     """What the frontier plots for the instances: one (time, cost) point each."""
     return [{"name": run.option.name, "time_s": run.time_s, "cost_usd": run.cost_usd,
