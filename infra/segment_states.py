@@ -9,12 +9,14 @@ state that names it, and what the segment does next (``shorten``, ``retry`` or `
 * **Distributed Map**: a failed child would surface only as
   ``States.ExceedToleratedFailureThreshold``, which hides the kind. So children never fail:
   the kind's state is a ``Pass`` returning ``{"worker", "status", "error"}`` (a finished worker
-  returns status ``ok``). The Map's ResultSelector tells which statuses occurred
-  (``States.ArrayContains``) and the ``Segment outcome?`` Choice takes the most serious one,
-  in :data:`PRECEDENCE` order, to the same trigger action the inline Map's Catch reaches.
-  A child's output is about 60 bytes, so even W = 1,000 stays far below the 256 KiB a
-  Map's collected output may hold; the child's full Cause stays in its own execution (Map
-  Run, console).
+  returns status ``ok``). ``Summarize segment`` (the trigger's ``outcome`` action,
+  fasdl.run.segment_outcome) tells which statuses occurred and which workers had each, and
+  the ``Segment outcome?`` Choice takes the most serious one, in :data:`PRECEDENCE` order, to
+  the same trigger action the inline Map's Catch reaches. AWS documents an intrinsic's
+  arguments as plain paths, so no ``$[*]`` or filter inside one does this (only moto's
+  interpreter ran those). A child's output is about 60 bytes, so even W = 1,000 stays far
+  below the 256 KiB a Map's collected output (and the task's payload) may hold; the child's
+  full Cause stays in its own execution (Map Run, console).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from fasdl.contract import events
 from fasdl.contract.errors import WorkerDuplicate, WorkerFenced, same_size_advice
 from infra import lambda_errors
 
@@ -51,8 +54,9 @@ WORKER_CRASHED = "Worker crashed"
 WORKER_OUT_OF_MEMORY = "Worker out of memory"
 WORKER_FAILED = "Worker failed"
 CLASSIFY_UNKNOWN = "Classify worker failure"
+SUMMARIZE_SEGMENT = "Summarize segment"
 SEGMENT_OUTCOME = "Segment outcome?"
-OK_STATUS = "ok"
+OK_STATUS = events.OK_STATUS
 INTRINSIC_RESERVED = set("'{}\\")
 OUTCOME_PATH = "$.outcome"
 
@@ -150,17 +154,16 @@ def distributed_processor(scope: Construct, run: tasks.LambdaInvoke) -> sfn.ICha
     return run.next(outcome(WORKER_FINISHED, OK_STATUS, ""))
 
 
-def outcome_selector() -> dict[str, str]:
-    """The Distributed Map's ResultSelector: the children's results and a flag per kind."""
-    flags = {f"{kind.status}.$": f"States.ArrayContains($[*].status, '{kind.status}')"
-             for kind in PRECEDENCE}
-    return {"workers.$": "$", **flags}
+def summary_payload() -> dict[str, object]:
+    """The trigger's ``outcome`` event: the children's results (the Map's output at
+    :data:`OUTCOME_PATH`) and every kind's status, so each gets its flag and workers' list."""
+    return {"action": events.OUTCOME_ACTION, "results.$": OUTCOME_PATH,
+            "statuses": [kind.status for kind in PRECEDENCE]}
 
 
 def _segment_error(scope: Construct, kind: FailureKind, memory_mb: int) -> sfn.Pass:
     """$.error as a Catch would have written it ({Error, Cause}), naming the workers."""
-    workers = ("States.JsonToString("
-               f"{OUTCOME_PATH}.workers[?(@.status == '{kind.status}')].worker)")
+    workers = f"States.JsonToString({OUTCOME_PATH}.workers.{kind.status})"  # a plain path
     detail = (out_of_memory_advice(memory_mb) if kind is OUT_OF_MEMORY else
               f"({kind.cause}.) The error of each is in its child execution of the Map Run.")
     # Kept free of the characters an intrinsic string must escape: not every ASL
@@ -180,7 +183,7 @@ def outcome_choice(scope: Construct, *, memory_mb: int,
     retry or fail) with ``$.error`` set; a segment where every worker finished goes on."""
     choice = sfn.Choice(scope, SEGMENT_OUTCOME, state_name=SEGMENT_OUTCOME)
     for kind in PRECEDENCE:
-        flag = f"{OUTCOME_PATH}.{kind.status}"
+        flag = f"{OUTCOME_PATH}.occurred.{kind.status}"
         choice.when(sfn.Condition.boolean_equals(flag, True),
                     _segment_error(scope, kind, memory_mb).next(actions[kind.action]))
     return choice.otherwise(ok)

@@ -5,7 +5,8 @@ States::
     Initialize -> Plan run -> More segments? --done--> Finalize run -> Run succeeded
                                 |   ^   \\--budget spent--> Continue as new -> Continued
                                 v   |
-                     Train segment (Map over W workers; Distributed when W > 40)
+                     Train segment (Map over W workers; Distributed when W > 40, then
+                        |           Summarize segment -> Segment outcome?)
                         | ok              | worker timed out     | worker crashed
                      Plan next segment  Shorten segment        Retry segment
                         \\------------> Count segment <-----------/
@@ -48,11 +49,12 @@ from infra.segment_states import (
     CRASHED,
     OUTCOME_PATH,
     RUN_WORKER,
+    SUMMARIZE_SEGMENT,
     TIMED_OUT,
     distributed_processor,
     inline_processor,
     outcome_choice,
-    outcome_selector,
+    summary_payload,
 )
 from infra.settings import INLINE_MAP_LIMIT
 
@@ -60,6 +62,13 @@ HISTORY_BUDGET = 24_000  # of the 25,000-event hard limit; the rest covers start
 EVENTS_PER_WORKER_INLINE = 10  # 7 per iteration (entered, scheduled, started, ...) + retry slack
 EVENTS_PER_SEGMENT_FIXED = 30  # Map, trigger task, Count, Choice; Distributed MapRun events
 RUN_FAILED_ERROR = "FasDL.RunFailed"
+# "States.ALL ... can't catch the States.DataLimitExceeded terminal error or Runtime error
+# types" (https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html),
+# so every catch that leads to Record failure names it too. The same page says a
+# States.Runtime error always fails the execution: the real guard is that no state reads a
+# path that may be missing (Summarize segment returns every kind's keys).
+STATES_RUNTIME = "States.Runtime"
+FAILURE_ERRORS = (STATES_RUNTIME, "States.ALL")  # one Catch each: States.ALL must be alone
 
 
 @dataclass(frozen=True)
@@ -189,7 +198,8 @@ class TrainingWorkflow(Construct):
         failed = sfn.Fail(self, FAILED, state_name=FAILED, error=RUN_FAILED_ERROR,
                           cause="Training failed: see the execution history and "
                                 "runs/<run_id>/failure.json in the results bucket")
-        record.add_catch(failed, errors=["States.ALL"], result_path="$.record_error")
+        for error in FAILURE_ERRORS:
+            record.add_catch(failed, errors=[error], result_path="$.record_error")
         return record.next(failed)
 
     def _build_run_worker(self, *, distributed: bool) -> tasks.LambdaInvoke:
@@ -212,7 +222,7 @@ class TrainingWorkflow(Construct):
                 self, TRAIN_SEGMENT, state_name=TRAIN_SEGMENT, items_path="$.run.workers",
                 item_selector=selector, max_concurrency=self._workers,
                 map_execution_type=sfn.StateMachineType.STANDARD,  # workers outlive Express
-                result_selector=outcome_selector(), result_path=OUTCOME_PATH)
+                result_path=OUTCOME_PATH)
             return distributed.item_processor(
                 distributed_processor(self, self._build_run_worker(distributed=True)))
         inline = sfn.Map(self, TRAIN_SEGMENT, state_name=TRAIN_SEGMENT,
@@ -255,18 +265,23 @@ class TrainingWorkflow(Construct):
         continue_as_new = self._build_continue()
         continued = sfn.Succeed(self, CONTINUED, state_name=CONTINUED)
 
+        catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
+            plan_run, train, plan_next, shorten, retry, finalize, continue_as_new]
         if self._distributed:
-            train.next(outcome_choice(self, memory_mb=self._memory_mb, ok=plan_next, actions={
-                "shorten": shorten, "retry": retry, "fail": record_failure}))
+            summarize = self._invoke(SUMMARIZE_SEGMENT, self._trigger, summary_payload(),
+                                     result_path=OUTCOME_PATH)
+            catching.append(summarize)
+            train.next(summarize).next(outcome_choice(
+                self, memory_mb=self._memory_mb, ok=plan_next,
+                actions={"shorten": shorten, "retry": retry, "fail": record_failure}))
         else:
             for kind, action in ((TIMED_OUT, shorten), (CRASHED, retry)):
                 train.add_catch(action, errors=[kind.error, *kind.caught],
                                 result_path="$.error")
             train.next(plan_next)
-        catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
-            plan_run, train, plan_next, shorten, retry, finalize, continue_as_new]
         for state in catching:
-            state.add_catch(record_failure, errors=["States.ALL"], result_path="$.error")
+            for error in FAILURE_ERRORS:
+                state.add_catch(record_failure, errors=[error], result_path="$.error")
 
         more = sfn.Choice(self, MORE_SEGMENTS, state_name=MORE_SEGMENTS)
         more.when(sfn.Condition.boolean_equals("$.run.done", True), finalize.next(succeeded))

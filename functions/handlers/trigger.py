@@ -18,7 +18,8 @@ Every run action issues a new ``segment.epoch`` (fasdl.run.fencing: recorded in
 ``runs/<run_id>/fence.json`` first, which stops every older attempt's workers); ``shorten``
 and ``retry`` also delete the failed epoch's S3 exchange keys.
 Every action sets ``run.cache`` (fasdl.contract.cache): the Valkey endpoint, or null.
-``cache`` (the profiling state machine) returns just ``{"cache": endpoint or null}``.
+``cache`` (the profiling state machine) returns just ``{"cache": endpoint or null}``;
+``outcome`` the statuses of a Distributed Map's children (fasdl.run.segment_outcome).
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fasdl.aws import account, cache_lookup, memory_report
 from fasdl.aws.metrics import get_logger
-from fasdl.contract import keys
+from fasdl.contract import events, keys
 from fasdl.contract.cache import CacheEndpoint
 from fasdl.contract.events import RunState
 from fasdl.contract.settings import WORKER_LOG_GROUP_ENV, Settings
 from fasdl.exchange import stores
-from fasdl.run import fencing, run_state
+from fasdl.run import fencing, run_state, segment_outcome
 
 logger = get_logger("fasdl-trigger")
 ATTEMPT_SLACK_S = 120  # the Run worker task's slack (infra.workflow) and clock skew
@@ -48,6 +49,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
     settings = Settings.from_env()
     action = event.get("action")
     logger.info("trigger", extra={"action": action})
+    if action == events.OUTCOME_ACTION:  # after a Distributed Map: no run state, no AWS call
+        return segment_outcome.summarize(event)
     if action == "cache":  # the profiling state machine: where the Valkey cache is, or null
         return {"cache": exchange_cache_of(settings)}
     s3 = stores.s3_client(settings)

@@ -361,7 +361,7 @@ def _lambda_tasks(definition: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-TRIGGER_ACTIONS = {"start", "next", "shorten", "retry"}
+TRIGGER_ACTIONS = {"start", "next", "shorten", "retry", "outcome"}  # outcome: Summarize segment
 
 
 def test_every_lambda_task_retries_service_errors_with_capped_jitter(synth: Synth) -> None:

@@ -79,6 +79,8 @@ def test_inline_map_catch_routes_each_kind(synths: dict[str, Synth]) -> None:
         assert catches == [
             ({TIMED_OUT.error, *TIMED_OUT.caught}, workflow.SHORTEN),
             ({CRASHED.error, *CRASHED.caught}, workflow.RETRY),
+            # States.ALL does not catch States.Runtime: named apart, before it
+            ({workflow.STATES_RUNTIME}, workflow.RECORD_FAILURE),
             ({"States.ALL"}, workflow.RECORD_FAILURE)]
 
 
@@ -103,9 +105,10 @@ def test_distributed_children_never_fail(synths: dict[str, Synth],
             assert params["status"] in {segment_states.OK_STATUS,
                                         *(kind.status for kind in PRECEDENCE)}
             assert "error" in params or "error.$" in params
-        # the Map itself still fails the run on anything it cannot run (States.ALL only)
-        assert train["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
-                                   "Next": workflow.RECORD_FAILURE}]
+        # the Map itself still fails the run on anything it cannot run
+        assert train["Catch"] == [{"ErrorEquals": [error], "ResultPath": "$.error",
+                                   "Next": workflow.RECORD_FAILURE}
+                                  for error in (workflow.STATES_RUNTIME, "States.ALL")]
         assert "ExceedToleratedFailureThreshold" not in json.dumps(
             state_machine_definition(synth))
 
@@ -116,13 +119,20 @@ def test_distributed_outcome_choice_takes_the_most_serious_kind(
         states = state_machine_definition(synth)["States"]
         train = states[workflow.TRAIN_SEGMENT]
         assert train["ResultPath"] == segment_states.OUTCOME_PATH
-        assert train["Next"] == segment_states.SEGMENT_OUTCOME
-        for kind in PRECEDENCE:
-            assert train["ResultSelector"][f"{kind.status}.$"] == (
-                f"States.ArrayContains($[*].status, '{kind.status}')")
+        assert "ResultSelector" not in train  # the children's results, as they are
+        assert train["Next"] == segment_states.SUMMARIZE_SEGMENT
+        summarize = states[segment_states.SUMMARIZE_SEGMENT]
+        assert summarize["Parameters"] == {
+            "action": "outcome", "results.$": "$.outcome",
+            "statuses": [kind.status for kind in PRECEDENCE]}
+        assert summarize["ResultPath"] == segment_states.OUTCOME_PATH
+        assert summarize["Next"] == segment_states.SEGMENT_OUTCOME
+        assert [c["ErrorEquals"] for c in summarize["Catch"]] == [
+            [workflow.STATES_RUNTIME], ["States.ALL"]]
+        assert {c["Next"] for c in summarize["Catch"]} == {workflow.RECORD_FAILURE}
         choice = states[segment_states.SEGMENT_OUTCOME]
         assert [(c["Variable"], c["BooleanEquals"]) for c in choice["Choices"]] == [
-            (f"$.outcome.{kind.status}", True) for kind in PRECEDENCE]
+            (f"$.outcome.occurred.{kind.status}", True) for kind in PRECEDENCE]
         assert [kind.status for kind in PRECEDENCE] == [
             "out_of_memory", "failed", "timed_out", "crashed"]
         assert choice["Default"] == workflow.PLAN_NEXT
@@ -131,7 +141,8 @@ def test_distributed_outcome_choice_takes_the_most_serious_kind(
             assert error["Type"] == "Pass" and error["ResultPath"] == "$.error"
             assert error["Parameters"]["Error"] == kind.error
             # names the workers that ended so, as the action's $.error.Cause
-            assert f"status == '{kind.status}')].worker" in error["Parameters"]["Cause.$"]
+            assert f"States.JsonToString($.outcome.workers.{kind.status})" in \
+                error["Parameters"]["Cause.$"]
             assert error["Next"] == ACTION_STATES[kind.action]
 
 

@@ -21,7 +21,8 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_sfn,
 )
 
-from fasdl.contract.events import RunState
+from fasdl.contract.events import OUTCOME_ACTION, RunState
+from fasdl.run import segment_outcome
 from infra import segment_states, workflow
 from tests.infra.conftest import Synth, is_distributed_map, state_machine_definition
 
@@ -59,6 +60,8 @@ class FakeLambdas:
         return result
 
     def trigger(self, event: dict[str, Any]) -> dict[str, Any]:
+        if event["action"] == OUTCOME_ACTION:  # the real summary: pure logic
+            return dict(segment_outcome.summarize(event))
         if event["action"] == "start":
             resume = event["input"].get("resume")
             if resume is not None:
@@ -103,7 +106,12 @@ class FakeLambdas:
                 "summary_key": "runs/run-1/summary.json"}
 
     def actions(self) -> list[str]:
-        return [action for action, _ in self.calls if not action.startswith("Worker")]
+        """The run's actions: the Distributed Map's summaries are counted apart."""
+        return [action for action, _ in self.calls
+                if not action.startswith("Worker") and action != f"Trigger.{OUTCOME_ACTION}"]
+
+    def summaries(self) -> int:
+        return sum(action == f"Trigger.{OUTCOME_ACTION}" for action, _ in self.calls)
 
 
 @pytest.fixture
@@ -171,6 +179,8 @@ def test_segments_loop_and_a_timeout_shortens(machine: dict[str, Any],
     assert json.loads(execution["output"])["model_key"] == "runs/run-1/model.npz"
     assert fake.actions() == ["Trigger.start", "Trigger.next", "Trigger.shorten",
                               "Trigger.next", "Trigger.next", "Finalize.succeeded"]
+    # one summary per Distributed Map: 3 segments + the shortened attempt
+    assert fake.summaries() == (4 if _is_distributed(machine) else 0)
     workers = [event for action, event in fake.calls if action == "Worker.train"]
     # moto starts no more iterations once one failed: under load the timed-out attempt may
     # have invoked fewer than 4 workers
@@ -209,8 +219,11 @@ def test_worker_error_records_failure(machine: dict[str, Any],
     if _is_distributed(machine):  # the child's status names the worker and the kind
         assert error["Error"] == segment_states.WORKER_FAILED_ERROR
         assert error["Cause"].startswith("Worker(s) [1] failed")
-        assert {"worker": 1, "status": "failed", "error": "RuntimeError"} in \
-            failed["state"]["outcome"]["workers"]
+        outcome = failed["state"]["outcome"]
+        assert outcome["workers"] == {"out_of_memory": [], "failed": [1], "timed_out": [],
+                                      "crashed": []}
+        assert outcome["occurred"] == {"out_of_memory": False, "failed": True,
+                                       "timed_out": False, "crashed": False}
     else:  # the inline Map fails with the worker's own error
         assert error["Error"] == "RuntimeError"
 

@@ -11,7 +11,8 @@ State of one execution (``$``)::
     {"input": <execution input>, "count": {"segments": int},
      "run": RunState, "error": {"Error": str, "Cause": str}?, "result": FinalizeResult?}
 
-Trigger (``handlers.trigger``), four actions, each returns a complete :class:`RunState`:
+Trigger (``handlers.trigger``), four run actions, each returns a complete :class:`RunState`,
+and ``outcome``:
 
 * ``start``   ``{"action": "start", "input": ExecutionInput, "execution": <execution name>}``
   Without ``input.resume``: apply the overrides to the deployed plan (env ``FASDL_PLAN``) or to
@@ -33,8 +34,13 @@ Trigger (``handlers.trigger``), four actions, each returns a complete :class:`Ru
   ``segment.retries + 1``. Raise when the retries (``fasdl.run.run_state.MAX_RETRIES``) or attempts
   are used up.
 
-Every trigger action also sets ``run.cache``: null for S3 plans; for Valkey plans the
-endpoint of the serverless cache named by env ``FASDL_CACHE_NAME``, looked up then
+* ``outcome`` ``{"action": "outcome", "results": [{"worker", "status", "error"}, ...],
+  "statuses": [str, ...]}`` after a Distributed Map: returns :class:`SegmentOutcome`, for
+  every listed status whether a child ended so and which workers (fasdl.run.segment_outcome);
+  no run state, no epoch, no AWS call.
+
+Every run action (all but ``outcome``) also sets ``run.cache``: null for S3 plans; for Valkey
+plans the endpoint of the serverless cache named by env ``FASDL_CACHE_NAME``, looked up then
 (``fasdl.contract.cache``: the cache lives in ``FasdlCacheStack`` and may have been replaced
 between runs). It raises ``CacheMissing`` (no such cache: the run fails, saying how to deploy
 it) or ``CacheNotReady`` (being created: retried).
@@ -134,3 +140,14 @@ class FinalizeResult(TypedDict):
     model_key: str
     summary_key: str
     extra: NotRequired[dict[str, Any]]
+
+
+# A Distributed Map child's status when its worker finished (infra/segment_states.py); the
+# others are the failure kinds' statuses, which the state machine lists in the event.
+OUTCOME_ACTION = "outcome"
+OK_STATUS = "ok"
+
+
+class SegmentOutcome(TypedDict):
+    occurred: dict[str, bool]  # status -> some worker ended with it
+    workers: dict[str, list[int]]  # status -> those workers, sorted
