@@ -22,6 +22,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fasdl.contract.keys import EXPORT_OBJECTS, manifest_key
@@ -30,6 +31,7 @@ from fasdl.exchange import stores
 
 _RESULT_KEY = re.compile(r"segments/(\d{5})/attempt-(\d+)/worker-(\d{4})\.json$")
 _SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+READ_THREADS = 32  # finalize's result GETs in flight (stores.s3_client's pool: 32)
 
 
 def _put_json(s3: Any, bucket: str, key: str, data: Mapping[str, Any]) -> None:
@@ -37,19 +39,31 @@ def _put_json(s3: Any, bucket: str, key: str, data: Mapping[str, Any]) -> None:
                   ContentType="application/json")
 
 
-def segment_results(s3: Any, settings: Settings, run_id: str) -> dict[tuple[int, int],
-                                                                     list[dict[str, Any]]]:
-    """Every worker result JSON of the run, keyed by (segment index, attempt)."""
+def segment_results(s3: Any, settings: Settings, run_id: str, *,
+                    threads: int = READ_THREADS) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    """Every worker result JSON of the run, keyed by (segment index, attempt), in listing
+    order. W x segments x attempts GETs one by one could outlast finalize's 900 s in a wide,
+    long run, so up to ``threads`` are in flight (boto3 clients are thread-safe; the client's
+    pool holds 32 connections); the first failed read fails finalize, as before."""
     prefix = settings.segments_prefix(run_id)
-    found: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    listed: list[tuple[str, tuple[int, int]]] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=settings.results_bucket,
                                                              Prefix=prefix):
         for item in page.get("Contents", []):
             match = _RESULT_KEY.search(item["Key"])
-            if match is None:
-                continue
-            body = s3.get_object(Bucket=settings.results_bucket, Key=item["Key"])["Body"].read()
-            found[(int(match[1]), int(match[2]))].append(json.loads(body))
+            if match is not None:
+                listed.append((item["Key"], (int(match[1]), int(match[2]))))
+
+    def read(key: str) -> dict[str, Any]:
+        body = s3.get_object(Bucket=settings.results_bucket, Key=key)["Body"].read()
+        result: dict[str, Any] = json.loads(body)
+        return result
+
+    found: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    with ThreadPoolExecutor(max_workers=threads) as pool:  # map keeps the listing's order
+        for (_, segment), result in zip(listed, pool.map(read, [key for key, _ in listed]),
+                                        strict=True):
+            found[segment].append(result)
     return dict(found)
 
 
