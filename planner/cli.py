@@ -14,12 +14,14 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any, NoReturn
 
 from fasdl.contract.plan import EXCHANGE_DTYPES, PlanError
 from planner.cli_inputs import (
     BATCH_STEP,
+    EXIT_BAD_INPUT,
+    EXIT_INFEASIBLE,
+    EXIT_OK,
     MAX_GLOBAL_BATCH,
     CliError,
     add_instance_argument,
@@ -27,11 +29,10 @@ from planner.cli_inputs import (
     build_problem,
     build_quotas,
     check_writable,
-    fit_profile_error,
     write_atomically,
 )
+from planner.fit_command import add_fit_arguments, command_fit
 from planner.model.problem import Problem
-from planner.model.profiles import ProfileError
 from planner.model.recipe import add_recipe_arguments
 from planner.planfile import to_plan
 from planner.report import (
@@ -61,8 +62,6 @@ from planner.search.searches import (
 )
 from planner.workload_new import add_arguments as add_workload_arguments
 from planner.workload_new import command_workload
-
-EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
 
 MAX_POINTS = 100  # frontier: each point is three searches
 
@@ -134,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_arguments(frontier)
     frontier.add_argument("--png", required=True, help="output PNG file")
     frontier.add_argument("--points", type=int, default=40, help="deadlines to sample (>= 2)")
-    _add_fit_arguments(commands.add_parser(
+    add_fit_arguments(commands.add_parser(
         "fit", help="fit workload/platform profiles from profiler samples (JSONL)"))
     workload = commands.add_parser("workload", help="workloads of your own model and data")
     kinds = workload.add_subparsers(dest="workload_command", required=True,
@@ -142,33 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_workload_arguments(kinds.add_parser(
         "new", help="write a workload (model_mb, samples, dataset_mb measured; not profiled)"))
     return parser
-
-
-def _add_fit_arguments(fit: argparse.ArgumentParser) -> None:
-    source = fit.add_mutually_exclusive_group(required=True)
-    source.add_argument("--samples", nargs="+", help="profiler JSONL file(s)")
-    source.add_argument("--csv", nargs="?", const="shipped", metavar="PATH",
-                        help="memory_mb,object_mb,upload_s,download_s transfer times (no PATH: "
-                             "the shipped measurements): the Lambda-S3 platform profiles")
-    fit.add_argument("--out", required=True, help="profile JSON; with --kind both, "
-                     "<stem>-workload.json and <stem>-platform.json next to it; with --csv, "
-                     "the folder for aws-lambda-x86_64-{s3,valkey}.json")
-    fit.add_argument("--kind", choices=("workload", "platform", "both"), default="both")
-    fit.add_argument("--workload", type=Path,
-                     help="the workload profiled (python -m planner workload new wrote it): "
-                          "the profile keeps its model, shape, classes, dataset and fields")
-    fit.add_argument("--name", help="profile name (required for a workload profile)")
-    fit.add_argument("--model-mb", type=float, help="model size when the samples lack it")
-    fit.add_argument("--dataset", help="dataset key prefix (default datasets/<name>)")
-    fit.add_argument("--dataset-samples", type=int, help="training samples in the dataset")
-    fit.add_argument("--dataset-mb", type=float, help="dataset size in MB")
-    fit.add_argument("--channel", choices=("s3", "valkey"), help="channel of the platform fit")
-    fit.add_argument("--arch", choices=("x86_64", "arm64"),
-                     help="architecture (default: from the samples, else x86_64)")
-    fit.add_argument("--invocation-overhead", type=float,
-                     help="seconds per invocation in the platform profile (default 2.0)")
-    fit.add_argument("--png", help="plot measured vs fitted here")
-    fit.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
 def _run_search(args: argparse.Namespace, problem: Problem, quotas: Quotas) -> SearchResult:
@@ -321,61 +293,6 @@ def _infeasible(args: argparse.Namespace, result: SearchResult, emit: Callable[[
         for line in lines:
             emit(line)
     return EXIT_INFEASIBLE
-
-
-def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
-    if args.csv is not None:
-        return _command_fit_csv(args, emit)
-    from planner.fit.base_workload import kept_fields
-    from planner.fit.profiler import FitRequest, run_fit
-    from planner.fit.samples import SampleError
-
-    base = _fit_base_workload(args.workload)
-    request = FitRequest(
-        samples=args.samples, out=args.out, kind=args.kind, name=args.name or base.get("name"),
-        model_mb=args.model_mb or base.get("model_mb"),
-        dataset=args.dataset or base.get("dataset"),
-        dataset_samples=args.dataset_samples or base.get("samples"),
-        dataset_mb=args.dataset_mb or base.get("dataset_mb"), channel=args.channel,
-        arch=args.arch, invocation_overhead_s=args.invocation_overhead, png=args.png,
-        workload_fields=kept_fields(base) if base else {})
-    try:
-        lines, summary = run_fit(request)
-    except SampleError as error:
-        raise CliError(error.argument, str(error)) from error
-    except ProfileError as error:  # a fitted value the profile rejects, e.g. a bad --name
-        raise fit_profile_error(error) from error
-    emit(json.dumps({"status": "ok", **summary}) if args.json else "\n".join(lines))
-    return EXIT_OK
-
-
-def _fit_base_workload(path: Path | None) -> dict[str, Any]:
-    """The workload file of ``fit --workload``; {} without one."""
-    from planner.fit.base_workload import read_base_workload
-
-    if path is None:
-        return {}
-    try:
-        return read_base_workload(path)
-    except ValueError as error:
-        raise CliError("--workload", str(error)) from error
-
-
-def _command_fit_csv(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
-    from planner.fit.measurements import run_csv_fit, shipped_csv
-
-    csv_path = shipped_csv() if args.csv == "shipped" else Path(args.csv)
-    if not csv_path.is_file():
-        raise CliError("--csv", f"{csv_path}: no such file")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise CliError("--out", f"{out} exists and is not a folder (--csv writes two profiles)")
-    try:
-        lines, summary = run_csv_fit(csv_path, out)
-    except ValueError as error:  # missing columns, bad numbers
-        raise CliError("--csv", str(error)) from error
-    emit(json.dumps({"status": "ok", **summary}) if args.json else "\n".join(lines))
-    return EXIT_OK
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], int]] = {

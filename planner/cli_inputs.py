@@ -36,6 +36,8 @@ from planner.model.profiles import (
 from planner.model.recipe import FLAGS as RECIPE_FLAGS
 from planner.search.quotas import Quotas
 
+# The planner's exit statuses: done, bad input (one line naming the flag), no plan fits
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
 # Problem fields and the CLI arguments that set them, so errors name what the user typed.
 FIELD_TO_ARGUMENT = {
     "epochs": "--epochs", "deadline_s": "--deadline", "max_global_batch": "--max-global-batch",
