@@ -23,8 +23,13 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticache as elasticache
 from constructs import Construct
 
-from fasdl.contract.cache import NAME_MAX_LENGTH, cache_name
-from fasdl.contract.plan import Plan
+from fasdl.contract.cache import (
+    CACHE_HEADROOM,
+    NAME_MAX_LENGTH,
+    cache_name,
+    exchange_peak_copies,
+)
+from fasdl.contract.plan import UPLOAD_BYTES_PER_VALUE, Plan
 
 ENGINE = "valkey"
 MAJOR_VERSION = "8"
@@ -33,8 +38,6 @@ MIN_STORAGE_GB = 1
 MAX_STORAGE_GB = 5_000
 MIN_ECPU_PER_SECOND = 1_000
 MAX_ECPU_PER_SECOND = 15_000_000
-# Iterations of shards alive at once: l-1 and l under HAP, plus slack for slow deletes.
-LIVE_ITERATIONS = 4
 # Measured Lambda network ceiling (~75 MB/s) reached at one vCPU (1,769 MB).
 WORKER_PEAK_MB_PER_S = 75.0
 FULL_VCPU_MEMORY_MB = 1_769
@@ -48,10 +51,13 @@ class CacheLimits:
 
 
 def cache_limits(plan: Plan) -> CacheLimits:
-    """Usage caps from the plan: data held (W+1 model copies per iteration) and peak ECPU/s."""
+    """Usage caps from the plan: the exchange's peak data with headroom, and peak ECPU/s."""
     workers = plan.deployment.workers
-    per_iteration_mb = (workers + 1) * plan.workload.model_mb
-    storage = math.ceil(LIVE_ITERATIONS * per_iteration_mb / 1024)
+    training = plan.training
+    peak = exchange_peak_copies(
+        workers, chunks=training.exchange_chunks,
+        upload_share=UPLOAD_BYTES_PER_VALUE[training.exchange_dtype] / 4)
+    storage = math.ceil(CACHE_HEADROOM * peak * plan.workload.model_mb / 1024)
     share = min(1.0, plan.deployment.memory_mb / FULL_VCPU_MEMORY_MB)
     kb_per_s = WORKER_PEAK_MB_PER_S * 1024 * share * 2  # upload and download at once
     ecpu = math.ceil(workers * kb_per_s)

@@ -4,18 +4,23 @@ plus the environment that points the emulated functions at them."""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
+
+from fasdl.contract.plan import Plan
+from infra.cache import cache_limits
 from local.cache_plane import CacheStackState, LocalElastiCache
 from local.control_plane import ControlPlane, WorkerFunction
 from local.layout import BUCKETS
 from local.logs_plane import LocalLogs
-from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from local.template import LocalTemplate, TemplateError, local_server_env
 
 CACHE_NAME_ENV = "FASDL_CACHE_NAME"
+CacheServer = ValkeyServer | RedisTlsClusterServer
 
 
 @dataclass(frozen=True)
@@ -71,3 +76,33 @@ def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tl
         description += (f", ElastiCache API at {elasticache.endpoint_url} (cache "
                         f"{elasticache.name}: {cache_stack.describe()})")
     return RunServers(s3, cache, control, logs, env, description)
+
+
+def _node(cache: CacheServer) -> redis.Redis:
+    return redis.Redis(host=HOST, port=cache.port, ssl=cache.tls, ssl_ca_certs=cache.ca_cert)
+
+
+def cap_cache(cache: CacheServer, data_bytes: int) -> int:
+    """Hold the cache to ``data_bytes`` of data as ElastiCache Serverless holds a cache to its
+    data-storage maximum, evicting keys with a TTL (all the exchange's) least-recently-used:
+    maxmemory is what the server holds before the run plus the cap, policy volatile-lru. So an
+    exchange that outgrows the planned cap loses keys here, as on AWS. Returns maxmemory."""
+    with closing(_node(cache)) as client:
+        limit = int(client.info("memory")["used_memory"]) + int(data_bytes)
+        client.config_set("maxmemory", limit)
+        client.config_set("maxmemory-policy", "volatile-lru")
+    return limit
+
+
+def cap_planned_cache(cache: CacheServer, plan: Plan) -> str:
+    """The planned cache's data cap (infra.cache, in GB of 10^9 bytes: the smaller reading of
+    ElastiCache's unit) with its eviction policy; says so."""
+    cap = cache_limits(plan).storage_gb * 10**9
+    cap_cache(cache, cap)
+    return f"cache capped at {cap / 1e9:g} GB of data with volatile-lru eviction, as planned"
+
+
+def evicted_keys(cache: CacheServer) -> int:
+    """Keys the cache evicted at its cap since it started (INFO stats)."""
+    with closing(_node(cache)) as client:
+        return int(client.info("stats")["evicted_keys"])

@@ -52,7 +52,7 @@ from local.layout import BUCKETS
 from local.reference import single_process_reference
 from local.report import Progress
 from local.run_report import FinishedRun, wait_and_report
-from local.run_servers import RunServers, start_servers
+from local.run_servers import RunServers, cap_planned_cache, evicted_keys, start_servers
 from local.service_faults import ServiceFault
 from local.template import (
     LocalTemplate,
@@ -302,6 +302,8 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
             lambda_tmp=work / "lambda-tmp")
         s3, cache, local_env = servers.s3, servers.cache, servers.env
         say(f"started {servers.description}")
+        if cache is not None:
+            say(cap_planned_cache(cache, plan))
         client = s3.client()
         prefix = plan.workload.dataset.rstrip("/")
         for name, path in files.items():
@@ -336,6 +338,9 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
             progress, roles, worker_function, cache, options.memory_limit, started, reference)
         status = wait_and_report(finished, sfn, machine, timeout_s=options.timeout_s,
                                  on_poll=on_poll, say=say)
+        if cache is not None and (evicted := evicted_keys(cache)):
+            say(f"WARNING: the cache evicted {evicted} keys at the planned data cap: on AWS "
+                "the same exchange would lose keys (fasdl.contract.cache sizes the cap)")
     say("stopped all local servers and invocations")
     return 0 if status == "SUCCEEDED" else 1
 

@@ -3,7 +3,8 @@
 - S3 exchange requests per iteration: R_up = K·W PUTs, R_down = 2K(W−1) GETs   (3-24..3-26),
   each times C when the exchange is pipelined in C chunks per shard
 - Valkey: ECPUs for S_m·(3W−2) MB per iteration (3-27) at 1 ECPU per KB, plus data stored
-  (two iterations of shards, at least the metered minimum) in GB-hours for the run's duration.
+  (the exchange's peak: two live iterations of shards and the epoch before's leftovers,
+  fasdl.contract.cache; at least the metered minimum) in GB-hours for the run's duration.
   With bfloat16 uploads (u = 1/2 of float32's bytes) the W−1 models' worth of shards go up and
   come down at u: S_m·((W−1)(1 + 2u) + 1), which is S_m·(3W−2) at u = 1.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fasdl.contract.cache import exchange_peak_copies
 from planner.model.profiles import Prices
 
 FloatArray = NDArray[np.float64]
@@ -49,13 +51,10 @@ def exchange_cost(prices: Prices, channel: str, model_mb: float, w: IntArray, k:
         return total_iterations * (prices.s3_put * puts + prices.s3_get * gets)
     traffic_mb = exchange_bytes_per_iteration_mb(model_mb, w, upload_share)
     ecpus = total_iterations * traffic_mb * KB_PER_MB / prices.valkey_kb_per_ecpu
-    # Two iterations of shards live at once (three when pipelined: fasdl/exchange/pipeline.py
-    # deletes
-    # in the background): W uploads of S_m plus the merged S_m each. A single worker
-    # exchanges nothing but the cache still meters its minimum.
-    live_iterations = 2.0 if chunks == 1 else 3.0
-    live_gb = np.where(w <= 1, 0.0,
-                       live_iterations * (w * upload_share + 1) * model_mb / MB_PER_GB)
+    # The exchange's peak, leftovers of the epoch before included (fasdl.contract.cache). A
+    # single worker exchanges nothing but the cache still meters its minimum.
+    peak = exchange_peak_copies(w.astype(np.float64), chunks=chunks, upload_share=upload_share)
+    live_gb = np.where(w <= 1, 0.0, peak * model_mb / MB_PER_GB)
     stored_gb = np.maximum(prices.valkey_min_gb, live_gb)
     stored = stored_gb * time / 3600.0 * prices.valkey_gb_hour
     return np.asarray(ecpus * prices.valkey_ecpu + stored, dtype=np.float64)

@@ -132,3 +132,27 @@ def test_the_manifest_commits_only_its_own_epochs_part_records(store: S3Channel)
     put_objects(store, RUN, 8, 3, 1, {"worker/0001/state": b"fresh too"})
     manifest = commit_manifest(store, RUN, 8, 3, workers=2, timeout_s=5)
     assert set(manifest.objects) == {"worker/0000/state", "worker/0001/state"}
+
+
+def test_worker_zero_cleans_every_epoch_the_live_one_supersedes(backend: Backend,
+                                                                channel: Channel) -> None:
+    """The finished segment's merged models and a failed attempt's keys are deleted when the
+    next epoch starts (Valkey included: the trigger cannot reach it); the live epoch and the
+    run's older epochs (cleaned when their successor started) are not touched."""
+    from fasdl.contract.keys import exchange_prefix, merged_key, shard_key
+    from fasdl.run.fencing import clean_dead_epochs
+
+    for epoch in (1, 2, 3, 4):
+        channel.put(merged_key(RUN, epoch, 9, 0), b"merged")
+        channel.put(shard_key(RUN, epoch, 9, 1, 0), b"shard")
+        claim_worker(channel, RUN, epoch, 0, "request")
+    other_run = merged_key("another-run", 2, 9, 0)
+    channel.put(other_run, b"theirs")
+    # epoch 4 is live, resuming from epoch 2's checkpoint (epoch 3 was a failed retry)
+    assert clean_dead_epochs(channel, RUN, 2, 4) == 6
+    for epoch, kept in ((1, True), (2, False), (3, False), (4, True)):
+        assert (channel.try_get(merged_key(RUN, epoch, 9, 0)) is not None) is kept, epoch
+        assert (channel.try_get(shard_key(RUN, epoch, 9, 1, 0)) is not None) is kept, epoch
+    assert channel.try_get(other_run) == b"theirs"
+    assert clean_dead_epochs(channel, RUN, 0, 1) == 0  # the first segment: nothing before it
+    assert exchange_prefix(RUN, 4).startswith(f"{RUN}/")

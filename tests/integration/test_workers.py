@@ -69,10 +69,13 @@ def digits_plan(channel: str, exchange_chunks: int = 1) -> Plan:
 @pytest.fixture(scope="module")
 def s3_store(seaweed_server: SeaweedS3Server, tmp_path_factory: pytest.TempPathFactory
              ) -> SeaweedS3Server:
+    return digits_store(seaweed_server, tmp_path_factory.mktemp("digits"))
+
+
+def digits_store(seaweed_server: SeaweedS3Server, out: Path) -> SeaweedS3Server:
     """The three stack buckets with the digits dataset (train at the prefix, test/ below)."""
     for bucket in BUCKETS:
         seaweed_server.create_bucket(bucket)
-    out = tmp_path_factory.mktemp("digits")
     build_digits(out)
     client = seaweed_server.client()
     for split, prefix in (("train", DATASET), ("test", f"{DATASET}/test")):

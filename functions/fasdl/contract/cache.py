@@ -9,11 +9,36 @@ the run state, which hands it to every worker and to finalize.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict, TypeVar
+
+if TYPE_CHECKING:  # the planner passes arrays of W; the trigger has no numpy
+    import numpy as np
+    from numpy.typing import NDArray
 
 from fasdl.contract.fields import is_int_in
 
 NAME_MAX_LENGTH = 40  # ElastiCache's limit on a serverless cache's name
+# The data cap over the exchange's peak: ElastiCache Serverless evicts keys with a TTL (all of
+# the exchange's) least-recently-used at its cap, so the cap must never be reached
+CACHE_HEADROOM = 1.5
+
+
+Workers = TypeVar("Workers", float, "NDArray[np.float64]")
+
+
+def exchange_peak_copies(workers: Workers, *, chunks: int = 1, upload_share: float = 1.0
+                         ) -> Workers:
+    """Model copies the exchange holds at its peak, in model sizes S_m.
+
+    Live: two iterations of W uploaded shards (at ``upload_share`` of float32's bytes) and the
+    merged model (fasdl.exchange.kreduce; three when pipelined in chunks, whose deletes run in
+    the background). Leftovers: the epoch before the live one (a finished segment's last two
+    merged models, or a failed attempt's live keys at most) until worker 0 of the live epoch
+    deletes them at its start (fasdl.run.fencing.clean_dead_epochs): as much again, at most.
+    The planner prices this peak and the cache's storage cap is it times the headroom."""
+    live_iterations = 2.0 if chunks == 1 else 3.0
+    live = live_iterations * (workers * upload_share + 1.0)
+    return 2.0 * live
 
 
 def cache_name(stack_name: str) -> str:

@@ -33,7 +33,8 @@ Cleanup keeps the store at O(2 iterations), at most 2·W·K keys: aggregator t d
 shards it consumed and its merged shard of l−2 *before* publishing merged t of l. Merged l−2
 is dead by then because each worker uploads l only after loading merged l−2 (HAP) or l−1
 (BSP); and once merged l is visible, no shard of l is left. The last two merged iterations
-of a segment stay for the lifecycle rule / TTL (or the finalizer's delete_prefix).
+of a segment stay until worker 0 of the next epoch deletes its predecessors' keys
+(fasdl.run.fencing.clean_dead_epochs); the last segment's, until finalize's delete_prefix.
 """
 
 from __future__ import annotations

@@ -30,14 +30,16 @@ Stdlib only: the trigger imports it without numpy or torch.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from fasdl.contract.errors import FenceConflict, FenceWentBack, WorkerDuplicate, WorkerFenced
 from fasdl.contract.fields import is_int_at_least
-from fasdl.contract.keys import claim_key, fence_key
+from fasdl.contract.keys import claim_key, exchange_prefix, fence_key
 
 if TYPE_CHECKING:
     from fasdl.exchange.channel.base import Channel
@@ -152,3 +154,36 @@ def claim_worker(exchange: Channel, run_id: str, epoch: int, worker: int,
         raise WorkerDuplicate(f"worker {worker} of run {run_id!r} already runs in epoch "
                               f"{epoch} (claim {key!r} is another invocation's); a retried "
                               f"invoke started it twice, so this copy stops")
+
+
+def clean_dead_epochs(exchange: Channel, run_id: str, resume_epoch: int, epoch: int) -> int:
+    """Delete the exchange keys of the epochs the live one supersedes: ``[resume_epoch,
+    epoch)``, the finished segment's leftovers (its last two merged models) and every failed
+    attempt since. Epochs below ``resume_epoch`` were cleaned the same way when it started
+    (the first segment's range starts at 1), so each live epoch leaves nothing dead behind;
+    the run's last epoch is finalize's to clean. Returns the number of keys deleted."""
+    return sum(exchange.delete_prefix(exchange_prefix(run_id, dead))
+               for dead in range(max(1, resume_epoch), epoch))
+
+
+def start_dead_epoch_cleanup(exchange: Channel, run_id: str, resume_epoch: int,
+                             epoch: int) -> threading.Thread:
+    """:func:`clean_dead_epochs` beside the segment's training (worker 0 runs it: inside the
+    VPC, unlike the trigger, it reaches Valkey); a failure is logged, never raised, since a
+    leftover only costs storage until its TTL."""
+    def clean() -> None:
+        try:
+            deleted = clean_dead_epochs(exchange, run_id, resume_epoch, epoch)
+        except Exception:
+            _log.exception("dead epoch cleanup failed (run %s, epochs %s-%s)", run_id,
+                           resume_epoch, epoch - 1)
+        else:
+            _log.info("dead epochs cleaned (run %s, epochs %s-%s): %d keys", run_id,
+                      resume_epoch, epoch - 1, deleted)
+
+    thread = threading.Thread(target=clean, name="fasdl-dead-epochs", daemon=True)
+    thread.start()
+    return thread
+
+
+_log = logging.getLogger(__name__)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -46,7 +47,7 @@ from fasdl.exchange.inflight import cap_bytes
 from fasdl.exchange.kreduce import KReduceWorker, StepStats
 from fasdl.run.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
 from fasdl.run.fault_hooks import NO_FAULTS, FaultHooks
-from fasdl.run.fencing import Fence, claim_worker
+from fasdl.run.fencing import Fence, claim_worker, start_dead_epoch_cleanup
 from fasdl.run.run_state import check_deployment
 from fasdl.run.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
 from fasdl.training.augment import (
@@ -362,9 +363,13 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
     _check_event(plan, event)
     exchange = stores.exchange_channel(settings)
     result = SegmentResult(event.run_id, event.worker, event.segment())
+    cleanup: threading.Thread | None = None
     try:
         claim_worker(exchange, event.run_id, event.epoch, event.worker,
                      invocation_id or uuid.uuid4().hex)
+        if event.worker == 0:
+            cleanup = start_dead_epoch_cleanup(exchange, event.run_id, event.resume_epoch,
+                                               event.epoch)
         job = _prepare(settings, event, plan, s3, exchange)
         try:
             _restore(job, store, event)
@@ -379,6 +384,8 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
         finally:
             job.worker.close()
     finally:
+        if cleanup is not None:  # before the channel it uses closes; bounded by the segment
+            cleanup.join(max(0.0, remaining_s() - settings.time_margin_s))
         exchange.close()
     result.times["total_s"] = time.perf_counter() - began
     return result.to_dict()

@@ -1,0 +1,81 @@
+"""Nothing left behind on the exchange, and a cache sized for what is really there.
+
+A Valkey run of several segments, one of them retried after a crash and one shortened, played
+by hand like tests/integration/test_workers.py, on a Valkey of its own capped as
+local/run_servers.py caps it: the planned data cap (fasdl.contract.cache) with volatile-lru,
+as ElastiCache Serverless evicts. After every segment the cache holds keys of the live epoch
+only (worker 0 of each epoch deletes the epochs it supersedes), nothing was evicted, and
+finalize leaves nothing at all."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fasdl.contract.cache import CACHE_HEADROOM, exchange_peak_copies
+from local.run_servers import cap_cache, evicted_keys
+from local.servers import SeaweedS3Server, ValkeyServer
+from tests.integration.test_workers import Stack, _run_id, digits_plan, digits_store
+
+
+def _crash(iteration: int) -> dict[str, str]:  # fasdl.run.fault_hooks
+    return {"FASDL_TEST_CRASH_AT_ITERATION": str(iteration), "FASDL_TEST_CRASH_WORKER": "2"}
+
+
+@pytest.fixture
+def capped_valkey() -> Iterator[ValkeyServer]:
+    with ValkeyServer(cluster=True) as server:
+        yield server
+
+
+def _epochs(valkey: ValkeyServer, run_id: str) -> set[int]:
+    client = valkey.client()
+    try:
+        keys = [key.decode() for key in client.scan_iter(match=f"exchange/{run_id}/*")]
+    finally:
+        client.close()
+    return {int(match[1]) for key in keys
+            if (match := re.match(rf"exchange/{re.escape(run_id)}/(\d+)/", key))}
+
+
+def _segment_ok(stack: Stack, run: dict[str, Any]) -> None:
+    outcomes = stack.segment(run)
+    assert all(code == 0 for code, _ in outcomes), outcomes
+
+
+def test_the_cache_holds_only_the_live_epoch_and_never_evicts(
+        seaweed_server: SeaweedS3Server, capped_valkey: ValkeyServer, tmp_path: Path) -> None:
+    s3_store = digits_store(seaweed_server, tmp_path / "digits")
+    plan = digits_plan("valkey")
+    peak_bytes = CACHE_HEADROOM * exchange_peak_copies(plan.deployment.workers) \
+        * plan.workload.model_mb * 2**20
+    cap_cache(capped_valkey, int(peak_bytes))
+    stack = Stack(s3_store, plan, tmp_path, {
+        "FASDL_CACHE_ENDPOINT": "127.0.0.1", "FASDL_CACHE_PORT": str(capped_valkey.port),
+        "FASDL_CACHE_CLUSTER": "1"})
+    run_id = _run_id("leftovers")
+    run = stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
+                                   "execution": run_id})
+    assert any(code != 0 for code, _ in stack.segment(run, _crash(10)))  # a crashed attempt
+    run = stack.invoke("trigger", {"action": "retry", "run": run, "error": {
+        "Error": "FasDL.WorkerCrashed", "Cause": "exit status 137"}})
+    _segment_ok(stack, run)
+    assert _epochs(capped_valkey, run_id) == {run["segment"]["epoch"]}  # the dead one gone
+    run = stack.invoke("trigger", {"action": "next", "run": run})
+    assert any(code != 0 for code, _ in stack.segment(run, _crash(40)))  # as if timed out
+    run = stack.invoke("trigger", {"action": "shorten", "run": run, "error": {
+        "Error": "FasDL.SegmentTimeout", "Cause": "timed out"}})
+    segments = 0
+    while not run["done"]:  # the shortened segment's halves: dead and finished epochs go
+        _segment_ok(stack, run)
+        assert _epochs(capped_valkey, run_id) == {run["segment"]["epoch"]}
+        segments += 1
+        run = stack.invoke("trigger", {"action": "next", "run": run})
+    assert segments == 3  # 14 of the 29 iterations, then 14 (next keeps the length) and 1
+    stack.invoke("finalize", {"action": "succeeded", "run": run, "execution": run_id})
+    assert _epochs(capped_valkey, run_id) == set()
+    assert evicted_keys(capped_valkey) == 0
