@@ -78,6 +78,7 @@ bench: setup
 	$(PY) -m bench.memory_roles --workload squeezenet-cifar10
 	$(PY) -m bench.memory_roles --workload resnet50-cifar10 --workload mobilenet-cifar10 --batch 2 --slope
 	$(PY) -m bench.chaos
+	$(PY) -m bench.orchestration
 
 # The torch layer for `cdk deploy` (torch.tar.zst + loader; 6-10 min at zstd -19).
 layer: setup
