@@ -38,7 +38,8 @@ from fasdl.contract.cache import CacheEndpoint
 from fasdl.contract.events import RunState
 from fasdl.contract.settings import WORKER_LOG_GROUP_ENV, Settings
 from fasdl.exchange import stores
-from fasdl.run import fencing, run_state, segment_outcome
+from fasdl.exchange.channel.s3 import S3Channel
+from fasdl.run import fencing, retention, run_state, segment_outcome
 
 logger = get_logger("fasdl-trigger")
 ATTEMPT_SLACK_S = 120  # the Run worker task's slack (infra.workflow) and clock skew
@@ -72,6 +73,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
         current = run_state.parse_run(event.get("run"))
         plan = run_state.load_run_plan(s3, settings.results_bucket, current)
         run = run_state.next_state(current, plan, epoch=issue_epoch(current["run_id"]))
+        _prune_checkpoints(store, current, settings.keep_checkpoints)
     elif action == "shorten":
         current = run_state.parse_run(event.get("run"))
         run = run_state.shorten_state(current, event.get("error"),
@@ -121,6 +123,22 @@ def _clean_dead_epoch(settings: Settings, dead: RunState) -> None:
         logger.exception("dead epoch cleanup failed", extra={"prefix": prefix})
     else:
         logger.info("dead epoch cleaned", extra={"prefix": prefix, "deleted": deleted})
+
+
+def _prune_checkpoints(store: S3Channel, finished: RunState, keep: int) -> None:
+    """Once a segment has committed its checkpoint: keep the newest ``keep`` of the chain and
+    delete dead attempts' objects (fasdl.run.retention). Never fails the run: what is left
+    only costs storage."""
+    segment = finished["segment"]
+    iteration = segment["start_iteration"] + segment["iterations"]
+    try:
+        deleted = retention.prune_checkpoints(store, finished["run_id"], iteration,
+                                              segment["epoch"], keep)
+    except Exception:
+        logger.exception("checkpoint retention failed", extra={"run_id": finished["run_id"]})
+    else:
+        logger.info("checkpoints pruned", extra={"run_id": finished["run_id"],
+                                                 "deleted": deleted, "kept": keep})
 
 
 def _check_memory_of_failed_attempt(settings: Settings) -> None:

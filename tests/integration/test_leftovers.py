@@ -5,7 +5,7 @@ by hand like tests/integration/test_workers.py, on a Valkey of its own capped as
 local/run_servers.py caps it: the planned data cap (fasdl.contract.cache) with volatile-lru,
 as ElastiCache Serverless evicts. After every segment the cache holds keys of the live epoch
 only (worker 0 of each epoch deletes the epochs it supersedes), nothing was evicted, and
-finalize leaves nothing at all."""
+finalize leaves nothing at all; the results bucket keeps the chain's last two checkpoints."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 from fasdl.contract.cache import CACHE_HEADROOM, exchange_peak_copies
+from fasdl.contract.keys import checkpoint_group, checkpoints_prefix, manifest_key
+from fasdl.exchange.channel.s3 import S3Channel
 from local.run_servers import cap_cache, evicted_keys
 from local.servers import SeaweedS3Server, ValkeyServer
-from tests.integration.test_workers import Stack, _run_id, digits_plan, digits_store
+from tests.integration.test_workers import BUCKETS, Stack, _run_id, digits_plan, digits_store
 
 
 def _crash(iteration: int) -> dict[str, str]:  # fasdl.run.fault_hooks
@@ -76,6 +78,15 @@ def test_the_cache_holds_only_the_live_epoch_and_never_evicts(
         segments += 1
         run = stack.invoke("trigger", {"action": "next", "run": run})
     assert segments == 3  # 14 of the 29 iterations, then 14 (next keeps the length) and 1
-    stack.invoke("finalize", {"action": "succeeded", "run": run, "execution": run_id})
+    result = stack.invoke("finalize", {"action": "succeeded", "run": run,
+                                       "execution": run_id})
     assert _epochs(capped_valkey, run_id) == set()
     assert evicted_keys(capped_valkey) == 0
+    # the results bucket: the model, the summary and the chain's last two checkpoints only
+    results = S3Channel(BUCKETS[1], "runs/", client=s3_store.client())
+    groups = {checkpoint_group(key) for key in results.list_keys(checkpoints_prefix(run_id))}
+    last = run["segment"]["resume_epoch"]
+    assert len(groups) == 2 and (run["segment"]["start_iteration"], last) in groups
+    for iteration, epoch in groups:
+        assert results.try_get(manifest_key(run_id, iteration, epoch)) is not None
+    assert results.try_get(result["model_key"].removeprefix("runs/")) is not None

@@ -139,10 +139,24 @@ def merged_key(run: str, epoch: int, iteration: int, shard: int,
             f"merged/{_check_index('shard', shard, 1000):03d}{_chunk_suffix(chunk)}")
 
 
+def checkpoints_prefix(run: str) -> str:
+    """Every checkpoint of a run, committed or not."""
+    return f"{run_prefix(run)}checkpoint/it/"
+
+
 def checkpoint_prefix(run: str, resume_iteration: int) -> str:
     """The checkpoint a segment starting at ``resume_iteration`` resumes from."""
     index = _check_index("resume_iteration", resume_iteration, 10**8)
-    return f"{run_prefix(run)}checkpoint/it/{index:08d}/"
+    return f"{checkpoints_prefix(run)}{index:08d}/"
+
+
+_CHECKPOINT_GROUP = re.compile(r"checkpoint/it/(\d{8})/epoch/(\d+)/")
+
+
+def checkpoint_group(key: str) -> tuple[int, int] | None:
+    """(resume iteration, epoch) of a key under :func:`checkpoints_prefix`, else None."""
+    match = _CHECKPOINT_GROUP.search(key)
+    return None if match is None else (int(match[1]), int(match[2]))
 
 
 def _epoch_prefix(run: str, resume_iteration: int, epoch: int) -> str:

@@ -15,6 +15,9 @@ Besides the contract's variables, local runs and tests may set:
 * ``FASDL_TIME_MARGIN_S``: time a worker keeps in reserve before its deadline (default 5);
 * ``FASDL_FENCE_CHECK_S``: how often a training worker reads the run's fence (default 10 s;
   fasdl.run.fencing), besides always at its start and before its checkpoint;
+* ``FASDL_KEEP_CHECKPOINTS``: how many checkpoints of a run the results bucket keeps, the
+  newest of its chain (default 2: the one the next segment resumes from and the one before;
+  fasdl.run.retention deletes the others and every dead attempt's once a segment finishes);
 * ``FASDL_EXCHANGE_INFLIGHT_MB``: the bytes of shard frames a worker holds at once (uploads
   being sent or kept for reuse, downloads not yet folded). Unset or 0: derived from the plan,
   C = min(max(2·S_m, 64 MB), M/20, 256 MB) (fasdl.exchange.inflight.default_inflight_mb), which is
@@ -25,6 +28,7 @@ Besides the contract's variables, local runs and tests may set:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +40,8 @@ from fasdl.contract import keys
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 DEFAULT_FENCE_CHECK_S = 10.0  # one small GET per worker per 10 s: a zombie stops within it
+DEFAULT_KEEP_CHECKPOINTS = 2
+MAX_KEEP_CHECKPOINTS = 1000
 # Variables outside Settings: each is read by one function only.
 WORKER_LOG_GROUP_ENV = "FASDL_WORKER_LOG_GROUP"  # the trigger's: the worker's log group
 WORKER_FUNCTION_ENV = "FASDL_WORKER_FUNCTION"  # the trigger's: the worker function's name
@@ -69,6 +75,7 @@ ENV_NAMES: Mapping[str, str] = MappingProxyType({
     "peer_wait_min_s": "FASDL_PEER_WAIT_MIN_S",
     "peer_wait_factor": "FASDL_PEER_WAIT_FACTOR",
     "fence_check_s": "FASDL_FENCE_CHECK_S",
+    "keep_checkpoints": "FASDL_KEEP_CHECKPOINTS",
     "plan_json": "FASDL_PLAN",
     "exchange_inflight_mb": "FASDL_EXCHANGE_INFLIGHT_MB",
 })
@@ -92,6 +99,14 @@ def _number(source: Mapping[str, str], name: str, default: float) -> float:
     except ValueError:
         raise SettingsError(f"environment variable {name}: expected a number, "
                             f"got {text!r}") from None
+
+
+def _whole(source: Mapping[str, str], name: str, default: int) -> int:
+    value = _number(source, name, default)
+    if not math.isfinite(value) or value != int(value):
+        raise SettingsError(f"environment variable {name}: expected a whole number, got "
+                            f"{source.get(name)!r}")
+    return int(value)
 
 
 # The stack's key layout and metric namespace (infra deploys these, local runs keep them)
@@ -128,6 +143,7 @@ class Settings:
     peer_wait_min_s: float = 10.0
     peer_wait_factor: float = 5.0
     fence_check_s: float = DEFAULT_FENCE_CHECK_S
+    keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
     plan_json: str | None = None  # FASDL_PLAN, the trigger only
     exchange_inflight_mb: float = 0.0  # 0: derived from the plan (exchange_inflight_bytes)
 
@@ -176,7 +192,10 @@ class Settings:
             peer_wait_start_s=number("peer_wait_start_s"),
             peer_wait_min_s=number("peer_wait_min_s"),
             peer_wait_factor=number("peer_wait_factor"),
-            fence_check_s=number("fence_check_s"), plan_json=text("plan_json") or None,
+            fence_check_s=number("fence_check_s"),
+            keep_checkpoints=_whole(source, ENV_NAMES["keep_checkpoints"],
+                                    DEFAULT_KEEP_CHECKPOINTS),
+            plan_json=text("plan_json") or None,
             exchange_inflight_mb=number("exchange_inflight_mb"),
         )
         settings._check()
@@ -184,6 +203,10 @@ class Settings:
 
     def _check(self) -> None:
         """What no single variable shows: the channel's own requirements."""
+        if not 1 <= self.keep_checkpoints <= MAX_KEEP_CHECKPOINTS:
+            raise SettingsError(f"environment variable {ENV_NAMES['keep_checkpoints']}: must be "
+                                f"a whole number from 1 to {MAX_KEEP_CHECKPOINTS}, got "
+                                f"{self.keep_checkpoints}")
         if not 0.0 <= self.exchange_inflight_mb < float("inf"):
             raise SettingsError(f"environment variable {ENV_NAMES['exchange_inflight_mb']}: "
                                 f"must be a size in MB >= 0, got {self.exchange_inflight_mb}")

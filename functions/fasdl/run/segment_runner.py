@@ -48,6 +48,7 @@ from fasdl.exchange.kreduce import KReduceWorker, StepStats
 from fasdl.run.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
 from fasdl.run.fault_hooks import NO_FAULTS, FaultHooks
 from fasdl.run.fencing import Fence, claim_worker, start_dead_epoch_cleanup
+from fasdl.run.retention import RESUMED_FROM, resumed_from
 from fasdl.run.run_state import check_deployment
 from fasdl.run.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
 from fasdl.training.augment import (
@@ -308,7 +309,8 @@ def _checkpoint(job: _Job, store: Channel, event: WorkerEvent, settings: Setting
                         event.epoch, workers=job.plan.deployment.workers,
                         timeout_s=min(float(job.plan.deployment.timeout_s),
                                       max(1.0, remaining_s() - settings.time_margin_s)),
-                        meta=job.meta)
+                        meta={**job.meta, RESUMED_FROM: resumed_from(event.start_iteration,
+                                                                     event.resume_epoch)})
     result.times["checkpoint_s"] = time.perf_counter() - saved
 
 

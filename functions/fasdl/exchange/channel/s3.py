@@ -172,6 +172,10 @@ class S3Channel(Channel):
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("list", full_prefix, exc) from exc
 
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every key under ``prefix`` (without the channel's own prefix); cleanup only."""
+        return [key[len(self.prefix):] for key in self._list(self.prefix + prefix)]
+
     def delete_prefix(self, prefix: str) -> int:
         # Materialize the listing first: deleting while paginating can skip keys.
         return self._delete_full_keys(list(self._list(self.prefix + prefix)))
