@@ -6,8 +6,9 @@ from its checkpoint, a restarted Valkey loses its shards and the segment is reru
 that keeps dying ends the run on the failure path with the error recorded.
 
 The job is planned and synthesized once (``--plan``/``--cdk-out``) to save a synth per run;
-a run on the other channel or at another memory size reuses one synth per deployment, and the
-two Valkey faults (a restart, a VPC worker not ready then throttled) share one run.
+a run on the other channel or at another memory size reuses one synth per deployment; the two
+Valkey faults (a restart, a VPC worker not ready then throttled) share one run, as do a killed
+worker and the service errors of an s3 run.
 The Distributed Map path (W > 40 on AWS) runs the same W = 4 job from a template synthesized
 with ``-c inline_map_max_workers=2``: moto's interpreter runs the Distributed Map's children
 as child executions, as Step Functions does.
@@ -132,21 +133,34 @@ def test_segment_too_long_for_the_timeout_is_shortened(
     assert result.model == reference
 
 
+@pytest.fixture(scope="module")
+def killed_and_throttled(job: Job, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One s3 run meets two independent faults (one run instead of two): the first three
+    worker invokes are throttled and the first trigger invoke answers a transient Lambda 5xx
+    (segment 1, nothing ran), then worker 2 dies at iteration 120 (segment 2)."""
+    return run(job, tmp_path_factory.mktemp("killed"), "killed",
+               "--segment-iterations", str(SEGMENT), *CRASH, *FAST_PEER_WAIT,
+               "--inject-service-error", "worker:throttled:3",
+               "--inject-service-error", "trigger:service:1")
+
+
 @pytest.mark.slow
 def test_killed_worker_segment_is_retried_from_its_checkpoint(
-        job: Job, reference: bytes, tmp_path: Path) -> None:
-    result = run(job, tmp_path, "killed", "--segment-iterations", str(SEGMENT),
-                 *CRASH, *FAST_PEER_WAIT)
-    assert_rerun_at_full_length(result, reference)
+        killed_and_throttled: Run, reference: bytes) -> None:
+    # the injected service errors (nothing ran) are the other test's
+    assert_rerun_at_full_length(killed_and_throttled, reference,
+                                injected=frozenset(lambda_errors.SERVICE_ERRORS))
 
 
-def assert_rerun_at_full_length(result: Run, reference: bytes) -> None:
+def assert_rerun_at_full_length(result: Run, reference: bytes,
+                                injected: frozenset[str] = frozenset()) -> None:
     """Worker 2 died (exit 137), its peers gave up waiting for its shards within seconds (and
     found their epoch superseded once the retry had started), the segment was rerun once at
     full length and the weights are the undisturbed run's."""
     assert result.code == 0, result.output[-3000:]
     assert "Runtime.ExitError" in errors(result)
-    assert set(errors(result)) <= {"Runtime.ExitError", "ChannelTimeout", "WorkerFenced"}
+    assert set(errors(result)) <= {"Runtime.ExitError", "ChannelTimeout", "WorkerFenced",
+                                   *injected}
     assert [(s["attempt"], s["iterations"]) for s in result.report["segments"]] == [
         (0, SEGMENT), (1, SEGMENT)]
     assert result.report["summary"]["retried_attempts"] == 1
@@ -213,17 +227,17 @@ def test_vpc_function_not_ready_then_throttled_on_valkey(
 # ---- failures as AWS reports them (infra/lambda_errors.py, the emulator's injections) ----
 @pytest.mark.slow
 def test_service_errors_are_retried_and_change_nothing(
-        job: Job, reference: bytes, tmp_path: Path) -> None:
+        killed_and_throttled: Run, reference: bytes) -> None:
     """Throttled workers and a transient Lambda 5xx on the trigger: nothing ran, the state
-    machine's retriers invoke again, and the run ends with the undisturbed weights."""
-    result = run(job, tmp_path, "throttled", "--segment-iterations", str(SEGMENT),
-                 "--inject-service-error", "worker:throttled:3",
-                 "--inject-service-error", "trigger:service:1")
+    machine's retriers invoke again, and the run ends with the undisturbed weights. They hit
+    segment 1, which is not rerun; the run's one rerun is segment 2's, for its killed worker."""
+    result = killed_and_throttled
     assert result.code == 0, result.output[-3000:]
     injected = result.report["service_errors"]
     assert injected["worker"] == {lambda_errors.THROTTLED: 3}
     assert sum(injected["trigger"].values()) == 1
-    assert result.report["summary"]["retried_attempts"] == 0  # no segment was rerun
+    assert result.report["segments"][0]["attempt"] == 0  # segment 1 was not rerun
+    assert result.report["summary"]["retried_attempts"] == 1  # only segment 2's, the crash's
     assert result.model == reference
 
 
