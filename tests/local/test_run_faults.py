@@ -6,9 +6,10 @@ from its checkpoint, a restarted Valkey loses its shards and the segment is reru
 that keeps dying ends the run on the failure path with the error recorded.
 
 The job is planned and synthesized once (``--plan``/``--cdk-out``) to save a synth per run;
-a run on the other channel or at another memory size reuses one synth per deployment; the two
-Valkey faults (a restart, a VPC worker not ready then throttled) share one run, as do a killed
-worker and the service errors of an s3 run.
+a run on the other channel reuses one synth per deployment; the two Valkey faults (a restart,
+a VPC worker not ready then throttled) share one run, as do a killed worker and the service
+errors of an s3 run. The out-of-memory runs, which hold no wall-clock budget, are in
+tests/local/test_run_out_of_memory.py (the parallel pass).
 The Distributed Map path (W > 40 on AWS) runs the same W = 4 job from a template synthesized
 with ``-c inline_map_max_workers=2``: moto's interpreter runs the Distributed Map's children
 as child executions, as Step Functions does.
@@ -18,18 +19,16 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from fasdl.aws.memory_report import WorkerOutOfMemory
-from infra import lambda_errors, segment_states
+from infra import lambda_errors
 from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import synthesize
-from tests.local.runs import Run, local_run, with_memory
+from tests.local.runs import Run, local_run
 
 # wall-clock and CPU-share measurements: run alone (make test's serial pass), not beside
 # another xdist worker's load
@@ -70,8 +69,8 @@ Synthesized = Callable[[Path, str], Job]
 
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    """The job's plan on a channel (and at the plan's memory), synthesized once per module:
-    the runs that share a deployment (the two s3 memory kills at 256 MB) share one synth."""
+    """The job's plan on a channel, synthesized once per module (the runs on one deployment
+    share it; tests/local/test_run_out_of_memory.py uses it at 256 MB)."""
     done: dict[str, Job] = {}
 
     def synth(plan: Path, channel: str) -> Job:
@@ -241,56 +240,6 @@ def test_service_errors_are_retried_and_change_nothing(
     assert result.model == reference
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("channel", ["s3", "valkey"])
-def test_out_of_memory_fails_the_run_at_once_with_what_to_do(
-        job: Job, synthesized: Synthesized, tmp_path: Path, channel: str) -> None:
-    """At 256 MB the worker (torch imported: ~290 MB) is killed by the emulator's memory
-    limit as Lambda kills it: Runtime.OutOfMemory. No same-size retry: the run fails, and the
-    recorded cause names the worker, the planned M and the next M to deploy with."""
-    plan = with_memory(job.plan, 256, tmp_path)
-    result = run(synthesized(plan, channel), tmp_path, f"oom-{channel}", "--channel", channel)
-    assert result.code == 1, result.output[-3000:]
-    report = result.report
-    assert report["status"] == "FAILED" and report["execution_error"] == "FasDL.RunFailed"
-    died = errors(result)
-    assert died and set(died) == {lambda_errors.OUT_OF_MEMORY}, died
-    assert len(died) <= report["workers"]  # one attempt: never retried at the same size
-    failure = report["failure"]
-    assert failure is not None and failure["error"] == segment_states.OUT_OF_MEMORY_ERROR
-    assert "M = 256 MB" in failure["cause"] and "memory_mb to 384" in failure["cause"]
-    assert max(r["peak_rss_mb"] for r in report["invocations"] if r["error"]) >= 256
-    assert report["exchange_left"] == 0
-    assert result.model is None
-
-
-@pytest.mark.slow
-def test_out_of_memory_reported_as_a_crash_is_told_by_the_report_lines(
-        job: Job, synthesized: Synthesized, tmp_path: Path) -> None:
-    """Lambda has also reported a memory kill as Runtime.ExitError 'signal: killed' (a crash,
-    rerun at the same size): before the rerun the trigger reads the workers' REPORT lines
-    (CloudWatch Logs FilterLogEvents, answered locally from the emulator's measurements), sees
-    Max Memory Used at the memory size and fails at once with the measured peak."""
-    plan = with_memory(job.plan, 256, tmp_path)
-    result = run(synthesized(plan, "s3"), tmp_path, "oom-as-exit", "--oom-error",
-                 lambda_errors.EXIT, *FAST_PEER_WAIT)
-    assert result.code == 1, result.output[-3000:]
-    report = result.report
-    died = [i["error"] for i in report["invocations"] if i["error"] and i["worker"] is not None]
-    assert lambda_errors.EXIT in died and lambda_errors.OUT_OF_MEMORY not in died, died
-    assert len(died) <= report["workers"]  # no rerun at the same size
-    # the trigger's retry action is where it was told apart
-    assert WorkerOutOfMemory.__name__ in errors(result)
-    assert {s["attempt"] for s in report["segments"]} <= {0}
-    failure = report["failure"]
-    assert failure is not None and failure["error"] == WorkerOutOfMemory.__name__
-    peak = max(r["peak_rss_mb"] for r in report["invocations"] if r["error"])
-    assert f"Max Memory Used {math.ceil(peak)} MB of the planned M = Memory Size 256 MB" \
-        in failure["cause"]
-    assert "memory_mb to 384" in failure["cause"]
-    assert result.model is None
-
-
 # ---- the Distributed Map path (children never fail; the Segment outcome? Choice decides) ---
 DISTRIBUTED_CONTEXT = {"inline_map_max_workers": "2"}
 
@@ -321,29 +270,6 @@ def test_distributed_map_killed_worker_is_retried_at_full_length(
     result = run(wide, tmp_path, "killed-distributed", "--segment-iterations", str(SEGMENT),
                  *CRASH, *FAST_PEER_WAIT)
     assert_rerun_at_full_length(result, reference)
-
-
-@pytest.mark.slow
-def test_distributed_map_out_of_memory_fails_naming_the_workers(
-        job: Job, tmp_path: Path) -> None:
-    plan = with_memory(job.plan, 256, tmp_path)
-    result = run(distributed(plan, tmp_path), tmp_path, "oom-distributed", *FAST_PEER_WAIT)
-    assert result.code == 1, result.output[-3000:]
-    report = result.report
-    assert report["status"] == "FAILED" and report["execution_error"] == "FasDL.RunFailed"
-    died = errors(result)
-    # children run to their end: a peer of a killed worker may give up waiting for it
-    assert lambda_errors.OUT_OF_MEMORY in died, died
-    assert set(died) <= {lambda_errors.OUT_OF_MEMORY, "ChannelTimeout", "WorkerFenced"}, died
-    assert len(died) <= report["workers"]  # one attempt: never retried at the same size
-    failure = report["failure"]
-    assert failure is not None and failure["error"] == segment_states.OUT_OF_MEMORY_ERROR
-    oom_workers = sorted({r["worker"] for r in report["invocations"]
-                          if r["error"] == lambda_errors.OUT_OF_MEMORY})
-    assert f"Worker(s) {json.dumps(oom_workers, separators=(',', ':'))} ran out of memory" \
-        in failure["cause"]
-    assert "M = 256 MB" in failure["cause"] and "memory_mb to 384" in failure["cause"]
-    assert result.model is None
 
 
 FENCE_CHECK = ["--inject-env", "worker:FASDL_FENCE_CHECK_S=1"]
