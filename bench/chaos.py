@@ -13,7 +13,15 @@ cover every kind once):
 * ``valkey_restart`` / ``s3_restart``: the Valkey (its keys are lost) or SeaweedFS (its objects
   survive) server restarts once the exchange reaches a random iteration;
 * ``stale_frame``: a frame under an older epoch's identity planted where a live reader looks;
-* ``truncated_frame``: a torn frame planted there (local/chaos_faults.py).
+* ``truncated_frame``: a torn frame planted there (local/chaos_faults.py);
+* ``trigger_retry``: the first trigger action's Invoke fails 10 s after it started, while the
+  action, stalled 15 s between reading the fence and writing it, runs on: its retry issues
+  the epoch, and the late write must fail rather than set the fence back (fasdl.run.fencing);
+* ``cache_full``: the Valkey cache capped at the exchange's planned peak times the headroom
+  (``--cache-at-peak``) with volatile-lru, as ElastiCache Serverless evicts: nothing live may
+  be evicted;
+* ``same_request_duplicate``: like ``duplicate``, but the retried Invoke runs under the first
+  one's request id: only the claim's own nonce refuses the copy.
 
 A trial is ``identical`` (exit 0, model.npy bytes equal to its channel's reference), a
 ``clean_failure`` (exit 1, status FAILED, failure.json names the error, no model) or
@@ -39,13 +47,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fasdl.run.fault_hooks import FENCE_STALL_ENV
 from infra.settings import REPO_ROOT
 from local.chaos_faults import AHEAD
 from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import synthesize
 
 FAULTS = ("killed", "zombie", "duplicate", "valkey_restart", "s3_restart", "stale_frame",
-          "truncated_frame")
+          "truncated_frame", "trigger_retry", "cache_full", "same_request_duplicate")
+VALKEY_ONLY = ("valkey_restart", "cache_full")
+FENCE_STALL_S = 15  # past the 10 s after which the first Invoke fails: the retry goes first
 CHANNELS = ("s3", "valkey")
 OUTCOMES = ("identical", "clean_failure", "wrong")
 RUN_TIMEOUT_S = 300
@@ -79,14 +90,18 @@ class Trial:
     faults: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
+    fence_stall_s: int = 0  # the trigger's (trigger_retry)
 
     def slow_down(self, seconds: float) -> None:
         """Sleep ``seconds`` per iteration (the largest asked for), so polls can catch up."""
         current = float(self.env.get("FASDL_TEST_ITERATION_DELAY_S", "0"))
         self.env["FASDL_TEST_ITERATION_DELAY_S"] = str(max(current, seconds))
 
-    def options(self) -> list[str]:
+    def options(self, report_dir: Path) -> list[str]:
         env = [f"worker:{key}={value}" for key, value in sorted(self.env.items())]
+        if self.fence_stall_s:  # the marker: only the first trigger action stalls
+            env.append(f"trigger:{FENCE_STALL_ENV}={self.fence_stall_s}:"
+                       f"{report_dir}.fence-stall")
         return [*(a for item in env for a in ("--inject-env", item)), *self.args]
 
     def describe(self) -> str:
@@ -104,14 +119,27 @@ def _add_fault(trial: Trial, kind: str, rng: random.Random, iterations: int,
         trial.env.setdefault(*PEER_WAIT)
         trial.faults[kind] = f"worker {worker} at iteration {at}"
         return
-    if kind in ("zombie", "duplicate"):
-        trial.args += ["--inject-service-error", "worker:service-after-start:1"]
+    if kind == "trigger_retry":
+        trial.args += ["--inject-service-error", "trigger:service-after-start:1"]
+        trial.fence_stall_s = FENCE_STALL_S
+        trial.faults[kind] = f"the first trigger action stalls {FENCE_STALL_S} s, retried"
+        return
+    if kind == "cache_full":
+        trial.args += ["--cache-at-peak"]
+        trial.faults[kind] = "the cache capped at the planned peak with volatile-lru"
+        return
+    if kind in ("zombie", "duplicate", "same_request_duplicate"):
+        error = ("service-after-start-same-id" if kind == "same_request_duplicate"
+                 else "service-after-start")
+        trial.args += ["--inject-service-error", f"worker:{error}:1"]
         trial.env["FASDL_FENCE_CHECK_S"] = "1"
         trial.env.setdefault(*PEER_WAIT)
         if kind == "zombie":
             trial.slow_down(0.5)  # still training when the retry's epoch starts
         trial.faults[kind] = ("an Invoke fails 10 s after the worker started" +
-                              (", which trains on slowly" if kind == "zombie" else ""))
+                              (", which trains on slowly" if kind == "zombie" else "") +
+                              (", retried under its request id"
+                               if kind == "same_request_duplicate" else ""))
         return
     option = {"valkey_restart": "--restart-cache-at", "s3_restart": "--restart-s3-at",
               "stale_frame": "--plant-stale-frame", "truncated_frame": "--truncate-frame"}[kind]
@@ -135,7 +163,8 @@ def draw_trials(count: int, seed: int, iterations: int, workers: int) -> list[Tr
             chosen.append(rng.choice([k for k in FAULTS if k != chosen[0]]))
     trials = []
     for index, chosen in enumerate(kinds):
-        channel = "valkey" if "valkey_restart" in chosen else rng.choice(CHANNELS)
+        channel = ("valkey" if any(kind in VALKEY_ONLY for kind in chosen)
+                   else rng.choice(CHANNELS))
         trial = Trial(index, channel)
         for kind in chosen:
             _add_fault(trial, kind, rng, iterations, workers)
@@ -248,7 +277,8 @@ def run_trials(trials: int, seed: int, job: Job, work: Path, say: Say, *,
     for trial in draw_trials(trials, seed, prepared.iterations, prepared.workers):
         faults.update(list(trial.faults))
         run_id = f"chaos-{seed}-{trial.index:03d}"
-        outcome = local_run(prepared, trial.channel, work / run_id, run_id, trial.options())
+        outcome = local_run(prepared, trial.channel, work / run_id, run_id,
+                            trial.options(work / run_id))
         verdict, why = classify(outcome, expected[trial.channel])
         outcomes[verdict] += 1
         attempts = [s.get("attempt") for s in (outcome.report or {}).get("segments", [])]

@@ -88,6 +88,10 @@ def _add_fault_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-cache-at", type=int, metavar="N",
                         help="valkey channel: restart the Valkey server once workers "
                              "exchange iteration N (its keys are lost; fault demo/test)")
+    parser.add_argument("--cache-at-peak", action="store_true",
+                        help="valkey channel: cap the cache's data at the exchange's planned "
+                             "peak times the headroom (fasdl.contract.cache), not at the whole "
+                             "GB ElastiCache rounds up to: an undersized plan evicts here")
     parser.add_argument("--restart-s3-at", type=int, metavar="N",
                         help="restart the SeaweedFS server once the exchange holds "
                              "iteration N (its objects survive; clients ride out the outage)")
@@ -168,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         emulate_lambda=args.emulate_lambda,
         tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
         restart_cache_at=args.restart_cache_at, memory_limit=args.memory_limit == "on",
+        cache_at_peak=args.cache_at_peak,
         inject_service_errors=service_errors, account=account, cache_stack=args.cache_stack,
         oom_error=args.oom_error, warm_idle_s=args.warm_idle, workload=args.workload,
         reference=args.reference,

@@ -145,6 +145,7 @@ class LambdaEmulator:
         self._running: dict[str, subprocess.Popen[bytes]] = {}
         self._throttles: dict[str, CpuThrottle] = {}
         self._faults: dict[str, deque[ServiceErrorKind]] = {}
+        self._reused_ids: dict[str, str] = {}  # function -> the request id its next call gets
         self._gate = gate  # function name -> how the Invoke API refuses it now (control_plane)
         self._closed = False
         self._pool = SandboxPool(warm_idle_s)  # None or 0: every invocation starts cold
@@ -231,8 +232,11 @@ class LambdaEmulator:
         if isinstance(payload, dict):
             payload = json.dumps(payload)
         body = payload.encode() if isinstance(payload, str) else payload
-        request_id = str(uuid.uuid4())
-        log_path = self.log_dir / f"{spec.name}{log_tag(body)}-{request_id[:8]}.log"
+        with self._lock:
+            reused = self._reused_ids.pop(spec.name, None)
+        request_id = reused or str(uuid.uuid4())
+        log_path = self.log_dir / (f"{spec.name}{log_tag(body)}-{request_id[:8]}"
+                                   f"{'-again' if reused else ''}.log")
         kind = self._take_fault(spec.name)
         if kind is not None and kind.after_start_s is not None:
             return self._failed_after_start(spec, request_id, kind, body, log_path)
@@ -247,13 +251,16 @@ class LambdaEmulator:
         threading.Thread(target=self._run, args=(spec, request_id, body, log_path),
                          name=f"detached-{request_id[:8]}", daemon=True).start()
         time.sleep(kind.after_start_s or 0.0)
+        if kind.same_request_id:  # the Task's retry comes next, under this request id
+            with self._lock:
+                self._reused_ids[spec.name] = request_id
         return self._refused(spec, str(uuid.uuid4()), kind, body,
                              log_path.with_name(f"{log_path.stem}-caller.log"))
 
     def _run(self, spec: FunctionSpec, request_id: str, body: bytes,
              log_path: Path) -> Invocation:
-        work = self._scratch / request_id
-        work.mkdir()
+        # a folder of its own, even for a retry that reuses a request id (service_faults)
+        work = Path(tempfile.mkdtemp(prefix=f"{request_id}-", dir=self._scratch))
         event_file, result_file = work / "event.json", work / "result.json"
         event_file.write_bytes(body or b"{}")
         started = time.time()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import redis
 
+from fasdl.contract.cache import CACHE_HEADROOM
 from fasdl.contract.plan import Plan
-from infra.cache import cache_limits
+from infra.cache import cache_limits, exchange_peak_mb
 from local.cache_plane import CacheStackState, LocalElastiCache
 from local.control_plane import ControlPlane, WorkerFunction
 from local.layout import BUCKETS
@@ -94,12 +95,16 @@ def cap_cache(cache: CacheServer, data_bytes: int) -> int:
     return limit
 
 
-def cap_planned_cache(cache: CacheServer, plan: Plan) -> str:
+def cap_planned_cache(cache: CacheServer, plan: Plan, *, at_peak: bool = False) -> str:
     """The planned cache's data cap (infra.cache, in GB of 10^9 bytes: the smaller reading of
-    ElastiCache's unit) with its eviction policy; says so."""
-    cap = cache_limits(plan).storage_gb * 10**9
+    ElastiCache's unit) with its eviction policy; ``at_peak``: the exchange's peak times the
+    headroom itself, which the whole GB hides for small models. Says what it set."""
+    if at_peak:
+        cap = int(CACHE_HEADROOM * exchange_peak_mb(plan) * 2**20)
+    else:
+        cap = cache_limits(plan).storage_gb * 10**9
     cap_cache(cache, cap)
-    return f"cache capped at {cap / 1e9:g} GB of data with volatile-lru eviction, as planned"
+    return f"cache capped at {cap / 1e6:,.3f} MB of data with volatile-lru eviction"
 
 
 def evicted_keys(cache: CacheServer) -> int:

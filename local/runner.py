@@ -88,6 +88,7 @@ class RunOptions:
     run_id: str | None = None
     inject_env: tuple[tuple[str, str, str], ...] = ()  # (role, key, value)
     restart_cache_at: int | None = None  # valkey: restart it once iteration N's shards appear
+    cache_at_peak: bool = False  # valkey: cap at the planned peak, not the GB it rounds up to
     emulate_lambda: str | None = None  # Lambda CPU + bandwidth: "default", a profile name/path
     memory_limit: bool = True  # kill an invocation past its memory size, as Lambda does
     oom_error: str = OUT_OF_MEMORY  # how such a kill is reported (or Runtime.ExitError)
@@ -303,7 +304,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         s3, cache, local_env = servers.s3, servers.cache, servers.env
         say(f"started {servers.description}")
         if cache is not None:
-            say(cap_planned_cache(cache, plan))
+            say(cap_planned_cache(cache, plan, at_peak=options.cache_at_peak))
         client = s3.client()
         prefix = plan.workload.dataset.rstrip("/")
         for name, path in files.items():

@@ -8,8 +8,9 @@ internal error), so no handler starts; Step Functions names it ``Lambda.<Excepti
 ``service-after-start`` fails the call *after* the handler started, which then runs on
 unobserved: an internal error (500) reaches the caller ``after_start_s`` later although the
 function runs, so the Task's retrier invokes it again and the worker runs twice in one
-attempt. (Step Functions' own ``States.Timeout`` cannot be emulated here: a function error
-named ``States.*`` is refused, by Step Functions as by moto, as ``States.Runtime``.)
+attempt (``service-after-start-same-id``: the retry even gets the first one's request id).
+(Step Functions' own ``States.Timeout`` cannot be emulated here: a function error named
+``States.*`` is refused, by Step Functions as by moto, as ``States.Runtime``.)
 
 ``python -m local run --inject-service-error FUNCTION:ERROR[:N]`` (repeatable) sets it up:
 FUNCTION is worker, trigger or finalize; ERROR one of :data:`KINDS`; N (default 1) how many
@@ -40,6 +41,7 @@ class ServiceErrorKind:
     status: int  # HTTP status of the Invoke API's error response
     message: str  # the API's message
     after_start_s: float | None = None  # the handler starts and runs on (module doc)
+    same_request_id: bool = False  # the retry that follows gets the same request id
 
     @property
     def code(self) -> str:
@@ -62,6 +64,11 @@ KINDS: dict[str, ServiceErrorKind] = {kind.option: kind for kind in (
     # 10 s: long enough for the worker to start and claim its slot on a busy machine
     ServiceErrorKind("service-after-start", SERVICE_EXCEPTION, 500,
                      "The Lambda service encountered an internal error.", after_start_s=10.0),
+    # the same, and the retried Invoke runs under the first one's request id: a duplicate
+    # that only a claim token beyond the request id refuses (fasdl.run.fencing)
+    ServiceErrorKind("service-after-start-same-id", SERVICE_EXCEPTION, 500,
+                     "The Lambda service encountered an internal error.", after_start_s=10.0,
+                     same_request_id=True),
 )}
 
 

@@ -39,7 +39,7 @@ from fasdl.contract.events import RunState
 from fasdl.contract.settings import WORKER_LOG_GROUP_ENV, Settings
 from fasdl.exchange import stores
 from fasdl.exchange.channel.s3 import S3Channel
-from fasdl.run import fencing, retention, run_state, segment_outcome
+from fasdl.run import fault_hooks, fencing, retention, run_state, segment_outcome
 
 logger = get_logger("fasdl-trigger")
 ATTEMPT_SLACK_S = 120  # the Run worker task's slack (infra.workflow) and clock skew
@@ -58,7 +58,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
     store = stores.results_store(settings, s3)
 
     def issue_epoch(run_id: str) -> int:  # fences every older attempt's workers
-        return fencing.issue_epoch(store, run_id)
+        return fencing.issue_epoch(store, run_id, after_read=fault_hooks.fence_stall())
 
     if action == "start":
         run = run_state.start_run(

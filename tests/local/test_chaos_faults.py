@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -52,9 +54,14 @@ def test_schedules_are_seeded_and_five_trials_cover_every_fault() -> None:
     trials = draw_trials(TRIALS, SEED, iterations=44, workers=2)
     assert {kind for trial in trials for kind in trial.faults} == set(FAULTS)
     assert all(1 <= len(trial.faults) <= 2 for trial in trials)
-    assert all(t.channel == "valkey" for t in trials if "valkey_restart" in t.faults)
+    assert all(t.channel == "valkey" for t in trials
+               if {"valkey_restart", "cache_full"} & set(t.faults))
+    stalled = [t for t in trials if "trigger_retry" in t.faults]
+    assert stalled and all(
+        f"trigger:FASDL_TEST_FENCE_STALL=15:{Path('r')}.fence-stall" in t.options(Path("r"))
+        for t in stalled)
     again = draw_trials(TRIALS, SEED, iterations=44, workers=2)
-    assert [t.options() for t in trials] == [t.options() for t in again]
+    assert [t.options(Path("r")) for t in trials] == [t.options(Path("r")) for t in again]
 
 
 def test_verdicts() -> None:

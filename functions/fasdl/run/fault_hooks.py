@@ -9,7 +9,11 @@ deployment sets none of these variables, so that call does nothing. Stdlib only.
   global iteration ``n``, in attempts below ``FASDL_TEST_CRASH_ATTEMPTS`` (default 1: only
   attempt 0, so the retry succeeds);
 * ``FASDL_TEST_ITERATION_DELAY_S=<s>`` sleeps that long in every iteration (a slower model:
-  segment-length tests get a predictable time per iteration; the weights do not change).
+  segment-length tests get a predictable time per iteration; the weights do not change);
+* ``FASDL_TEST_FENCE_STALL=<s>:<marker file>`` (the trigger's): the first trigger invocation
+  to read the fence (it creates the marker file) sleeps ``s`` seconds before its conditional
+  write, as a Task whose Invoke Step Functions retried while it ran on (bench.chaos's
+  ``trigger_retry``).
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 CRASH_ITERATION_ENV = "FASDL_TEST_CRASH_AT_ITERATION"
 CRASH_WORKER_ENV = "FASDL_TEST_CRASH_WORKER"
 CRASH_ATTEMPTS_ENV = "FASDL_TEST_CRASH_ATTEMPTS"
 DELAY_ENV = "FASDL_TEST_ITERATION_DELAY_S"
+FENCE_STALL_ENV = "FASDL_TEST_FENCE_STALL"
 CRASH_EXIT_STATUS = 137  # what an OOM kill's SIGKILL looks like to Lambda
 
 
@@ -77,3 +82,25 @@ class FaultHooks:
 
 
 NO_FAULTS = FaultHooks()
+
+
+def fence_stall(environ: Mapping[str, str] | None = None) -> Callable[[], None] | None:
+    """The trigger's ``after_read`` hook of fasdl.run.fencing.issue_epoch, or None."""
+    text = (os.environ if environ is None else environ).get(FENCE_STALL_ENV, "")
+    if not text:
+        return None
+    seconds, _, marker = text.partition(":")
+    try:
+        delay_s = float(seconds)
+    except ValueError:
+        raise FaultHookError(f"environment variable {FENCE_STALL_ENV}: expected "
+                             f"<seconds>:<marker file>, got {text!r}") from None
+
+    def stall() -> None:
+        try:  # only the first invocation to create the marker stalls
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        time.sleep(delay_s)
+
+    return stall

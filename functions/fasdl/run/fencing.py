@@ -85,13 +85,18 @@ def read_epoch(store: FenceStore | Channel, run_id: str) -> int | None:
     return None if data is None else _parse(run_id, data)[0]
 
 
-def issue_epoch(store: FenceStore, run_id: str) -> int:
+def issue_epoch(store: FenceStore, run_id: str,
+                after_read: Callable[[], None] | None = None) -> int:
     """The trigger's next epoch for ``run_id``, recorded before any worker of it starts: one
-    above the fence it read, written only if the fence is still what it read."""
+    above the fence it read, written only if the fence is still what it read. ``after_read``
+    runs between the first read and its write (fault tests: fasdl.run.fault_hooks)."""
     key = fence_key(run_id)
     token = secrets.token_hex(8)
     for _ in range(ISSUE_ATTEMPTS):
         found = store.get_versioned(key)
+        if after_read is not None:
+            after_read()
+            after_read = None
         seen = None if found is None else _parse(run_id, found[0])
         epoch = 1 if seen is None else seen[0] + 1
         body = json.dumps({"format": FENCE_FORMAT, "epoch": epoch, "token": token,
