@@ -50,7 +50,8 @@ def test_the_users_model_ships_as_a_layer(tmp_path: Path) -> None:
 
 
 
-def _synth_app(plan: Path, out: Path) -> subprocess.CompletedProcess[str]:
+def synth_app(plan: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """``app.py`` as `cdk synth` runs it, with the stand-in torch layer, into ``out``."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return subprocess.run(
         [sys.executable, str(REPO_ROOT / "app.py")], cwd=REPO_ROOT, capture_output=True,
@@ -71,7 +72,7 @@ def test_a_model_the_workers_could_not_build_stops_the_synth(tmp_path: Path, mod
                                                              message: str) -> None:
     (tmp_path / "tiny_model.py").write_text(MODEL)
     out = tmp_path / "cdk.out"
-    result = _synth_app(_plan(tmp_path, model.format(dir=tmp_path)), out)
+    result = synth_app(_plan(tmp_path, model.format(dir=tmp_path)), out)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr

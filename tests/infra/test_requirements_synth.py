@@ -6,7 +6,6 @@ oversized layer stops the synth naming the field and the command that builds it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from infra.stack import build_stacks
 from infra.user_code import REQUIREMENTS_LAYER_ID
 from local.template import load_template
 from tests.infra.conftest import REPO_ROOT, STUB_TORCH_LAYER, cdk_context
+from tests.infra.test_own_model_synth import synth_app
 from tests.layer.wheels import make_wheel
 
 BUILD = REPO_ROOT / "layers" / "torch" / "requirements_layer.py"
@@ -136,15 +136,7 @@ def test_the_field_is_a_requirements_file_path(tmp_path: Path, value: str) -> No
 def test_the_app_stops_with_one_line_on_a_bad_requirements_file(tmp_path: Path) -> None:
     (tmp_path / "requirements.txt").write_text("demo-extra>=1\n")
     plan = _plan(tmp_path, str(tmp_path / "requirements.txt"))
-    out = tmp_path / "cdk.out"
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "app.py")], cwd=REPO_ROOT, capture_output=True,
-        text=True, timeout=180, check=False,
-        env={**os.environ, "PATH": path, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
-             "CDK_CONTEXT_JSON": json.dumps({"plan": str(plan),
-                                             "torch_layer": str(STUB_TORCH_LAYER)}),
-             "CDK_OUTDIR": str(out)})
+    result = synth_app(plan, tmp_path / "cdk.out")
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr

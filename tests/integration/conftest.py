@@ -12,6 +12,7 @@ import pytest
 from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.factory import ChannelConfig, build_channel
 from fasdl.exchange.channel.memory import MemoryChannel, MemoryStore
+from fasdl.exchange.channel.s3 import S3Channel
 from local.servers import (
     ManagedServer,
     RedisTlsClusterServer,
@@ -117,6 +118,15 @@ def prefix() -> str:
 @pytest.fixture
 def channel(backend: Backend, prefix: str) -> Iterator[Channel]:
     channel = backend.channel(prefix)
+    yield channel
+    channel.delete_prefix("")
+    channel.close()
+
+
+@pytest.fixture
+def results_store(seaweed_server: SeaweedS3Server, prefix: str) -> Iterator[S3Channel]:
+    """An S3 channel on SeaweedFS under a fresh prefix, as the results bucket's store."""
+    channel = S3Channel(seaweed_server.buckets[0], prefix, client=seaweed_server.client())
     yield channel
     channel.delete_prefix("")
     channel.close()

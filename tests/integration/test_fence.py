@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,18 +15,9 @@ from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.run.checkpoint import CheckpointError, commit_manifest, put_objects
 from fasdl.run.fencing import Fence, claim_worker, issue_epoch, read_epoch
-from local.servers import SeaweedS3Server
 from tests.integration.conftest import Backend
 
 RUN = "run-fence"
-
-
-@pytest.fixture
-def store(seaweed_server: SeaweedS3Server, prefix: str) -> Iterator[S3Channel]:
-    channel = S3Channel(seaweed_server.buckets[0], prefix, client=seaweed_server.client())
-    yield channel
-    channel.delete_prefix("")
-    channel.close()
 
 
 class StalledWrite(S3Channel):
@@ -45,29 +35,29 @@ class StalledWrite(S3Channel):
         return super().put_if_match(key, data, etag)
 
 
-def test_a_stalled_trigger_write_cannot_set_the_fence_back(store: S3Channel) -> None:
+def test_a_stalled_trigger_write_cannot_set_the_fence_back(results_store: S3Channel) -> None:
     """Without the conditional write, A's late PUT set the fence from 3 back to 2, the epoch-3
     workers were fenced and `retry` issued epoch 3 a second time."""
-    assert issue_epoch(store, RUN) == 1
-    stalled = StalledWrite(store)
+    assert issue_epoch(results_store, RUN) == 1
+    stalled = StalledWrite(results_store)
     outcome: list[object] = []
     first = threading.Thread(target=lambda: outcome.append(_issue(stalled)))
     first.start()
     assert stalled.read.wait(30)  # A read epoch 1 and stalls before its write
-    assert issue_epoch(store, RUN) == 2  # B, the retry, issues 2; its segment runs
-    assert issue_epoch(store, RUN) == 3  # the next segment
+    assert issue_epoch(results_store, RUN) == 2  # B, the retry, issues 2; its segment runs
+    assert issue_epoch(results_store, RUN) == 3  # the next segment
     stalled.release.set()
     first.join(30)
     (error,) = outcome
     assert isinstance(error, FenceConflict) and "read epoch 1" in str(error)
-    assert read_epoch(store, RUN) == 3
-    Fence(store, RUN, 3, check_every_s=0).check(force=True)  # the live workers go on
-    assert issue_epoch(store, RUN) == 4  # a retry issues a new epoch, never 3 again
+    assert read_epoch(results_store, RUN) == 3
+    Fence(results_store, RUN, 3, check_every_s=0).check(force=True)  # the live workers go on
+    assert issue_epoch(results_store, RUN) == 4  # a retry issues a new epoch, never 3 again
 
 
-def _issue(store: S3Channel) -> object:
+def _issue(results_store: S3Channel) -> object:
     try:
-        return issue_epoch(store, RUN)
+        return issue_epoch(results_store, RUN)
     except FenceConflict as error:
         return error
 
@@ -88,23 +78,23 @@ class LostReply(S3Channel):
         return landed
 
 
-def test_a_write_whose_reply_was_lost_is_still_its_own(store: S3Channel) -> None:
-    assert issue_epoch(store, RUN) == 1
-    lossy = LostReply(store)
+def test_a_write_whose_reply_was_lost_is_still_its_own(results_store: S3Channel) -> None:
+    assert issue_epoch(results_store, RUN) == 1
+    lossy = LostReply(results_store)
     assert issue_epoch(lossy, RUN) == 2 and lossy.lost
-    assert read_epoch(store, RUN) == 2
+    assert read_epoch(results_store, RUN) == 2
 
 
-def test_a_worker_never_trains_on_a_fence_below_its_epoch(store: S3Channel) -> None:
+def test_a_worker_never_trains_on_a_fence_below_its_epoch(results_store: S3Channel) -> None:
     with pytest.raises(FenceWentBack, match="is at epoch None, below this worker's 1"):
-        Fence(store, RUN, 1, check_every_s=0).check(force=True)
+        Fence(results_store, RUN, 1, check_every_s=0).check(force=True)
     for _ in range(3):
-        issue_epoch(store, RUN)
+        issue_epoch(results_store, RUN)
     with pytest.raises(WorkerFenced, match="is at epoch 3, this worker's is 2"):
-        Fence(store, RUN, 2, check_every_s=0).check(force=True)
-    store.put(fence_key(RUN), json.dumps({"format": 1, "epoch": 2}).encode())  # went back
+        Fence(results_store, RUN, 2, check_every_s=0).check(force=True)
+    results_store.put(fence_key(RUN), json.dumps({"format": 1, "epoch": 2}).encode())  # went back
     with pytest.raises(FenceWentBack, match="is at epoch 2, below this worker's 3"):
-        Fence(store, RUN, 3, check_every_s=0).check(force=True)
+        Fence(results_store, RUN, 3, check_every_s=0).check(force=True)
 
 
 def test_a_second_claim_is_refused_even_with_the_same_request_id(backend: Backend,
@@ -115,22 +105,22 @@ def test_a_second_claim_is_refused_even_with_the_same_request_id(backend: Backen
     claim_worker(channel, RUN, 5, 1, "request-1")  # another worker's claim is its own
 
 
-def test_the_manifest_commits_only_its_own_epochs_part_records(store: S3Channel) -> None:
-    put_objects(store, RUN, 8, 3, 0, {"worker/0000/state": b"fresh"})
-    stale = json.loads(store.try_get(checkpoint_part_key(RUN, 8, 3, 0)) or b"{}")
-    put_objects(store, RUN, 8, 2, 1, {"worker/0001/state": b"old"})
-    store.put(checkpoint_part_key(RUN, 8, 3, 1), store.try_get(
+def test_the_manifest_commits_only_its_own_epochs_part_records(results_store: S3Channel) -> None:
+    put_objects(results_store, RUN, 8, 3, 0, {"worker/0000/state": b"fresh"})
+    stale = json.loads(results_store.try_get(checkpoint_part_key(RUN, 8, 3, 0)) or b"{}")
+    put_objects(results_store, RUN, 8, 2, 1, {"worker/0001/state": b"old"})
+    results_store.put(checkpoint_part_key(RUN, 8, 3, 1), results_store.try_get(
         checkpoint_part_key(RUN, 8, 2, 1)) or b"")  # a dead attempt's record, copied in
     with pytest.raises(CheckpointError, match="says worker 1, epoch 2"):
-        commit_manifest(store, RUN, 8, 3, workers=2, timeout_s=5)
+        commit_manifest(results_store, RUN, 8, 3, workers=2, timeout_s=5)
     foreign = {**stale, "worker": 1, "objects": {"worker/0001/state": {
         **stale["objects"]["worker/0000/state"],
         "key": stale["objects"]["worker/0000/state"]["key"].replace("epoch/3/", "epoch/2/")}}}
-    store.put(checkpoint_part_key(RUN, 8, 3, 1), json.dumps(foreign).encode())
+    results_store.put(checkpoint_part_key(RUN, 8, 3, 1), json.dumps(foreign).encode())
     with pytest.raises(CheckpointError, match="not this epoch's object"):
-        commit_manifest(store, RUN, 8, 3, workers=2, timeout_s=5)
-    put_objects(store, RUN, 8, 3, 1, {"worker/0001/state": b"fresh too"})
-    manifest = commit_manifest(store, RUN, 8, 3, workers=2, timeout_s=5)
+        commit_manifest(results_store, RUN, 8, 3, workers=2, timeout_s=5)
+    put_objects(results_store, RUN, 8, 3, 1, {"worker/0001/state": b"fresh too"})
+    manifest = commit_manifest(results_store, RUN, 8, 3, workers=2, timeout_s=5)
     assert set(manifest.objects) == {"worker/0000/state", "worker/0001/state"}
 
 
