@@ -25,7 +25,7 @@ from tests.infra.test_own_model_synth import synth_app
 from tests.layer.wheels import make_wheel
 
 BUILD = REPO_ROOT / "layers" / "torch" / "requirements_layer.py"
-MODEL = ("import demo_extra\nfrom torch import nn\n\ndef build(num_classes, input_shape):\n"
+MODEL = ("import fasdl_test_extra\nfrom torch import nn\n\ndef build(num_classes, input_shape):\n"
          "    return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))\n")
 
 
@@ -50,9 +50,9 @@ def _plan(tmp_path: Path, requirements: str) -> Path:
 def _built(tmp_path: Path) -> dict[str, Path]:
     """A requirements file, the torch layer and the requirements layer built from them."""
     wheels = tmp_path / "wheels"
-    make_wheel(wheels, "demo-extra", "1.0", {"demo_extra/__init__.py": b"VALUE = 1\n"})
+    make_wheel(wheels, "fasdl-test-extra", "1.0", {"fasdl_test_extra/__init__.py": b"VALUE = 1\n"})
     requirements = tmp_path / "requirements.txt"
-    requirements.write_text("demo-extra==1.0\n")
+    requirements.write_text("fasdl-test-extra==1.0\n")
     torch_layer = _torch_layer(tmp_path / "torch-layer")
     out = tmp_path / "requirements-layer"
     result = subprocess.run([sys.executable, str(BUILD), "--requirements", str(requirements),
@@ -92,7 +92,7 @@ def test_the_layer_is_attached_and_on_the_emulated_path(tmp_path: Path) -> None:
     local = load_template(template_path, region=settings.plan.deployment.region)
     worker = next(f for f in local.functions.values() if f.handler == "handlers.worker.handler")
     (python,) = worker.layer_python
-    assert (python / "demo_extra" / "__init__.py").is_file()
+    assert (python / "fasdl_test_extra" / "__init__.py").is_file()
 
 
 def test_a_stale_missing_or_other_target_layer_stops_the_synth(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_a_stale_missing_or_other_target_layer_stops_the_synth(tmp_path: Path) -
     with pytest.raises(SynthSettingsError, match=r"is for \['x86_64', 'python3.12', 'cp311'\]"):
         _settings(built)
     manifest.write_text(json.dumps(data))
-    built["requirements"].write_text("demo-extra==1.0\n# changed\n")
+    built["requirements"].write_text("fasdl-test-extra==1.0\n# changed\n")
     with pytest.raises(SynthSettingsError, match="built from another version of"):
         _settings(built)
 
@@ -134,12 +134,12 @@ def test_the_field_is_a_requirements_file_path(tmp_path: Path, value: str) -> No
 
 
 def test_the_app_stops_with_one_line_on_a_bad_requirements_file(tmp_path: Path) -> None:
-    (tmp_path / "requirements.txt").write_text("demo-extra>=1\n")
+    (tmp_path / "requirements.txt").write_text("fasdl-test-extra>=1\n")
     plan = _plan(tmp_path, str(tmp_path / "requirements.txt"))
     result = synth_app(plan, tmp_path / "cdk.out")
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("fasdl: invalid synth input: plan field 'workload.requirements':"
-                               f" {tmp_path}/requirements.txt:1: 'demo-extra>=1' is not an "
+                               f" {tmp_path}/requirements.txt:1: 'fasdl-test-extra>=1' is not an "
                                "exact pin")

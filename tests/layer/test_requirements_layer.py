@@ -17,7 +17,7 @@ from tests.layer.wheels import make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "layers" / "torch" / "requirements_layer.py"
-CODE = {"demo_extra/__init__.py": b"VALUE = 42\n"}
+CODE = {"fasdl_test_extra/__init__.py": b"VALUE = 42\n"}
 
 
 def torch_layer(folder: Path, python: str | None = None) -> Path:
@@ -50,19 +50,19 @@ def build(tmp_path: Path, requirements: str, wheels: Path, *, layer: Path | None
 def test_builds_the_users_pins_and_leaves_out_what_the_torch_layer_holds(
         tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    make_wheel(wheels, "demo-extra", "1.0", CODE,
+    make_wheel(wheels, "fasdl-test-extra", "1.0", CODE,
                requires=("numpy>=2", "jmespath", "colorama; sys_platform == 'win32'",
                          "pytest; extra == 'test'"))
-    result = build(tmp_path, "# mine\ndemo-extra==1.0\nnumpy==2.4.6\n", wheels)
+    result = build(tmp_path, "# mine\nfasdl-test-extra==1.0\nnumpy==2.4.6\n", wheels)
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
-    assert (out / "python" / "demo_extra" / "__init__.py").read_bytes() == CODE[
-        "demo_extra/__init__.py"]
+    assert (out / "python" / "fasdl_test_extra" / "__init__.py").read_bytes() == CODE[
+        "fasdl_test_extra/__init__.py"]
     assert not list((out / "python").glob("numpy*")), "numpy is the torch layer's"
     manifest = json.loads((out / REQUIREMENTS_MANIFEST).read_text())
     digest = hashlib.sha256((tmp_path / "requirements.txt").read_bytes()).hexdigest()
     assert manifest["requirements_sha256"] == digest
-    assert manifest["pins"] == {"demo-extra": "1.0"}
+    assert manifest["pins"] == {"fasdl-test-extra": "1.0"}
     assert (manifest["arch"], manifest["python"]) == ("x86_64", lambda_target("x86_64").abi)
     assert "OK: compatible" in result.stdout
 
@@ -70,13 +70,13 @@ def test_builds_the_users_pins_and_leaves_out_what_the_torch_layer_holds(
 @pytest.mark.parametrize(("requirements", "message"), [
     ("numpy==2.0.0\n", "numpy==2.0.0, but the functions already ship numpy==2.4.6"),
     ("torch==2.13.0\n", "torch comes with the torch layer"),
-    ("demo-extra>=1.0\n", "requirements.txt:1: 'demo-extra>=1.0' is not an exact pin"),
+    ("fasdl-test-extra>=1.0\n", "requirements.txt:1: 'fasdl-test-extra>=1.0' is not an exact pin"),
     ("numpy==2.4.6\n", "pins nothing the functions do not already ship"),
 ])
 def test_refused_pins_exit_2_naming_the_field(tmp_path: Path, requirements: str,
                                               message: str) -> None:
     wheels = tmp_path / "wheels"
-    make_wheel(wheels, "demo-extra", "1.0", CODE)
+    make_wheel(wheels, "fasdl-test-extra", "1.0", CODE)
     result = build(tmp_path, requirements, wheels)
     assert result.returncode == 2, result.stdout
     assert "workload.requirements" in result.stderr and message in result.stderr
@@ -85,11 +85,11 @@ def test_refused_pins_exit_2_naming_the_field(tmp_path: Path, requirements: str,
 
 def test_an_unpinned_dependency_is_named(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    make_wheel(wheels, "demo-extra", "1.0", CODE, requires=("tinydep>=1", "jmespath"))
-    result = build(tmp_path, "demo-extra==1.0\n", wheels)
+    make_wheel(wheels, "fasdl-test-extra", "1.0", CODE, requires=("tinydep>=1", "jmespath"))
+    result = build(tmp_path, "fasdl-test-extra==1.0\n", wheels)
     assert result.returncode == 2
     assert "does not pin everything" in result.stderr
-    assert "demo_extra needs tinydep>=1" in result.stderr and "jmespath" not in result.stderr
+    assert "fasdl_test_extra needs tinydep>=1" in result.stderr and "jmespath" not in result.stderr
 
 
 def _extension_module() -> Path:
@@ -105,12 +105,13 @@ def _extension_module() -> Path:
 def test_a_native_file_for_another_python_fails_the_scan_and_keeps_the_old_layer(
         tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    make_wheel(wheels, "demo-extra", "1.0", CODE)
-    assert build(tmp_path, "demo-extra==1.0\n", wheels).returncode == 0
+    make_wheel(wheels, "fasdl-test-extra", "1.0", CODE)
+    assert build(tmp_path, "fasdl-test-extra==1.0\n", wheels).returncode == 0
     before = (tmp_path / "out" / REQUIREMENTS_MANIFEST).read_text()
     module = _extension_module()
-    make_wheel(wheels, "demo-native", "1.0", {f"demo_native/{module.name}": module.read_bytes()})
-    result = build(tmp_path, "demo-native==1.0\n", wheels, layer=tmp_path / "torch-layer")
+    make_wheel(wheels, "fasdl-test-native", "1.0",
+               {f"fasdl_test_native/{module.name}": module.read_bytes()})
+    result = build(tmp_path, "fasdl-test-native==1.0\n", wheels, layer=tmp_path / "torch-layer")
     assert result.returncode == 3, result.stderr
     assert "abi-tag" in result.stdout and "FAILED" in result.stdout
     assert (tmp_path / "out" / REQUIREMENTS_MANIFEST).read_text() == before
@@ -118,8 +119,8 @@ def test_a_native_file_for_another_python_fails_the_scan_and_keeps_the_old_layer
 
 def test_without_a_built_torch_layer_it_says_so(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    make_wheel(wheels, "demo-extra", "1.0", CODE)
-    result = build(tmp_path, "demo-extra==1.0\n", wheels, layer=tmp_path / "absent")
+    make_wheel(wheels, "fasdl-test-extra", "1.0", CODE)
+    result = build(tmp_path, "fasdl-test-extra==1.0\n", wheels, layer=tmp_path / "absent")
     assert result.returncode == 2
     assert "--torch-layer: no finished torch layer build" in result.stderr
     assert "make layer" in result.stderr

@@ -272,8 +272,8 @@ def test_runtime_deps_come_from_the_layer(layer: dict[str, Any]) -> None:
 BESIDE = r"""
 import json, sys
 sys.path[:0] = sys.argv[1:]  # the order Lambda gives the layers' python/ folders
-import demo_extra, numpy
-print(json.dumps({"value": demo_extra.VALUE, "numpy": numpy.__file__}))
+import fasdl_test_extra, numpy
+print(json.dumps({"value": fasdl_test_extra.VALUE, "numpy": numpy.__file__}))
 """
 
 
@@ -283,9 +283,9 @@ def test_requirements_layer_beside_the_real_torch_layer(layer: dict[str, Any],
     """A requirements layer built for the real layer's target (from its manifest) leaves out
     what it holds (numpy, jmespath) and imports beside it in a process without the venv."""
     wheels = tmp_path / "wheels"
-    make_wheel(wheels, "demo-extra", "1.0", {"demo_extra/__init__.py": b"VALUE = 7\n"},
+    make_wheel(wheels, "fasdl-test-extra", "1.0", {"fasdl_test_extra/__init__.py": b"VALUE = 7\n"},
                requires=("numpy>=2", "jmespath"))
-    (tmp_path / "requirements.txt").write_text("demo-extra==1.0\nnumpy==2.4.6\n")
+    (tmp_path / "requirements.txt").write_text("fasdl-test-extra==1.0\nnumpy==2.4.6\n")
     out = tmp_path / "requirements-layer"
     result = subprocess.run(
         [sys.executable, str(ROOT / "layers" / "torch" / "requirements_layer.py"),
@@ -297,7 +297,7 @@ def test_requirements_layer_beside_the_real_torch_layer(layer: dict[str, Any],
     assert manifest["python"] == layer["manifest"]["python"] == "cp311"
     assert manifest["torch_layer_sha256"] == layer["manifest"]["sha256"]
     assert sorted(path.name for path in (out / "python").iterdir()) == [
-        "demo_extra", "demo_extra-1.0.dist-info"]
+        "fasdl_test_extra", "fasdl_test_extra-1.0.dist-info"]
     proc = run_isolated(BESIDE, str(out / "python"), str(layer["out"] / "python"))
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr[-4000:]

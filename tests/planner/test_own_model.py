@@ -204,14 +204,14 @@ def test_the_requirements_file_goes_into_the_workload_and_the_plan(
         capsys: pytest.CaptureFixture[str], model_file: Path, dataset: Path,
         tmp_path: Path) -> None:
     requirements = tmp_path / "requirements-model.txt"
-    requirements.write_text("demo-extra>=1\n")
+    requirements.write_text("fasdl-test-extra>=1\n")
     out = tmp_path / "mine.json"
     code, _, stderr = new_workload(capsys, f"{model_file}:build", dataset, out,
                                    "--requirements", str(requirements))
     assert code == 2 and not out.exists()
     assert stderr.startswith("error: argument --requirements: ")
-    assert "requirements-model.txt:1: 'demo-extra>=1' is not an exact pin" in stderr
-    requirements.write_text("demo-extra==1.0\n")
+    assert "requirements-model.txt:1: 'fasdl-test-extra>=1' is not an exact pin" in stderr
+    requirements.write_text("fasdl-test-extra==1.0\n")
     code, document, _ = new_workload(capsys, f"{model_file}:build", dataset, out,
                                      "--requirements", str(requirements))
     assert code == 0 and document["workload"]["requirements"] == str(requirements)
