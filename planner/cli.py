@@ -85,7 +85,12 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what uploaded shards carry: float32 (the paper's) or bfloat16 "
                              "differences with error feedback (half the upload bytes)")
     parser.add_argument("--arch", choices=("x86_64", "arm64"), default="x86_64")
-    parser.add_argument("--region", default="us-east-1", help="price table (default us-east-1)")
+    parser.add_argument("--region", default=None,
+                        help="the region to plan and deploy in: its shipped price table "
+                             "(default us-east-1), or the region of --prices")
+    parser.add_argument("--prices", default=None,
+                        help="price table JSON of your own (the shipped tables' format, "
+                             "docs/reference.md); its 'region' is the plan's")
     parser.add_argument("--platform", help="platform profile JSON (default: shipped profile)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="Lambda timeout in seconds (60-900, default 900)")

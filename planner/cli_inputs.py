@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
+from fasdl.contract.fields import read_profile_json
 from fasdl.contract.plan import PlanError
 from planner.model.instance_table import billing_rule, default_user_startup_s, shipped_options
 from planner.model.instances import (
@@ -25,6 +26,7 @@ from planner.model.instances import (
 )
 from planner.model.problem import ModelInputError, Problem
 from planner.model.profiles import (
+    Prices,
     ProfileError,
     WorkloadProfile,
     known_workloads,
@@ -38,6 +40,7 @@ from planner.search.quotas import Quotas
 
 # The planner's exit statuses: done, bad input (one line naming the flag), no plan fits
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
+DEFAULT_REGION = "us-east-1"  # the region of the shipped price table used without --region
 # Problem fields and the CLI arguments that set them, so errors name what the user typed.
 FIELD_TO_ARGUMENT = {
     "epochs": "--epochs", "deadline_s": "--deadline", "max_global_batch": "--max-global-batch",
@@ -110,7 +113,7 @@ def build_problem(args: argparse.Namespace) -> Problem:
                            f"--channel {args.channel} --arch {args.arch} were asked for")
     else:
         platform = _load("--channel", load_platform, args.channel, args.arch)
-    prices = _load("--region", load_prices, args.region)
+    prices = build_prices(args)
     margin = (default_timeout_margin(args.timeout) if args.timeout_margin is None
               else args.timeout_margin)
     try:
@@ -123,6 +126,23 @@ def build_problem(args: argparse.Namespace) -> Problem:
         raise _problem_error(error, args) from error
     _check_min_workers(problem)
     return problem
+
+
+def build_prices(args: argparse.Namespace) -> Prices:
+    """The shipped table of --region (default us-east-1), or --prices FILE (same format), whose
+    region must be --region's when both are given; the plan deploys to the table's region."""
+    if args.prices is None:
+        return _load("--region", load_prices, args.region or DEFAULT_REGION)
+    prices = _load_file("--prices", "price table", _prices_file, args.prices)
+    if args.region is not None and prices.region != args.region:
+        raise CliError("--prices", f"price table {args.prices} is for region {prices.region!r} "
+                                   f"but --region {args.region} was asked for: pass a table "
+                                   f"whose 'region' is {args.region!r}")
+    return prices
+
+
+def _prices_file(path: str) -> Prices:
+    return Prices.from_dict(read_profile_json(Path(path), "price table"))
 
 
 def check_model(workload: WorkloadProfile) -> None:

@@ -42,6 +42,10 @@ What the paper leaves out and a user pays for (documented additions):
   GB-hours for the run's duration. Datasets and checkpoints stay on S3 in this design, so
   the paper's 2·S_d term moves to the S3 request cost.
 - W = 1 (standalone) has no communication and no exchange requests (digest §3.7-8).
+- ElastiCache Serverless throughput: a Valkey plan's peak ECPU/s must stay within one cache's
+  maximum, 15,000,000 (planner/model/cache_throughput.py; Violation.CACHE_THROUGHPUT, checked
+  after every other constraint); an S3 plan's requests per second per key prefix within S3's
+  3,500 PUT/DELETE and 5,500 GET (planner/model/s3_rates.py; Violation.S3_REQUEST_RATE).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from numpy.typing import ArrayLike, NDArray
 from fasdl.contract.plan import (
     EXCHANGE_STATE_MODELS,
 )
+from planner.model.cache_throughput import ecpus_per_iteration, peak_ecpu_per_s
 from planner.model.exchange_cost import exchange_cost
 from planner.model.exchange_time import communication_times, iteration_times
 from planner.model.memory import memory_exceeded, role_max_batch
@@ -66,6 +71,7 @@ from planner.model.problem import (
     Violation,
 )
 from planner.model.profiles import WorkloadProfile
+from planner.model.s3_rates import s3_request_rates, s3_utilisation
 from planner.model.segment_requests import segment_request_cost
 
 # Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
@@ -103,6 +109,13 @@ class Evaluation:
     cost_checkpoint_usd: FloatArray
     cost_usd: FloatArray
     violation: NDArray[np.int8]
+    # Valkey's exchange in ECPU/s (planner/model/cache_throughput.py); NaN on S3
+    cache_ecpu_per_s_peak: FloatArray
+    cache_ecpu_per_s_mean: FloatArray
+    # S3's exchange in requests per second per key prefix (planner/model/s3_rates.py); NaN on
+    # Valkey
+    s3_put_per_prefix_per_s: FloatArray
+    s3_get_per_prefix_per_s: FloatArray
 
     @property
     def feasible(self) -> NDArray[np.bool_]:
@@ -247,7 +260,14 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         iterations=total_iterations, segments=segments)
     cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
 
+    peak, mean = _cache_rates(problem, w, mem, k, iteration)
+    puts, gets = _s3_rates(problem, w, k, iteration)
     violation = _violations(problem, w, mem, k, ba, bn, global_batch, segment_iterations, time)
+    # the channel's throughput last: marked only where everything else holds
+    for code, broken in ((Violation.CACHE_THROUGHPUT, peak > problem.max_cache_ecpu_per_s),
+                         (Violation.S3_REQUEST_RATE, _over_s3_rates(problem, puts, gets))):
+        violation = np.where(broken & (violation == Violation.NONE), np.int8(code),
+                             violation).astype(np.int8)
     return Evaluation(
         workers=w, memory_mb=mem, aggregators=k, batch_aggregator=ba,
         batch_non_aggregator=bn, bsp=sync_bsp, global_batch=global_batch,
@@ -258,8 +278,46 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         segment_iterations=segment_iterations, segments=segments, time_s=time,
         cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
         cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint, cost_usd=cost,
-        violation=violation,
+        violation=violation, cache_ecpu_per_s_peak=peak, cache_ecpu_per_s_mean=mean,
+        s3_put_per_prefix_per_s=puts, s3_get_per_prefix_per_s=gets,
     )
+
+
+def _s3_rates(problem: Problem, w: IntArray, k: IntArray, iteration: FloatArray
+              ) -> tuple[FloatArray, FloatArray]:
+    """(PUT-class, GET-class) requests per second per prefix of an S3 exchange; NaN on
+    Valkey."""
+    if problem.channel != "s3":
+        nan = np.full(w.shape, np.nan)
+        return nan, nan.copy()
+    return s3_request_rates(w, k, iteration, problem.exchange_chunks,
+                            problem.exchange_key_prefixes)
+
+
+def _over_s3_rates(problem: Problem, puts: FloatArray, gets: FloatArray) -> NDArray[np.bool_]:
+    if problem.channel != "s3" or not problem.s3_request_limits:
+        return np.zeros(puts.shape, dtype=bool)
+    return np.asarray(s3_utilisation(puts, gets) > 1.0, dtype=bool)
+
+
+def _cache_rates(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
+                 iteration: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(peak, mean) ECPU/s of a Valkey exchange; NaN for S3, which has no ECPUs."""
+    if problem.channel != "valkey":
+        nan = np.full(w.shape, np.nan)
+        return nan, nan.copy()
+    peak = peak_ecpu_per_s(problem, w, mem, k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(iteration > 0, ecpus_per_iteration(problem, w, k) / iteration, 0.0)
+    return peak, np.asarray(mean, dtype=np.float64)
+
+
+def misses_only_deadline(problem: Problem, evaluation: Evaluation) -> NDArray[np.bool_]:
+    """Configurations that meet every constraint but the deadline: DEADLINE is checked last
+    but for the channel's throughput, which a deadline-missing configuration may break too."""
+    within = ~(evaluation.cache_ecpu_per_s_peak > problem.max_cache_ecpu_per_s) & ~_over_s3_rates(
+        problem, evaluation.s3_put_per_prefix_per_s, evaluation.s3_get_per_prefix_per_s)
+    return np.asarray((evaluation.violation == Violation.DEADLINE) & within, dtype=bool)
 
 
 def _violations(problem: Problem, w: IntArray, mem: IntArray, k: IntArray, ba: IntArray,

@@ -4,6 +4,7 @@ report reads a :class:`Problem`; planner/model/cost_model.py evaluates configura
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -12,6 +13,7 @@ from numpy.typing import NDArray
 
 from fasdl.contract.fields import FieldError, is_integral, is_real
 from fasdl.contract.plan import EXCHANGE_DTYPES, MAX_EXCHANGE_CHUNKS, UPLOAD_BYTES_PER_VALUE
+from planner.model.cache_throughput import MAX_CACHE_ECPU_PER_S, MIN_CACHE_ECPU_PER_S
 from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile
 
 FloatArray = NDArray[np.float64]
@@ -41,6 +43,10 @@ class Violation(IntEnum):
     # these; planner/search/quotas.py names them when raising the quota would make a plan feasible.
     MAX_MEMORY = 7        # M above the account's function-memory quota
     MAX_CONCURRENCY = 8   # 2·W above the account's concurrent executions
+    # Checked after every other constraint: a configuration marked so meets all the others,
+    # so it is the furthest through the checks (Valkey only; planner/model/cache_throughput.py)
+    CACHE_THROUGHPUT = 9  # the exchange's peak ECPU/s above the cache's maximum
+    S3_REQUEST_RATE = 10  # S3: requests per second per key prefix above S3's documented rates
 
 
 VIOLATION_TEXT: dict[Violation, str] = {
@@ -55,6 +61,11 @@ VIOLATION_TEXT: dict[Violation, str] = {
                           "than the account's quota allows",
     Violation.MAX_CONCURRENCY: "max-concurrency: a feasible configuration needs more workers "
                                "than the account's concurrency allows (2·W executions)",
+    Violation.CACHE_THROUGHPUT: "cache-throughput: the exchange's peak ECPU/s exceeds what one "
+                                "ElastiCache Serverless cache allows (CacheUsageLimits "
+                                "ECPUPerSecond maximum, at most 15,000,000)",
+    Violation.S3_REQUEST_RATE: "s3-request-rate: the exchange asks a key prefix for more than "
+                               "S3's 3,500 PUT/DELETE or 5,500 GET requests per second",
 }
 
 
@@ -82,6 +93,13 @@ class Problem:
     exchange_chunks: int = 1  # C > 1: the pipelined exchange (planner/model/pipelined.py)
     # bfloat16: uploaded shards are bf16 differences (fasdl.exchange.codec), half the bytes
     exchange_dtype: str = "float32"
+    # Valkey: a plan's peak ECPU/s must stay within one cache's maximum (math.inf lifts it, to
+    # ask whether it binds)
+    max_cache_ecpu_per_s: float = float(MAX_CACHE_ECPU_PER_S)
+    # S3: the key prefixes the runtime spreads exchange keys over (one today), and whether
+    # S3's per-prefix request rates bind (False lifts them, to ask whether they bind)
+    exchange_key_prefixes: int = 1
+    s3_request_limits: bool = True
 
     def __post_init__(self) -> None:
         _check_int("epochs", self.epochs, 1, 100_000)
@@ -96,6 +114,10 @@ class Problem:
         _check_int("max_workers", self.max_workers, 1, 1000)
         _check_int("min_workers", self.min_workers, 1, self.max_workers)
         _check_int("exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
+        if self.max_cache_ecpu_per_s != math.inf:
+            _check_number("max_cache_ecpu_per_s", self.max_cache_ecpu_per_s,
+                          MIN_CACHE_ECPU_PER_S, MAX_CACHE_ECPU_PER_S)
+        _check_int("exchange_key_prefixes", self.exchange_key_prefixes, 1, 1_000_000)
         if self.exchange_dtype not in EXCHANGE_DTYPES:
             raise ModelInputError("exchange_dtype", f"must be one of "
                                   f"{', '.join(EXCHANGE_DTYPES)}, got {self.exchange_dtype!r}")

@@ -15,7 +15,12 @@ from typing import Literal
 
 import numpy as np
 
-from planner.model.cost_model import Evaluation, aligned_non_aggregator_batch, evaluate
+from planner.model.cost_model import (
+    Evaluation,
+    aligned_non_aggregator_batch,
+    evaluate,
+    misses_only_deadline,
+)
 from planner.model.problem import IntArray, Problem, Violation
 from planner.search.bounds import (
     EPS,
@@ -63,10 +68,10 @@ class Best:
     def primary(self) -> float:
         return math.inf if self.key is None else self.key[0]
 
-    def offer(self, evaluation: Evaluation) -> None:
+    def offer(self, problem: Problem, evaluation: Evaluation) -> None:
         accepted = evaluation.feasible
         if self.relaxed:  # the fastest configuration that misses only the deadline
-            accepted = accepted | (evaluation.violation == Violation.DEADLINE)
+            accepted = accepted | misses_only_deadline(problem, evaluation)
         index = best_index(evaluation, self.objective, accepted)
         if index is None:
             return
@@ -129,7 +134,7 @@ def _walk(t: Tables, index: int, boxes: Boxes, best: Best) -> None:
         chunk = chunk[best.may_win(bound[chunk])]
         evaluation = _evaluate_leaves(t, index, boxes.take(chunk))
         best.evaluated += len(evaluation)
-        best.offer(evaluation)
+        best.offer(t.problem, evaluation)
         position = stop
 
 

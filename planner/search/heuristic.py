@@ -27,7 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.model.cost_model import Evaluation, aligned_non_aggregator_batch, evaluate
+from planner.model.cost_model import (
+    Evaluation,
+    aligned_non_aggregator_batch,
+    evaluate,
+    misses_only_deadline,
+)
 from planner.model.problem import VIOLATION_TEXT, Problem, Violation
 from planner.search.searches import Choice, SearchResult, best_index, choice_from, infeasibility
 
@@ -65,7 +70,7 @@ def _stage_one(problem: Problem, delta: float, b_lower: int, literal_early_stop:
             on_time = ev.time_s <= problem.deadline_s / delta
             # The deadline is relaxed to T_max/δ here; every other constraint stays.
             admissible = on_time & ((ev.violation == Violation.NONE)
-                                    | (ev.violation == Violation.DEADLINE))
+                                    | misses_only_deadline(problem, ev))
             if literal_early_stop and not on_time.all():
                 admissible[np.argmin(on_time):] = False
             for index in np.flatnonzero(admissible):

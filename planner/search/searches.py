@@ -29,7 +29,12 @@ from typing import Literal
 
 import numpy as np
 
-from planner.model.cost_model import Evaluation, aligned_non_aggregator_batch, evaluate
+from planner.model.cost_model import (
+    Evaluation,
+    aligned_non_aggregator_batch,
+    evaluate,
+    misses_only_deadline,
+)
 from planner.model.memory import role_max_batch
 from planner.model.pipelined import CHUNK_CHOICES, chunk_choices
 from planner.model.problem import VIOLATION_TEXT, Problem, Violation
@@ -44,6 +49,10 @@ PIPELINED = "kreduce-pipelined"  # K-REDUCE in C chunks per shard (planner/model
 AUTO = "auto"
 PLAN_PATTERNS: tuple[str, ...] = (AUTO, *PATTERNS)
 SEARCHES: tuple[str, ...] = ("exact", "two-stage", "exhaustive")
+# The channel's rates (NaN where the channel has none): what the cache's limits are sized
+# from, and the S3 request rates per key prefix
+CHANNEL_RATES = ("cache_ecpu_per_s_peak", "cache_ecpu_per_s_mean", "s3_put_per_prefix_per_s",
+                 "s3_get_per_prefix_per_s")
 __all__ = ["BN_RULES", "Choice", "Objective", "SearchResult", "best_index", "choice_from",
            "exact", "exhaustive", "frontier", "infeasibility"]
 
@@ -118,6 +127,7 @@ def choice_from(evaluation: Evaluation, index: int, exchange_chunks: int = 1) ->
         "load_s": row["load_s"],
         "checkpoint_s": row["checkpoint_s"],
     }
+    breakdown.update({name: row[name] for name in CHANNEL_RATES if not math.isnan(row[name])})
     return Choice(
         workers=row["workers"], memory_mb=row["memory_mb"], aggregators=row["aggregators"],
         batch_aggregator=row["batch_aggregator"],
@@ -144,8 +154,14 @@ def exact(problem: Problem, pattern: str = "kreduce", objective: Objective = "co
         return SearchResult("exact", pattern, choice_from(best.evaluation, 0,
                                                           problem.exchange_chunks),
                             None, best.evaluated, time.perf_counter() - started)
-    # Nothing feasible: the furthest check any configuration passes binds. The fastest
-    # configuration that misses only the deadline says by how much it binds.
+    # Nothing feasible: the furthest check any configuration passes binds. The channel's
+    # throughput is checked last: it binds when lifting it leaves a plan.
+    throughput = _throughput_binds(problem, pattern, objective, bn_rule)
+    if throughput is not None:
+        violation, reason, lifted_evaluated = throughput
+        return SearchResult("exact", pattern, None, reason, best.evaluated + lifted_evaluated,
+                            time.perf_counter() - started, violation)
+    # The fastest configuration that misses only the deadline says by how much it binds.
     fastest = bounded_search(problem, pattern, "time", bn_rule, relaxed=True)
     evaluated = best.evaluated + fastest.evaluated
     if fastest.evaluation is not None:
@@ -163,6 +179,35 @@ def exact(problem: Problem, pattern: str = "kreduce", objective: Objective = "co
             violation, reason = furthest, VIOLATION_TEXT[furthest]
     return SearchResult("exact", pattern, None, reason, evaluated,
                         time.perf_counter() - started, violation)
+
+
+def _throughput_binds(problem: Problem, pattern: str, objective: Objective, bn_rule: str
+                      ) -> tuple[Violation, str, int] | None:
+    """The channel's throughput limit with the best plan it rules out, when lifting it leaves
+    one: (violation, reason, configurations evaluated); else None."""
+    if problem.channel == "valkey" and problem.max_cache_ecpu_per_s != math.inf:
+        lifted = bounded_search(replace(problem, max_cache_ecpu_per_s=math.inf), pattern,
+                                objective, bn_rule)
+        if lifted.evaluation is None:
+            return None
+        peak = float(lifted.evaluation.cache_ecpu_per_s_peak[0])
+        return Violation.CACHE_THROUGHPUT, (
+            f"{VIOLATION_TEXT[Violation.CACHE_THROUGHPUT]} (cap "
+            f"{problem.max_cache_ecpu_per_s:,.0f} ECPU/s; the best plan without it peaks at "
+            f"{peak:,.0f} ECPU/s)"), lifted.evaluated
+    if problem.channel == "s3" and problem.s3_request_limits:
+        lifted = bounded_search(replace(problem, s3_request_limits=False), pattern, objective,
+                                bn_rule)
+        if lifted.evaluation is None:
+            return None
+        e = lifted.evaluation
+        return Violation.S3_REQUEST_RATE, (
+            f"{VIOLATION_TEXT[Violation.S3_REQUEST_RATE]} (over "
+            f"{problem.exchange_key_prefixes} prefix(es); the best plan without the limit "
+            f"asks {float(e.s3_put_per_prefix_per_s[0]):,.0f} PUT/DELETE and "
+            f"{float(e.s3_get_per_prefix_per_s[0]):,.0f} GET per second of each)"), \
+            lifted.evaluated
+    return None
 
 
 def _best_over_chunks(problem: Problem, run: Callable[..., SearchResult], method: str,
@@ -226,8 +271,9 @@ def infeasibility(problem: Problem, evaluation: Evaluation) -> tuple[Violation, 
                                   f"{problem.batch_step} fits any memory in the grid")
     furthest = Violation(int(evaluation.violation.max()))
     reason = VIOLATION_TEXT[furthest]
-    if furthest == Violation.DEADLINE:
-        fastest = float(evaluation.time_s[evaluation.violation == Violation.DEADLINE].min())
+    late = misses_only_deadline(problem, evaluation)
+    if furthest == Violation.DEADLINE and late.any():
+        fastest = float(evaluation.time_s[late].min())
         reason += (f" (deadline {problem.deadline_s:g} s; the fastest configuration that "
                    f"meets every other constraint takes {fastest:.0f} s)")
     return furthest, reason
@@ -287,7 +333,7 @@ def exhaustive(problem: Problem, pattern: str = "kreduce", objective: Objective 
         violation = Violation(int(evaluation.violation[0]))
         if violation != Violation.NONE:
             furthest = max(furthest, violation)
-            if violation == Violation.DEADLINE:
+            if misses_only_deadline(problem, evaluation)[0]:
                 fastest_missing_deadline = min(fastest_missing_deadline,
                                                float(evaluation.time_s[0]))
             continue

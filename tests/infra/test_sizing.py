@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fasdl.contract.plan import Plan
 from infra.cache import MAX_ECPU_PER_SECOND, MAX_STORAGE_GB, cache_limits
@@ -39,3 +42,33 @@ def test_limits_grow_with_the_job() -> None:
     assert large.storage_gb > small.storage_gb
     assert large.ecpu_per_second > small.ecpu_per_second
     assert ephemeral_storage_mb(_plan(2, 2048, 1.0, 20_000.0)) > 2_048
+
+
+def _predicted(peak: float, mean: float, workers: int = 64) -> Plan:
+    data = _plan(workers, 2048, 44.7, 150.0).to_dict()
+    data["prediction"] = {"time_s": 100.0, "cost_usd": 1.0, "breakdown": {
+        "cache_ecpu_per_s_peak": peak, "cache_ecpu_per_s_mean": mean}}
+    return Plan.from_dict(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(peak=st.floats(0.0, MAX_ECPU_PER_SECOND), share=st.floats(0.0, 1.0))
+def test_the_maximum_covers_the_planned_peak_and_the_minimum_its_mean(peak: float,
+                                                                       share: float) -> None:
+    """The planner keeps a Valkey plan's peak within 15 M ECPU/s; the deployed maximum is at
+    least that peak (with headroom where it fits) and the pre-scaled minimum the mean."""
+    mean = peak * share
+    limits = cache_limits(_predicted(peak, mean))
+    assert peak <= limits.ecpu_per_second <= MAX_ECPU_PER_SECOND
+    assert limits.ecpu_per_second >= min(MAX_ECPU_PER_SECOND, 1.5 * peak)
+    minimum = limits.ecpu_per_second_minimum
+    assert minimum is not None and 1_000 <= minimum <= limits.ecpu_per_second
+    assert minimum >= min(mean, limits.ecpu_per_second)
+
+
+def test_a_plan_without_predicted_rates_keeps_the_network_estimate() -> None:
+    plan = _plan(64, 2048, 44.7, 150.0)
+    limits = cache_limits(plan)
+    # 64 workers at 75 MB/s both ways (2048 MB is over one vCPU)
+    assert limits.ecpu_per_second == math.ceil(64 * 75 * 1024 * 2)
+    assert limits.ecpu_per_second_minimum is None
