@@ -31,6 +31,8 @@ from constructs import Construct
 
 from fasdl.contract.cache import (
     CACHE_HEADROOM,
+    MAX_ECPU_PER_SECOND,
+    MIN_ECPU_PER_SECOND,
     NAME_MAX_LENGTH,
     cache_name,
     exchange_peak_copies,
@@ -42,8 +44,6 @@ MAJOR_VERSION = "8"
 CACHE_ID = "ServerlessCache"
 MIN_STORAGE_GB = 1
 MAX_STORAGE_GB = 5_000
-MIN_ECPU_PER_SECOND = 1_000
-MAX_ECPU_PER_SECOND = 15_000_000
 # Measured Lambda network ceiling (~75 MB/s) reached at one vCPU (1,769 MB).
 WORKER_PEAK_MB_PER_S = 75.0
 FULL_VCPU_MEMORY_MB = 1_769

@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 FloatArray = NDArray[np.float64]
 KB_PER_MB = 1024.0
 # CacheUsageLimits ECPUPerSecond accepts 1,000-15,000,000 (module docstring)
-MIN_CACHE_ECPU_PER_S = 1_000
-MAX_CACHE_ECPU_PER_S = 15_000_000
 
 
 def request_ecpus(problem: Problem, megabytes: ArrayLike) -> FloatArray:

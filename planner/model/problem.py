@@ -11,9 +11,9 @@ from enum import IntEnum
 import numpy as np
 from numpy.typing import NDArray
 
+from fasdl.contract.cache import MAX_ECPU_PER_SECOND, MIN_ECPU_PER_SECOND
 from fasdl.contract.fields import FieldError, is_integral, is_real
 from fasdl.contract.plan import EXCHANGE_DTYPES, MAX_EXCHANGE_CHUNKS, UPLOAD_BYTES_PER_VALUE
-from planner.model.cache_throughput import MAX_CACHE_ECPU_PER_S, MIN_CACHE_ECPU_PER_S
 from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile
 
 FloatArray = NDArray[np.float64]
@@ -95,7 +95,7 @@ class Problem:
     exchange_dtype: str = "float32"
     # Valkey: a plan's peak ECPU/s must stay within one cache's maximum (math.inf lifts it, to
     # ask whether it binds)
-    max_cache_ecpu_per_s: float = float(MAX_CACHE_ECPU_PER_S)
+    max_cache_ecpu_per_s: float = float(MAX_ECPU_PER_SECOND)
     # S3: the key prefixes the runtime spreads exchange keys over (one today), and whether
     # S3's per-prefix request rates bind (False lifts them, to ask whether they bind)
     exchange_key_prefixes: int = 1
@@ -116,7 +116,7 @@ class Problem:
         _check_int("exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
         if self.max_cache_ecpu_per_s != math.inf:
             _check_number("max_cache_ecpu_per_s", self.max_cache_ecpu_per_s,
-                          MIN_CACHE_ECPU_PER_S, MAX_CACHE_ECPU_PER_S)
+                          MIN_ECPU_PER_SECOND, MAX_ECPU_PER_SECOND)
         _check_int("exchange_key_prefixes", self.exchange_key_prefixes, 1, 1_000_000)
         if self.exchange_dtype not in EXCHANGE_DTYPES:
             raise ModelInputError("exchange_dtype", f"must be one of "

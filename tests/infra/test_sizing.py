@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fasdl.contract.cache import MAX_ECPU_PER_SECOND
 from fasdl.contract.plan import Plan
-from infra.cache import MAX_ECPU_PER_SECOND, MAX_STORAGE_GB, cache_limits
+from infra.cache import MAX_STORAGE_GB, cache_limits
 from infra.compute import MAX_EPHEMERAL_MB, ephemeral_storage_mb
 from infra.settings import DEFAULT_PLAN_PATH
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fasdl.contract.cache import MAX_ECPU_PER_SECOND
 from planner.cli import main
 from planner.model.cache_throughput import (
-    MAX_CACHE_ECPU_PER_S,
     ecpus_per_iteration,
     peak_ecpu_per_s,
 )
@@ -134,6 +134,6 @@ def test_five_hundred_workers_plan_within_the_cache(tmp_path: Path,
         return
     assert code == 0
     breakdown = json.loads(out.read_text())["prediction"]["breakdown"]
-    assert breakdown["cache_ecpu_per_s_peak"] <= MAX_CACHE_ECPU_PER_S
+    assert breakdown["cache_ecpu_per_s_peak"] <= MAX_ECPU_PER_SECOND
     assert 0 < breakdown["cache_ecpu_per_s_mean"] <= breakdown["cache_ecpu_per_s_peak"]
     assert np.isfinite(breakdown["cache_ecpu_per_s_mean"])

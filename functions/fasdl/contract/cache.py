@@ -18,6 +18,10 @@ if TYPE_CHECKING:  # the planner passes arrays of W; the trigger has no numpy
 from fasdl.contract.fields import is_int_in
 
 NAME_MAX_LENGTH = 40  # ElastiCache's limit on a serverless cache's name
+# ECPUPerSecond limits the ElastiCache API accepts for a serverless cache (API_ECPUPerSecond);
+# above its maximum a cache throttles
+MIN_ECPU_PER_SECOND = 1_000
+MAX_ECPU_PER_SECOND = 15_000_000
 # The data cap over the exchange's peak: ElastiCache Serverless evicts keys with a TTL (all of
 # the exchange's) least-recently-used at its cap, so the cap must never be reached
 CACHE_HEADROOM = 1.5
