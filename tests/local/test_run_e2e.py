@@ -107,7 +107,11 @@ def test_run_trains_every_epoch(tmp_path: Path, channel: str) -> None:
 @pytest.mark.slow
 def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        _command(tmp_path, "--channel", "valkey", "--epochs", "30"), cwd=REPO_ROOT,
+        # 0.2 s an iteration: the run outlasts the interrupt by minutes even when a loaded
+        # machine is slow to deliver the first segment's line (a CI dry run's whole run once
+        # finished before it: exit 0)
+        _command(tmp_path, "--channel", "valkey", "--epochs", "30", "--inject-env",
+                 "worker:FASDL_TEST_ITERATION_DELAY_S=0.2"), cwd=REPO_ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     try:
