@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from infra.settings import REPO_ROOT
+from local.template import synthesize
 
 
 @dataclass(frozen=True)
@@ -44,3 +46,33 @@ def with_memory(plan: Path, memory_mb: int, directory: Path) -> Path:
     path = directory / f"plan-{memory_mb}.json"
     path.write_text(json.dumps(changed))
     return path
+
+
+@dataclass(frozen=True)
+class Job:
+    """A plan and the cdk.out synthesized from it, reused by every run of a module."""
+
+    plan: Path
+    cdk_out: Path
+
+
+Synthesized = Callable[[Path, str], Job]
+
+
+def synthesizer(directory: Callable[[str], Path]) -> Synthesized:
+    """A plan on a channel, synthesized once per distinct plan (``directory(name)`` makes a
+    fresh folder): the runs of a module on one deployment share its synth."""
+    done: dict[str, Job] = {}
+
+    def synth(plan: Path, channel: str) -> Job:
+        data = json.loads(plan.read_text())
+        data["deployment"]["channel"] = channel
+        text = json.dumps(data, sort_keys=True)
+        if text not in done:
+            work = directory(f"synth-{channel}")
+            (work / "plan.json").write_text(text)
+            template = synthesize(work / "plan.json", work / "cdk.out")
+            done[text] = Job(work / "plan.json", template.parent)
+        return done[text]
+
+    return synth

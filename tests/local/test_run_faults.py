@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,7 +26,7 @@ import pytest
 from infra import lambda_errors
 from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import synthesize
-from tests.local.runs import Run, local_run
+from tests.local.runs import Job, Run, Synthesized, local_run, synthesizer
 
 # wall-clock and CPU-share measurements: run alone (make test's serial pass), not beside
 # another xdist worker's load
@@ -40,12 +38,6 @@ RUN_TIMEOUT_S = 150
 CRASH = ["--inject-env", "worker:FASDL_TEST_CRASH_AT_ITERATION=120",  # in segment 2
          "--inject-env", "worker:FASDL_TEST_CRASH_WORKER=2"]
 FAST_PEER_WAIT = ["--inject-env", "worker:FASDL_PEER_WAIT_MIN_S=3"]  # peers of a dead worker
-
-
-@dataclass(frozen=True)
-class Job:
-    plan: Path
-    cdk_out: Path
 
 
 @pytest.fixture(scope="module")
@@ -64,27 +56,10 @@ def run(job: Job, directory: Path, run_id: str, *args: str) -> Run:
                      timeout_s=RUN_TIMEOUT_S)
 
 
-Synthesized = Callable[[Path, str], Job]
-
-
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    """The job's plan on a channel, synthesized once per module (the runs on one deployment
-    share it; tests/local/test_run_out_of_memory.py uses it at 256 MB)."""
-    done: dict[str, Job] = {}
-
-    def synth(plan: Path, channel: str) -> Job:
-        data = json.loads(plan.read_text())
-        data["deployment"]["channel"] = channel
-        text = json.dumps(data, sort_keys=True)
-        if text not in done:
-            work = tmp_path_factory.mktemp(f"synth-{channel}")
-            (work / "plan.json").write_text(text)
-            template = synthesize(work / "plan.json", work / "cdk.out")
-            done[text] = Job(work / "plan.json", template.parent)
-        return done[text]
-
-    return synth
+    """The job's plan on a channel, synthesized once per module per deployment."""
+    return synthesizer(tmp_path_factory.mktemp)
 
 
 def errors(result: Run, worker: int | None = None) -> list[str]:

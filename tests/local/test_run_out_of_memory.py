@@ -17,14 +17,11 @@ import pytest
 from fasdl.aws.memory_report import WorkerOutOfMemory
 from infra import lambda_errors, segment_states
 from local.runner import RunOptions, prepare_dataset, prepare_plan
-from local.template import synthesize
-from tests.local.runs import Run, local_run, with_memory
+from tests.local.runs import Job, Run, Synthesized, local_run, synthesizer, with_memory
 from tests.local.test_run_faults import (
     EPOCHS,
     FAST_PEER_WAIT,
     SEGMENT,
-    Job,
-    Synthesized,
     distributed,
     errors,
 )
@@ -45,21 +42,8 @@ def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    """The plan on a channel, synthesized once per module: the two s3 runs share one synth."""
-    done: dict[str, Job] = {}
-
-    def synth(plan: Path, channel: str) -> Job:
-        data = json.loads(plan.read_text())
-        data["deployment"]["channel"] = channel
-        text = json.dumps(data, sort_keys=True)
-        if text not in done:
-            work = tmp_path_factory.mktemp(f"synth-{channel}")
-            (work / "plan.json").write_text(text)
-            template = synthesize(work / "plan.json", work / "cdk.out")
-            done[text] = Job(work / "plan.json", template.parent)
-        return done[text]
-
-    return synth
+    """The job's plan on a channel, synthesized once per module per deployment."""
+    return synthesizer(tmp_path_factory.mktemp)
 
 
 def run(job: Job, directory: Path, run_id: str, *args: str) -> Run:
