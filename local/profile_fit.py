@@ -34,6 +34,10 @@ DATASETS: dict[str, DatasetInfo] = {
 }
 
 
+# Where python -m local profile measures: this machine under Lambda emulation (the fitted
+# profiles' provenance, planner/model/provenance.py)
+LOCAL_EMULATION = "local-emulation"
+
 # Fit quality below which the profile writes no plan command: a plan from such a fit would
 # predict with errors of that order (R² of the time fit a, b, m and of the memory fit k, c)
 MIN_R_SQUARED = 0.9
@@ -116,7 +120,8 @@ def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str
     request = FitRequest(samples=[str(samples)], out=str(work / "fit.json"), kind="both",
                          name=name, dataset=info.key, dataset_samples=info.samples,
                          dataset_mb=info.size_mb, channel=channel, png=str(png),
-                         workload_fields=base.fields if base else {})
+                         workload_fields=base.fields if base else {},
+                         measured_on=LOCAL_EMULATION)
     try:
         lines, fitted = run_fit(request)
         workload = WorkloadProfile.from_dict(

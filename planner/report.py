@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from planner.cli_inputs import Instances
+from planner.model.confidence import assess
 from planner.model.cost_model import busy_s
 from planner.model.exchange_time import cpu_bounds, non_aggregator_times
 from planner.model.instances import InstanceRun
@@ -34,7 +35,9 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
     b = choice.breakdown
     chunked = replace(problem, exchange_chunks=choice.exchange_chunks)  # the choice's C
     title = PATTERN_TITLES.get(choice.pattern, choice.pattern)
+    confidence = assess(problem, choice)
     lines = [
+        *confidence.headline(),  # provisional inputs: said first
         f"Plan for {problem.workload.name}: {title} on {problem.channel}, {problem.arch} "
         f"({result.method} search, {result.evaluated:,} configurations in "
         f"{result.elapsed_s * 1000:.0f} ms)",
@@ -48,6 +51,7 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
         f"{choice.segments} segment(s) of <= {choice.segment_iterations} iterations",
         f"  predicted time {choice.time_s:,.0f} s (deadline {problem.deadline_s:,.0f} s), "
         f"cost ${choice.cost_usd:.4f}",
+        confidence.range_line(),
         f"    cost: Lambda compute ${b['lambda_compute_usd']:.4f}, requests + Step Functions "
         f"${b['requests_usd']:.4f}, exchange ${b['exchange_usd']:.4f}, checkpoints + data "
         f"${b['checkpoint_and_data_usd']:.4f}",

@@ -34,14 +34,21 @@ from planner.fit.samples import (
     TransferRecord,
     read_samples,
 )
-from planner.fit.throughput import SaturationFit, fit_series, platform_from_fits, rounded
-from planner.fit.workload_fit import WorkloadFit, distinct, quality
+from planner.fit.throughput import (
+    COLD_START_PROVENANCE,
+    SaturationFit,
+    fit_series,
+    platform_from_fits,
+    rounded,
+)
+from planner.fit.workload_fit import Quality, WorkloadFit, distinct, quality
 from planner.model.profiles import (
     DIRECTIONS,
     LAMBDA_MAX_MEMORY_MB,
     PlatformProfile,
     WorkloadProfile,
 )
+from planner.model.provenance import Provenance, measured_today
 
 # ---- quality ----------------------------------------------------------------------------------
 
@@ -254,6 +261,9 @@ class FitRequest:
     png: str | None = None
     # the workload's own fields the profile keeps (local profile --workload)
     workload_fields: Mapping[str, Any] = field(default_factory=dict)
+    # where the samples were measured, the fitted groups' provenance (planner/model/provenance.py):
+    # aws-lambda (the profiling state machine) or local-emulation (python -m local profile)
+    measured_on: str = "aws-lambda"
 
 
 def output_paths(out: str, kind: str) -> dict[str, str]:
@@ -303,7 +313,8 @@ def run_fit(request: FitRequest) -> tuple[list[str], dict[str, Any]]:
             torch_load_cpu_s=(DEFAULT_TORCH_LOAD_CPU_S if request.torch_load_cpu_s is None
                               else request.torch_load_cpu_s),
             duplex=samples.duplex)
-        platform = with_client_cpu(platform, samples.transfer, channel)
+        platform = replace(with_client_cpu(platform, samples.transfer, channel),
+                           provenance=platform_provenance(request.measured_on, fits))
         Path(paths["platform"]).write_text(json.dumps(platform.to_dict(), indent=2) + "\n")
         lines.append(f"platform {platform.name}: duplex "
                      + (", ".join(f"{d:g}" for d in platform.duplex) + " (1 = upload and "
@@ -338,4 +349,24 @@ def _workload_options(request: FitRequest, fit: WorkloadFit) -> dict[str, Any]:
             "samples": request.dataset_samples, "dataset_mb": request.dataset_mb,
             "model_mb": model_size_mb(fit, request.model_mb),
             "notes": f"fitted by python -m planner fit; time {fit.time_quality.describe()}",
-            **request.workload_fields}
+            **request.workload_fields, "provenance": workload_provenance(request.measured_on, fit)}
+
+
+def workload_provenance(platform: str, fit: WorkloadFit) -> dict[str, Provenance]:
+    """Both groups measured on ``platform`` today, each with its fit's quality."""
+    def measured(quality: Quality | None) -> Provenance:
+        if quality is None:
+            return measured_today(platform)
+        return measured_today(platform, r_squared=quality.r_squared,
+                              max_relative_error=quality.max_relative_error)
+
+    return {"compute": measured(fit.time_quality), "memory": measured(fit.memory_quality)}
+
+
+def platform_provenance(platform: str, fits: Sequence[SaturationFit]) -> dict[str, Provenance]:
+    """The transfers measured on ``platform`` today (the worst series' quality); the cold
+    start is the defaults' (planner.fit.throughput.COLD_START_PROVENANCE)."""
+    return {"transfer": measured_today(
+                platform, r_squared=min(fit.r_squared for fit in fits),
+                max_relative_error=max(fit.max_relative_error for fit in fits)),
+            "cold_start": COLD_START_PROVENANCE}

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
 from planner.model.profiles import Direction, PlatformProfile
+from planner.model.provenance import Provenance, group_of
 
 DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
 
@@ -217,6 +218,8 @@ def derive_valkey_profile(s3: PlatformProfile,
     return replace(
         s3, name=s3.name.replace("-s3", "-valkey"), channel="valkey",
         up_rate=rates(s3.up_peak), down_rate=rates(s3.down_peak),
+        provenance={"transfer": VALKEY_TRANSFER_PROVENANCE,
+                    "cold_start": group_of(s3.provenance, "cold_start")},
         source=(f"ASSUMPTION until profiled: no Valkey measurements exist. Derived from "
                 f"{s3.name!r}: same peak bandwidth p(M) per direction, since the Lambda "
                 f"function's network interface is the limit; rate t(M) = 1/(p(M)*{round_trip_s}"
@@ -233,3 +236,9 @@ DEFAULT_INVOCATION_OVERHEAD_S = 0.5
 # the median bench/cold_start.py measured at 1769 MB on a development VM, a local measurement,
 # not an AWS one (docs/cold-start.md; docs/results.md, "Measurements behind design choices").
 DEFAULT_TORCH_LOAD_CPU_S = 9.2
+# What those two defaults are (planner/model/provenance.py): an assumption and a local figure
+COLD_START_PROVENANCE = Provenance("chosen", note=(
+    "invocation_overhead_s 0.5 s assumed; torch_load_cpu_s measured locally by "
+    "bench/cold_start.py (docs/cold-start.md), not on AWS"))
+VALKEY_TRANSFER_PROVENANCE = Provenance("provisional", note=(
+    "derived from the S3 profile with an assumed 2 ms round trip: no Valkey measurements exist"))

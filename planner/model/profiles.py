@@ -2,25 +2,26 @@
 
 * :class:`WorkloadProfile` — a model + dataset with the FasDL compute model
   T_train_iter = a·(B+b)/(M+m) (FasDL Eq. 4) and the memory model M_B = k·B + c (thesis Eq. 4-1).
-* :class:`PlatformProfile` — per-memory throughput coefficients of tp = p(M)·(1 − e^(−t(M)·S))
-  (FasDL Eq. 2) for upload and download over one channel, plus what a cold start costs: a fixed
-  per-invocation overhead and the torch load, CPU-seconds spread over the vCPUs of memory M.
+* :class:`PlatformProfile` (planner/model/platform_profile.py, re-exported here) — per-memory
+  throughput coefficients of tp = p(M)·(1 − e^(−t(M)·S)) (FasDL Eq. 2) for upload and download
+  over one channel, plus what a cold start costs: a fixed per-invocation overhead and the torch
+  load, CPU-seconds spread over the vCPUs of memory M.
 * :class:`Prices` — list prices of one region.
 
+Both profiles carry a ``provenance`` per coefficient group (planner/model/provenance.py).
 Shipped profiles live as JSON under ``planner/data`` and load by name; user profiles load from a
 path. Every invalid field raises :class:`ProfileError` naming the field.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -33,36 +34,30 @@ from fasdl.contract.fields import (
     read_profile_json,
     require_choice,
     require_pattern,
-    series,
     set_field,
 )
-from fasdl.contract.plan import ARCHITECTURES, CHANNELS, IDENTIFIER, REGION, PlanError, Workload
+from fasdl.contract.plan import ARCHITECTURES, CHANNELS, REGION, PlanError, Workload
 from fasdl.contract.workload import USER_FIELDS
+from planner.model.platform_profile import (
+    CPU_FIELDS,
+    DIRECTIONS,
+    LAMBDA_MAX_VCPUS,
+    LAMBDA_MB_PER_VCPU,
+    TORCH_LOAD_THREADS,
+    Direction,
+    PlatformProfile,
+    lambda_vcpus,
+    sizes,
+)
+from planner.model.provenance import (
+    WORKLOAD_GROUPS,
+    Provenance,
+    parse_provenance,
+    provenance_dict,
+)
 from planner.model.recipe import Recipe
 
-
-def sizes(size_mb: ArrayLike) -> NDArray[np.float64]:
-    """Object sizes in MB as an array; a negative one is an error naming ``size_mb``."""
-    size = np.asarray(size_mb, dtype=np.float64)
-    if np.any(size < 0):
-        raise ProfileError(f"object size must be >= 0 MB, got {size_mb!r}", "size_mb")
-    return size
-
-
-Direction = Literal["up", "down"]
-DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
-
 _DATA: Traversable = resources.files("planner") / "data"
-
-
-# Lambda's CPU: one vCPU per 1,769 MB, linear in memory, at most 6 (10,240 MB); AWS
-# resource-model.html. local/lambda_speed.py caps emulated invocations with the same numbers.
-LAMBDA_MB_PER_VCPU = 1769.0
-LAMBDA_MAX_VCPUS = 6.0
-# The torch load (zstd stream + tar extraction, then `import torch`) runs on one thread:
-# uncapped it keeps less than one CPU busy (measured: docs/cold-start.md), so vCPUs past one do
-# not help.
-TORCH_LOAD_THREADS = 1.0
 
 
 # Lambda's largest function memory: m <= -10240 leaves M + m <= 0, no compute, at every memory.
@@ -118,6 +113,9 @@ class WorkloadProfile:
     # [smallest, largest] M the profiler measured (None: the paper's or a hand-made profile);
     # a plan outside it extrapolates the fit, and says so
     profiled_memory_mb: list[float] | None = None
+    # where the compute and memory coefficients come from (planner/model/provenance.py);
+    # {} = not recorded, counted as provisional
+    provenance: Mapping[str, Provenance] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         for name, low, above, high in _WORKLOAD_NUMBERS:
@@ -130,6 +128,7 @@ class WorkloadProfile:
                 raise bad(name, f"{error.detail} ({reason})") from error
             set_field(self, name, value)
         require_pattern("notes", self.notes, None, "a string", bad)
+        set_field(self, "provenance", parse_provenance(self.provenance, WORKLOAD_GROUPS))
         try:
             set_field(self, "recipe", Recipe.from_value(self.recipe))
         except PlanError as error:
@@ -183,6 +182,7 @@ class WorkloadProfile:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["provenance"] = provenance_dict(self.provenance)  # {}: not recorded, left out
         if not self.cpu_profiled:
             del data["cpu_step_s"], data["cpu_sample_s"]  # not profiled: files stay as they were
         for name, default in _OPTIONAL_WORKLOAD_FIELDS.items():
@@ -199,7 +199,7 @@ class WorkloadProfile:
 
 _OPTIONAL_WORKLOAD_FIELDS: dict[str, object] = {
     **{name: Workload.__dataclass_fields__[name].default for name in USER_FIELDS},
-    "profiled_memory_mb": None}
+    "profiled_memory_mb": None, "provenance": {}}
 # The fitted coefficients: a workload without any of them (python -m planner workload new
 # writes one) must be profiled before it can be planned.
 COMPUTE_FIELDS = ("a", "b", "m", "k", "c")
@@ -211,145 +211,6 @@ def unprofiled_message(name: str) -> str:
             f"<its file>`, or on AWS (deploy with `-c workload=<its file> -c profiling=true`, "
             f"run the profiling state machine, then `python -m planner fit --workload <its "
             f"file> --samples ...`: docs/profiling.md), then plan with the profile it writes")
-
-
-CPU_FIELDS = ("cpu_up_request_s", "cpu_up_mb_s", "cpu_down_request_s", "cpu_down_mb_s",
-              "cpu_fold_mb_s", "cpu_bf16_frame_mb_s", "cpu_bf16_fold_mb_s")
-
-
-@dataclass(frozen=True)
-class PlatformProfile:
-    """Per-memory transfer coefficients of one channel: tp = p(M)·(1 − e^(−t(M)·S)) MB/s."""
-
-    name: str
-    channel: str
-    arch: str
-    source: str
-    memory_mb: tuple[float, ...]
-    up_peak: tuple[float, ...]
-    up_rate: tuple[float, ...]
-    down_peak: tuple[float, ...]
-    down_rate: tuple[float, ...]
-    invocation_overhead_s: float  # per invocation: Lambda's own init and the first request
-    torch_load_cpu_s: float  # per cold start: torch unpack + import, CPU-s at one vCPU
-    # Per memory, how far an upload and a download overlap (planner/model/pipelined.py's d: 1 =
-    # full duplex, 0 = one shared link); () = full duplex everywhere (not profiled).
-    duplex: tuple[float, ...] = ()
-    # The client's CPU seconds (at one vCPU) per request and per MB each way, and per MB an
-    # aggregator folds; profiled, 0 = not measured (planner/model/exchange_time.py's CPU bound).
-    cpu_up_request_s: float = 0.0
-    cpu_up_mb_s: float = 0.0
-    cpu_down_request_s: float = 0.0
-    cpu_down_mb_s: float = 0.0
-    cpu_fold_mb_s: float = 0.0
-    cpu_bf16_frame_mb_s: float = 0.0  # per MB of float32 values framed as a bfloat16 upload
-    cpu_bf16_fold_mb_s: float = 0.0  # per MB of float32 values folded from a bfloat16 copy
-
-    def __post_init__(self) -> None:
-        require_pattern("name", self.name, IDENTIFIER,
-                        "an identifier of 1-64 letters, digits, '_.-'", bad)
-        require_choice("channel", self.channel, CHANNELS, bad)
-        require_choice("arch", self.arch, ARCHITECTURES, bad)
-        require_pattern("source", self.source, None, "a string", bad)
-        memories = series("memory_mb", self.memory_mb, positive=True)
-        if any(high <= low for low, high in itertools.pairwise(memories)):
-            raise bad("memory_mb", f"must be strictly ascending, got {list(memories)}")
-        set_field(self, "memory_mb", memories)
-        for name in ("up_peak", "up_rate", "down_peak", "down_rate"):
-            values = series(name, getattr(self, name), positive=True)
-            if len(values) != len(memories):
-                raise bad(name, f"must have one value per memory ({len(memories)}), "
-                                 f"got {len(values)}")
-            set_field(self, name, values)
-        set_field(self, "invocation_overhead_s",
-             number("invocation_overhead_s", self.invocation_overhead_s, low=0.0))
-        set_field(self, "torch_load_cpu_s",
-             number("torch_load_cpu_s", self.torch_load_cpu_s, low=0.0))
-        if isinstance(self.duplex, (list, tuple)) and not self.duplex:
-            set_field(self, "duplex", ())  # not profiled: full duplex
-        else:
-            duplex = series("duplex", self.duplex, positive=False)
-            if len(duplex) != len(memories) or not all(d <= 1.0 for d in duplex):
-                raise bad("duplex", f"must have one value in [0, 1] per memory "
-                                    f"({len(memories)}), got {list(duplex)}")
-            set_field(self, "duplex", duplex)
-        for name in CPU_FIELDS:
-            set_field(self, name, number(name, getattr(self, name), low=0.0))
-
-    def cold_start_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
-        """Overhead + torch load: a run is charged one (its later segments start warm)."""
-        return np.asarray(self.invocation_overhead_s + self.torch_load_s(memory_mb))
-
-    def torch_load_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
-        """Unpack + import at memory M: torch_load_cpu_s / min(vCPUs(M), TORCH_LOAD_THREADS)."""
-        usable = np.minimum(lambda_vcpus(memory_mb), TORCH_LOAD_THREADS)
-        return np.asarray(self.torch_load_cpu_s / usable, dtype=np.float64)
-
-    def coefficients(self, direction: Direction,
-                     memory_mb: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """p(M), t(M): linear between profiled memories, the edge values outside them."""
-        if direction == "up":
-            peaks, rates = self.up_peak, self.up_rate
-        elif direction == "down":
-            peaks, rates = self.down_peak, self.down_rate
-        else:
-            raise ProfileError(f"direction must be one of {', '.join(DIRECTIONS)}, "
-                               f"got {direction!r}", "direction")
-        memory = np.asarray(memory_mb, dtype=float)
-        return (np.asarray(np.interp(memory, self.memory_mb, peaks), dtype=np.float64),
-                np.asarray(np.interp(memory, self.memory_mb, rates), dtype=np.float64))
-
-    def duplex_at(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
-        """d at memory M: linear between profiled memories, 1 (full duplex) if not profiled."""
-        memory = np.asarray(memory_mb, dtype=float)
-        if not self.duplex:
-            return np.ones_like(memory)
-        return np.asarray(np.interp(memory, self.memory_mb, self.duplex), dtype=np.float64)
-
-    def throughput(self, direction: Direction, memory_mb: ArrayLike,
-                   size_mb: ArrayLike) -> NDArray[np.float64]:
-        """MB/s for one object of ``size_mb`` at memory M; broadcasts over both arrays."""
-        peak, rate = self.coefficients(direction, memory_mb)
-        size = sizes(size_mb)
-        return np.asarray(peak * -np.expm1(-rate * size), dtype=np.float64)
-
-    def transfer_time(self, direction: Direction, memory_mb: ArrayLike,
-                      size_mb: ArrayLike) -> NDArray[np.float64]:
-        """Seconds for one object, S/tp(S). An empty object still costs the round trip
-        1/(p·t), the model's limit as S → 0, so the result is never 0/0."""
-        peak, rate = self.coefficients(direction, memory_mb)
-        size = sizes(size_mb)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # Below ~1e-9 MB use the Taylor limit 1/t + S/2: expm1 would underflow to 0.
-            exponent = rate * size
-            per_peak = np.where(exponent > 1e-9, size / -np.expm1(-exponent),
-                                1.0 / rate + size / 2.0)
-        return np.asarray(per_peak / peak, dtype=np.float64)
-
-    @property
-    def cpu_profiled(self) -> bool:
-        """Whether the profiler measured the exchange's CPU (else every CPU_FIELDS is 0)."""
-        return any(getattr(self, name) for name in CPU_FIELDS)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if not self.duplex:
-            del data["duplex"]  # not profiled: the files stay as they were
-        if not self.cpu_profiled:
-            for name in CPU_FIELDS:
-                del data[name]
-        return {key: list(value) if isinstance(value, tuple) else value
-                for key, value in data.items()}
-
-    @classmethod
-    def from_dict(cls, data: object) -> PlatformProfile:
-        return construct(cls, data)
-
-
-def lambda_vcpus(memory_mb: ArrayLike) -> NDArray[np.float64]:
-    """vCPUs Lambda gives memory M: M/1769, at most 6."""
-    vcpus = np.asarray(memory_mb, dtype=np.float64) / LAMBDA_MB_PER_VCPU
-    return np.asarray(np.minimum(vcpus, LAMBDA_MAX_VCPUS), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -474,8 +335,8 @@ def load_prices(region: str = "us-east-1") -> Prices:
 
 
 __all__ = [
-    "DIRECTIONS", "LAMBDA_MAX_VCPUS", "LAMBDA_MB_PER_VCPU", "TORCH_LOAD_THREADS", "Direction",
-    "PlatformProfile", "Prices", "ProfileError", "WorkloadProfile", "known_platforms",
-    "known_regions", "known_workloads", "lambda_vcpus", "load_platform", "load_platform_file",
-    "load_prices", "load_workload",
+    "CPU_FIELDS", "DIRECTIONS", "LAMBDA_MAX_VCPUS", "LAMBDA_MB_PER_VCPU", "TORCH_LOAD_THREADS",
+    "Direction", "PlatformProfile", "Prices", "ProfileError", "WorkloadProfile",
+    "known_platforms", "known_regions", "known_workloads", "lambda_vcpus", "load_platform",
+    "load_platform_file", "load_prices", "load_workload", "sizes",
 ]
