@@ -4,24 +4,29 @@ plus the environment that points the emulated functions at them."""
 
 from __future__ import annotations
 
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-
-import redis
 
 from fasdl.contract.cache import CACHE_HEADROOM
 from fasdl.contract.plan import Plan
 from infra.cache import cache_limits, exchange_peak_mb
+from local.cache_cap import (
+    CONNECTIONS_PER_WORKER,
+    EVICTION_POLICY,
+    CacheCap,
+    CacheServer,
+    evicted_keys,
+)
 from local.cache_plane import CacheStackState, LocalElastiCache
 from local.control_plane import ControlPlane, WorkerFunction
 from local.layout import BUCKETS
 from local.logs_plane import LocalLogs
-from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from local.template import LocalTemplate, TemplateError, local_server_env
 
 CACHE_NAME_ENV = "FASDL_CACHE_NAME"
-CacheServer = ValkeyServer | RedisTlsClusterServer
+__all__ = ["RunServers", "cap_planned_cache", "evicted_keys", "start_servers", "storage_servers"]
 
 
 @dataclass(frozen=True)
@@ -79,35 +84,16 @@ def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tl
     return RunServers(s3, cache, control, logs, env, description)
 
 
-def _node(cache: CacheServer) -> redis.Redis:
-    return redis.Redis(host=HOST, port=cache.port, ssl=cache.tls, ssl_ca_certs=cache.ca_cert)
-
-
-def cap_cache(cache: CacheServer, data_bytes: int) -> int:
-    """Hold the cache to ``data_bytes`` of data as ElastiCache Serverless holds a cache to its
-    data-storage maximum, evicting keys with a TTL (all the exchange's) least-recently-used:
-    maxmemory is what the server holds before the run plus the cap, policy volatile-lru. So an
-    exchange that outgrows the planned cap loses keys here, as on AWS. Returns maxmemory."""
-    with closing(_node(cache)) as client:
-        limit = int(client.info("memory")["used_memory"]) + int(data_bytes)
-        client.config_set("maxmemory", limit)
-        client.config_set("maxmemory-policy", "volatile-lru")
-    return limit
-
-
-def cap_planned_cache(cache: CacheServer, plan: Plan, *, at_peak: bool = False) -> str:
-    """The planned cache's data cap (infra.cache, in GB of 10^9 bytes: the smaller reading of
-    ElastiCache's unit) with its eviction policy; ``at_peak``: the exchange's peak times the
-    headroom itself, which the whole GB hides for small models. Says what it set."""
-    if at_peak:
-        cap = int(CACHE_HEADROOM * exchange_peak_mb(plan) * 2**20)
-    else:
-        cap = cache_limits(plan).storage_gb * 10**9
-    cap_cache(cache, cap)
-    return f"cache capped at {cap / 1e6:,.3f} MB of data with volatile-lru eviction"
-
-
-def evicted_keys(cache: CacheServer) -> int:
-    """Keys the cache evicted at its cap since it started (INFO stats)."""
-    with closing(_node(cache)) as client:
-        return int(client.info("stats")["evicted_keys"])
+def cap_planned_cache(stack: ExitStack, cache: CacheServer, plan: Plan, *,
+                      at_peak: bool = False) -> str:
+    """Hold the cache, on ``stack``, to the planned data cap (infra.cache, in GB of 10^9 bytes:
+    the smaller reading of ElastiCache's unit) with its eviction policy (local.cache_cap);
+    ``at_peak``: the exchange's peak times the headroom itself, which the whole GB hides for
+    small models. Says what it set."""
+    peak_bytes = exchange_peak_mb(plan) * 2**20
+    cap = int(CACHE_HEADROOM * peak_bytes) if at_peak else cache_limits(plan).storage_gb * 10**9
+    workers = plan.deployment.workers
+    in_flight = workers * plan.workload.model_mb * 2**20  # one upload each
+    stack.enter_context(CacheCap(cache, cap, in_flight_bytes=int(in_flight),
+                                 expected_connections=workers * CONNECTIONS_PER_WORKER))
+    return f"cache capped at {cap / 1e6:,.3f} MB of data with {EVICTION_POLICY} eviction"

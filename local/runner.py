@@ -51,6 +51,7 @@ from local.lambda_speed import EmulationError, LambdaEmulation, load_emulation
 from local.layout import BUCKETS
 from local.reference import single_process_reference
 from local.report import Progress
+from local.run_limits import with_limits
 from local.run_report import FinishedRun, wait_and_report
 from local.run_servers import RunServers, cap_planned_cache, evicted_keys, start_servers
 from local.service_faults import ServiceFault
@@ -100,6 +101,8 @@ class RunOptions:
     cache_stack: CacheStackState = field(default_factory=CacheStackState)  # cache_plane.py
     storage_faults: StorageFaults = field(default_factory=StorageFaults)  # chaos_faults.py
     reference: bool = False  # train the single-process reference first and plot it
+    budget_usd: float | None = None  # instead of the plan's limits (local/run_limits.py)
+    deadline_s: float | None = None
 
 
 # ---- plan -------------------------------------------------------------------------------------
@@ -268,6 +271,8 @@ def run(options: RunOptions, say: Say = print) -> int:
             plan, files = prepare_dataset(plan, options, work, say)
             if options.plan is None and not options.segment_iterations:
                 plan = whole_epoch_segments(plan)
+            plan = with_limits(plan, budget_usd=options.budget_usd,
+                               deadline_s=options.deadline_s)
             plan_path = work / "plan.json"
             plan.save(plan_path)
             say(plan_text(plan))
@@ -304,7 +309,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         s3, cache, local_env = servers.s3, servers.cache, servers.env
         say(f"started {servers.description}")
         if cache is not None:
-            say(cap_planned_cache(cache, plan, at_peak=options.cache_at_peak))
+            say(cap_planned_cache(stack, cache, plan, at_peak=options.cache_at_peak))
         client = s3.client()
         prefix = plan.workload.dataset.rstrip("/")
         for name, path in files.items():

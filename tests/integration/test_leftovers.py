@@ -1,9 +1,9 @@
 """Nothing left behind on the exchange, and a cache sized for what is really there.
 
 A Valkey run of several segments, one of them retried after a crash and one shortened, played
-by hand like tests/integration/test_workers.py, on a Valkey of its own capped as
-local/run_servers.py caps it: the planned data cap (fasdl.contract.cache) with volatile-lru,
-as ElastiCache Serverless evicts. After every segment the cache holds keys of the live epoch
+by hand like tests/integration/test_workers.py, on a Valkey of its own held by local.cache_cap
+to the planned data cap (fasdl.contract.cache) with volatile-lru, as ElastiCache Serverless
+evicts. After every segment the cache holds keys of the live epoch
 only (worker 0 of each epoch deletes the epochs it supersedes), nothing was evicted, and
 finalize leaves nothing at all; the results bucket keeps the chain's last two checkpoints."""
 
@@ -19,7 +19,7 @@ import pytest
 from fasdl.contract.cache import CACHE_HEADROOM, exchange_peak_copies
 from fasdl.contract.keys import checkpoint_group, checkpoints_prefix, manifest_key
 from fasdl.exchange.channel.s3 import S3Channel
-from local.run_servers import cap_cache, evicted_keys
+from local.cache_cap import CONNECTIONS_PER_WORKER, CacheCap, evicted_keys
 from local.servers import SeaweedS3Server, ValkeyServer
 from tests.integration.test_workers import BUCKETS, Stack, _run_id, digits_plan, digits_store
 
@@ -31,7 +31,13 @@ def _crash(iteration: int) -> dict[str, str]:  # fasdl.run.fault_hooks
 @pytest.fixture
 def capped_valkey() -> Iterator[ValkeyServer]:
     with ValkeyServer(cluster=True) as server:
-        yield server
+        plan = digits_plan("valkey")
+        model_bytes = plan.workload.model_mb * 2**20
+        peak_bytes = CACHE_HEADROOM * exchange_peak_copies(plan.deployment.workers) * model_bytes
+        workers = plan.deployment.workers
+        with CacheCap(server, int(peak_bytes), in_flight_bytes=int(workers * model_bytes),
+                      expected_connections=workers * CONNECTIONS_PER_WORKER):
+            yield server
 
 
 def _epochs(valkey: ValkeyServer, run_id: str) -> set[int]:
@@ -53,9 +59,6 @@ def test_the_cache_holds_only_the_live_epoch_and_never_evicts(
         seaweed_server: SeaweedS3Server, capped_valkey: ValkeyServer, tmp_path: Path) -> None:
     s3_store = digits_store(seaweed_server, tmp_path / "digits")
     plan = digits_plan("valkey")
-    peak_bytes = CACHE_HEADROOM * exchange_peak_copies(plan.deployment.workers) \
-        * plan.workload.model_mb * 2**20
-    cap_cache(capped_valkey, int(peak_bytes))
     stack = Stack(s3_store, plan, tmp_path, {
         "FASDL_CACHE_ENDPOINT": "127.0.0.1", "FASDL_CACHE_PORT": str(capped_valkey.port),
         "FASDL_CACHE_CLUSTER": "1"})
