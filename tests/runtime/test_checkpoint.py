@@ -125,6 +125,9 @@ class Cluster:
     # bfloat16 uploads: the reference, residual and previous merged shard resume too
     (1, "hap", 3, {"exchange_dtype": "bfloat16"}), (2, "bsp", 2, {"exchange_dtype": "bfloat16"}),
     (2, "hap", 1, {"exchange_dtype": "bfloat16", "exchange_chunks": 2}),
+    # the paper's HAP merge, restarted inside a warm-up from a scaled plan's base rate
+    (1, "hap", 3, {"hap_merge": "paper", "warmup_iterations": 4,
+                   "warmup_start_learning_rate": 0.025}),
 ])
 def test_restart_from_manifest_reproduces_the_undisturbed_run_bitwise(
         dataset: Path, tmp_path: Path, aggregators: int, sync: str, first_segment: int,

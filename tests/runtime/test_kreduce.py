@@ -153,24 +153,35 @@ def test_bsp_equals_one_process_sgd_with_momentum_on_the_union_batch(aggregators
     np.testing.assert_allclose(workers[0].parameters, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_hap_non_aggregator_starts_from_merged_of_the_iteration_before_plus_its_step() -> None:
-    # Hand trace for W=2, K=1, B^a=2, B^n=3 on y = x·θ with MSE, in float64 numpy.
-    plan = make_plan(2, 1, 2, 3, "hap", learning_rate=0.05, momentum=0.5)
+def _two_worker_hap_trace(hap_merge: str) -> dict[tuple[int, int], np.ndarray]:
+    """The parameters each worker holds after each of 3 iterations: W=2, K=1, B^a=2, B^n=3
+    on y = x·θ with MSE and SGD momentum 0.5."""
+    plan = make_plan(2, 1, 2, 3, "hap", learning_rate=0.05, momentum=0.5, hap_merge=hap_merge)
     model = nn.Linear(2, 1, bias=False)
     with torch.no_grad():
         model.weight.copy_(torch.tensor([[0.5, -1.0]]))
-    rng = np.random.default_rng(3)
-    data = [[(rng.normal(size=(plan.batch_of(w), 2)), rng.normal(size=(plan.batch_of(w), 1)))
-             for _ in range(3)] for w in range(2)]
     batches = [[(torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32))
-                for x, y in worker] for worker in data]
+                for x, y in worker] for worker in HAP_TRACE_DATA]
     seen: dict[tuple[int, int], np.ndarray] = {}
     workers = make_workers(plan, model, MemoryChannel(), loss_fn=nn.MSELoss())
     drive(workers, batches, range(3),
           lambda worker, it: seen.__setitem__((worker.worker_id, it), worker.parameters.copy()))
+    return seen
+
+
+_trace_rng = np.random.default_rng(3)
+HAP_TRACE_DATA = [[(_trace_rng.normal(size=(batch, 2)), _trace_rng.normal(size=(batch, 1)))
+                   for _ in range(3)] for batch in (2, 3)]
+
+
+@pytest.mark.parametrize("hap_merge", ["reapply", "paper"])
+def test_hap_non_aggregator_starts_from_merged_of_the_iteration_before(hap_merge: str) -> None:
+    # The hand trace in float64 numpy: `reapply` adds its own step of l to merged(l−1), the
+    # paper's HAP (FasDL §IV-B) trains on from merged(l−1) as it is.
+    seen = _two_worker_hap_trace(hap_merge)
 
     def gradient(theta: np.ndarray, worker: int, it: int) -> np.ndarray:
-        x, y = data[worker][it]
+        x, y = HAP_TRACE_DATA[worker][it]
         result: np.ndarray = 2.0 / len(y) * x.T @ (x @ theta - y)
         return result
 
@@ -185,16 +196,36 @@ def test_hap_non_aggregator_starts_from_merged_of_the_iteration_before_plus_its_
             buffers[w] = 0.5 * buffers[w] + gradient(start[w], w, it)
             local.append(start[w] - 0.05 * buffers[w])
         merged.append(weights[0] * local[0] + weights[1] * local[1])
-        # aggregator continues from merged(l); the non-aggregator from merged(l−1) plus its
-        # own step of l again (−lr·buffer), or its own update at l = 0, which it only uploads
-        own_step = local[1] - start[1]
+        # aggregator continues from merged(l); the non-aggregator from merged(l−1) (plus its
+        # own step of l again, −lr·buffer, under reapply), or at l = 0 its own update, which
+        # it only uploads
+        own_step = local[1] - start[1] if hap_merge == "reapply" else 0.0
         start = [merged[it], merged[it - 1] + own_step if it > 0 else local[1]]
         np.testing.assert_allclose(seen[(0, it)], start[0].ravel(), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(seen[(1, it)], start[1].ravel(), rtol=1e-5, atol=1e-6)
-    # the step it carries is its own: merged(1) plus exactly −lr·(its momentum buffer)
-    np.testing.assert_allclose(seen[(1, 2)], (merged[1] - 0.05 * buffers[1]).ravel(),
-                               rtol=1e-5)
-    assert not np.allclose(seen[(1, 2)], merged[1].ravel(), rtol=1e-3)
+    if hap_merge == "paper":  # exactly merged(1), as the aggregator held it after iteration 1
+        np.testing.assert_array_equal(seen[(1, 2)], seen[(0, 1)])
+    else:  # the step it carries is its own: merged(1) plus exactly −lr·(its momentum buffer)
+        np.testing.assert_allclose(seen[(1, 2)], (merged[1] - 0.05 * buffers[1]).ravel(),
+                                   rtol=1e-5)
+        assert not np.allclose(seen[(1, 2)], merged[1].ravel(), rtol=1e-3)
+
+
+def test_the_two_merges_first_differ_by_the_non_aggregators_own_step() -> None:
+    # Up to iteration 1 both runs take the same steps; there the non-aggregator loads merged(0)
+    # and only `reapply` adds −lr·(μ·g_0 + g_1), its own step of 1, on top
+    reapply, paper = _two_worker_hap_trace("reapply"), _two_worker_hap_trace("paper")
+    for key in [(0, 0), (1, 0), (0, 1)]:
+        np.testing.assert_array_equal(reapply[key], paper[key])
+    theta = np.array([[0.5], [-1.0]])
+    x0, y0 = HAP_TRACE_DATA[1][0]
+    g0 = 2.0 / 3 * x0.T @ (x0 @ theta - y0)
+    after0 = theta - 0.05 * g0  # its own update at l = 0
+    x1, y1 = HAP_TRACE_DATA[1][1]
+    buffer = 0.5 * g0 + 2.0 / 3 * x1.T @ (x1 @ after0 - y1)
+    np.testing.assert_allclose(reapply[(1, 1)] - paper[(1, 1)], (-0.05 * buffer).ravel(),
+                               rtol=1e-4, atol=1e-7)
+    assert not np.allclose(reapply[(1, 2)], paper[(1, 2)], rtol=1e-3)
 
 
 class PeakTrackingChannel(MemoryChannel):

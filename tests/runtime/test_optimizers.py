@@ -131,6 +131,18 @@ def test_schedule_warms_up_then_decays_to_zero() -> None:
     assert LearningRateSchedule(0.1, "constant", warmup=2, total=10)(9) == 0.1
 
 
+def test_a_scaled_rate_warms_up_from_the_base_rate() -> None:
+    # Goyal et al.: 0.05 tuned at batch 16, scaled ×4 to 0.2 at batch 64, warmed up from 0.05
+    goyal = LearningRateSchedule(0.2, "constant", warmup=4, total=20, start=0.05)
+    assert [goyal(i) for i in range(6)] == pytest.approx(
+        [0.0875, 0.125, 0.1625, 0.2, 0.2, 0.2])
+    # a plan without the start field warms up from zero, bit for bit as before it existed
+    plan = make_plan(2, 1, 4, 4, "bsp", warmup_iterations=7)
+    schedule = LearningRateSchedule.for_plan(plan)
+    assert schedule.start == 0.0
+    assert [schedule(i) for i in range(8)] == [0.1 * (i + 1) / 7 for i in range(7)] + [0.1]
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(base=st.floats(1e-5, 1.0), kind=st.sampled_from(["constant", "cosine", "linear"]),
        warmup=st.integers(0, 50), total=st.integers(1, 500), iteration=st.integers(0, 600))

@@ -36,6 +36,7 @@ from fasdl.contract.json_input import (
     read_json_file,
     unknown_field_message,
 )
+from fasdl.contract.lr_scaling import require_scaled_rate
 from fasdl.contract.workload import AUGMENTATIONS, NEEDS_NORMALIZATION
 from fasdl.contract.workload import Workload as Workload  # the plan's section, re-exported
 
@@ -50,6 +51,8 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")  # fasdl.training.optimizers
 OPTIMIZER_STATE: dict[str, tuple[str, ...]] = {"sgd": ("momentum",),
                                                "adamw": ("exp_avg", "exp_avg_sq")}
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "linear")
+# HAP non-aggregator on merged l−1: re-apply its step, or the paper's (fasdl.exchange.kreduce)
+HAP_MERGES: tuple[str, ...] = ("reapply", "paper")
 # What uploaded shards carry (fasdl.exchange.codec): float32 values, or their bfloat16
 # difference from the last merged model with error feedback (half the upload bytes)
 EXCHANGE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
@@ -131,6 +134,18 @@ class Training:
     # (fasdl.exchange.pipeline), every shard in C chunks, uploads and downloads overlapped
     exchange_chunks: int = 1
     exchange_dtype: str = "float32"
+    # learning_rate is base_learning_rate scaled from base_batch to the global batch by
+    # lr_scaling (fasdl.contract.lr_scaling); "none": as given (every plan before the rules)
+    lr_scaling: str = "none"
+    base_learning_rate: float | None = None
+    base_batch: int | None = None
+    # the warm-up ramps from this rate (0: from zero; Goyal et al.: from the base rate)
+    warmup_start_learning_rate: float = 0.0
+    hap_merge: str = "reapply"
+
+    # written only off their defaults: older plans read and fit the trigger's 4 KB as before
+    OMITTED_AT_DEFAULT = ("lr_scaling", "base_learning_rate", "base_batch",
+                          "warmup_start_learning_rate", "hap_merge")
 
     def validate(self, workers: int) -> None:
         require_int("training.aggregators", self.aggregators, 1, workers)
@@ -168,6 +183,8 @@ class Training:
                 f"global batch K*B^a + (W-K)*B^n = {batch} exceeds the cap "
                 f"{self.max_global_batch}; allowed range is [1, {self.max_global_batch}]",
             )
+        require_scaled_rate(self.lr_scaling, self.learning_rate, self.base_learning_rate,
+                            self.base_batch, batch)
 
     def _validate_recipe(self) -> None:
         require_choice("training.optimizer", self.optimizer, OPTIMIZERS)
@@ -177,6 +194,9 @@ class Training:
         require_choice("training.lr_schedule", self.lr_schedule, LR_SCHEDULES)
         require_int("training.warmup_iterations", self.warmup_iterations, 0, 10**9)
         require_choice("training.augmentation", self.augmentation, AUGMENTATIONS)
+        require_choice("training.hap_merge", self.hap_merge, HAP_MERGES)
+        require_float("training.warmup_start_learning_rate", self.warmup_start_learning_rate,
+                      0.0, 10.0)
 
 
 @dataclass(frozen=True)
@@ -299,6 +319,10 @@ class Plan:
         if self.prediction is None:
             data.pop("prediction")
         data["workload"] = self.workload.to_dict()
+        defaults = Training.__dataclass_fields__
+        data["training"] = {name: value for name, value in data["training"].items()
+                            if name not in Training.OMITTED_AT_DEFAULT
+                            or value != defaults[name].default}
         return {"version": data.pop("version"), **data}
 
     def to_compact_json(self) -> str:
@@ -315,9 +339,6 @@ class Plan:
     def from_dict(cls, data: object) -> Plan:
         if not isinstance(data, dict):
             raise PlanError("<root>", f"must be a JSON object, got {type(data).__name__}")
-        # the planner's confidence section (planner/model/confidence.py) is for the reader:
-        # accepted and dropped, nothing at run time needs it
-        data = {key: value for key, value in data.items() if key != "confidence"}
         _reject_unknown("<root>", data, {f.name for f in fields(cls)})
         if "version" not in data:
             raise PlanError("version", f"is missing; this reader expects version {PLAN_VERSION}")

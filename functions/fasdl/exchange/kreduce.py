@@ -7,14 +7,17 @@ iteration every worker takes one step of its own optimizer (fasdl.training.optim
   weighted by batch size (worker 0..W−1, float64 accumulation: bitwise reproducible),
   publishes merged shard t, then fetches the other merged shards of the same iteration (BSP);
 * a non-aggregator uploads its K shards; under ``hap`` it then loads the merged shards of the
-  previous iteration (staleness 1, nothing at l = 0) and applies its own step of l again on
-  top of them, under ``bsp`` it loads those of this iteration.
+  previous iteration (staleness 1, nothing at l = 0) and, with ``training.hap_merge``
+  ``reapply`` (the default), applies its own step of l again on top of them; with ``paper``
+  it trains on from merged l−1 as it is (FasDL §IV-B: "non-aggregators retrieve the merged
+  parameters of the previous iteration and immediately transition to the subsequent
+  iteration"). Under ``bsp`` it loads those of this iteration.
 
-Why it re-applies its step: trained from merged l−1 as it is (the paper's HAP), every merge
-mixes fresh models with models one merge behind, the model advances ~1/(1 + w_n) of the
-update per iteration (w_n: the non-aggregators' batch share) and a fixed budget ends
-under-trained (docs/results.md, "Convergence"). Merged l−1 plus its own step is its best guess of
-merged l; it costs one optimizer update (fasdl.training.optimizers reapply), no memory.
+Why re-apply: trained from merged l−1 as it is, every merge mixes fresh models with models
+one merge behind, the model advances ~1/(1 + w_n) of the update per iteration (w_n: the
+non-aggregators' batch share) and a fixed budget ends under-trained (docs/results.md,
+"Convergence"). Merged l−1 plus its own step is its best guess of merged l; it costs one
+optimizer update (fasdl.training.optimizers reapply), no memory.
 
 Why model averaging after local momentum steps equals large-batch SGD with momentum (bsp):
 every worker starts iteration l from the same parameters θ, so its update is
@@ -42,7 +45,6 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -57,30 +59,12 @@ from fasdl.exchange.codec import build_codec
 from fasdl.exchange.inflight import SCALED_AT_ONCE, Uploads, add_weighted, frame_size
 from fasdl.exchange.pipeline import PipelinedExchange
 from fasdl.exchange.shard_layout import chunk_bounds, shard_bounds
+from fasdl.exchange.step_stats import StepStats as StepStats  # what step() returns
 from fasdl.exchange.wire import decode_shard, encode_shard_into
 from fasdl.training.losses import Loss, build_loss
 from fasdl.training.optimizers import FlatParameters, build_optimizer
 
 ParamsSource = Literal["merged", "own"]
-
-
-@dataclass(frozen=True)
-class StepStats:
-    """Wall-clock split of one iteration. ``idle_s`` is time spent waiting for keys."""
-
-    iteration: int
-    loss: float
-    compute_s: float
-    upload_s: float
-    aggregate_s: float
-    download_s: float
-    idle_s: float
-    bytes_up: int
-    bytes_down: int
-
-    @property
-    def total_s(self) -> float:
-        return self.compute_s + self.upload_s + self.aggregate_s + self.download_s + self.idle_s
 
 
 class KReduceWorker:
@@ -104,6 +88,7 @@ class KReduceWorker:
         self.wait_timeout_s = wait_timeout_s
         self.is_aggregator = worker_id < self.aggregators
         self.stale_by_one = self._is_stale(worker_id)
+        self.reapplies = self.stale_by_one and plan.training.hap_merge == "reapply"
         self.flat = FlatParameters(model)
         self.optimizer = build_optimizer(self.flat, plan)  # this worker's own state
         self.bounds = shard_bounds(self.flat.count, self.aggregators)
@@ -173,7 +158,8 @@ class KReduceWorker:
             self._load_merged(iteration)
         elif iteration > 0:
             self._load_merged(iteration - 1)
-            self.optimizer.reapply(iteration)
+            if self.reapplies:
+                self.optimizer.reapply(iteration)
         downloaded = time.perf_counter()
         idle_download = self._idle_s - idle_before_aggregate - idle_aggregate
         self._last_iteration = iteration
@@ -200,7 +186,7 @@ class KReduceWorker:
         if restored is not None:  # merged l−1 of a segment's start lives in the checkpoint
             self.flat.numpy()[:] = restored
             self.codec.loaded(self.flat.numpy(), 0, self.flat.count)
-        if self.stale_by_one and iteration > 0:
+        if self.reapplies and iteration > 0:
             self.optimizer.reapply(iteration)
         self._last_iteration = iteration
         elapsed = time.perf_counter() - began
@@ -375,7 +361,8 @@ class KReduceWorker:
         """What this worker's parameters equal after its last step.
 
         ``merged``: the merged model of that iteration; ``own``: this worker's own (a HAP
-        non-aggregator: merged l−1 and its own step of l, or at l = 0 its step alone).
+        non-aggregator: merged l−1, plus its own step of l under ``reapply``; at l = 0 its
+        step alone).
         """
         return "own" if self.stale_by_one else "merged"
 

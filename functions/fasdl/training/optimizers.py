@@ -69,23 +69,27 @@ class FlatParameters:
 class LearningRateSchedule:
     """lr(l) for global iteration l of ``total`` iterations.
 
-    Warm-up: lr·(l+1)/warmup for l < warmup. After it, with p = (l − warmup)/(total − warmup):
-    ``constant`` lr; ``cosine`` lr·½(1 + cos πp); ``linear`` lr·(1 − p).
+    Warm-up: start + (lr − start)·(l+1)/warmup for l < warmup (start 0, or Goyal et al.'s
+    unscaled rate when the plan scaled lr up: fasdl.contract.lr_scaling). After it, with
+    p = (l − warmup)/(total − warmup): ``constant`` lr; ``cosine`` lr·½(1 + cos πp);
+    ``linear`` lr·(1 − p).
     """
 
     base: float
     kind: str = "constant"
     warmup: int = 0
     total: int = 1
+    start: float = 0.0
 
     @classmethod
     def for_plan(cls, plan: Plan) -> LearningRateSchedule:
         t = plan.training
-        return cls(t.learning_rate, t.lr_schedule, t.warmup_iterations, plan.total_iterations)
+        return cls(t.learning_rate, t.lr_schedule, t.warmup_iterations, plan.total_iterations,
+                   t.warmup_start_learning_rate)
 
     def __call__(self, iteration: int) -> float:
-        if iteration < self.warmup:
-            return self.base * (iteration + 1) / self.warmup
+        if iteration < self.warmup:  # start 0.0 gives lr·(l+1)/warmup's bits exactly
+            return self.start + (self.base - self.start) * (iteration + 1) / self.warmup
         if self.kind == "constant":
             return self.base
         progress = min(1.0, (iteration - self.warmup) / max(1, self.total - self.warmup))
