@@ -3,12 +3,9 @@ read."""
 
 from __future__ import annotations
 
-import json
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
 from fasdl.contract.plan import Deployment, Plan, Prediction, Training
-from planner.model.confidence import assess
 from planner.model.problem import Problem
 from planner.search.quotas import Quotas
 from planner.search.searches import Choice
@@ -52,7 +49,8 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             seed=seed,
             exchange_chunks=choice.exchange_chunks,
             exchange_dtype=problem.exchange_dtype,
-            **problem.workload.recipe.training_fields(total_iterations),
+            **problem.workload.recipe.training_fields(
+                choice.global_batch, iterations_per_epoch, total_iterations),
         ),
         prediction=Prediction(time_s=round(choice.time_s, 3), cost_usd=round(choice.cost_usd, 6),
                               breakdown=breakdown),
@@ -67,15 +65,3 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             **(quotas.provenance() if quotas is not None else {}),
         },
     )
-
-
-def confidence_section(problem: Problem, choice: Choice) -> dict[str, Any]:
-    """How far the plan's prediction can be trusted (planner/model/confidence.py)."""
-    return assess(problem, choice).to_dict()
-
-
-def plan_json(problem: Problem, choice: Choice, plan: Plan) -> str:
-    """The plan file ``--out`` writes: the contract's fields (Plan.to_json's layout) and the
-    ``confidence`` section, which the contract reads and drops."""
-    document = {**plan.to_dict(), "confidence": confidence_section(problem, choice)}
-    return json.dumps(document, indent=2) + "\n"
