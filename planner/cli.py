@@ -32,9 +32,10 @@ from planner.cli_inputs import (
     write_atomically,
 )
 from planner.fit_command import add_fit_arguments, command_fit
+from planner.model.confidence import extrapolation_warnings
 from planner.model.problem import Problem
 from planner.model.recipe import add_recipe_arguments, describe_learning_rate
-from planner.planfile import to_plan
+from planner.planfile import confidence_section, plan_json, to_plan
 from planner.report import (
     choice_table,
     describe_choice,
@@ -186,11 +187,13 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     except PlanError as error:  # a choice the contract refuses: name where it came from
         raise CliError("--workload", str(error)) from error
     if args.out:
-        write_atomically("--out", args.out, plan.to_json())
-    warnings = extrapolation_warnings(problem, result.choice.memory_mb)
+        write_atomically("--out", args.out, plan_json(problem, result.choice, plan))
+    warnings = extrapolation_warnings(problem.workload, result.choice.memory_mb)
     if args.json:
         emit(json.dumps({"status": "ok", "search": _search_summary(result),
-                         "plan": plan.to_dict(), "out": args.out, "warnings": warnings,
+                         "plan": plan.to_dict(),
+                         "confidence": confidence_section(problem, result.choice),
+                         "out": args.out, "warnings": warnings,
                          **explained[1]}))
     else:
         emit(describe_choice(problem, result))
@@ -202,16 +205,6 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         if args.out:
             emit(f"wrote {args.out}")
     return EXIT_OK
-
-
-def extrapolation_warnings(problem: Problem, memory_mb: int) -> list[str]:
-    """A memory outside the profiled range extrapolates the workload's fit: say so."""
-    profiled = problem.workload.profiled_memory_mb
-    if not profiled or profiled[0] <= memory_mb <= profiled[1]:
-        return []
-    return [f"M = {memory_mb} MB is outside the memories the workload was profiled at "
-            f"({profiled[0]:g}-{profiled[1]:g} MB): its time and memory are extrapolated; "
-            f"profile up to it (python -m local profile --memories ...) to trust them"]
 
 
 def comparison(problem: Problem, quotas: Quotas | None = None,

@@ -3,9 +3,12 @@ read."""
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from fasdl.contract.plan import Deployment, Plan, Prediction, Training
+from planner.model.confidence import assess
 from planner.model.problem import Problem
 from planner.search.quotas import Quotas
 from planner.search.searches import Choice
@@ -65,3 +68,15 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             **(quotas.provenance() if quotas is not None else {}),
         },
     )
+
+
+def confidence_section(problem: Problem, choice: Choice) -> dict[str, Any]:
+    """How far the plan's prediction can be trusted (planner/model/confidence.py)."""
+    return assess(problem, choice).to_dict()
+
+
+def plan_json(problem: Problem, choice: Choice, plan: Plan) -> str:
+    """The plan file ``--out`` writes: the contract's fields (Plan.to_json's layout) and the
+    ``confidence`` section, which the contract reads and drops."""
+    document = {**plan.to_dict(), "confidence": confidence_section(problem, choice)}
+    return json.dumps(document, indent=2) + "\n"

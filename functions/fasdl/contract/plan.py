@@ -339,6 +339,9 @@ class Plan:
     def from_dict(cls, data: object) -> Plan:
         if not isinstance(data, dict):
             raise PlanError("<root>", f"must be a JSON object, got {type(data).__name__}")
+        # the planner's confidence section (planner/model/confidence.py) is for the reader:
+        # accepted and dropped, nothing at run time needs it
+        data = {key: value for key, value in data.items() if key != "confidence"}
         _reject_unknown("<root>", data, {f.name for f in fields(cls)})
         if "version" not in data:
             raise PlanError("version", f"is missing; this reader expects version {PLAN_VERSION}")
