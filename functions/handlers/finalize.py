@@ -30,13 +30,17 @@ from fasdl.run import results, run_state
 logger = get_logger("fasdl-finalize")
 
 
-def _clean(settings: Settings, run_id: str, run: object) -> None:
+def _clean(settings: Settings, s3: Any, run_id: str, run: object) -> None:
     """Delete the run's exchange keys; a Valkey plan's run state names the cache (run.cache),
-    which finalize reaches from inside the VPC."""
+    which finalize reaches from inside the VPC, and its plan the S3 key prefixes. Without a
+    run state no worker ran, so nothing is under a hashed prefix."""
     try:
         cache = run.get("cache") if isinstance(run, dict) else None
         settings = settings.with_cache(parse_endpoint(cache, "run.cache"))
-        deleted = results.clean_exchange(settings, run_id)
+        prefixes = (run_state.load_run_plan(s3, settings.results_bucket, run)
+                    .training.exchange_key_prefixes
+                    if isinstance(run, dict) and "plan_key" in run else 1)
+        deleted = results.clean_exchange(settings, run_id, prefixes)
     except Exception:  # cleanup must not hide the outcome; the lifecycle rule / TTL remain
         logger.exception("exchange cleanup failed", extra={"run_id": run_id})
     else:
@@ -52,7 +56,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if action == "succeeded":
         run = run_state.parse_run(event.get("run"))
         outcome = results.write_final(s3, settings, run, execution)
-        _clean(settings, outcome["run_id"], run)
+        _clean(settings, s3, outcome["run_id"], run)
         logger.info("run finished", extra=outcome)
         return outcome
     if action == "failed":
@@ -60,7 +64,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         run_id, key = results.write_failure(s3, settings, state if isinstance(state, dict)
                                             else {}, execution)
         logger.error("run failed", extra={"run_id": run_id, "failure_key": key})
-        _clean(settings, run_id, state.get("run") if isinstance(state, dict) else None)
+        _clean(settings, s3, run_id, state.get("run") if isinstance(state, dict) else None)
         return {"run_id": run_id, "failure_key": key}
     raise run_state.RunStateError(f"event field 'action': must be succeeded or failed, "
                                  f"got {action!r}")

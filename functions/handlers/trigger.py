@@ -78,13 +78,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
         current = run_state.parse_run(event.get("run"))
         run = run_state.shorten_state(current, event.get("error"),
                                      epoch=issue_epoch(current["run_id"]))
-        _clean_dead_epoch(settings, current)
+        _clean_dead_epoch(settings, s3, current)
     elif action == "retry":
         current = run_state.parse_run(event.get("run"))
         _check_memory_of_failed_attempt(settings)
         run = run_state.retry_state(current, event.get("error"),
                                    epoch=issue_epoch(current["run_id"]))
-        _clean_dead_epoch(settings, current)
+        _clean_dead_epoch(settings, s3, current)
     else:
         raise run_state.RunStateError(f"event field 'action': must be start, next, shorten or "
                                      f"retry, got {action!r}")
@@ -106,15 +106,17 @@ def exchange_cache_of(settings: Settings) -> CacheEndpoint | None:
                                  settings.stack)
 
 
-def _clean_dead_epoch(settings: Settings, dead: RunState) -> None:
+def _clean_dead_epoch(settings: Settings, s3: Any, dead: RunState) -> None:
     """Delete what the failed attempt left on the S3 exchange, once it is fenced (bounded:
-    one listing of its epoch's prefix). Valkey keys expire by TTL instead: the trigger is
-    outside the VPC. Nothing depends on it: a later epoch never reads these keys."""
+    one listing of its epoch's prefix under each of the plan's hashed key prefixes). Valkey
+    keys expire by TTL instead: the trigger is outside the VPC. Nothing depends on it: a
+    later epoch never reads these keys."""
     if settings.channel != "s3":
         return
     prefix = keys.exchange_prefix(dead["run_id"], dead["segment"]["epoch"])
     try:
-        channel = stores.exchange_channel(settings)
+        plan = run_state.load_run_plan(s3, settings.results_bucket, dead)
+        channel = stores.exchange_channel(settings, plan.training.exchange_key_prefixes)
         try:
             deleted = channel.delete_prefix(prefix)
         finally:

@@ -6,7 +6,15 @@ trigger issues, strictly increasing, for every segment and every retry of one
 left behind, and frames carry the epoch in their checked header too (fasdl.exchange.kreduce).
 
 * exchange: ``{run}/{epoch}/it/{iteration}/...``, read by exact key (no LIST in the hot
-  path), and ``{run}/{epoch}/claim/{worker}``: one invocation per worker and epoch;
+  path), and ``{run}/{epoch}/claim/{worker}``: one invocation per worker and epoch. With
+  P = ``training.exchange_key_prefixes`` > 1 every exchange key starts with a hashed label
+  ``{h}/`` (``h`` = two hex digits, a hash of the rest of the key mod P), so the keys of an
+  iteration spread evenly over P prefixes: S3 serves at least 3,500 PUT/COPY/POST/DELETE and
+  5,500 GET/HEAD requests per second per partitioned prefix and scales by spreading requests
+  over prefixes ("Best practices design patterns: optimizing Amazon S3 performance",
+  https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html). The
+  label sits right after the channel's own prefix (``exchange/``), which the bucket's
+  lifecycle rule filters on. P = 1 keeps the unlabelled keys;
 * checkpoint (results bucket): ``{run}/checkpoint/it/{resume_iteration}/epoch/{epoch}/``
   holds the objects, part records and manifest of the checkpoint a segment starting at
   ``resume_iteration`` resumes from. The manifest is created once (conditional write) and
@@ -17,6 +25,7 @@ left behind, and frames carry the epoch in their checked header too (fasdl.excha
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from fasdl.contract.fields import is_int_in
@@ -42,6 +51,38 @@ def _check_index(name: str, value: int, limit: int) -> int:
 
 
 EPOCH_LIMIT = 10**9
+
+
+# the most hashed prefixes a plan may spread its exchange keys over: two hex digits
+MAX_EXCHANGE_KEY_PREFIXES = 256
+
+
+def _check_prefixes(prefixes: int) -> int:
+    if not is_int_in(prefixes, 1, MAX_EXCHANGE_KEY_PREFIXES):
+        raise KeyFormatError(f"exchange_key_prefixes must be an integer in "
+                             f"[1, {MAX_EXCHANGE_KEY_PREFIXES}], got {prefixes!r}")
+    return prefixes
+
+
+def exchange_labels(prefixes: int) -> list[str]:
+    """The hashed labels exchange keys start with at ``prefixes`` P: ``00/`` .. (P−1 in hex),
+    or only the empty label when P is 1 (module docstring)."""
+    if _check_prefixes(prefixes) == 1:
+        return [""]
+    return [_label(index) for index in range(prefixes)]
+
+
+def _label(index: int) -> str:
+    return f"{index:02x}/"
+
+
+def spread_key(key: str, prefixes: int) -> str:
+    """An exchange key under its hashed label: BLAKE2b of the key mod P (not hash(), which
+    differs between processes); the key itself when P is 1."""
+    if _check_prefixes(prefixes) == 1:
+        return key
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return _label(int.from_bytes(digest, "big") % prefixes) + key
 
 
 def exchange_prefix(run: str, epoch: int) -> str:

@@ -36,6 +36,7 @@ from fasdl.contract.json_input import (
     read_json_file,
     unknown_field_message,
 )
+from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
 from fasdl.contract.lr_scaling import require_scaled_rate
 from fasdl.contract.workload import AUGMENTATIONS, NEEDS_NORMALIZATION
 from fasdl.contract.workload import Workload as Workload  # the plan's section, re-exported
@@ -134,6 +135,9 @@ class Training:
     # (fasdl.exchange.pipeline), every shard in C chunks, uploads and downloads overlapped
     exchange_chunks: int = 1
     exchange_dtype: str = "float32"
+    # S3: the hashed key prefixes the exchange spreads its keys over (fasdl.contract.keys),
+    # chosen by the planner to keep each within S3's per-prefix request rates; 1 on Valkey
+    exchange_key_prefixes: int = 1
     # learning_rate is base_learning_rate scaled from base_batch to the global batch by
     # lr_scaling (fasdl.contract.lr_scaling); "none": as given (every plan before the rules)
     lr_scaling: str = "none"
@@ -145,7 +149,7 @@ class Training:
 
     # written only off their defaults: older plans read and fit the trigger's 4 KB as before
     OMITTED_AT_DEFAULT = ("lr_scaling", "base_learning_rate", "base_batch",
-                          "warmup_start_learning_rate", "hap_merge")
+                          "warmup_start_learning_rate", "hap_merge", "exchange_key_prefixes")
 
     def validate(self, workers: int) -> None:
         require_int("training.aggregators", self.aggregators, 1, workers)
@@ -161,6 +165,8 @@ class Training:
         require_int("training.seed", self.seed, 0, 2**32 - 1)
         require_int("training.exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
         require_choice("training.exchange_dtype", self.exchange_dtype, EXCHANGE_DTYPES)
+        require_int("training.exchange_key_prefixes", self.exchange_key_prefixes, 1,
+                    MAX_EXCHANGE_KEY_PREFIXES)
         self._validate_recipe()
         if self.aggregators < workers and self.batch_non_aggregator < self.batch_aggregator:
             raise PlanError(
@@ -233,6 +239,10 @@ class Plan:
         self.workload.validate()
         self.deployment.validate()
         self.training.validate(self.deployment.workers)
+        if self.deployment.channel != "s3" and self.training.exchange_key_prefixes != 1:
+            raise PlanError("training.exchange_key_prefixes",
+                            f"must be 1 on the {self.deployment.channel} channel (only S3 "
+                            f"partitions by key prefix), got {self.training.exchange_key_prefixes}")
         if self.prediction is not None:
             self.prediction.validate()
         require_text_map("provenance", self.provenance, max_chars=PROVENANCE_MAX_CHARS)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fasdl.contract.settings import Settings, SettingsError
 from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.s3 import S3Channel, s3_client_config
+from fasdl.exchange.channel.spread import spread_keys
 
 if TYPE_CHECKING:
     from fasdl.exchange.channel.factory import ChannelConfig
@@ -32,10 +33,12 @@ def exchange_config(settings: Settings) -> ChannelConfig:
                          cluster=settings.cache_cluster, ca_certs=settings.cache_ca_certs)
 
 
-def exchange_channel(settings: Settings) -> Channel:
+def exchange_channel(settings: Settings, key_prefixes: int = 1) -> Channel:
+    """The shard exchange, its keys spread over the plan's ``training.exchange_key_prefixes``
+    hashed prefixes (fasdl.exchange.channel.spread; always 1 on Valkey)."""
     from fasdl.exchange.channel.factory import build_channel
 
-    return build_channel(exchange_config(settings))
+    return spread_keys(build_channel(exchange_config(settings)), key_prefixes)
 
 
 def results_store(settings: Settings, client: Any | None = None) -> S3Channel:

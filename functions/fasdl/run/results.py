@@ -102,7 +102,9 @@ def summarize(results: Mapping[tuple[int, int], list[dict[str, Any]]],
             "final_accuracy": final.get("accuracy"), "final_mcc": final.get("mcc"),
             "time_s": dict(totals),
             "iterations": sum(int(s["iterations"] or 0) for s in segments),
-            "retried_attempts": retries}
+            "retried_attempts": retries,
+            "exchange_throttled_retries": sum(int(item.get("exchange_throttled_retries", 0))
+                                              for items in results.values() for item in items)}
 
 
 class ResultError(RuntimeError):
@@ -232,9 +234,10 @@ def write_failure(s3: Any, settings: Settings, state: Mapping[str, Any],
     return run_id, key
 
 
-def clean_exchange(settings: Settings, run_id: str) -> int:
-    """Delete every exchange key of the run (S3 prefix or Valkey SCAN); returns the count."""
-    channel = stores.exchange_channel(settings)
+def clean_exchange(settings: Settings, run_id: str, key_prefixes: int = 1) -> int:
+    """Delete every exchange key of the run (S3 prefix, under each of the plan's
+    ``key_prefixes`` hashed prefixes, or Valkey SCAN); returns the count."""
+    channel = stores.exchange_channel(settings, key_prefixes)
     try:
         return channel.delete_prefix(f"{run_id}/")
     finally:

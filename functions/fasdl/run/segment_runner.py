@@ -96,6 +96,8 @@ class SegmentResult:
     bytes_up: int = 0
     bytes_down: int = 0
     resume_iteration: int | None = None
+    # exchange requests S3 throttled (503 Slow Down), each retried (fasdl.exchange.channel.s3)
+    throttled_retries: int = 0
 
     def add(self, stats: StepStats) -> None:
         self.iterations_done += 1
@@ -117,6 +119,7 @@ class SegmentResult:
             "time": {name: round(value, 6) for name, value in self.times.items()},
             "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
             "resume_iteration": self.resume_iteration,
+            "exchange_throttled_retries": self.throttled_retries,
         }
 
 
@@ -363,7 +366,7 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
     plan = load_plan(s3, settings.results_bucket, event.plan_key)
     check_deployment(plan, settings.deployment)
     _check_event(plan, event)
-    exchange = stores.exchange_channel(settings)
+    exchange = stores.exchange_channel(settings, plan.training.exchange_key_prefixes)
     result = SegmentResult(event.run_id, event.worker, event.segment())
     cleanup: threading.Thread | None = None
     try:
@@ -388,6 +391,7 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
     finally:
         if cleanup is not None:  # before the channel it uses closes; bounded by the segment
             cleanup.join(max(0.0, remaining_s() - settings.time_margin_s))
+        result.throttled_retries = exchange.throttled_retries
         exchange.close()
     result.times["total_s"] = time.perf_counter() - began
     return result.to_dict()

@@ -74,6 +74,12 @@ class Channel(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
+    @property
+    def throttled_retries(self) -> int:
+        """Requests the store throttled since the channel was made (S3's 503 Slow Down);
+        0 where the store does not throttle this way."""
+        return 0
+
     def claim(self, key: str, token: bytes) -> bool:
         """Create ``key`` holding ``token``; True if it now holds ours. A create whose reply
         was lost and was retried finds its own token, which still counts as ours."""

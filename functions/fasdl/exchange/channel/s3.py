@@ -2,11 +2,19 @@
 
 Readers GET known keys; a missing key (NoSuchKey/404) is normal while waiting and maps to
 None. LIST is used only by :meth:`S3Channel.delete_prefix` (cleanup, never in the hot path).
-Throttling and connection resets are retried by botocore's adaptive retry mode.
+Throttling and connection resets are retried by botocore's adaptive retry mode: standard
+mode's retries (503 Slow Down among the throttling errors, exponential backoff) plus a
+client-side rate limiter that slows this client's sending while it is throttled
+(https://docs.aws.amazon.com/boto3/latest/guide/retries.html). S3 answers 503 Slow Down while
+it partitions a prefix past its documented rates
+(https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html): every
+throttled response this channel's own client gets is counted
+(:attr:`S3Channel.throttled_retries`, in the worker's result).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any
@@ -20,6 +28,9 @@ from fasdl.exchange.channel.base import Channel, ChannelError
 
 DELETE_BATCH = 1000  # the DeleteObjects limit
 _CONFLICT_RETRIES = 5
+# what S3 answers a request over its rate: 503 Slow Down (429 from S3-compatible servers)
+THROTTLE_CODES = frozenset({"SlowDown", "503", "429"})
+THROTTLE_STATUSES = frozenset({429, 503})
 
 
 def s3_client_config(*, path_style: bool = False, max_attempts: int = 8,
@@ -72,8 +83,27 @@ class S3Channel(Channel):
                 region_name=region or session.region_name or "us-east-1",
                 config=s3_client_config(path_style=path_style, max_attempts=max_attempts),
             )
+            # only a client of its own: a shared one would count others' requests too
+            client.meta.events.register("response-received.s3", self._count_throttled)
         self._client = client
         self.endpoint = f"{client.meta.endpoint_url}/{bucket}"
+        self._throttled = 0
+        self._throttled_lock = threading.Lock()  # the exchange's request threads all count
+
+    def _count_throttled(self, response_dict: dict[str, Any] | None = None,
+                         parsed_response: dict[str, Any] | None = None, **_: Any) -> None:
+        """botocore's hook after every attempt, retried or not."""
+        status = (response_dict or {}).get("status_code")
+        code = (parsed_response or {}).get("Error", {}).get("Code")
+        if status in THROTTLE_STATUSES or code in THROTTLE_CODES:
+            with self._throttled_lock:
+                self._throttled += 1
+
+    @property
+    def throttled_retries(self) -> int:
+        """Responses S3 throttled (503 Slow Down) since this channel was made; botocore
+        retried each while attempts were left."""
+        return self._throttled
 
     def _fail(self, action: str, key: str, exc: Exception) -> ChannelError:
         return ChannelError(f"s3 {self.endpoint}: {action} {key!r} failed: {exc}")
