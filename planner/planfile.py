@@ -52,6 +52,8 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             seed=seed,
             exchange_chunks=choice.exchange_chunks,
             exchange_dtype=problem.exchange_dtype,
+            # S3: the hashed key prefixes the model chose (planner/model/s3_rates.py)
+            exchange_key_prefixes=int(choice.breakdown.get("s3_key_prefixes", 1)),
             **problem.workload.recipe.training_fields(
                 choice.global_batch, iterations_per_epoch, total_iterations),
         ),

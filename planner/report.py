@@ -67,9 +67,9 @@ def _channel_lines(problem: Problem, choice: Choice) -> list[str]:
     """The exchange's throughput against its limit: Valkey's ECPU/s against the cache's
     maximum (cache_throughput.py), S3's requests per key prefix against S3's (s3_rates.py)."""
     b = choice.breakdown
-    if "s3_put_per_prefix_per_s" in b:
-        puts, gets = b["s3_put_per_prefix_per_s"], b["s3_get_per_prefix_per_s"]
-        return [f"    S3 requests per key prefix ({problem.exchange_key_prefixes}): "
+    if "s3_requests_per_prefix_per_s" in b:
+        puts, gets = b["s3_requests_per_prefix_per_s"], b["s3_get_per_prefix_per_s"]
+        return [f"    S3 peak requests per key prefix ({b['s3_key_prefixes']:.0f} prefixes): "
                 f"{puts:,.0f} PUT/DELETE/s of {PUT_PER_PREFIX_PER_S:,.0f}, {gets:,.0f} GET/s "
                 f"of {GET_PER_PREFIX_PER_S:,.0f} ({float(s3_utilisation(puts, gets)):.0%})"]
     if "cache_ecpu_per_s_peak" not in b:

@@ -44,8 +44,9 @@ What the paper leaves out and a user pays for (documented additions):
 - W = 1 (standalone) has no communication and no exchange requests (digest §3.7-8).
 - ElastiCache Serverless throughput: a Valkey plan's peak ECPU/s must stay within one cache's
   maximum, 15,000,000 (planner/model/cache_throughput.py; Violation.CACHE_THROUGHPUT, checked
-  after every other constraint); an S3 plan's requests per second per key prefix within S3's
-  3,500 PUT/DELETE and 5,500 GET (planner/model/s3_rates.py; Violation.S3_REQUEST_RATE).
+  after every other constraint); an S3 plan's peak requests per second spread over
+  the fewest hashed key prefixes that keep each within S3's 3,500 PUT/DELETE and 5,500 GET,
+  at most ``max_exchange_key_prefixes`` (planner/model/s3_rates.py; Violation.S3_REQUEST_RATE).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ from planner.model.problem import (
     Violation,
 )
 from planner.model.profiles import WorkloadProfile
-from planner.model.s3_rates import s3_request_rates, s3_utilisation
+from planner.model.s3_rates import peak_s3_request_rates, prefixes_needed, s3_utilisation
 from planner.model.segment_requests import segment_request_cost
 
 # Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
@@ -112,9 +113,11 @@ class Evaluation:
     # Valkey's exchange in ECPU/s (planner/model/cache_throughput.py); NaN on S3
     cache_ecpu_per_s_peak: FloatArray
     cache_ecpu_per_s_mean: FloatArray
-    # S3's exchange in requests per second per key prefix (planner/model/s3_rates.py); NaN on
-    # Valkey
-    s3_put_per_prefix_per_s: FloatArray
+    # S3's exchange: its hashed key prefixes P and each one's peak PUT/DELETE (the issue's
+    # s3_requests_per_prefix_per_s) and GET requests per second (planner/model/s3_rates.py);
+    # NaN on Valkey
+    s3_key_prefixes: FloatArray
+    s3_requests_per_prefix_per_s: FloatArray
     s3_get_per_prefix_per_s: FloatArray
 
     @property
@@ -261,7 +264,7 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
 
     peak, mean = _cache_rates(problem, w, mem, k, iteration)
-    puts, gets = _s3_rates(problem, w, k, iteration)
+    prefixes, puts, gets = _s3_rates(problem, w, mem, k)
     violation = _violations(problem, w, mem, k, ba, bn, global_batch, segment_iterations, time)
     # the channel's throughput last: marked only where everything else holds
     for code, broken in ((Violation.CACHE_THROUGHPUT, peak > problem.max_cache_ecpu_per_s),
@@ -279,25 +282,29 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
         cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint, cost_usd=cost,
         violation=violation, cache_ecpu_per_s_peak=peak, cache_ecpu_per_s_mean=mean,
-        s3_put_per_prefix_per_s=puts, s3_get_per_prefix_per_s=gets,
+        s3_key_prefixes=prefixes, s3_requests_per_prefix_per_s=puts,
+        s3_get_per_prefix_per_s=gets,
     )
 
 
-def _s3_rates(problem: Problem, w: IntArray, k: IntArray, iteration: FloatArray
-              ) -> tuple[FloatArray, FloatArray]:
-    """(PUT-class, GET-class) requests per second per prefix of an S3 exchange; NaN on
-    Valkey."""
+def _s3_rates(problem: Problem, w: IntArray, mem: IntArray, k: IntArray
+              ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(P, PUT-class, GET-class requests per second per prefix at their peak) of an S3
+    exchange, P the fewest prefixes within S3's rates up to the cap; NaN on Valkey."""
     if problem.channel != "s3":
         nan = np.full(w.shape, np.nan)
-        return nan, nan.copy()
-    return s3_request_rates(w, k, iteration, problem.exchange_chunks,
-                            problem.exchange_key_prefixes)
+        return nan, nan.copy(), nan.copy()
+    puts, gets = peak_s3_request_rates(problem, w, mem, k)
+    prefixes = np.minimum(prefixes_needed(puts, gets),
+                          problem.max_exchange_key_prefixes).astype(np.float64)
+    return prefixes, puts / prefixes, gets / prefixes
 
 
 def _over_s3_rates(problem: Problem, puts: FloatArray, gets: FloatArray) -> NDArray[np.bool_]:
     if problem.channel != "s3" or not problem.s3_request_limits:
         return np.zeros(puts.shape, dtype=bool)
-    return np.asarray(s3_utilisation(puts, gets) > 1.0, dtype=bool)
+    # P = ceil(rate/limit) leaves each prefix at the limit at most, up to rounding
+    return np.asarray(s3_utilisation(puts, gets) > 1.0 + 1e-9, dtype=bool)
 
 
 def _cache_rates(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
@@ -316,7 +323,7 @@ def misses_only_deadline(problem: Problem, evaluation: Evaluation) -> NDArray[np
     """Configurations that meet every constraint but the deadline: DEADLINE is checked last
     but for the channel's throughput, which a deadline-missing configuration may break too."""
     within = ~(evaluation.cache_ecpu_per_s_peak > problem.max_cache_ecpu_per_s) & ~_over_s3_rates(
-        problem, evaluation.s3_put_per_prefix_per_s, evaluation.s3_get_per_prefix_per_s)
+        problem, evaluation.s3_requests_per_prefix_per_s, evaluation.s3_get_per_prefix_per_s)
     return np.asarray((evaluation.violation == Violation.DEADLINE) & within, dtype=bool)
 
 

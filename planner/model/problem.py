@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 
 from fasdl.contract.cache import MAX_ECPU_PER_SECOND, MIN_ECPU_PER_SECOND
 from fasdl.contract.fields import FieldError, is_integral, is_real
+from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
 from fasdl.contract.plan import EXCHANGE_DTYPES, MAX_EXCHANGE_CHUNKS, UPLOAD_BYTES_PER_VALUE
 from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile
 
@@ -96,9 +97,10 @@ class Problem:
     # Valkey: a plan's peak ECPU/s must stay within one cache's maximum (math.inf lifts it, to
     # ask whether it binds)
     max_cache_ecpu_per_s: float = float(MAX_ECPU_PER_SECOND)
-    # S3: the key prefixes the runtime spreads exchange keys over (one today), and whether
-    # S3's per-prefix request rates bind (False lifts them, to ask whether they bind)
-    exchange_key_prefixes: int = 1
+    # S3: the most hashed key prefixes a plan may spread its exchange keys over (the planner
+    # picks the fewest within S3's per-prefix rates, planner/model/s3_rates.py), and whether
+    # those rates bind (False lifts them, to ask whether they bind)
+    max_exchange_key_prefixes: int = MAX_EXCHANGE_KEY_PREFIXES
     s3_request_limits: bool = True
 
     def __post_init__(self) -> None:
@@ -117,7 +119,8 @@ class Problem:
         if self.max_cache_ecpu_per_s != math.inf:
             _check_number("max_cache_ecpu_per_s", self.max_cache_ecpu_per_s,
                           MIN_ECPU_PER_SECOND, MAX_ECPU_PER_SECOND)
-        _check_int("exchange_key_prefixes", self.exchange_key_prefixes, 1, 1_000_000)
+        _check_int("max_exchange_key_prefixes", self.max_exchange_key_prefixes, 1,
+                   MAX_EXCHANGE_KEY_PREFIXES)
         if self.exchange_dtype not in EXCHANGE_DTYPES:
             raise ModelInputError("exchange_dtype", f"must be one of "
                                   f"{', '.join(EXCHANGE_DTYPES)}, got {self.exchange_dtype!r}")

@@ -51,8 +51,8 @@ PLAN_PATTERNS: tuple[str, ...] = (AUTO, *PATTERNS)
 SEARCHES: tuple[str, ...] = ("exact", "two-stage", "exhaustive")
 # The channel's rates (NaN where the channel has none): what the cache's limits are sized
 # from, and the S3 request rates per key prefix
-CHANNEL_RATES = ("cache_ecpu_per_s_peak", "cache_ecpu_per_s_mean", "s3_put_per_prefix_per_s",
-                 "s3_get_per_prefix_per_s")
+CHANNEL_RATES = ("cache_ecpu_per_s_peak", "cache_ecpu_per_s_mean", "s3_key_prefixes",
+                 "s3_requests_per_prefix_per_s", "s3_get_per_prefix_per_s")
 __all__ = ["BN_RULES", "Choice", "Objective", "SearchResult", "best_index", "choice_from",
            "exact", "exhaustive", "frontier", "infeasibility"]
 
@@ -203,8 +203,8 @@ def _throughput_binds(problem: Problem, pattern: str, objective: Objective, bn_r
         e = lifted.evaluation
         return Violation.S3_REQUEST_RATE, (
             f"{VIOLATION_TEXT[Violation.S3_REQUEST_RATE]} (over "
-            f"{problem.exchange_key_prefixes} prefix(es); the best plan without the limit "
-            f"asks {float(e.s3_put_per_prefix_per_s[0]):,.0f} PUT/DELETE and "
+            f"{problem.max_exchange_key_prefixes} prefix(es) at most; the best plan without "
+            f"the limit asks {float(e.s3_requests_per_prefix_per_s[0]):,.0f} PUT/DELETE and "
             f"{float(e.s3_get_per_prefix_per_s[0]):,.0f} GET per second of each)"), \
             lifted.evaluated
     return None
