@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--report-dir", type=Path,
                             help="report folder (default reports/<run id>)")
     run_parser.add_argument("--run-id", help="execution and run id (default local-<time>)")
+    run_parser.add_argument("--budget-usd", type=float, metavar="USD",
+                            help="stop before a segment that would take the run past this "
+                                 "cost (instead of the plan's limits.budget_usd)")
+    run_parser.add_argument("--deadline-s", type=float, metavar="S",
+                            help="stop before a segment that would end past S seconds from "
+                                 "the start (instead of the plan's limits.deadline_s)")
     _add_fault_options(run_parser)
     profile.add_parser(commands)
     return parser
@@ -141,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                         ("--restart-cache-at", args.restart_cache_at),
                         ("--restart-s3-at", args.restart_s3_at),
                         ("--plant-stale-frame", args.plant_stale_frame),
-                        ("--truncate-frame", args.truncate_frame)):
+                        ("--truncate-frame", args.truncate_frame),
+                        ("--budget-usd", args.budget_usd), ("--deadline-s", args.deadline_s)):
         if value is not None and value <= 0:
             print(f"fasdl local: {name} must be > 0, got {value}", file=sys.stderr)
             return 2
@@ -175,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         cache_at_peak=args.cache_at_peak,
         inject_service_errors=service_errors, account=account, cache_stack=args.cache_stack,
         oom_error=args.oom_error, warm_idle_s=args.warm_idle, workload=args.workload,
-        reference=args.reference,
+        reference=args.reference, budget_usd=args.budget_usd, deadline_s=args.deadline_s,
         storage_faults=StorageFaults(args.restart_s3_at, args.plant_stale_frame,
                                      args.truncate_frame))
     signal.signal(signal.SIGTERM, _interrupt)

@@ -18,6 +18,7 @@ from local.faults import exchange_left
 from local.invocation_stats import annotate_report, format_limits
 from local.layout import LAYOUT
 from local.report import Progress, build_report, format_summary, write_report
+from local.run_limits import annotate_stop, format_stop, stop_status
 from local.servers import RedisTlsClusterServer, ValkeyServer
 
 Say = Callable[[str], None]
@@ -45,21 +46,26 @@ class FinishedRun:
         self.emulator.shutdown()  # abandoned peers of a failed segment must not write on
         self.progress.poll()
         invocations = list(self.emulator.invocations)  # one snapshot: killed ones may land
+        execution = executions[-1] if executions else {}
+        status = stop_status(execution.get("error")) or status  # a guard's stop
         built = build_report(
             self.plan, run_id=self.run_id, channel=self.plan.deployment.channel, status=status,
             measured_s=time.monotonic() - self.started, results=self.progress.results,
             invocations=invocations, worker_function=self.worker_function,
-            execution=executions[-1] if executions else {},
+            execution=execution,
             summary=self._json_object(LAYOUT.summary_key(self.run_id)),
             failure=self._json_object(LAYOUT.failure_key(self.run_id)))
         built["exchange_left"] = exchange_left(self.client, self.run_id, self.cache)
         built["reference"] = self.reference
+        annotate_stop(built, self.client, self.results_bucket)
         annotate_report(built, invocations, self.roles, memory_limit=self.memory_limit)
         written = write_report(built, self.report_dir)
         if built["summary"] is not None:  # the trained weights, next to their report
             written += self._final_outputs(built["summary"])
         say(format_summary(built))
         say(format_limits(built))
+        if (stopped := format_stop(built)) is not None:
+            say(stopped)
         say(f"report: {', '.join(str(p) for p in written)}")
 
     def _final_outputs(self, summary: dict[str, Any]) -> list[Path]:

@@ -7,7 +7,9 @@
   returns the RunState of segment 0; with ``input.resume`` returns that state, new epoch. Either
   way it then checks the account's concurrency for 2·W and waits for an Active worker function
   (fasdl/aws/account.py): ConcurrencyQuotaTooLow, WorkerFunctionFailed or WorkerNotReady (retried).
-* ``next``: the following segment (attempt 0) or ``done: true``.
+* ``next``: the following segment (attempt 0) or ``done: true``. Before it starts a segment it
+  adds the finished segment's worker invocations to ``run.usage`` and checks the plan's
+  limits (fasdl.run.guards): DeadlineExceeded or BudgetExceeded stop the run, checkpoint kept.
 * ``shorten``: the same segment, half the iterations, ``attempt + 1``; raises when no retry
   is left.
 * ``retry``: the same segment, same iterations, ``attempt + 1`` (a worker crashed); raises
@@ -17,7 +19,8 @@
 Every run action issues a new ``segment.epoch`` (fasdl.run.fencing: recorded in
 ``runs/<run_id>/fence.json`` first, which stops every older attempt's workers); ``shorten``
 and ``retry`` also delete the failed epoch's S3 exchange keys.
-Every action sets ``run.cache`` (fasdl.contract.cache): the Valkey endpoint, or null.
+Every action sets ``run.cache`` (fasdl.contract.cache): the Valkey endpoint, or null, and adds
+its own duration and memory to ``run.usage`` (fasdl.run.usage: the run's measured figures).
 ``cache`` (the profiling state machine) returns just ``{"cache": endpoint or null}``;
 ``outcome`` the statuses of a Distributed Map's children (fasdl.run.segment_outcome).
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -39,7 +42,16 @@ from fasdl.contract.events import RunState
 from fasdl.contract.settings import WORKER_LOG_GROUP_ENV, Settings
 from fasdl.exchange import stores
 from fasdl.exchange.channel.s3 import S3Channel
-from fasdl.run import fault_hooks, fencing, retention, run_state, segment_outcome
+from fasdl.run import (
+    fault_hooks,
+    fencing,
+    guards,
+    results,
+    retention,
+    run_state,
+    segment_outcome,
+    usage,
+)
 
 logger = get_logger("fasdl-trigger")
 ATTEMPT_SLACK_S = 120  # the Run worker task's slack (infra.workflow) and clock skew
@@ -47,6 +59,7 @@ ATTEMPT_SLACK_S = 120  # the Run worker task's slack (infra.workflow) and clock 
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, object]:
+    began = time.monotonic()
     settings = Settings.from_env()
     action = event.get("action")
     logger.info("trigger", extra={"action": action})
@@ -69,11 +82,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
         # Before any worker starts: 2·W concurrency and an Active worker (fasdl/aws/account.py).
         ready = account.before_first_map(len(run["workers"]), context)
         logger.info("worker function ready", extra={"ready": ready})
+        if usage.usage_of(run) is None:  # a fresh run (a resumed one keeps its totals)
+            run["usage"] = usage.new_usage(time.time())
     elif action == "next":
-        current = run_state.parse_run(event.get("run"))
-        plan = run_state.load_run_plan(s3, settings.results_bucket, current)
-        run = run_state.next_state(current, plan, epoch=issue_epoch(current["run_id"]))
-        _prune_checkpoints(store, current, settings.keep_checkpoints)
+        run = _next_segment(settings, s3, store, run_state.parse_run(event.get("run")),
+                            issue_epoch)
     elif action == "shorten":
         current = run_state.parse_run(event.get("run"))
         run = run_state.shorten_state(current, event.get("error"),
@@ -89,7 +102,34 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
         raise run_state.RunStateError(f"event field 'action': must be start, next, shorten or "
                                      f"retry, got {action!r}")
     run["cache"] = exchange_cache_of(settings)
+    measured = usage.usage_of(run)
+    if measured is not None:
+        run["usage"] = usage.with_trigger(measured, time.monotonic() - began,
+                                          usage.memory_of(context))
     logger.info("run state", extra={"run": run})
+    return run
+
+
+def _next_segment(settings: Settings, s3: Any, store: S3Channel, current: RunState,
+                  issue_epoch: Callable[[str], int]) -> RunState:
+    """The next segment once the finished one's worker invocations are in ``run.usage`` and
+    the limits allow it (fasdl.run.guards raises before any epoch is issued)."""
+    plan = run_state.load_run_plan(s3, settings.results_bucket, current)
+    finished = current["segment"]
+    totals = usage.usage_of(current)
+    if totals is not None:
+        attempts = results.segment_results(s3, settings, current["run_id"],
+                                           index=finished["index"])
+        totals = usage.with_workers(totals, (item for items in attempts.values()
+                                             for item in items))
+    following = run_state.next_state(current, plan, epoch=finished["epoch"])
+    done = finished["start_iteration"] + finished["iterations"]
+    guards.check(plan, guards.run_limits(plan, current), totals, now=time.time(), done=done,
+                 following=0 if following["done"] else following["segment"]["iterations"])
+    run = run_state.next_state(current, plan, epoch=issue_epoch(current["run_id"]))
+    if totals is not None:
+        run["usage"] = totals
+    _prune_checkpoints(store, current, settings.keep_checkpoints)
     return run
 
 

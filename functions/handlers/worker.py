@@ -4,7 +4,9 @@ Event ``{"action": "train", "run_id", "plan_key", "segment", "worker", "cache"}`
 the Valkey endpoint the trigger found, null for S3 plans) → trains the segment
 (fasdl.run.segment_runner), writes the result JSON to
 ``runs/<run_id>/segments/<index:05d>/attempt-<a>/worker-<w:04d>.json`` in the results bucket and
-returns the same small object (the state machine discards it). Raises SegmentTooLong when the
+returns the same small object (the state machine discards it). The result's ``invocation``
+(fasdl.run.usage) is this invocation's duration so far and memory size: what Lambda bills,
+which the trigger's guards and finalize's summary add up. Raises SegmentTooLong when the
 remaining time cannot fit another iteration plus the checkpoint.
 
 The first invocation in a sandbox loads torch (unpack + import, fasdl.aws.torch_setup) before it
@@ -14,6 +16,7 @@ and comes out of the invocation's remaining time like everything else.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -25,6 +28,7 @@ from fasdl.aws.torch_setup import load_torch
 from fasdl.contract.cache import parse_endpoint
 from fasdl.contract.settings import Settings
 from fasdl.exchange import stores
+from fasdl.run import usage
 from fasdl.run.fault_hooks import FaultHooks
 
 logger = get_logger("fasdl-worker")
@@ -35,6 +39,7 @@ heap.configure_allocator()  # at Init, before any worker thread allocates (fasdl
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics  # flushes what is left at the end, also when the segment failed
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    began = time.monotonic()
     # torch is loaded here, not at import: the unpack does not fit Lambda's 10-s init phase
     # at small memory (docs/cold-start.md). Only a sandbox's first invocation pays it.
     heap.release_memory()  # what a previous invocation in this sandbox left behind
@@ -67,6 +72,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except Exception:
         logger.exception("segment failed")
         raise
+    result[usage.INVOCATION_FIELD] = usage.invocation_record(time.monotonic() - began,
+                                                             usage.memory_of(context))
     key = segment_runner.write_result(s3, settings, parsed, result)
     logger.info("segment done", extra={"result_key": key, "loss": result["loss_last"],
                                        "accuracy": result["accuracy"]})

@@ -76,6 +76,9 @@ def start(event_input: dict[str, Any], execution: str = "exec-1") -> dict[str, A
 
 def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
     run = start({"epochs": 3, "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": "x"})
+    measured = run.pop("usage")  # the run's measured figures start (fasdl.run.usage)
+    assert measured["trigger_requests"] == 1 and measured["worker_requests"] == 0
+    assert measured["trigger_gb_s"] > 0 and abs(measured["started_at"] - time.time()) < 60
     assert run == {"run_id": "exec-1", "plan_key": "runs/exec-1/plan.json",
                    "segment": {"index": 0, "start_iteration": 0, "iterations": 30,
                                "attempt": 0, "epoch": 1, "resume_epoch": 0},
@@ -88,9 +91,14 @@ def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
     again = start({}, "exec-1")  # a retried start is idempotent, under a new epoch
     assert again["run_id"] == "exec-1" and again["segment"]["epoch"] == 2
     resumed = {**again, "segment": {**again["segment"], "index": 7}}
-    # continue-as-new: the same state, and a new epoch fences the old execution's workers
-    assert start({"resume": resumed}) == {**resumed, "segment": {**resumed["segment"],
-                                                                 "epoch": 3}}
+    # continue-as-new: the same state, and a new epoch fences the old execution's workers;
+    # the run's totals go on (one more trigger request), from the same start time
+    continued = start({"resume": resumed})
+    totals, before = continued.pop("usage"), resumed.pop("usage")
+    assert totals["started_at"] == before["started_at"]
+    assert totals["trigger_requests"] == before["trigger_requests"] + 1
+    assert totals["trigger_gb_s"] > before["trigger_gb_s"]
+    assert continued == {**resumed, "segment": {**resumed["segment"], "epoch": 3}}
     assert _read(s3, "runs/exec-1/fence.json")["epoch"] == 3
 
 

@@ -22,7 +22,9 @@ and ``outcome``:
   keys such as ``AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID``. Every action below returns a
   new ``segment.epoch`` too, recorded in ``runs/<run_id>/fence.json`` before it returns.
 * ``next``    ``{"action": "next", "run": RunState}`` after every worker finished the segment:
-  the following segment with ``attempt`` 0, or ``done: true`` after the last one.
+  the following segment with ``attempt`` 0, or ``done: true`` after the last one. Raises
+  ``DeadlineExceeded`` / ``BudgetExceeded`` (fasdl.contract.limits) instead when the next
+  segment would pass the plan's (or the input's) limits: the run ends in that status.
 * ``shorten`` ``{"action": "shorten", "run": RunState, "error": {"Error", "Cause"}}`` after a
   worker timed out: the same segment (same ``index``/``start_iteration``) with fewer
   ``iterations`` and ``attempt + 1``. Raise (any error) when no retry is left: the run then
@@ -109,6 +111,10 @@ class RunState(TypedDict):
     workers: list[int]  # [0, 1, ..., W-1]: the Map's items
     done: bool  # True: no segment left, go to Finalize
     cache: NotRequired[CacheEndpoint | None]  # set by every trigger action; null for S3
+    # measured so far (fasdl.run.usage: started_at, worker/trigger GB-s and requests), kept
+    # across "Continue as new"; every trigger action adds its own invocation
+    usage: NotRequired[dict[str, float]]
+    limits: NotRequired[dict[str, float]]  # the input's limits of a resumed run
 
 
 class ExecutionInput(TypedDict, total=False):
@@ -116,7 +122,8 @@ class ExecutionInput(TypedDict, total=False):
     epochs: int
     dataset: str
     plan: dict[str, Any]
-    resume: RunState  # set only by "Continue as new"
+    resume: RunState  # set by "Continue as new", or to resume a run a guard stopped
+    limits: dict[str, float]  # deadline_s / budget_usd instead of the plan's (also with resume)
 
 
 class WorkerEvent(TypedDict):

@@ -3,7 +3,8 @@
 A plan has three parts. ``workload`` says what is trained, ``deployment`` what the stack
 provisions (read at synth time: M, W, channel, arch, timeout) and ``training`` how a run
 proceeds (read by the trigger: K, B^a, B^n, epochs, segment length). ``prediction`` and
-``provenance`` are informational. Every invalid plan raises :class:`PlanError`, whose message
+``provenance`` are informational; ``limits`` (optional) the deadline and budget the trigger
+holds a run to (fasdl.contract.limits). Every invalid plan raises :class:`PlanError`, whose message
 names the field and the allowed range. Pure Python on purpose: this module is imported inside
 Lambda, by the planner and by the CDK app.
 """
@@ -37,6 +38,7 @@ from fasdl.contract.json_input import (
     unknown_field_message,
 )
 from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
+from fasdl.contract.limits import Limits
 from fasdl.contract.lr_scaling import require_scaled_rate
 from fasdl.contract.workload import AUGMENTATIONS, NEEDS_NORMALIZATION
 from fasdl.contract.workload import Workload as Workload  # the plan's section, re-exported
@@ -82,7 +84,7 @@ PLAN_MAX_DEPTH = 8  # root -> section -> prediction.breakdown is 3
 PLAN_MAX_COMPACT_BYTES = 3072
 PROVENANCE_MAX_CHARS = 512
 
-_Section = TypeVar("_Section", "Workload", "Deployment", "Training", "Prediction")
+_Section = TypeVar("_Section", "Workload", "Deployment", "Training", "Prediction", "Limits")
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,7 @@ class Plan:
     deployment: Deployment
     training: Training
     prediction: Prediction | None = None
+    limits: Limits | None = None  # deadline and budget the run keeps (fasdl.contract.limits)
     provenance: dict[str, str] = field(default_factory=dict)
     version: int = PLAN_VERSION
 
@@ -245,6 +248,8 @@ class Plan:
                             f"partitions by key prefix), got {self.training.exchange_key_prefixes}")
         if self.prediction is not None:
             self.prediction.validate()
+        if self.limits is not None:
+            self.limits.validate()
         require_text_map("provenance", self.provenance, max_chars=PROVENANCE_MAX_CHARS)
         if (self.training.augmentation in NEEDS_NORMALIZATION
                 and self.workload.normalization is None):
@@ -328,6 +333,8 @@ class Plan:
         data = asdict(self)
         if self.prediction is None:
             data.pop("prediction")
+        if self.limits is None:
+            data.pop("limits")
         data["workload"] = self.workload.to_dict()
         defaults = Training.__dataclass_fields__
         data["training"] = {name: value for name, value in data["training"].items()
@@ -368,6 +375,8 @@ class Plan:
             deployment=_build(Deployment, "deployment", _section(data, "deployment")),
             training=_build(Training, "training", _section(data, "training")),
             prediction=prediction,
+            limits=(None if data.get("limits") is None
+                    else _build(Limits, "limits", data["limits"])),
             provenance=provenance,
             version=version,
         )

@@ -11,7 +11,9 @@ Objects in the results bucket, under ``runs/<run_id>/``:
   checkpoint without export objects (written before workers made them) publishes neither;
 * ``summary.json``: per segment (the attempt that completed) mean loss over the workers,
   worker 0's held-out accuracy and, for two-class workloads, its Matthews correlation
-  (``mcc``, CoLA's metric), time split summed over the workers; plus run totals;
+  (``mcc``, CoLA's metric), time split summed over the workers, wall time and billed GB-s;
+  plus run totals and ``measured`` (elapsed time, Lambda GB-s, requests and cost beside the
+  plan's predictions: fasdl.run.usage);
 * ``failure.json``: the state machine's error and the last run state of a failed run.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 from fasdl.contract.keys import EXPORT_OBJECTS, manifest_key
 from fasdl.contract.settings import Settings
 from fasdl.exchange import stores
+from fasdl.run.usage import results_usage
 
 _RESULT_KEY = re.compile(r"segments/(\d{5})/attempt-(\d+)/worker-(\d{4})\.json$")
 _SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -39,13 +42,14 @@ def _put_json(s3: Any, bucket: str, key: str, data: Mapping[str, Any]) -> None:
                   ContentType="application/json")
 
 
-def segment_results(s3: Any, settings: Settings, run_id: str, *,
+def segment_results(s3: Any, settings: Settings, run_id: str, *, index: int | None = None,
                     threads: int = READ_THREADS) -> dict[tuple[int, int], list[dict[str, Any]]]:
-    """Every worker result JSON of the run, keyed by (segment index, attempt), in listing
-    order. W x segments x attempts GETs one by one could outlast finalize's 900 s in a wide,
-    long run, so up to ``threads`` are in flight (boto3 clients are thread-safe; the client's
-    pool holds 32 connections); the first failed read fails finalize, as before."""
-    prefix = settings.segments_prefix(run_id)
+    """Every worker result JSON of the run (``index``: of that segment only, every attempt),
+    keyed by (segment index, attempt), in listing order. W x segments x attempts GETs one
+    by one could outlast finalize's 900 s in a wide, long run, so up to ``threads`` are in
+    flight (boto3 clients are thread-safe; the client's pool holds 32 connections); the
+    first failed read fails finalize, as before."""
+    prefix = settings.segments_prefix(run_id) + ("" if index is None else f"{index:05d}/")
     listed: list[tuple[str, tuple[int, int]]] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=settings.results_bucket,
                                                              Prefix=prefix):
@@ -95,6 +99,9 @@ def summarize(results: Mapping[tuple[int, int], list[dict[str, Any]]],
             "mcc": first.get("mcc") if int(first["worker"]) == 0 else None,
             "time_s": dict(times),
             "wall_s": max(float(item.get("time", {}).get("total_s", 0.0)) for item in items),
+            # every attempt's recorded invocations (fasdl.run.usage), not just the kept one
+            "billed_gb_s": round(sum(results_usage(found)[0] for (i, _), found
+                                     in results.items() if i == index), 3),
         })
     final = segments[-1] if segments else {}
     retries = sum(1 for (index, attempt) in results if attempt > 0)
@@ -180,9 +187,10 @@ def publish_export(s3: Any, settings: Settings, run_id: str, manifest: Mapping[s
     return export_key
 
 
-def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
-                execution: str) -> dict[str, Any]:
-    """model.npy, model.safetensors + model.json and summary.json for a finished run;
+def write_final(s3: Any, settings: Settings, run: Mapping[str, Any], execution: str, *,
+                measured: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """model.npy, model.safetensors + model.json and summary.json (with ``measured``: the
+    run's measured figures beside the predictions, fasdl.run.run_record) for a finished run;
     returns FinalizeResult."""
     run_id = str(run["run_id"])
     final_iteration = int(run["segment"]["start_iteration"])
@@ -196,7 +204,8 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any],
     workers = len(run.get("workers", [])) or int(manifest["workers"])
     summary = {"run_id": run_id, "execution": execution, "plan_key": run.get("plan_key"),
                "model_key": model_key, "export_key": export_key, "workers": workers,
-               **summarize(segment_results(s3, settings, run_id), workers)}
+               **summarize(segment_results(s3, settings, run_id), workers),
+               "measured": dict(measured) if measured is not None else None}
     summary_key = settings.summary_key(run_id)
     _put_json(s3, settings.results_bucket, summary_key, summary)
     return {"run_id": run_id, "model_key": model_key, "summary_key": summary_key,
@@ -222,15 +231,17 @@ def failed_run_id(state: Mapping[str, Any], execution: str) -> str:
     return "unknown-run"
 
 
-def write_failure(s3: Any, settings: Settings, state: Mapping[str, Any],
-                  execution: str) -> tuple[str, str]:
+def write_failure(s3: Any, settings: Settings, state: Mapping[str, Any], execution: str, *,
+                  extra: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """failure.json: the error, the last run state and ``extra`` (fasdl.run.run_record)."""
     run_id = failed_run_id(state, execution)
     found = state.get("error")
     error: Mapping[str, Any] = found if isinstance(found, dict) else {}
     key = settings.failure_key(run_id)
     _put_json(s3, settings.results_bucket, key, {
         "run_id": run_id, "execution": execution, "error": error.get("Error"),
-        "cause": error.get("Cause"), "run": state.get("run"), "input": state.get("input")})
+        "cause": error.get("Cause"), "run": state.get("run"), "input": state.get("input"),
+        **(extra or {})})
     return run_id, key
 
 

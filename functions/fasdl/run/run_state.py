@@ -27,17 +27,18 @@ from fasdl.aws.s3_errors import is_missing
 from fasdl.contract import keys
 from fasdl.contract.cache import parse_endpoint
 from fasdl.contract.events import RunState, Segment
-from fasdl.contract.fields import is_int_at_least
+from fasdl.contract.fields import is_int_at_least, is_number
 from fasdl.contract.json_input import unknown_field_message
 from fasdl.contract.keys import manifest_key
 from fasdl.contract.plan import Plan, PlanError
+from fasdl.run import guards
 from fasdl.run.dataset_check import check_dataset, s3_ranges, s3_sizes
 
 MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
 MAX_RETRIES = 2  # per segment: same-length reruns after a crash (a repeatable bug stops soon)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _DEPLOYMENT_FIELDS = ("channel", "arch", "memory_mb", "workers", "region", "timeout_s")
-INPUT_FIELDS = ("run_id", "epochs", "dataset", "plan", "resume")  # fasdl.contract.events
+INPUT_FIELDS = ("run_id", "epochs", "dataset", "plan", "resume", "limits")  # contract.events
 # Step Functions adds it to the input of an execution another one started (continue-as-new)
 STARTED_BY_FIELD = "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID"
 
@@ -198,6 +199,9 @@ def resolve_plan(execution_input: Mapping[str, Any], deployed_json: str | None,
     else:
         raise RunStateError("input field 'plan': no plan given and FASDL_PLAN is not set")
     check_deployment(plan, fingerprint)
+    if "limits" in execution_input:
+        plan = dataclasses.replace(plan, limits=guards.run_limits(
+            plan, {"limits": input_limits(execution_input)}))
     training_changes: dict[str, Any] = {}
     workload_changes: dict[str, Any] = {}
     if "epochs" in execution_input:
@@ -233,15 +237,31 @@ def partition_layout(plan: Plan) -> list[dict[str, int]]:
 # ---- the trigger's actions over S3 (client passed in: boto3 is imported by the caller) -------
 def check_input_fields(execution_input: Mapping[str, Any]) -> None:
     """Unknown fields are errors (``{"epoch": 5}`` must not silently run the deployed epochs);
-    ``resume`` stands alone."""
+    ``resume`` stands alone but for new ``limits`` (a run a guard stopped)."""
     for name in execution_input:
         if name not in INPUT_FIELDS and name != STARTED_BY_FIELD:
             raise RunStateError(f"input field '{name}': "
                                 f"{unknown_field_message(name, INPUT_FIELDS)}")
-    others = sorted(set(execution_input) - {"resume", STARTED_BY_FIELD})
+    others = sorted(set(execution_input) - {"resume", "limits", STARTED_BY_FIELD})
     if "resume" in execution_input and others:
         raise RunStateError(f"input field 'resume': continues a run as it is; it cannot be "
                             f"combined with {', '.join(others)}")
+
+
+def input_limits(execution_input: Mapping[str, Any]) -> dict[str, float]:
+    """The input's ``limits``: some of ``deadline_s`` and ``budget_usd`` (fasdl.run.guards)."""
+    given = execution_input["limits"]
+    if not isinstance(given, dict) or not given:
+        raise RunStateError(f"input field 'limits': must be an object with deadline_s and/or "
+                            f"budget_usd, got {given!r}")
+    for name, value in given.items():
+        if name not in guards.LIMIT_NAMES:
+            raise RunStateError(f"input field 'limits.{name}': "
+                                f"{unknown_field_message(name, guards.LIMIT_NAMES)}")
+        if not is_number(value) or not value > 0:
+            raise RunStateError(f"input field 'limits.{name}': must be a number > 0, "
+                                f"got {value!r}")
+    return dict(given)
 
 
 def check_resume(run: Mapping[str, Any], s3: Any, *, results_bucket: str,
@@ -281,6 +301,8 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     if "resume" in execution_input:  # continue-as-new: the run state carries on, and the
         resumed = parse_run(execution_input["resume"])  # old execution's workers are fenced
         check_resume(resumed, s3, results_bucket=results_bucket, runs_prefix=runs_prefix)
+        if "limits" in execution_input:  # checked against the run's plan at its next guard
+            resumed = {**resumed, "limits": input_limits(execution_input)}
         return {**resumed, "segment": {**resumed["segment"],
                                        "epoch": issue_epoch(resumed["run_id"])}}
     run_id = resolve_run_id(execution_input, event.get("execution"))

@@ -1,0 +1,126 @@
+"""The deadline and budget guards the trigger runs between segments (its ``next`` action).
+
+Before starting segment s+1 the trigger projects where the run would stand at its end: what
+was measured so far (fasdl.run.usage: wall clock since the run started; the Lambda charge of
+the recorded invocations plus the plan's non-Lambda cost for the iterations done) plus the
+plan's prediction for the next segment (its share of the run's iterations) scaled by the
+measured/predicted ratio so far. When a projection passes ``limits.deadline_s`` or
+``limits.budget_usd`` the run stops before the segment: the checkpoint of the finished one is
+kept, and :class:`~fasdl.contract.limits.DeadlineExceeded` /
+:class:`~fasdl.contract.limits.BudgetExceeded` end the execution in ``DEADLINE_EXCEEDED`` /
+``BUDGET_EXCEEDED`` (infra/guard_states.py). A plan without a prediction scales by the
+iterations: measured x next / done. Stdlib only.
+
+The limits are the plan's, or the execution input's ``limits`` (a resumed run's new ones,
+kept in ``run.limits``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fasdl.contract.limits import BudgetExceeded, DeadlineExceeded, Limits
+from fasdl.contract.plan import Plan, PlanError
+from fasdl.run.usage import lambda_usd
+
+LIMIT_NAMES = ("deadline_s", "budget_usd")  # what an execution input may change
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One figure (seconds or USD): measured so far, the next segment's, and the ratio."""
+
+    so_far: float
+    next_segment: float
+    ratio: float | None  # measured / predicted so far; None without a prediction
+
+    @property
+    def at_end(self) -> float:
+        return self.so_far + self.next_segment
+
+
+def project(measured: float, predicted_total: float | None, *, done: int, following: int,
+            total: int) -> Projection:
+    """``following`` more iterations after ``done`` of ``total``, from ``measured`` so far."""
+    if done <= 0 or total <= 0:
+        return Projection(measured, 0.0, None)
+    if predicted_total is None or predicted_total <= 0:
+        return Projection(measured, measured * following / done, None)
+    ratio = measured / (predicted_total * done / total)
+    return Projection(measured, predicted_total * following / total * ratio, ratio)
+
+
+def cost_so_far(usage: Mapping[str, float], plan: Plan, limits: Limits, done: int) -> float:
+    """Lambda as measured, plus the predicted non-Lambda cost (exchange, checkpoints, Step
+    Functions) pro rata of the iterations done: those are not measured."""
+    unmeasured = 0.0
+    if plan.prediction is not None and plan.total_iterations > 0:
+        other = plan.prediction.cost_usd - plan.prediction.breakdown.get("lambda_compute_usd",
+                                                                         0.0)
+        unmeasured = max(0.0, other) * done / plan.total_iterations
+    return lambda_usd(usage, limits) + unmeasured
+
+
+def run_limits(plan: Plan, run: Mapping[str, Any]) -> Limits | None:
+    """The plan's limits with ``run.limits`` (an execution input's) applied."""
+    override = run.get("limits")
+    if not override:
+        return plan.limits
+    if plan.limits is None:
+        raise PlanError("limits", "the run's plan has no limits (no prices to measure with): "
+                                  "plan it again with python -m planner plan")
+    changed = dataclasses.replace(plan.limits, **{name: override[name] for name in LIMIT_NAMES
+                                                  if name in override})
+    changed.validate()
+    return changed
+
+
+def check(plan: Plan, limits: Limits | None, usage: Mapping[str, float] | None, *, now: float,
+          done: int, following: int) -> None:
+    """Raise DeadlineExceeded / BudgetExceeded when ``following`` more iterations after
+    ``done`` would pass a limit; nothing to check without limits or measurements."""
+    if limits is None or usage is None or following <= 0:
+        return
+    total, prediction = plan.total_iterations, plan.prediction
+    where = f"before iterations {done}-{done + following} of {total}"
+    time = project(max(0.0, now - usage["started_at"]),
+                   prediction.time_s if prediction else None,
+                   done=done, following=following, total=total)
+    if time.at_end > limits.deadline_s:
+        raise DeadlineExceeded(
+            f"stopped {where}: {time.so_far:.1f} s so far + {time.next_segment:.1f} s for the "
+            f"next segment{_ratio(time)} = {time.at_end:.1f} s > limits.deadline_s "
+            f"{limits.deadline_s:g} s; the last checkpoint is kept")
+    cost = project(cost_so_far(usage, plan, limits, done),
+                   prediction.cost_usd if prediction else None,
+                   done=done, following=following, total=total)
+    if cost.at_end > limits.budget_usd:
+        raise BudgetExceeded(
+            f"stopped {where}: ${cost.so_far:.6f} so far + ${cost.next_segment:.6f} for the "
+            f"next segment{_ratio(cost)} = ${cost.at_end:.6f} > limits.budget_usd "
+            f"${limits.budget_usd:g}; the last checkpoint is kept")
+
+
+def _ratio(projection: Projection) -> str:
+    if projection.ratio is None:
+        return " (at the pace so far)"
+    return f" (predicted x {projection.ratio:.2f}, the measured/predicted ratio so far)"
+
+
+def raised_limits(plan: Plan, limits: Limits, usage: Mapping[str, float], *, now: float,
+                  done: int) -> dict[str, float]:
+    """Limits a resumed run could finish under: the whole run projected at the pace so far
+    (x 1.25 headroom), never below the current ones."""
+    remaining = plan.total_iterations - done
+    prediction = plan.prediction
+    time = project(max(0.0, now - usage["started_at"]),
+                   prediction.time_s if prediction else None,
+                   done=done, following=remaining, total=plan.total_iterations)
+    cost = project(cost_so_far(usage, plan, limits, done),
+                   prediction.cost_usd if prediction else None,
+                   done=done, following=remaining, total=plan.total_iterations)
+    return {"deadline_s": round(max(limits.deadline_s, 1.25 * time.at_end), 1),
+            "budget_usd": round(max(limits.budget_usd, 1.25 * cost.at_end), 6)}

@@ -1,0 +1,161 @@
+"""Deadline and budget guards (fasdl.run.guards), the measured figures (fasdl.run.usage) and
+the plan's limits (fasdl.contract.limits): the arithmetic on its own, then the trigger and
+finalize handlers against an in-memory S3 (moto) through a stop and a resume. The same stop
+through the synthesized state machine is tests/local/test_run_guards.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from fasdl.contract.keys import manifest_key
+from fasdl.contract.limits import BudgetExceeded, DeadlineExceeded, Limits, default_limits
+from fasdl.contract.plan import Plan, PlanError, Prediction
+from fasdl.contract.settings import Settings
+from fasdl.exchange.channel.s3 import S3Channel
+from fasdl.run import guards, usage
+from fasdl.run.checkpoint import commit_manifest, put_objects
+from tests.lambda_context import FakeLambdaContext
+from tests.runtime import test_handlers
+from tests.runtime.conftest import RESULTS
+from tests.runtime.test_handlers import PLAN, _read, finalize, start, trigger
+
+s3_env, s3_objects = test_handlers.s3_env, test_handlers.s3_objects  # PLAN's S3 and dataset
+PRICE_GB_S, PRICE_REQUEST = 1.66667e-05, 2e-07
+LIMITS = Limits(deadline_s=3600.0, budget_usd=0.001, lambda_usd_per_gb_s=PRICE_GB_S,
+                lambda_usd_per_request=PRICE_REQUEST)
+# 10 iterations in 2 segments of 5; predicted 100 s and $0.002, of which $0.0015 Lambda
+GUARDED = dataclasses.replace(
+    PLAN, training=dataclasses.replace(PLAN.training, segment_iterations=5), limits=LIMITS,
+    prediction=Prediction(time_s=100.0, cost_usd=0.002,
+                          breakdown={"lambda_compute_usd": 0.0015}))
+
+
+def totals(*, started_at: float = 1000.0, worker_gb_s: float = 0.0,
+           requests: int = 0) -> dict[str, float]:
+    return {**usage.new_usage(started_at), "worker_gb_s": worker_gb_s,
+            "worker_requests": requests}
+
+
+# ---- arithmetic ------------------------------------------------------------------------------
+def test_next_segment_is_the_prediction_scaled_by_the_measured_ratio() -> None:
+    # half the run done in 60 s against 50 s predicted: ratio 1.2, the next quarter 30 s
+    time = guards.project(60.0, 100.0, done=5, following=2, total=10)
+    assert time.ratio == pytest.approx(1.2)
+    assert time.next_segment == pytest.approx(100.0 * 2 / 10 * 1.2)
+    assert time.at_end == pytest.approx(60.0 + 24.0)
+    # no prediction: the pace so far; nothing done yet: nothing to scale
+    assert guards.project(60.0, None, done=5, following=5, total=10).at_end == 120.0
+    assert guards.project(7.0, 100.0, done=0, following=5, total=10).at_end == 7.0
+
+
+def test_budget_counts_measured_lambda_and_the_unmeasured_rest_pro_rata() -> None:
+    spent = totals(worker_gb_s=30.0, requests=4)
+    lambda_part = 30.0 * PRICE_GB_S + 4 * PRICE_REQUEST
+    assert usage.lambda_usd(spent, LIMITS) == pytest.approx(lambda_part)
+    # $0.0005 of the prediction is not Lambda compute: half of it for half the iterations
+    assert guards.cost_so_far(spent, GUARDED, LIMITS, done=5) == pytest.approx(
+        lambda_part + 0.00025)
+
+
+def test_check_stops_before_a_segment_that_would_pass_a_limit() -> None:
+    cheap = totals(worker_gb_s=10.0, requests=4)  # $0.00042 so far: $0.00084 at the end
+    guards.check(GUARDED, LIMITS, cheap, now=1040.0, done=5, following=5)
+    with pytest.raises(BudgetExceeded, match=r"limits.budget_usd \$0.001.*checkpoint is kept"):
+        guards.check(GUARDED, LIMITS, totals(worker_gb_s=40.0, requests=4), now=1040.0,
+                     done=5, following=5)
+    slow = dataclasses.replace(LIMITS, deadline_s=70.0)  # 40 s so far + 40 s > 70 s
+    with pytest.raises(DeadlineExceeded, match=r"40.0 s so far \+ 40.0 s .*ratio so far"):
+        guards.check(GUARDED, slow, cheap, now=1040.0, done=5, following=5)
+    # the last segment done, no limits, or a run state from before runs measured: no check
+    guards.check(GUARDED, slow, cheap, now=1040.0, done=10, following=0)
+    guards.check(GUARDED, None, cheap, now=1e9, done=5, following=5)
+    guards.check(GUARDED, slow, None, now=1e9, done=5, following=5)
+
+
+def test_raised_limits_cover_the_whole_run_at_the_pace_so_far() -> None:
+    spent = totals(worker_gb_s=40.0, requests=4)
+    raised = guards.raised_limits(GUARDED, LIMITS, spent, now=1040.0, done=5)
+    whole = guards.cost_so_far(spent, GUARDED, LIMITS, 5) * 2
+    assert raised["budget_usd"] == pytest.approx(1.25 * whole, rel=1e-3)
+    assert raised["deadline_s"] == LIMITS.deadline_s  # 80 s projected: never below the limit
+
+
+def test_billed_duration_rounds_up_to_the_millisecond() -> None:
+    assert usage.billed_ms(0.0011) == 2 and usage.billed_ms(2.0) == 2000
+    assert usage.gb_s(2000, 512) == 1.0
+    results = [{"invocation": usage.invocation_record(1.5, 2048)}, {"worker": 1}]
+    assert usage.results_usage(results) == (3.0, 1)  # a result without a record: not counted
+
+
+def test_limits_are_validated_naming_the_field_and_range() -> None:
+    data = GUARDED.to_dict()
+    assert Plan.from_dict(data).limits == LIMITS
+    for name, value, message in (("budget_usd", 0, r"limits.budget_usd.*\(0.0, "),
+                                 ("deadline_s", -5, r"limits.deadline_s.*\(0.0, "),
+                                 ("lambda_usd_per_gb_s", "x", "limits.lambda_usd_per_gb_s")):
+        with pytest.raises(PlanError, match=message):
+            Plan.from_dict({**data, "limits": {**data["limits"], name: value}})
+    with pytest.raises(PlanError, match=r"limits\.budget.*did you mean .budget_usd."):
+        Plan.from_dict({**data, "limits": {**data["limits"], "budget": 1}})
+    made = default_limits(planning_deadline_s=900.0, predicted_cost_usd=0.2,
+                          lambda_usd_per_gb_s=PRICE_GB_S, lambda_usd_per_request=PRICE_REQUEST)
+    assert (made.deadline_s, made.budget_usd) == (1125.0, pytest.approx(0.3))
+    with pytest.raises(PlanError, match=r"--deadline-slack.*\[1.0, 100.0\]"):
+        default_limits(planning_deadline_s=900.0, predicted_cost_usd=0.2, deadline_slack=0.5,
+                       lambda_usd_per_gb_s=PRICE_GB_S, lambda_usd_per_request=PRICE_REQUEST)
+
+
+# ---- through the handlers --------------------------------------------------------------------
+def _segment_results(s3: Any, run_id: str, index: int, seconds: float) -> None:
+    """What the 4 workers of segment ``index`` write: each billed ``seconds`` at 1024 MB."""
+    settings = Settings.from_env()
+    for worker in range(4):
+        s3.put_object(Bucket=RESULTS, Key=settings.segment_result_key(run_id, index, 0, worker),
+                      Body=json.dumps({"worker": worker, "iterations_done": 5,
+                                       usage.INVOCATION_FIELD:
+                                           usage.invocation_record(seconds, 1024)}))
+
+
+def _checkpoint(s3: Any, run_id: str, iteration: int, epoch: int) -> None:
+    store = S3Channel(RESULTS, "runs/", client=s3)
+    for worker in range(4):
+        put_objects(store, run_id, iteration, epoch, worker, {f"w{worker}": b"m"})
+    commit_manifest(store, run_id, iteration, epoch, workers=4, timeout_s=5.0)
+
+
+def test_a_budget_stop_keeps_the_checkpoint_and_resumes_with_new_limits(s3: Any) -> None:
+    run = start({"run_id": "guarded", "plan": GUARDED.to_dict()})
+    _segment_results(s3, "guarded", 0, 20.0)  # 80 GB-s: $0.00133, past $0.001 already
+    _checkpoint(s3, "guarded", 5, run["segment"]["epoch"])
+    with pytest.raises(BudgetExceeded, match="before iterations 5-10 of 10"):
+        trigger.handler({"action": "next", "run": run}, FakeLambdaContext())
+    assert _read(s3, "runs/guarded/fence.json")["epoch"] == run["segment"]["epoch"]  # no new
+
+    execution = "arn:aws:states:us-east-1:1:execution:m:guarded"
+    error = {"Error": "BudgetExceeded", "Cause": "stopped"}
+    finalize.handler({"action": "failed", "execution": execution,
+                      "state": {"run": run, "error": error}}, FakeLambdaContext())
+    record = _read(s3, "runs/guarded/failure.json")
+    assert record["status"] == "BUDGET_EXCEEDED"
+    assert record["checkpoint_key"] == "runs/" + manifest_key("guarded", 5,
+                                                              run["segment"]["epoch"])
+    assert record["measured"]["predicted_cost_usd"] == 0.002
+    assert record["measured"]["billed_gb_s"]["worker"] == 80.0  # the segment it stopped after
+    resume = record["resume"]
+    assert "--state-machine-arn arn:aws:states:us-east-1:1:stateMachine:m" in resume[
+        "command"]
+    following = resume["input"]["resume"]["segment"]
+    assert (following["start_iteration"], following["iterations"],
+            following["resume_epoch"]) == (5, 5, run["segment"]["epoch"])
+    assert resume["input"]["limits"]["budget_usd"] > 2 * 0.00133
+
+    resumed = start(resume["input"], "exec-2")  # the second half, under the new limits
+    assert resumed["limits"] == resume["input"]["limits"]
+    _segment_results(s3, "guarded", 1, 20.0)
+    done = trigger.handler({"action": "next", "run": resumed}, FakeLambdaContext())
+    assert done["done"] and done["usage"]["worker_requests"] == 8  # both segments, once each
+    assert done["usage"]["worker_gb_s"] == pytest.approx(160.0)
