@@ -33,7 +33,10 @@ Context keys (``cdk synth -c key=value`` or ``cdk.json``):
                       Lower it to run the Distributed Map path with few workers (tests).
 
 The plan is validated here, before any construct exists, so an invalid plan fails synth with
-the plan's own :class:`~fasdl.contract.plan.PlanError` message.
+the plan's own :class:`~fasdl.contract.plan.PlanError` message. Two checks are the stack's: a
+plan whose ``deployment.memory_mb`` is above the account limit recorded in its provenance
+(``account_max_memory_mb``, from ``planner plan --account``) is refused, and so is a Valkey plan
+of one worker (nothing to exchange; see :func:`check_channel_has_exchange`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, cast
 
+from fasdl.contract.lambda_quotas import ACCOUNT_KEY, ACCOUNT_MEMORY_KEY
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.requirements import requirements_digest
 from fasdl.contract.workload import Workload
@@ -121,6 +125,8 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSett
     plan = Plan.load(plan_path)  # PlanError propagates unchanged, before any construct
     plan = _with_workload(plan, context.get(CONTEXT_WORKLOAD))
     plan.check_environment_size()  # the trigger's environment carries it
+    check_account_memory(plan)
+    check_channel_has_exchange(plan)
 
     packaging = str(context.get(CONTEXT_PACKAGING) or "zip")
     if packaging not in PACKAGINGS:
@@ -148,6 +154,37 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSett
                     inline_map_max_workers=_inline_map_max_workers(
                         context.get(CONTEXT_INLINE_MAP_MAX_WORKERS)),
                     requirements_layer_dir=requirements)
+
+
+def check_account_memory(plan: Plan) -> None:
+    """A plan made with ``planner plan --account`` records the account's function-memory limit
+    (provenance ``account_max_memory_mb``, planner/account.py); above it Lambda refuses to
+    create the functions, so the synth refuses first."""
+    recorded = plan.provenance.get(ACCOUNT_MEMORY_KEY)
+    if recorded is None:
+        return
+    if not recorded.isdigit():
+        raise PlanError(f"provenance.{ACCOUNT_MEMORY_KEY}",
+                        f"must be a whole number of MB, got {recorded!r}")
+    memory, limit = plan.deployment.memory_mb, int(recorded)
+    if memory > limit:
+        who = plan.provenance.get(ACCOUNT_KEY, "the account")
+        raise PlanError("deployment.memory_mb",
+                        f"is {memory} MB, above the {limit} MB function-memory limit recorded "
+                        f"in provenance.{ACCOUNT_MEMORY_KEY} (python -m planner account: "
+                        f"{who}); Lambda would refuse to create the functions. Plan again "
+                        f"with --account, or set deployment.memory_mb <= {limit}; if AWS has "
+                        "raised the limit, rerun python -m planner account --max-memory N")
+
+
+def check_channel_has_exchange(plan: Plan) -> None:
+    """One worker exchanges nothing, yet a Valkey plan deploys a VPC and a serverless cache:
+    such a plan is refused (the planner writes an S3 plan for W = 1 instead)."""
+    if plan.deployment.channel == "valkey" and plan.deployment.workers == 1:
+        raise PlanError("deployment.channel",
+                        "is 'valkey' with deployment.workers = 1: one worker exchanges "
+                        "nothing, so the VPC and cache a Valkey plan deploys would serve no "
+                        "one; set deployment.channel to 's3' (the same training, no cache)")
 
 
 def _flag(context: dict[str, object], key: str) -> bool:

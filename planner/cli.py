@@ -1,4 +1,4 @@
-"""``python -m planner``: plan · compare · frontier · fit.
+"""``python -m planner``: plan · compare · frontier · fit · workload · account.
 
 Exit codes: 0 success, 2 bad input (the message names the argument), 3 nothing feasible (the
 message names the binding constraint). With ``--json`` stdout carries exactly one JSON object,
@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, NoReturn
 
 from fasdl.contract.plan import EXCHANGE_DTYPES, PlanError
+from planner.account import add_account_arguments, command_account
 from planner.cli_inputs import (
     BATCH_STEP,
     EXIT_BAD_INPUT,
@@ -100,12 +101,16 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                              "--timeout (default min(60, 10%% of --timeout))")
     parser.add_argument("--min-workers", type=int, default=1,
                         help="smallest W to consider (2 excludes standalone runs)")
-    parser.add_argument("--max-concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY,
+    parser.add_argument("--max-concurrency", type=int, default=None,
                         help="the account's Lambda concurrency quota; a run needs 2·W "
-                             f"(default {DEFAULT_MAX_CONCURRENCY})")
-    parser.add_argument("--max-memory", type=int, default=DEFAULT_MAX_MEMORY_MB,
+                             f"(default {DEFAULT_MAX_CONCURRENCY}, or --account's)")
+    parser.add_argument("--max-memory", type=int, default=None,
                         help="the account's function-memory quota in MB, 128-10240 "
-                             f"(default {DEFAULT_MAX_MEMORY_MB})")
+                             f"(default {DEFAULT_MAX_MEMORY_MB}, or --account's)")
+    parser.add_argument("--account", default=None, metavar="FILE",
+                        help="the limits python -m planner account read (account.json): "
+                             "the quotas, recorded in the plan; the two flags above may "
+                             "only lower them")
     parser.add_argument("--bn-rule", choices=BN_RULES, default=None,
                         help="B^n of K-REDUCE: search (every multiple of 16 within the caps, "
                              "the default of the exact and exhaustive searches) or align (the "
@@ -146,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     parser_class=_Parser)
     add_workload_arguments(kinds.add_parser(
         "new", help="write a workload (model_mb, samples, dataset_mb measured; not profiled)"))
+    add_account_arguments(commands.add_parser(
+        "account", help="read this AWS account's Lambda limits; write account.json"))
     return parser
 
 
@@ -177,6 +184,7 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     if args.out:
         check_writable("--out", args.out)
     result = _run_search(args, problem, quotas)
+    problem, result, converted = _single_worker_on_s3(args, problem, quotas, result)
     explained = (instance_report(problem, [result], instances, "plan")
                  if instances is not None else ([], {}))
     if result.choice is None:
@@ -188,7 +196,7 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         raise CliError("--workload", str(error)) from error
     if args.out:
         write_atomically("--out", args.out, plan_json(problem, result.choice, plan))
-    warnings = extrapolation_warnings(problem.workload, result.choice.memory_mb)
+    warnings = converted + extrapolation_warnings(problem.workload, result.choice.memory_mb)
     if args.json:
         emit(json.dumps({"status": "ok", "search": _search_summary(result),
                          "plan": plan.to_dict(),
@@ -205,6 +213,27 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         if args.out:
             emit(f"wrote {args.out}")
     return EXIT_OK
+
+
+def _single_worker_on_s3(args: argparse.Namespace, problem: Problem, quotas: Quotas,
+                         result: SearchResult) -> tuple[Problem, SearchResult, list[str]]:
+    """A Valkey choice of W = 1 exchanges nothing, yet would deploy a VPC and a cache (the
+    synth refuses it): that one worker is planned on S3 instead, with a warning."""
+    if args.channel != "valkey" or result.choice is None or result.choice.workers != 1:
+        return problem, result, []
+    why = "the cheapest Valkey configuration has W = 1, which exchanges nothing"
+    if args.platform:  # a Valkey profile of the user's: no S3 one to plan with
+        raise CliError("--channel", f"{why}; with --platform (a valkey profile) it cannot be "
+                                    "planned on S3 here: pass --channel s3 without it, or "
+                                    "--min-workers 2 for Valkey workers that exchange")
+    on_s3 = argparse.Namespace(**{**vars(args), "channel": "s3"})
+    single = replace(build_problem(on_s3), max_workers=1)
+    planned = _run_search(on_s3, single, quotas)
+    if planned.choice is None:
+        raise CliError("--channel", f"{why}, and one worker on S3 is infeasible "
+                                    f"({planned.reason}); pass --min-workers 2")
+    return single, planned, [f"{why}: planned on S3 instead (no VPC, no cache); "
+                             "--min-workers 2 plans Valkey workers that exchange"]
 
 
 def comparison(problem: Problem, quotas: Quotas | None = None,
@@ -296,7 +325,7 @@ def _infeasible(args: argparse.Namespace, result: SearchResult, emit: Callable[[
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], int]] = {
     "plan": command_plan, "compare": command_compare, "frontier": command_frontier,
-    "fit": command_fit, "workload": command_workload,
+    "fit": command_fit, "workload": command_workload, "account": command_account,
 }
 
 

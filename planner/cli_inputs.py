@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from fasdl.contract.fields import read_profile_json
+from fasdl.contract.fields import FieldError, read_profile_json
 from fasdl.contract.plan import PlanError
 from planner.model.instance_table import billing_rule, default_user_startup_s, shipped_options
 from planner.model.instances import (
@@ -36,7 +36,12 @@ from planner.model.profiles import (
     load_workload,
 )
 from planner.model.recipe import FLAGS as RECIPE_FLAGS
-from planner.search.quotas import Quotas
+from planner.search.quotas import (
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_MEMORY_MB,
+    AccountLimits,
+    Quotas,
+)
 
 # The planner's exit statuses: done, bad input (one line naming the flag), no plan fits
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
@@ -237,11 +242,35 @@ def build_instances(args: argparse.Namespace, problem: Problem) -> Instances:
 
 
 def build_quotas(args: argparse.Namespace) -> Quotas:
+    """--max-concurrency and --max-memory (defaults: Lambda's); with --account, the account's
+    limits, which the two flags may only lower."""
+    account = None if args.account is None else load_account(args.account, build_prices(args))
     try:
-        return Quotas(max_concurrency=args.max_concurrency, max_memory_mb=args.max_memory)
+        if account is not None:
+            return Quotas.of_account(account, args.max_concurrency, args.max_memory)
+        return Quotas(
+            max_concurrency=(DEFAULT_MAX_CONCURRENCY if args.max_concurrency is None
+                             else args.max_concurrency),
+            max_memory_mb=DEFAULT_MAX_MEMORY_MB if args.max_memory is None else args.max_memory)
     except ModelInputError as error:
         raise CliError(FIELD_TO_ARGUMENT[error.field],
                        str(error).removeprefix(f"{error.field}: ")) from error
+
+
+def load_account(path: str, prices: Prices) -> AccountLimits:
+    """The file ``python -m planner account`` wrote; its region must be the plan's."""
+    try:
+        account = AccountLimits.from_dict(read_profile_json(Path(path), "account file"))
+    except FieldError as error:
+        if error.field == "<file>":  # unreadable, or not JSON: the message names the file
+            raise CliError("--account", error.detail) from error
+        where = "" if error.field in (None, "<root>") else f" field '{error.field}':"
+        raise CliError("--account", f"account file {path}:{where} {error.detail}") from error
+    if account.region != prices.region:
+        raise CliError("--account", f"account file {path} holds the limits of region "
+                                    f"{account.region} but the plan is for {prices.region}: run "
+                                    f"python -m planner account --region {prices.region}")
+    return account
 
 
 def fit_profile_error(error: ProfileError) -> CliError:

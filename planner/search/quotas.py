@@ -9,15 +9,25 @@ The quotas cut the search grid itself: M <= max-memory on the problem's own 128-
 3008-MB quota allows 2944 MB) and W <= max-concurrency // 2. Every search and baseline walks the
 same smaller grid. When nothing in it is feasible but raising a quota would make something
 feasible, that quota is named as the binding constraint.
+
+``--account FILE`` (:class:`AccountLimits`, written by ``python -m planner account``) sets both
+quotas from what the account itself reported, and the plan records them (provenance
+``account_max_memory_mb``...), so the synth can refuse a plan the account cannot deploy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
 
-from fasdl.contract.fields import is_int_in
-from fasdl.contract.lambda_quotas import DEFAULT_ACCOUNT_CONCURRENCY, EXECUTIONS_PER_WORKER
+from fasdl.contract.fields import is_int_in, require_region
+from fasdl.contract.lambda_quotas import (
+    ACCOUNT_CONCURRENCY_KEY,
+    ACCOUNT_KEY,
+    ACCOUNT_MEMORY_KEY,
+    DEFAULT_ACCOUNT_CONCURRENCY,
+    EXECUTIONS_PER_WORKER,
+)
 from planner.model.problem import VIOLATION_TEXT, ModelInputError, Problem, Violation
 from planner.search.searches import Choice, SearchResult
 
@@ -30,18 +40,92 @@ MAX_CONCURRENCY_INPUT = 1_000_000  # only catches typos; W itself stops at 1000 
 Search = Callable[[Problem], SearchResult]
 
 
+MEMORY_SOURCES = ("new-account", "lambda-maximum", "given")  # how max_memory_mb was found
+
+
+@dataclass(frozen=True)
+class AccountLimits:
+    """The Lambda limits of one account in one region, as ``python -m planner account`` read
+    them (its file, ``account.json``)."""
+
+    account_id: str
+    region: str
+    max_memory_mb: int  # the function memory the account may configure
+    max_concurrency: int  # AccountLimit.UnreservedConcurrentExecutions: what the worker gets
+    concurrent_executions: int  # AccountLimit.ConcurrentExecutions: the account's quota
+    memory_source: str  # one of MEMORY_SOURCES (planner/account.py says which is when)
+    read_on: str  # the UTC date of the read, YYYY-MM-DD: quotas change
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.account_id, str) and len(self.account_id) == 12
+                and self.account_id.isdigit()):
+            raise ModelInputError("account_id", f"must be a 12-digit AWS account id, got "
+                                          f"{self.account_id!r}")
+        require_region("region", self.region)
+        _check("max_memory_mb", self.max_memory_mb, LAMBDA_MIN_MEMORY_MB,
+               DEFAULT_MAX_MEMORY_MB, "MB, Lambda's function memory range")
+        _check("max_concurrency", self.max_concurrency, EXECUTIONS_PER_WORKER,
+               MAX_CONCURRENCY_INPUT, "unreserved concurrent executions; a run needs 2·W")
+        _check("concurrent_executions", self.concurrent_executions, self.max_concurrency,
+               MAX_CONCURRENCY_INPUT, "the account's quota, at least the unreserved part")
+        if self.memory_source not in MEMORY_SOURCES:
+            raise ModelInputError("memory_source", f"must be one of {', '.join(MEMORY_SOURCES)}, "
+                                             f"got {self.memory_source!r}")
+        if not (isinstance(self.read_on, str) and len(self.read_on) == 10
+                and self.read_on[4] == self.read_on[7] == "-"
+                and self.read_on.replace("-", "").isdigit()):
+            raise ModelInputError("read_on", f"must be a date YYYY-MM-DD, got {self.read_on!r}")
+
+    @classmethod
+    def from_dict(cls, data: object) -> AccountLimits:
+        """Every field present, none unknown; a bad one raises a FieldError naming it."""
+        names = [item.name for item in fields(cls)]
+        if not isinstance(data, Mapping):
+            raise ModelInputError("<root>", f"must be a JSON object, got {type(data).__name__}")
+        unknown = sorted(set(data) - set(names))
+        missing = [name for name in names if name not in data]
+        if unknown or missing:
+            field = (unknown or missing)[0]
+            raise ModelInputError(str(field), "is not a field of an account file" if unknown else
+                            "is missing (python -m planner account writes every field)")
+        return cls(**{name: data[name] for name in names})
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def provenance(self) -> dict[str, str]:
+        return {ACCOUNT_MEMORY_KEY: str(self.max_memory_mb),
+                ACCOUNT_CONCURRENCY_KEY: str(self.max_concurrency),
+                ACCOUNT_KEY: f"{self.account_id} {self.region} {self.read_on}"}
+
+
 @dataclass(frozen=True)
 class Quotas:
-    """The account's concurrent-execution and function-memory quotas."""
+    """The account's concurrent-execution and function-memory quotas; ``account``: what the
+    account reported (--account), which the two may only lower."""
 
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     max_memory_mb: int = DEFAULT_MAX_MEMORY_MB
+    account: AccountLimits | None = None
 
     def __post_init__(self) -> None:
         _check("max_concurrency", self.max_concurrency, EXECUTIONS_PER_WORKER,
-               MAX_CONCURRENCY_INPUT, "concurrent executions; a run needs 2·W")
+               MAX_CONCURRENCY_INPUT if self.account is None else self.account.max_concurrency,
+               "concurrent executions; a run needs 2·W" if self.account is None else
+               "at most what the --account file allows")
         _check("max_memory_mb", self.max_memory_mb, LAMBDA_MIN_MEMORY_MB,
-               DEFAULT_MAX_MEMORY_MB, "MB, Lambda's function memory range")
+               DEFAULT_MAX_MEMORY_MB if self.account is None else self.account.max_memory_mb,
+               "MB, Lambda's function memory range" if self.account is None else
+               "MB, at most what the --account file allows")
+
+    @classmethod
+    def of_account(cls, account: AccountLimits, max_concurrency: int | None = None,
+                   max_memory_mb: int | None = None) -> Quotas:
+        """The account's limits, or lower ones given on the command line."""
+        return cls(max_concurrency=(account.max_concurrency if max_concurrency is None
+                                    else max_concurrency),
+                   max_memory_mb=(account.max_memory_mb if max_memory_mb is None
+                                  else max_memory_mb), account=account)
 
     @property
     def max_workers(self) -> int:
@@ -49,7 +133,8 @@ class Quotas:
 
     def provenance(self) -> dict[str, str]:
         return {"max_concurrency": str(self.max_concurrency),
-                "max_memory_mb": str(self.max_memory_mb)}
+                "max_memory_mb": str(self.max_memory_mb),
+                **(self.account.provenance() if self.account is not None else {})}
 
     def apply(self, problem: Problem) -> Problem | None:
         """``problem`` on the grid the quotas leave; None when they leave nothing."""

@@ -1,0 +1,194 @@
+"""``python -m planner account``: the Lambda limits of this AWS account in one region, written to
+``account.json`` for ``planner plan --account account.json``.
+
+What is read, and from where:
+
+* **Concurrency**: Lambda ``GetAccountSettings``: ``AccountLimit.ConcurrentExecutions`` (the
+  account's quota, "Concurrent executions", Service Quotas code ``L-B99A9384``) and
+  ``AccountLimit.UnreservedConcurrentExecutions`` (the quota minus what other functions have
+  reserved). The worker shares the unreserved pool unless the stack reserves for it, and the
+  trigger checks the same number before a run (fasdl/aws/account.py), so the unreserved count
+  is the ``max_concurrency`` recorded. GetAccountSettings is the account's own number in that
+  region, so Service Quotas is not asked.
+* **Function memory**: no API reports it. GetAccountSettings has no memory field, AWS lists
+  function memory (128-10,240 MB) among the limits that cannot be changed, and Service Quotas
+  documents no Lambda memory quota; yet "New AWS accounts have reduced concurrency and memory
+  quotas. AWS raises these quotas automatically based on your usage." Accounts held back that
+  way report that CreateFunction's MemorySize must be "less than or equal to 3008". So a
+  concurrency quota below Lambda's default 1,000, the visible half of those reduced quotas,
+  records 3,008 MB (``memory_source`` ``new-account``); otherwise 10,240 MB
+  (``lambda-maximum``). ``--max-memory`` records what you know instead (``given``), e.g. 3008
+  after a deploy failed with that message, or 10240 once AWS has raised it.
+* **Who**: STS ``GetCallerIdentity`` (the account id).
+
+Missing credentials (botocore's NoCredentialsError), an unknown --profile and a refused call
+(AccessDenied...) are errors naming the option to fix, exit 2.
+
+AWS sources:
+https://docs.aws.amazon.com/lambda/latest/api/API_GetAccountSettings.html,
+https://docs.aws.amazon.com/lambda/latest/api/API_AccountLimit.html,
+https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html (new accounts, memory),
+https://docs.aws.amazon.com/general/latest/gr/lambda-service.html (Lambda's service quotas),
+https://docs.aws.amazon.com/STS/latest/APIReference/API_GetCallerIdentity.html;
+the 3,008-MB refusal as accounts met it: github.com/alexcasalboni/aws-lambda-power-tuning/pull/181,
+github.com/aws-samples/serverless-rag-demo/pull/124.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from fasdl.contract.fields import PlanError, require_region
+from fasdl.contract.lambda_quotas import (
+    DEFAULT_ACCOUNT_CONCURRENCY,
+    NEW_ACCOUNT_MEMORY_MB,
+    QUOTA_CODE,
+    QUOTA_NAME,
+)
+from planner.cli_inputs import (
+    DEFAULT_REGION,
+    EXIT_OK,
+    CliError,
+    check_writable,
+    write_atomically,
+)
+from planner.model.problem import ModelInputError
+from planner.search.quotas import DEFAULT_MAX_MEMORY_MB, AccountLimits
+
+DEFAULT_OUT = "account.json"
+# Error codes of a refused identity or call (STS and Lambda spell them differently)
+REFUSED = frozenset({"AccessDenied", "AccessDeniedException", "UnrecognizedClientException",
+                     "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
+                     "SignatureDoesNotMatch"})
+PERMISSIONS = "sts:GetCallerIdentity and lambda:GetAccountSettings"
+
+MEMORY_WHY = {
+    "new-account": (f"the concurrency quota is below Lambda's default "
+                    f"{DEFAULT_ACCOUNT_CONCURRENCY:,}, the sign of a new account's reduced "
+                    f"quotas, whose function memory has been held at "
+                    f"{NEW_ACCOUNT_MEMORY_MB:,} MB (no API reports it); AWS raises both with "
+                    "use: once a larger function deploys, rerun with --max-memory 10240"),
+    "lambda-maximum": ("Lambda's maximum (no API reports a lower memory quota); if a deploy "
+                       "fails with 'MemorySize ... less than or equal to 3008', rerun with "
+                       "--max-memory 3008"),
+    "given": "as --max-memory gave it",
+}
+
+Clients = tuple[Any, Any]  # (sts, lambda) boto3 clients
+
+
+def add_account_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--region", default=DEFAULT_REGION,
+                        help=f"the region to read and deploy in (default {DEFAULT_REGION})")
+    parser.add_argument("--profile", default=None,
+                        help="AWS named profile (default: the standard credential chain)")
+    parser.add_argument("--max-memory", type=int, default=None,
+                        help="record this function-memory limit in MB (128-10240) instead "
+                             "of the one inferred (no API reports it)")
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help=f"where to write the limits (default {DEFAULT_OUT})")
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+
+
+def aws_clients(region: str, profile: str | None) -> Clients:
+    """STS and Lambda clients of ``profile`` (None: the default chain) in ``region``."""
+    import boto3  # only when the command runs: the planner imports no AWS SDK otherwise
+
+    session = boto3.session.Session(profile_name=profile, region_name=region)
+    return session.client("sts"), session.client("lambda")
+
+
+def read_limits(clients: Clients, region: str, *, max_memory_mb: int | None = None,
+                today: str | None = None) -> AccountLimits:
+    """The account's limits in ``region`` (module docstring); botocore errors propagate."""
+    sts, lambda_client = clients
+    account_id = str(sts.get_caller_identity()["Account"])
+    limit = lambda_client.get_account_settings()["AccountLimit"]
+    quota = int(limit["ConcurrentExecutions"])
+    unreserved = int(limit.get("UnreservedConcurrentExecutions", quota))
+    if max_memory_mb is not None:
+        memory, source = max_memory_mb, "given"
+    elif quota < DEFAULT_ACCOUNT_CONCURRENCY:
+        memory, source = NEW_ACCOUNT_MEMORY_MB, "new-account"
+    else:
+        memory, source = DEFAULT_MAX_MEMORY_MB, "lambda-maximum"
+    return AccountLimits(account_id=account_id, region=region, max_memory_mb=memory,
+                         max_concurrency=unreserved, concurrent_executions=quota,
+                         memory_source=source,
+                         read_on=today or datetime.now(UTC).date().isoformat())
+
+
+def fetch_limits(args: argparse.Namespace) -> AccountLimits:
+    """:func:`read_limits` with every AWS or input failure as the option to fix."""
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        NoCredentialsError,
+        ProfileNotFound,
+    )
+
+    try:
+        region = require_region("region", args.region)
+    except PlanError as error:
+        raise CliError("--region", error.detail) from error
+    try:
+        return read_limits(aws_clients(region, args.profile), region,
+                           max_memory_mb=args.max_memory)
+    except NoCredentialsError as error:
+        raise CliError("--profile", "no AWS credentials found (NoCredentialsError): configure "
+                                    "them (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+                                    "AWS_SECRET_ACCESS_KEY) or pass --profile NAME") from error
+    except ProfileNotFound as error:
+        raise CliError("--profile", f"{error}: name a profile of ~/.aws/config") from error
+    except ClientError as error:
+        raise _refused(error, region) from error
+    except BotoCoreError as error:  # no endpoint, no network
+        raise CliError("--region", f"cannot reach AWS in {region}: {error}") from error
+    except ModelInputError as error:
+        raise _bad_limit(error, region) from error
+
+
+def _refused(error: Any, region: str) -> CliError:
+    code = str(error.response.get("Error", {}).get("Code", ""))
+    operation = getattr(error, "operation_name", "the call")
+    if code in REFUSED:
+        return CliError("--profile", f"{operation} was refused ({code}): the identity needs "
+                                     f"{PERMISSIONS} in {region}; use a profile that has them")
+    return CliError("--region", f"{operation} failed in {region}: {error}")
+
+
+def _bad_limit(error: ModelInputError, region: str) -> CliError:
+    if error.field == "max_memory_mb":
+        return CliError("--max-memory", error.detail)
+    return CliError("--region", f"the account's {error.field} in {region} "
+                                f"{error.detail}: nothing can be planned there; raise the "
+                                f"quota '{QUOTA_NAME}' (Service Quotas code {QUOTA_CODE})")
+
+
+def describe(limits: AccountLimits, out: str) -> list[str]:
+    return [
+        f"account {limits.account_id} in {limits.region} (read {limits.read_on}):",
+        f"  concurrency: quota '{QUOTA_NAME}' {limits.concurrent_executions:,}, unreserved "
+        f"{limits.max_concurrency:,}, so W <= {limits.max_concurrency // 2:,} (a run needs 2·W)",
+        f"  function memory: up to {limits.max_memory_mb:,} MB: "
+        f"{MEMORY_WHY[limits.memory_source]}",
+        f"wrote {out}; plan with --account {out} (the same as --max-memory "
+        f"{limits.max_memory_mb} --max-concurrency {limits.max_concurrency})"]
+
+
+def command_account(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    check_writable("--out", args.out)  # before any AWS call
+    limits = fetch_limits(args)
+    write_atomically("--out", args.out, json.dumps(limits.to_dict(), indent=2) + "\n")
+    if args.json:
+        emit(json.dumps({"status": "ok", "account": limits.to_dict(), "out": args.out,
+                         "flags": ["--max-memory", str(limits.max_memory_mb),
+                                   "--max-concurrency", str(limits.max_concurrency)]}))
+    else:
+        for line in describe(limits, args.out):
+            emit(line)
+    return EXIT_OK
