@@ -11,6 +11,8 @@ States::
                      Plan next segment  Shorten segment        Retry segment
                         \\------------> Count segment <-----------/
     out of memory, any other error -> Record failure -> Run failed
+    Plan next segment --deadline or budget would be passed--> Record stop -> Which limit?
+        -> Deadline exceeded | Budget exceeded (infra/guard_states.py)
 
 A crashed worker (process died: ``Runtime.ExitError``; or a peer gave up waiting for its
 shards: ``ChannelTimeout``/``ChannelError``) reruns the same segment from its checkpoint
@@ -44,7 +46,7 @@ from constructs import Construct
 
 from fasdl.contract import events
 from fasdl.contract.errors import CacheNotReady, WorkerNotReady
-from infra import lambda_errors
+from infra import guard_states, lambda_errors
 from infra.segment_states import (
     CRASHED,
     OUTCOME_PATH,
@@ -191,16 +193,23 @@ class TrainingWorkflow(Construct):
         add_lambda_retries(task, trigger=function is self._trigger)
         return task
 
-    def _build_record_failure(self) -> sfn.IChainable:
-        record = self._invoke(RECORD_FAILURE, self._finalize, {
+    def _record(self, state_name: str) -> tasks.LambdaInvoke:
+        """Finalize's ``failed`` action: failure.json (and, after a guard stop, the resume)."""
+        return self._invoke(state_name, self._finalize, {
             "action": "failed", "state.$": "$", "execution.$": "$$.Execution.Id",
         }, result_path=sfn.JsonPath.DISCARD)
+
+    def _build_record_failure(self) -> tuple[sfn.IChainable, sfn.IChainable]:
+        """``Record failure -> Run failed`` and the guards' ``Record stop -> ...``."""
+        record = self._record(RECORD_FAILURE)
         failed = sfn.Fail(self, FAILED, state_name=FAILED, error=RUN_FAILED_ERROR,
                           cause="Training failed: see the execution history and "
                                 "runs/<run_id>/failure.json in the results bucket")
         for error in FAILURE_ERRORS:
             record.add_catch(failed, errors=[error], result_path="$.record_error")
-        return record.next(failed)
+        stop = guard_states.guard_stop(self, record=self._record, failed=failed,
+                                       failure_errors=FAILURE_ERRORS)
+        return record.next(failed), stop
 
     def _build_run_worker(self, *, distributed: bool) -> tasks.LambdaInvoke:
         # The inline iteration outputs only its worker index, the Distributed child a small
@@ -241,7 +250,7 @@ class TrainingWorkflow(Construct):
 
     # ---- definition ----------------------------------------------------------------------
     def _build_definition(self) -> sfn.IChainable:
-        record_failure = self._build_record_failure()
+        record_failure, guard_stop = self._build_record_failure()
         initialize = sfn.Pass(self, INITIALIZE, state_name=INITIALIZE, parameters={
             "input.$": "$", "count": {"segments": 0}})
         plan_run = self._invoke(PLAN_RUN, self._trigger, {
@@ -250,6 +259,7 @@ class TrainingWorkflow(Construct):
         train = self._build_train_segment()
         plan_next = self._invoke(PLAN_NEXT, self._trigger, {
             "action": "next", "run.$": "$.run"}, result_path="$.run")
+        guard_states.catch_guards(plan_next, guard_stop)  # before the catch-all below
         shorten = self._invoke(SHORTEN, self._trigger, {
             "action": "shorten", "run.$": "$.run", "error.$": "$.error"},
             result_path="$.run")

@@ -1,7 +1,9 @@
 """Stub trigger/worker/finalize that follow fasdl/contract/events.py, run by the emulator in tests.
 
 Configured by environment: STUB_DIR (shared scratch dir), STUB_WORKERS, STUB_SEGMENTS,
-STUB_HANG_AT / STUB_CRASH_AT ("segment:worker", attempt 0 only), STUB_RENDEZVOUS_S.
+STUB_HANG_AT / STUB_CRASH_AT ("segment:worker", attempt 0 only), STUB_RENDEZVOUS_S,
+STUB_STOP_AT ("segment:ErrorName": the trigger's next after that segment raises ErrorName,
+as fasdl.run.guards raises DeadlineExceeded / BudgetExceeded).
 Every call is appended to STUB_DIR/calls.jsonl so the test can check the order.
 """
 
@@ -53,6 +55,9 @@ def trigger(event: dict[str, Any], context: Any) -> dict[str, Any]:
                 "cache": None}  # the real trigger's run state always names the cache
     run: dict[str, Any] = event["run"]
     segment = dict(run["segment"])
+    stop_index, _, stop_error = os.environ.get("STUB_STOP_AT", "").partition(":")
+    if event["action"] == "next" and stop_index == str(segment["index"]):
+        raise type(stop_error, (RuntimeError,), {})(f"stopped after segment {stop_index}")
     if event["action"] == "shorten":
         segment.update(iterations=segment["iterations"] // 2, attempt=segment["attempt"] + 1)
         return {**run, "segment": segment}
