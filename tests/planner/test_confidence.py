@@ -42,7 +42,9 @@ from planner.model.provenance import (
 from planner.search.searches import Choice, exact
 from tests.planner.test_profiler_fit import train_records, transfer_records, write
 
-PLAN_ARGS = ("--deadline", "600", "--max-global-batch", "64", "--epochs", "2")
+# a small grid (M <= 2048 MB): the search stays well under a second
+PLAN_ARGS = ("--deadline", "600", "--max-global-batch", "64", "--epochs", "2", "--max-memory",
+             "2048")
 GROUPS = ("workload.compute", "platform.transfer", "platform.cold_start")
 
 
