@@ -26,10 +26,12 @@ from planner.cli_inputs import (
     MAX_GLOBAL_BATCH,
     CliError,
     add_instance_argument,
+    add_limit_arguments,
     build_instances,
     build_problem,
     build_quotas,
     check_writable,
+    limit_options,
     write_atomically,
 )
 from planner.fit_command import add_fit_arguments, command_fit
@@ -135,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--literal-early-stop", action="store_true",
                       help="two-stage only: the early stop exactly as printed in Alg. 3.1")
     plan.add_argument("--out", help="write the plan JSON here (e.g. plan.json)")
+    add_limit_arguments(plan)
     plan.add_argument("--explain", action="store_true",
                       help="also compare one instance (GPU, CPU, --instance) and say which "
                            "option is cheapest and which meets the deadline")
@@ -190,7 +193,8 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     if result.choice is None:
         return _infeasible(args, result, emit, explained)
     try:
-        plan = to_plan(problem, result.choice, search=result.method, quotas=quotas)
+        plan = to_plan(problem, result.choice, search=result.method, quotas=quotas,
+                       **limit_options(args))
         plan.check_environment_size()  # what the synth will ask of it
     except PlanError as error:  # a choice the contract refuses: name where it came from
         raise CliError("--workload", str(error)) from error

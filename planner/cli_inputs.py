@@ -11,9 +11,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fasdl.contract.fields import FieldError, read_profile_json
+from fasdl.contract.limits import BUDGET_FACTOR, DEADLINE_SLACK, MAX_BUDGET_USD
 from fasdl.contract.plan import PlanError
 from planner.model.instance_table import billing_rule, default_user_startup_s, shipped_options
 from planner.model.instances import (
@@ -315,3 +316,24 @@ def write_atomically(argument: str, path: str, text: str) -> None:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
         raise CliError(argument, f"cannot write {path}: {error}") from error
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """``plan``'s limits flags (fasdl.contract.limits: the trigger's deadline/budget guards)."""
+    parser.add_argument("--budget-usd", type=float, default=None, metavar="USD",
+                        help="limits.budget_usd: a run stops before a segment that would "
+                             f"pass it (default: the predicted cost x {BUDGET_FACTOR})")
+    parser.add_argument("--deadline-slack", type=float, default=DEADLINE_SLACK, metavar="F",
+                        help="limits.deadline_s = --deadline x F, 1-100 (default "
+                             f"{DEADLINE_SLACK}): a run stops before a segment that would "
+                             "end past it")
+
+
+def limit_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The limits flags for planner.planfile.to_plan, checked (CliError names the flag)."""
+    if args.budget_usd is not None and not 0 < args.budget_usd <= MAX_BUDGET_USD:
+        raise CliError("--budget-usd", f"must be in (0, {MAX_BUDGET_USD:g}], "
+                                       f"got {args.budget_usd}")
+    if not 1.0 <= args.deadline_slack <= 100.0:
+        raise CliError("--deadline-slack", f"must be in [1, 100], got {args.deadline_slack}")
+    return {"budget_usd": args.budget_usd, "deadline_slack": args.deadline_slack}

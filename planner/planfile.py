@@ -7,6 +7,7 @@ import json
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from fasdl.contract.limits import DEADLINE_SLACK, default_limits
 from fasdl.contract.plan import Deployment, Plan, Prediction, Training
 from planner.model.confidence import assess
 from planner.model.problem import Problem
@@ -22,7 +23,8 @@ def planner_version() -> str:
 
 
 def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None = None,
-            seed: int = 0, quotas: Quotas | None = None) -> Plan:
+            seed: int = 0, quotas: Quotas | None = None, budget_usd: float | None = None,
+            deadline_slack: float = DEADLINE_SLACK) -> Plan:
     """The plan for ``choice``; the segment length is the model's, capped at the run's length,
     and the training recipe the workload's (planner.model.recipe). ``quotas``, the account quotas
     the search respected, go into the provenance."""
@@ -59,6 +61,12 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
         ),
         prediction=Prediction(time_s=round(choice.time_s, 3), cost_usd=round(choice.cost_usd, 6),
                               breakdown=breakdown),
+        # the guards' limits, priced as the plan was (fasdl.contract.limits)
+        limits=default_limits(
+            planning_deadline_s=problem.deadline_s, predicted_cost_usd=choice.cost_usd,
+            lambda_usd_per_gb_s=problem.prices.lambda_mb_s(problem.arch) * 1024.0,
+            lambda_usd_per_request=problem.prices.lambda_request, budget_usd=budget_usd,
+            deadline_slack=deadline_slack),
         provenance={
             "planner": planner_version(),
             "search": search,
