@@ -15,18 +15,17 @@ from local.cache_cap import (
     CONNECTIONS_PER_WORKER,
     EVICTION_POLICY,
     CacheCap,
-    CacheServer,
     evicted_keys,
 )
 from local.cache_plane import CacheStackState, LocalElastiCache
 from local.control_plane import ControlPlane, WorkerFunction
+from local.ecpu_proxy import EcpuProxy
 from local.layout import BUCKETS
 from local.logs_plane import LocalLogs
 from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from local.template import LocalTemplate, TemplateError, local_server_env
 
 CACHE_NAME_ENV = "FASDL_CACHE_NAME"
-__all__ = ["RunServers", "cap_planned_cache", "evicted_keys", "start_servers", "storage_servers"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +34,7 @@ class RunServers:
     cache: ValkeyServer | RedisTlsClusterServer | None
     control: ControlPlane
     logs: LocalLogs  # the worker's REPORT lines (fasdl/aws/memory_report.py)
+    cache_proxy: EcpuProxy | None  # what the functions reach the cache through (ECPU meter)
     env: dict[str, str | None]  # overrides of the functions' environment
     description: str
 
@@ -68,9 +68,11 @@ def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tl
     """Start everything on ``stack`` (stopped when it closes)."""
     s3, cache = storage_servers(stack, channel=channel, tls_cache=tls_cache)
     elasticache: LocalElastiCache | None = None
+    proxy: EcpuProxy | None = None
     if cache is not None:
+        proxy = stack.enter_context(EcpuProxy(cache))
         elasticache = stack.enter_context(
-            LocalElastiCache(cache_name(template), cache.port, cache_stack))
+            LocalElastiCache(cache_name(template), proxy.port, cache_stack))
     control = stack.enter_context(ControlPlane(worker, region=region))
     logs = stack.enter_context(LocalLogs(template.function_named("handlers.worker")))
     env, servers = local_server_env(
@@ -81,19 +83,35 @@ def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tl
     if elasticache is not None:
         description += (f", ElastiCache API at {elasticache.endpoint_url} (cache "
                         f"{elasticache.name}: {cache_stack.describe()})")
-    return RunServers(s3, cache, control, logs, env, description)
+    return RunServers(s3, cache, control, logs, proxy, env, description)
 
 
-def cap_planned_cache(stack: ExitStack, cache: CacheServer, plan: Plan, *,
+def cap_planned_cache(stack: ExitStack, servers: RunServers, plan: Plan, *,
                       at_peak: bool = False) -> str:
     """Hold the cache, on ``stack``, to the planned data cap (infra.cache, in GB of 10^9 bytes:
-    the smaller reading of ElastiCache's unit) with its eviction policy (local.cache_cap);
-    ``at_peak``: the exchange's peak times the headroom itself, which the whole GB hides for
-    small models. Says what it set."""
+    the smaller reading of ElastiCache's unit) with its eviction policy (local.cache_cap), and
+    to the planned ECPU/s maximum (local.ecpu_proxy); ``at_peak``: the exchange's peak times the
+    headroom itself, which the whole GB hides for small models. Says what it set."""
+    cache, proxy = servers.cache, servers.cache_proxy
+    assert cache is not None and proxy is not None, "a Valkey plan's servers"
+    limits = cache_limits(plan)
+    proxy.bucket.set_rate(limits.ecpu_per_second)
     peak_bytes = exchange_peak_mb(plan) * 2**20
-    cap = int(CACHE_HEADROOM * peak_bytes) if at_peak else cache_limits(plan).storage_gb * 10**9
+    cap = int(CACHE_HEADROOM * peak_bytes) if at_peak else limits.storage_gb * 10**9
     workers = plan.deployment.workers
     in_flight = workers * plan.workload.model_mb * 2**20  # one upload each
     stack.enter_context(CacheCap(cache, cap, in_flight_bytes=int(in_flight),
                                  expected_connections=workers * CONNECTIONS_PER_WORKER))
-    return f"cache capped at {cap / 1e6:,.3f} MB of data with {EVICTION_POLICY} eviction"
+    return (f"cache capped at {cap / 1e6:,.3f} MB of data with {EVICTION_POLICY} eviction "
+            f"and {limits.ecpu_per_second:,} ECPU/s")
+
+
+def cache_report(servers: RunServers) -> list[str]:
+    """What the cache went through: ECPUs and time held back at the maximum, evictions."""
+    if servers.cache is None or servers.cache_proxy is None:
+        return []
+    lines = [servers.cache_proxy.describe()]
+    if evicted := evicted_keys(servers.cache):
+        lines.append(f"WARNING: the cache evicted {evicted} keys at the planned data cap: on "
+                     "AWS the same exchange would lose keys (fasdl.contract.cache sizes the cap)")
+    return lines

@@ -53,7 +53,7 @@ from local.reference import single_process_reference
 from local.report import Progress
 from local.run_limits import with_limits
 from local.run_report import FinishedRun, wait_and_report
-from local.run_servers import RunServers, cap_planned_cache, evicted_keys, start_servers
+from local.run_servers import RunServers, cache_report, cap_planned_cache, start_servers
 from local.service_faults import ServiceFault
 from local.template import (
     LocalTemplate,
@@ -309,7 +309,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         s3, cache, local_env = servers.s3, servers.cache, servers.env
         say(f"started {servers.description}")
         if cache is not None:
-            say(cap_planned_cache(stack, cache, plan, at_peak=options.cache_at_peak))
+            say(cap_planned_cache(stack, servers, plan, at_peak=options.cache_at_peak))
         client = s3.client()
         prefix = plan.workload.dataset.rstrip("/")
         for name, path in files.items():
@@ -344,9 +344,8 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
             progress, roles, worker_function, cache, options.memory_limit, started, reference)
         status = wait_and_report(finished, sfn, machine, timeout_s=options.timeout_s,
                                  on_poll=on_poll, say=say)
-        if cache is not None and (evicted := evicted_keys(cache)):
-            say(f"WARNING: the cache evicted {evicted} keys at the planned data cap: on AWS "
-                "the same exchange would lose keys (fasdl.contract.cache sizes the cap)")
+        for line in cache_report(servers):
+            say(line)
     say("stopped all local servers and invocations")
     return 0 if status == "SUCCEEDED" else 1
 
