@@ -4,7 +4,8 @@
   worker's test hooks (fasdl.run.fault_hooks: ``FASDL_TEST_CRASH_AT_ITERATION``...);
 * ``--restart-cache-at N`` restarts the Valkey server once a shard of iteration N is in it:
   its keys are lost, like a cache node replaced mid-run;
-* :func:`exchange_left` counts the run's exchange keys finalize left behind (report.json).
+* :func:`exchange_left` counts the run's exchange keys finalize left behind (report.json),
+  under any hashed key prefix.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES, exchange_labels, run_prefix
 from local.layout import LAYOUT
 from local.servers import RedisTlsClusterServer, ValkeyServer
 
@@ -75,6 +77,13 @@ def exchange_left(client: Any, run_id: str,
                 match=f"{LAYOUT.exchange_run_prefix(run_id)}*", count=1000))
         finally:
             valkey.close()
-    listed = client.list_objects_v2(Bucket=LAYOUT.exchange_bucket,
-                                    Prefix=LAYOUT.exchange_run_prefix(run_id))
-    return int(listed.get("KeyCount", 0))
+    # S3 keys may sit under a hashed label (training.exchange_key_prefixes): one listing of
+    # the exchange prefix, every label a plan can use (fasdl.contract.keys.spread_key)
+    labels = set(exchange_labels(MAX_EXCHANGE_KEY_PREFIXES))
+    run = run_prefix(run_id)
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=LAYOUT.exchange_bucket,
+                                                            Prefix=LAYOUT.exchange_prefix)
+    names = (item["Key"][len(LAYOUT.exchange_prefix):] for page in pages
+             for item in page.get("Contents", []))
+    return sum(1 for name in names
+               if name.startswith(run) or (name[:3] in labels and name[3:].startswith(run)))

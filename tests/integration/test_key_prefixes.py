@@ -3,17 +3,22 @@ as one prefix, every key under a label, nothing left under any prefix after the 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import uuid
 
 import numpy as np
 import torch
 
-from fasdl.contract.keys import exchange_labels
+from fasdl.contract.keys import exchange_labels, merged_key, shard_key
 from fasdl.exchange.channel.factory import build_channel
+from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.exchange.channel.spread import spread_keys
 from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.run.fencing import claim_worker, clean_dead_epochs
 from fasdl.training.networks import build_model
+from local.faults import exchange_left
+from local.layout import LAYOUT
 from local.servers import SeaweedS3Server
 from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
 
@@ -66,3 +71,25 @@ def test_spread_keys_train_the_same_weights_and_leave_nothing(seaweed_server: Se
     spread = _train(seaweed_server, prefix, model, PREFIXES)
     for got, expected in zip(spread, one, strict=True):
         assert np.array_equal(got, expected)
+
+
+def test_the_local_leftover_check_counts_keys_under_every_prefix(
+        seaweed_server: SeaweedS3Server) -> None:
+    """local runs report the keys finalize left (report.json exchange_left): labelled ones
+    count, another run's do not."""
+    client = seaweed_server.client()
+    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+        client.create_bucket(Bucket=LAYOUT.exchange_bucket)
+    run, other = f"left-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
+    plain = S3Channel(LAYOUT.exchange_bucket, LAYOUT.exchange_prefix, client=client)
+    spread = spread_keys(plain, 16)
+    written = [shard_key(run, 2, 0, shard, worker) for shard in range(3) for worker in range(4)]
+    for key in written:
+        spread.put(key, b"x")
+    plain.put(merged_key(run, 1, 0, 0), b"unlabelled")
+    spread.put(merged_key(other, 2, 0, 0), b"another run")
+    assert exchange_left(client, run, None) == len(written) + 1
+    spread.delete_prefix(f"{run}/")
+    plain.delete_prefix(f"{run}/")
+    spread.delete_prefix(f"{other}/")
+    assert exchange_left(client, run, None) == 0 == exchange_left(client, other, None)
