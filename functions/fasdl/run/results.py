@@ -13,7 +13,8 @@ Objects in the results bucket, under ``runs/<run_id>/``:
   worker 0's held-out accuracy and, for two-class workloads, its Matthews correlation
   (``mcc``, CoLA's metric), time split summed over the workers, wall time and billed GB-s;
   plus run totals and ``measured`` (elapsed time, Lambda GB-s, requests and cost beside the
-  plan's predictions: fasdl.run.usage);
+  plan's predictions: fasdl.run.usage) and ``roles``, each role's measured time per
+  iteration, startup and billed duration (fasdl.run.role_times, what planner calibrate reads);
 * ``failure.json``: the state machine's error and the last run state of a failed run.
 """
 
@@ -30,6 +31,7 @@ from typing import Any
 from fasdl.contract.keys import EXPORT_OBJECTS, manifest_key
 from fasdl.contract.settings import Settings
 from fasdl.exchange import stores
+from fasdl.run.role_times import role_times
 from fasdl.run.usage import results_usage
 
 _RESULT_KEY = re.compile(r"segments/(\d{5})/attempt-(\d+)/worker-(\d{4})\.json$")
@@ -110,6 +112,8 @@ def summarize(results: Mapping[tuple[int, int], list[dict[str, Any]]],
             "time_s": dict(totals),
             "iterations": sum(int(s["iterations"] or 0) for s in segments),
             "retried_attempts": retries,
+            # per role: time per iteration, startup, billed duration (fasdl.run.role_times)
+            "roles": role_times((index, items) for index, (_, items) in sorted(chosen.items())),
             "exchange_throttled_retries": sum(int(item.get("exchange_throttled_retries", 0))
                                               for items in results.values() for item in items)}
 

@@ -49,6 +49,7 @@ from fasdl.run.checkpoint import commit_manifest, load_manifest, restore_worker,
 from fasdl.run.fault_hooks import NO_FAULTS, FaultHooks
 from fasdl.run.fencing import Fence, claim_worker, start_dead_epoch_cleanup
 from fasdl.run.retention import RESUMED_FROM, resumed_from
+from fasdl.run.role_times import BATCH_FIELD, ROLE_FIELD, role_of
 from fasdl.run.run_state import check_deployment
 from fasdl.run.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
 from fasdl.training.augment import (
@@ -98,6 +99,8 @@ class SegmentResult:
     resume_iteration: int | None = None
     # exchange requests S3 throttled (503 Slow Down), each retried (fasdl.exchange.channel.s3)
     throttled_retries: int = 0
+    role: str | None = None  # aggregator | non_aggregator, and its batch (fasdl.run.role_times)
+    batch: int | None = None
 
     def add(self, stats: StepStats) -> None:
         self.iterations_done += 1
@@ -120,6 +123,7 @@ class SegmentResult:
             "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
             "resume_iteration": self.resume_iteration,
             "exchange_throttled_retries": self.throttled_retries,
+            ROLE_FIELD: self.role, BATCH_FIELD: self.batch,
         }
 
 
@@ -367,7 +371,9 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
     check_deployment(plan, settings.deployment)
     _check_event(plan, event)
     exchange = stores.exchange_channel(settings, plan.training.exchange_key_prefixes)
-    result = SegmentResult(event.run_id, event.worker, event.segment())
+    result = SegmentResult(event.run_id, event.worker, event.segment(),
+                           role=role_of(event.worker, plan.training.aggregators),
+                           batch=plan.batch_of(event.worker))
     cleanup: threading.Thread | None = None
     try:
         claim_worker(exchange, event.run_id, event.epoch, event.worker,

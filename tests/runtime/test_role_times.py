@@ -1,0 +1,64 @@
+"""The summary's per-role measurements (fasdl.run.role_times) from worker results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fasdl.run.results import summarize
+from fasdl.run.role_times import role_of, role_times
+
+
+def result(worker: int, role: str, batch: int, *, iterations: int, compute_s: float,
+           upload_s: float, total_s: float, load_s: float, billed_ms: int) -> dict[str, Any]:
+    return {"worker": worker, "role": role, "batch": batch, "iterations_done": iterations,
+            "time": {"compute_s": compute_s, "upload_s": upload_s, "download_s": 0.5,
+                     "aggregate_s": 0.0, "idle_s": 0.0, "load_s": load_s, "total_s": total_s},
+            "invocation": {"billed_ms": billed_ms, "memory_mb": 1024}}
+
+
+def test_role_of_splits_at_k() -> None:
+    assert [role_of(worker, 2) for worker in range(3)] == ["aggregator", "aggregator",
+                                                          "non_aggregator"]
+
+
+def test_roles_divide_by_iterations_and_split_cold_from_warm_startup() -> None:
+    cold = [result(0, "aggregator", 16, iterations=10, compute_s=2.0, upload_s=1.0,
+                   total_s=5.0, load_s=0.5, billed_ms=9000),
+            result(1, "non_aggregator", 32, iterations=10, compute_s=4.0, upload_s=0.5,
+                   total_s=6.0, load_s=0.5, billed_ms=7000)]
+    warm = [result(0, "aggregator", 16, iterations=10, compute_s=2.2, upload_s=1.0,
+                   total_s=4.0, load_s=0.2, billed_ms=4100),
+            result(1, "non_aggregator", 32, iterations=10, compute_s=3.8, upload_s=0.5,
+                   total_s=5.0, load_s=0.2, billed_ms=5100)]
+    roles = role_times([(0, cold), (1, warm)])
+    aggregator = roles["aggregator"]
+    assert aggregator["memory_mb"] == 1024 and aggregator["batch"] == 16
+    assert aggregator["iterations"] == 20 and aggregator["invocations"] == 2
+    assert aggregator["compute_s_per_iteration"] == pytest.approx(4.2 / 20)
+    # upload 1.0 + download 0.5 per invocation
+    assert aggregator["exchange_s_per_iteration"] == pytest.approx(3.0 / 20)
+    assert aggregator["iteration_s"] == pytest.approx(7.2 / 20)
+    # billed 9 s of which 5 s in the segment: 4 s outside + 0.5 s loading
+    assert aggregator["cold_startup_s"] == pytest.approx(4.5)
+    assert aggregator["startup_s"] == pytest.approx((4.5 + 0.3) / 2)
+    assert aggregator["billed_s"] == pytest.approx(13.1)
+    assert roles["non_aggregator"]["batch"] == 32
+
+
+def test_summary_has_roles_of_the_kept_attempt_only() -> None:
+    failed = [result(0, "aggregator", 16, iterations=3, compute_s=9.0, upload_s=9.0,
+                     total_s=20.0, load_s=1.0, billed_ms=20000)]
+    kept = [result(0, "aggregator", 16, iterations=10, compute_s=1.0, upload_s=1.0,
+                   total_s=3.0, load_s=0.2, billed_ms=3500)]
+    summary = summarize({(0, 0): failed, (0, 1): kept}, workers=1)
+    assert summary["roles"]["aggregator"]["compute_s_per_iteration"] == pytest.approx(0.1)
+    assert "non_aggregator" not in summary["roles"]
+
+
+def test_results_without_a_role_give_no_roles() -> None:
+    old = result(0, "aggregator", 16, iterations=1, compute_s=1.0, upload_s=1.0, total_s=3.0,
+                 load_s=0.1, billed_ms=3100)
+    del old["role"]
+    assert role_times([(0, [old])]) == {}
