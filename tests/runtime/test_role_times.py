@@ -12,7 +12,8 @@ from fasdl.run.role_times import role_of, role_times
 
 def result(worker: int, role: str, batch: int, *, iterations: int, compute_s: float,
            upload_s: float, total_s: float, load_s: float, billed_ms: int) -> dict[str, Any]:
-    return {"worker": worker, "role": role, "batch": batch, "iterations_done": iterations,
+    return {"worker": worker, "role": role, "batch": batch, "workload": "cnn-digits",
+            "iterations_done": iterations,
             "time": {"compute_s": compute_s, "upload_s": upload_s, "download_s": 0.5,
                      "aggregate_s": 0.0, "idle_s": 0.0, "load_s": load_s, "total_s": total_s},
             "invocation": {"billed_ms": billed_ms, "memory_mb": 1024}}
@@ -40,9 +41,11 @@ def test_roles_divide_by_iterations_and_split_cold_from_warm_startup() -> None:
     # upload 1.0 + download 0.5 per invocation
     assert aggregator["exchange_s_per_iteration"] == pytest.approx(3.0 / 20)
     assert aggregator["iteration_s"] == pytest.approx(7.2 / 20)
-    # billed 9 s of which 5 s in the segment: 4 s outside + 0.5 s loading
-    assert aggregator["cold_startup_s"] == pytest.approx(4.5)
-    assert aggregator["startup_s"] == pytest.approx((4.5 + 0.3) / 2)
+    # billed 9 s of which 5 s in the segment: 4 s outside it (a fresh sandbox); warm 0.1 s
+    assert aggregator["cold_start_s"] == pytest.approx(4.0)
+    assert aggregator["warm_start_s"] == pytest.approx(0.1)
+    assert aggregator["load_s"] == pytest.approx(0.35)
+    assert aggregator["workload"] == "cnn-digits"
     assert aggregator["billed_s"] == pytest.approx(13.1)
     assert roles["non_aggregator"]["batch"] == 32
 

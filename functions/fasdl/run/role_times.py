@@ -7,11 +7,11 @@ size:
 * ``compute_s_per_iteration`` and ``exchange_s_per_iteration``: the workers' step split
   (fasdl.exchange.step_stats: exchange = upload + aggregate + download + idle) summed over
   their iterations, divided by those iterations; ``iteration_s`` is their sum;
-* ``startup_s``: per invocation, what came before the first iteration: the handler's time
-  outside the segment (the torch load of a cold sandbox, writing the result), from the
-  billed duration, plus the segment's ``load_s`` (plan, dataset partition, checkpoint);
-  ``cold_startup_s``: the same over the first segment's invocations, which start fresh
-  sandboxes;
+* ``cold_start_s``: per invocation of the first segment (fresh sandboxes), the handler's time
+  outside the segment, from the billed duration: the torch load of a cold sandbox and writing
+  the result, what the planner's cold start predicts; ``warm_start_s``: the same over later
+  segments' invocations; ``load_s``: the segment's own start per invocation (plan, dataset
+  partition, checkpoint restore);
 * ``billed_s``: the invocations' billed duration (1 ms granularity, fasdl.run.usage).
 
 Lambda bills the handler's duration rounded up to the millisecond
@@ -30,20 +30,20 @@ from typing import Any
 from fasdl.run.usage import INVOCATION_FIELD
 
 ROLES = ("aggregator", "non_aggregator")
-ROLE_FIELD, BATCH_FIELD = "role", "batch"  # what a worker result says of itself
+# what a worker result says of itself
+ROLE_FIELD, BATCH_FIELD, WORKLOAD_FIELD = "role", "batch", "workload"
 
 
 def role_of(worker: int, aggregators: int) -> str:
     return ROLES[0] if worker < aggregators else ROLES[1]
 
 
-def _startup_s(result: Mapping[str, Any]) -> float | None:
-    """Seconds before the invocation's first iteration; None without its billed record."""
+def _outside_s(result: Mapping[str, Any]) -> float | None:
+    """The handler's seconds outside the segment; None without its billed record."""
     times, record = result.get("time", {}), result.get(INVOCATION_FIELD)
     if not isinstance(record, dict) or "billed_ms" not in record or "total_s" not in times:
         return None
-    outside = max(0.0, float(record["billed_ms"]) / 1000.0 - float(times["total_s"]))
-    return outside + float(times.get("load_s", 0.0))
+    return max(0.0, float(record["billed_ms"]) / 1000.0 - float(times["total_s"]))
 
 
 def _mean(values: list[float]) -> float | None:
@@ -55,17 +55,20 @@ def _one_role(items: list[tuple[int, Mapping[str, Any]]]) -> dict[str, Any]:
     compute = sum(float(result.get("time", {}).get("compute_s", 0.0)) for _, result in items)
     exchange = sum(float(result.get("time", {}).get(name, 0.0)) for _, result in items
                    for name in ("upload_s", "aggregate_s", "download_s", "idle_s"))
-    startups = [(index, s) for index, result in items
-                if (s := _startup_s(result)) is not None]
+    outside = [(index, s) for index, result in items
+               if (s := _outside_s(result)) is not None]
     records = [result[INVOCATION_FIELD] for _, result in items
                if isinstance(result.get(INVOCATION_FIELD), dict)]
     memories = sorted({int(record["memory_mb"]) for record in records})
     batches = sorted({int(result[BATCH_FIELD]) for _, result in items if BATCH_FIELD in result})
+    workloads = sorted({str(result[WORKLOAD_FIELD]) for _, result in items
+                        if WORKLOAD_FIELD in result})
 
     def per_iteration(total: float) -> float | None:
         return round(total / iterations, 6) if iterations else None
 
     return {
+        "workload": workloads[0] if len(workloads) == 1 else None,
         "workers": len({int(result["worker"]) for _, result in items}),
         "memory_mb": memories[0] if len(memories) == 1 else None,
         "batch": batches[0] if len(batches) == 1 else None,
@@ -73,8 +76,10 @@ def _one_role(items: list[tuple[int, Mapping[str, Any]]]) -> dict[str, Any]:
         "compute_s_per_iteration": per_iteration(compute),
         "exchange_s_per_iteration": per_iteration(exchange),
         "iteration_s": per_iteration(compute + exchange),
-        "startup_s": _mean([s for _, s in startups]),
-        "cold_startup_s": _mean([s for index, s in startups if index == 0]),
+        "cold_start_s": _mean([s for index, s in outside if index == 0]),
+        "warm_start_s": _mean([s for index, s in outside if index > 0]),
+        "load_s": _mean([float(result.get("time", {}).get("load_s", 0.0))
+                         for _, result in items]),
         "billed_s": round(sum(int(record["billed_ms"]) for record in records) / 1000.0, 3),
     }
 

@@ -49,7 +49,7 @@ from fasdl.run.checkpoint import commit_manifest, load_manifest, restore_worker,
 from fasdl.run.fault_hooks import NO_FAULTS, FaultHooks
 from fasdl.run.fencing import Fence, claim_worker, start_dead_epoch_cleanup
 from fasdl.run.retention import RESUMED_FROM, resumed_from
-from fasdl.run.role_times import BATCH_FIELD, ROLE_FIELD, role_of
+from fasdl.run.role_times import BATCH_FIELD, ROLE_FIELD, WORKLOAD_FIELD, role_of
 from fasdl.run.run_state import check_deployment
 from fasdl.run.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
 from fasdl.training.augment import (
@@ -101,6 +101,7 @@ class SegmentResult:
     throttled_retries: int = 0
     role: str | None = None  # aggregator | non_aggregator, and its batch (fasdl.run.role_times)
     batch: int | None = None
+    workload: str | None = None  # the plan's workload name
 
     def add(self, stats: StepStats) -> None:
         self.iterations_done += 1
@@ -123,7 +124,7 @@ class SegmentResult:
             "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
             "resume_iteration": self.resume_iteration,
             "exchange_throttled_retries": self.throttled_retries,
-            ROLE_FIELD: self.role, BATCH_FIELD: self.batch,
+            ROLE_FIELD: self.role, BATCH_FIELD: self.batch, WORKLOAD_FIELD: self.workload,
         }
 
 
@@ -373,7 +374,7 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
     exchange = stores.exchange_channel(settings, plan.training.exchange_key_prefixes)
     result = SegmentResult(event.run_id, event.worker, event.segment(),
                            role=role_of(event.worker, plan.training.aggregators),
-                           batch=plan.batch_of(event.worker))
+                           batch=plan.batch_of(event.worker), workload=plan.workload.name)
     cleanup: threading.Thread | None = None
     try:
         claim_worker(exchange, event.run_id, event.epoch, event.worker,
