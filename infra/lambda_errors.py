@@ -1,7 +1,8 @@
 """Errors as Step Functions reports a Lambda task's failure, and what the workflow does.
 
 One table for the state machine (infra/workflow.py), the local emulator (local/) and the
-tests. Stdlib only. Each name is what appears as ``Error`` in the Task's failure:
+tests. Stdlib and the runtime's contract only. Each name is what appears as ``Error`` in the
+Task's failure:
 
 - a **function error** (the invocation ran and failed) carries the ``errorType`` of Lambda's
   response: the handler's exception class name, or Lambda's own ``Sandbox.Timedout`` (timeout),
@@ -19,6 +20,10 @@ tests. Stdlib only. Each name is what appears as ``Error`` in the Task's failure
 """
 
 from __future__ import annotations
+
+from fasdl.contract.errors import ENI_LIMIT as ENI_LIMIT
+from fasdl.contract.errors import SUBNET_IP_LIMIT as SUBNET_IP_LIMIT
+from fasdl.contract.errors import VPC_FAILURE_ADVICE
 
 # ---- function errors --------------------------------------------------------------------
 TIMEOUT = "Sandbox.Timedout"          # the function ran past its timeout
@@ -38,11 +43,22 @@ ENI_NOT_READY = "Lambda.ENINotReadyException"
 # The function is currently in the following state: Pending", troubleshooting-invocation.html).
 # Not retried: the trigger waits for an Active worker before the first Map (fasdl/aws/account.py).
 CONFLICT = "Lambda.ResourceConflictException"
+# Lambda could not set up a VPC function's network (HTTP 502, API_Invoke.html): EC2 throttled
+# it ("Amazon EC2 throttled Lambda during Lambda function initialization"), or EC2 answered an
+# unexpected error; both pass, so they join the transient 5xx's Retry (backoff from 2 s). Nothing
+# ran. The VPC errors a retry cannot cure (no free IP addresses, the network-interface quota,
+# missing permissions, a deleted subnet or security group) are not retried: the run fails with
+# the name, and failure.json says what to do (fasdl.contract.errors.VPC_FAILURE_ADVICE).
+EC2_THROTTLED = "Lambda.EC2ThrottledException"
+EC2_UNEXPECTED = "Lambda.EC2UnexpectedException"
+VPC_TRANSIENT = (EC2_THROTTLED, EC2_UNEXPECTED)
+VPC_FAILURES = tuple(VPC_FAILURE_ADVICE)  # SUBNET_IP_LIMIT, ENI_LIMIT, ... (imported above)
 TRANSIENT = ("Lambda.ServiceException", "Lambda.AWSLambdaException",
-             "Lambda.SdkClientException", "Lambda.ClientExecutionTimeoutException")
+             "Lambda.SdkClientException", "Lambda.ClientExecutionTimeoutException",
+             *VPC_TRANSIENT)
 
 # ---- cause texts that classify Lambda.Unknown (and confirm the others) -------------------
 TIMEOUT_CAUSE = "*Task timed out after*"
 OUT_OF_MEMORY_CAUSE = "*OutOfMemory*"
 
-SERVICE_ERRORS = (THROTTLED, NOT_READY, ENI_NOT_READY, *TRANSIENT)
+SERVICE_ERRORS = (THROTTLED, NOT_READY, ENI_NOT_READY, *TRANSIENT, *VPC_FAILURES)

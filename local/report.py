@@ -247,6 +247,8 @@ def format_summary(report: dict[str, Any]) -> str:
     if isinstance(failure, dict):
         lines.append(f"  recorded failure (failure.json): {failure.get('error')}: "
                      f"{_error_message(failure.get('cause'))}")
+        if failure.get("advice"):
+            lines.append(f"    what to do: {failure['advice']}")
     lines.append(verdict(report))
     return "\n".join(lines)
 

@@ -69,6 +69,17 @@ KINDS: dict[str, ServiceErrorKind] = {kind.option: kind for kind in (
     ServiceErrorKind("service-after-start-same-id", SERVICE_EXCEPTION, 500,
                      "The Lambda service encountered an internal error.", after_start_s=10.0,
                      same_request_id=True),
+    # a VPC function's network could not be set up: retried, and not
+    ServiceErrorKind("ec2-throttled", lambda_errors.EC2_THROTTLED, 502,
+                     "Amazon EC2 throttled Lambda during Lambda function initialization using "
+                     "the execution role provided for the function."),
+    ServiceErrorKind("subnet-ip-limit", lambda_errors.SUBNET_IP_LIMIT, 502,
+                     "Lambda couldn't set up VPC access for the Lambda function because one or "
+                     "more configured subnets has no available IP addresses."),
+    ServiceErrorKind("eni-limit", lambda_errors.ENI_LIMIT, 502,
+                     "Lambda couldn't create an elastic network interface in the VPC, specified "
+                     "as part of Lambda function configuration, because the limit for network "
+                     "interfaces has been reached."),
 )}
 
 

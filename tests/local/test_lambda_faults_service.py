@@ -52,7 +52,8 @@ def _ran(calls: Path) -> list[str]:
 def test_kinds_are_the_tables_names() -> None:
     assert {kind.name for kind in KINDS.values()} == {
         lambda_errors.THROTTLED, lambda_errors.NOT_READY, lambda_errors.ENI_NOT_READY,
-        SERVICE_EXCEPTION}
+        SERVICE_EXCEPTION, lambda_errors.EC2_THROTTLED, lambda_errors.SUBNET_IP_LIMIT,
+        lambda_errors.ENI_LIMIT}
     assert set(lambda_errors.SERVICE_ERRORS) >= {kind.name for kind in KINDS.values()}
     assert SERVICE_EXCEPTION.endswith(".ServiceException")
     assert [KINDS[k].status for k in ("throttled", "not-ready", "service")] == [429, 502, 500]

@@ -48,3 +48,35 @@ def same_size_advice(memory_mb: int) -> str:
     return (f"Retrying at the same size would fail again: set deployment.memory_mb to "
             f"{next_memory_mb(memory_mb)} in plan.json (or re-profile the workload, "
             f"docs/profiling.md) and deploy again.")
+
+
+# The VPC errors of Lambda's Invoke call that no retry cures (API_Invoke.html, all HTTP 502:
+# Lambda could not set up the function's network interfaces in the VPC), as Step Functions
+# names them, and what to do. infra/lambda_errors.py lists them (not retried); finalize writes
+# the advice into failure.json beside the error (fasdl.run.results).
+SUBNET_IP_LIMIT = "Lambda.SubnetIPAddressLimitReachedException"
+ENI_LIMIT = "Lambda.ENILimitReachedException"
+VPC_FAILURE_ADVICE: dict[str, str] = {
+    SUBNET_IP_LIMIT:
+        "the subnets have no free IP addresses for Lambda's network interfaces: use larger "
+        "subnets, or fewer workers",
+    ENI_LIMIT:
+        "the VPC has reached its quota of network interfaces (Lambda quotas: 'Elastic "
+        "network interfaces per VPC', shared with other services): delete unused ones or "
+        "request a higher quota, or use fewer workers",
+    "Lambda.EC2AccessDeniedException":
+        "the function's execution role lacks the EC2 permissions a VPC function needs "
+        "(AWSLambdaVPCAccessExecutionRole): deploy the stack again (cdk deploy)",
+    "Lambda.InvalidSubnetIDException":
+        "a subnet of the function's VPC configuration does not exist: deploy the stack "
+        "again (cdk deploy)",
+    "Lambda.InvalidSecurityGroupIDException":
+        "a security group of the function's VPC configuration does not exist: deploy the "
+        "stack again (cdk deploy)",
+}
+
+
+def failure_advice(error: object) -> str | None:
+    """What to do about a run that failed with ``error`` (a Step Functions error name), when
+    the name alone does not say; None otherwise."""
+    return VPC_FAILURE_ADVICE.get(error) if isinstance(error, str) else None

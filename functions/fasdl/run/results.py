@@ -15,7 +15,9 @@ Objects in the results bucket, under ``runs/<run_id>/``:
   plus run totals and ``measured`` (elapsed time, Lambda GB-s, requests and cost beside the
   plan's predictions: fasdl.run.usage) and ``roles``, each role's measured time per
   iteration, startup and billed duration (fasdl.run.role_times, what planner calibrate reads);
-* ``failure.json``: the state machine's error and the last run state of a failed run.
+* ``failure.json``: the state machine's error, what to do about it when its name alone does
+  not say (``advice``, fasdl.contract.errors.failure_advice; else null) and the last run state
+  of a failed run.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from fasdl.contract.errors import failure_advice
 from fasdl.contract.keys import EXPORT_OBJECTS, manifest_key
 from fasdl.contract.settings import Settings
 from fasdl.exchange import stores
@@ -244,8 +247,8 @@ def write_failure(s3: Any, settings: Settings, state: Mapping[str, Any], executi
     key = settings.failure_key(run_id)
     _put_json(s3, settings.results_bucket, key, {
         "run_id": run_id, "execution": execution, "error": error.get("Error"),
-        "cause": error.get("Cause"), "run": state.get("run"), "input": state.get("input"),
-        **(extra or {})})
+        "cause": error.get("Cause"), "advice": failure_advice(error.get("Error")),
+        "run": state.get("run"), "input": state.get("input"), **(extra or {})})
     return run_id, key
 
 
