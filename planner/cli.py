@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from fasdl.contract.plan import EXCHANGE_DTYPES, PlanError
 from planner.account import add_account_arguments, command_account
+from planner.calibrate import add_calibrate_arguments, command_calibrate
 from planner.cli_inputs import (
     BATCH_STEP,
     EXIT_BAD_INPUT,
@@ -156,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
         "new", help="write a workload (model_mb, samples, dataset_mb measured; not profiled)"))
     add_account_arguments(commands.add_parser(
         "account", help="read this AWS account's Lambda limits; write account.json"))
+    add_calibrate_arguments(commands.add_parser(
+        "calibrate", help="refit the workload's compute and the platform's cold start from "
+                          "runs' summaries; old vs new prediction error"))
     return parser
 
 
@@ -330,6 +334,7 @@ def _infeasible(args: argparse.Namespace, result: SearchResult, emit: Callable[[
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], int]] = {
     "plan": command_plan, "compare": command_compare, "frontier": command_frontier,
     "fit": command_fit, "workload": command_workload, "account": command_account,
+    "calibrate": command_calibrate,
 }
 
 

@@ -1,0 +1,345 @@
+"""``python -m planner calibrate``: refit a workload's compute coefficients and a platform's cold
+start from what runs measured, and say how far the old and the new predictions are from them.
+
+A run's summary (finalize's ``summary.json`` on AWS, or a local run's ``report.json``, which
+holds it under ``summary``) has, per role, the measured compute and exchange time per
+iteration at the run's memory M and the role's batch B, and the cold start of the first
+segment's invocations (fasdl.run.role_times). From those points:
+
+* **compute** T = a·(B+b)/(M+m): the profiler's fit (planner.fit.profiler.fit_compute) when
+  the points cover 2+ memory sizes and 2+ batch sizes; a and b at the profile's m when they
+  cover one memory size (a run's aggregators and non-aggregators at different batches); a
+  alone (the profile's b and m kept) when they cover one batch. What is kept is printed with
+  the run that would identify it.
+* **cold start** = invocation_overhead_s + torch_load_cpu_s / min(vCPUs(M), 1): a non-negative
+  line over 2+ memory sizes (planner.fit.client_cpu.nonnegative_line); at one memory size,
+  torch_load_cpu_s at the profile's overhead. Lambda gives a function CPU in proportion to
+  its memory, a full vCPU at 1,769 MB
+  (https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html).
+* **transfer** p, t are not refitted: a run moves one shard size per memory size, and the
+  saturation fit needs two object sizes per memory and direction (the profiler's samples).
+
+The refitted groups get provenance ``measured`` (``--measured-on``, today, the fit quality;
+planner/model/provenance.py). Bad input raises CliError naming the file and field (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasdl.contract.fields import is_number
+from fasdl.contract.json_input import JsonInputError, load_json_bytes
+from planner.cli_inputs import EXIT_OK, CliError
+from planner.fit.client_cpu import nonnegative_line
+from planner.fit.workload_fit import Quality, distinct, quality
+from planner.model.platform_profile import TORCH_LOAD_THREADS, lambda_vcpus
+from planner.model.profiles import (
+    PlatformProfile,
+    ProfileError,
+    WorkloadProfile,
+    known_platforms,
+    load_platform,
+    load_platform_file,
+    load_workload,
+)
+from planner.model.provenance import Provenance, group_of, measured_today
+
+SUMMARY_ARGUMENT = "RUN_SUMMARY"
+ROLES = ("aggregator", "non_aggregator")  # fasdl.run.role_times.ROLES
+COLD_START_FIELDS = ("invocation_overhead_s", "torch_load_cpu_s")
+COEFFICIENTS = ("a", "b", "m", *COLD_START_FIELDS)
+
+
+@dataclass(frozen=True)
+class RolePoint:
+    """One role of one run: where it came from and what it measured."""
+
+    where: str  # "<file> roles.aggregator"
+    memory_mb: float
+    batch: int
+    iterations: int
+    compute_s: float  # per iteration
+    cold_start_s: float | None
+
+
+@dataclass(frozen=True)
+class Refit:
+    """A refitted profile, the quality on the points and what was kept and why."""
+
+    profile: Any
+    quality: Quality | None
+    kept: tuple[str, ...]
+
+
+def _roles_of(path: Path) -> dict[str, Any]:
+    try:
+        data = load_json_bytes(path.read_bytes(), what=f"{path}:", max_bytes=2**24,
+                               max_depth=64)
+    except (OSError, JsonInputError) as error:
+        raise CliError(SUMMARY_ARGUMENT, f"cannot read {path}: {error}") from error
+    if isinstance(data, dict) and "roles" not in data and isinstance(data.get("summary"), dict):
+        data = data["summary"]  # a local run's report.json
+    roles = data.get("roles") if isinstance(data, dict) else None
+    if not isinstance(roles, dict) or not roles:
+        raise CliError(SUMMARY_ARGUMENT, f"{path}: field 'roles' is missing or empty: the run "
+                       f"recorded no per-role measurements (a run written before runs measured "
+                       f"them, or a run that finished no segment); calibrate from a newer run")
+    return roles
+
+
+def _number(figures: dict[str, Any], where: str, name: str, *, optional: bool = False
+            ) -> float | None:
+    value = figures.get(name)
+    if value is None and optional:
+        return None
+    if not is_number(value) or value <= 0:
+        raise CliError(SUMMARY_ARGUMENT, f"{where}.{name}: must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def read_points(paths: Sequence[str | Path], workload: str) -> list[RolePoint]:
+    """Every role of every summary; a summary of another workload is refused."""
+    points = []
+    for path in map(Path, paths):
+        for role, figures in sorted(_roles_of(path).items()):
+            where = f"{path}: field 'roles.{role}"
+            if role not in ROLES or not isinstance(figures, dict):
+                raise CliError(SUMMARY_ARGUMENT, f"{where}': not a role ({', '.join(ROLES)}) "
+                                                 f"with figures")
+            if figures.get("workload") != workload:
+                raise CliError(SUMMARY_ARGUMENT, f"{where}.workload': the run trained "
+                               f"{figures.get('workload')!r}, not the workload calibrated "
+                               f"({workload!r}); pass that run's workload with --workload")
+            memory, batch, iterations, compute = (
+                _number(figures, where, name) for name in
+                ("memory_mb", "batch", "iterations", "compute_s_per_iteration"))
+            assert memory and batch and iterations and compute  # checked > 0 above
+            points.append(RolePoint(f"{path} roles.{role}", memory, int(batch),
+                                    int(iterations), compute,
+                                    _number(figures, where, "cold_start_s", optional=True)))
+    return points
+
+
+def _six_digits(value: float) -> float:
+    return float(f"{value:.6g}")
+
+
+def _compute_at_fixed_m(batch: np.ndarray, memory: np.ndarray, seconds: np.ndarray,
+                        m: float) -> tuple[float, float] | None:
+    """a, b at the profile's m: (a·B + a·b)/(T·(M+m)) ≈ 1 is linear (as in fit_compute)."""
+    scale = seconds * (memory + m)
+    design = np.column_stack([batch / scale, 1.0 / scale])
+    (alpha, beta), *_ = np.linalg.lstsq(design, np.ones_like(batch), rcond=None)
+    if alpha <= 0 or beta / alpha <= -1.0:
+        return None  # not physical (a step slower at a smaller batch): scale a instead
+    return float(alpha), float(beta / alpha)
+
+
+def refit_compute(workload: WorkloadProfile, points: Sequence[RolePoint],
+                  measured_on: str) -> Refit:
+    """a, b, m from the points as far as they identify them (module docstring)."""
+    from planner.fit.profiler import fit_compute  # scipy: only the fit loads it
+
+    batch, memory, seconds = (np.array([getattr(p, name) for p in points], dtype=np.float64)
+                              for name in ("batch", "memory_mb", "compute_s"))
+    memories, batches = distinct(memory.tolist()), distinct(batch.tolist())
+    one_memory = (f"m kept: the runs have one memory size ({memories[0]:g} MB); a run at "
+                  f"another memory size identifies it")
+    kept: list[str] = []
+    a, b, m = workload.a, workload.b, workload.m
+    if len(memories) >= 2 and len(batches) >= 2:
+        a, b, m = fit_compute(batch, memory, seconds)
+    else:
+        if len(memories) >= 2:
+            kept.append(f"m kept: the runs have one batch size ({batches[0]:g}); with one "
+                        f"batch m and b are not apart, so only a is scaled")
+        else:
+            kept.append(one_memory)
+        fitted = (_compute_at_fixed_m(batch, memory, seconds, m) if len(batches) >= 2
+                  else None)
+        if fitted is not None:
+            a, b = fitted
+        else:
+            kept.append(f"b kept: the runs have one batch size ({batches[0]:g}); a run whose "
+                        f"aggregators and non-aggregators train different batches (B^n > "
+                        f"B^a) identifies it" if len(batches) < 2 else
+                        "b kept: the two batch sizes gave no physical a, b")
+            ratio = (a * (batch + b) / (memory + m)) / seconds
+            a *= float(np.sum(ratio) / np.sum(ratio ** 2))  # least relative squares in a
+    new = replace(workload, a=_six_digits(a), b=_six_digits(b), m=_six_digits(m))
+    fit = quality(seconds, new.train_time(batch, memory))
+    entry = measured_today(measured_on, r_squared=fit.r_squared,
+                           max_relative_error=fit.max_relative_error,
+                           note=_note(len(points), kept))
+    provenance = {"compute": entry, "memory": group_of(workload.provenance, "memory")}
+    return Refit(replace(new, provenance=provenance), fit, tuple(kept))
+
+
+def _note(points: int, kept: Sequence[str]) -> str:
+    text = f"planner calibrate from {points} measured role(s) of runs"
+    if kept:
+        text += "; " + "; ".join(item.split(":")[0] for item in kept)
+    return text
+
+
+def _load_inverse(memory_mb: float) -> float:
+    """1/min(vCPUs(M), threads): the torch load's seconds per CPU-second at M."""
+    return float(1.0 / np.minimum(lambda_vcpus(memory_mb), TORCH_LOAD_THREADS))
+
+
+def refit_cold_start(platform: PlatformProfile, points: Sequence[RolePoint],
+                     measured_on: str) -> Refit:
+    """invocation_overhead_s and torch_load_cpu_s from the first segments' cold starts."""
+    cold = [(p.memory_mb, p.cold_start_s) for p in points if p.cold_start_s is not None]
+    if not cold:
+        return Refit(platform, None, ("cold start kept: the runs recorded no first-segment "
+                                      "invocation with its billed duration",))
+    kept: list[str] = []
+    xs = [_load_inverse(memory) for memory, _ in cold]
+    overhead = platform.invocation_overhead_s
+    if len(distinct(xs)) >= 2:
+        overhead, torch_cpu = nonnegative_line([(x, s) for x, (_, s) in
+                                                zip(xs, cold, strict=True)])
+    else:
+        kept.append(f"invocation_overhead_s kept: the cold starts share one CPU share "
+                    f"({cold[0][0]:g} MB); a run below 1,769 MB at another memory size "
+                    f"identifies it")
+        torch_cpu = max(0.0, float(np.mean([s - overhead for _, s in cold])) / xs[0])
+    new = replace(platform, invocation_overhead_s=_six_digits(overhead),
+                  torch_load_cpu_s=_six_digits(torch_cpu))
+    measured = np.array([s for _, s in cold], dtype=np.float64)
+    fit = quality(measured, new.cold_start_s(np.array([m for m, _ in cold])))
+    entry = measured_today(measured_on, r_squared=fit.r_squared,
+                           max_relative_error=fit.max_relative_error,
+                           note=_note(len(cold), kept))
+    provenance: dict[str, Provenance] = {
+        "transfer": group_of(platform.provenance, "transfer"), "cold_start": entry}
+    return Refit(replace(new, provenance=provenance), fit, tuple(kept))
+
+
+def _signed(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
+
+
+def compare(points: Sequence[RolePoint], old: tuple[WorkloadProfile, PlatformProfile],
+            new: tuple[WorkloadProfile, PlatformProfile]) -> dict[str, Any]:
+    """Per role and over all runs: measured, old and new predicted compute per iteration and
+    in total (iterations x per iteration), and the cold start; relative errors signed."""
+    rows = []
+    for point in points:
+        row: dict[str, Any] = {"where": point.where, "memory_mb": point.memory_mb,
+                               "batch": point.batch, "iterations": point.iterations,
+                               "measured_s": point.compute_s}
+        for label, (workload, platform) in (("old", old), ("new", new)):
+            predicted = float(workload.train_time(point.batch, point.memory_mb))
+            row[f"{label}_s"], row[f"{label}_error"] = predicted, _signed(predicted,
+                                                                          point.compute_s)
+            if point.cold_start_s is not None:
+                cold = float(platform.cold_start_s(point.memory_mb))
+                row[f"{label}_cold_start_error"] = _signed(cold, point.cold_start_s)
+        rows.append(row)
+    measured_total = sum(p.iterations * p.compute_s for p in points)
+    totals = {"measured_s": measured_total}
+    for label in ("old", "new"):
+        total = sum(row["iterations"] * row[f"{label}_s"] for row in rows)
+        totals[f"{label}_s"], totals[f"{label}_error"] = total, _signed(total, measured_total)
+    return {"roles": rows, "total": totals}
+
+
+def comparison_lines(found: dict[str, Any]) -> list[str]:
+    lines = []
+    for row in found["roles"]:
+        line = (f"{row['where']} (M={row['memory_mb']:g} MB, B={row['batch']}, "
+                f"{row['iterations']} iterations): compute per iteration measured "
+                f"{row['measured_s'] * 1e3:.3f} ms; old prediction {row['old_s'] * 1e3:.3f} ms "
+                f"({row['old_error']:+.1%}), new {row['new_s'] * 1e3:.3f} ms "
+                f"({row['new_error']:+.1%})")
+        if "old_cold_start_error" in row:
+            line += (f"; cold start old {row['old_cold_start_error']:+.1%}, new "
+                     f"{row['new_cold_start_error']:+.1%}")
+        lines.append(line)
+    total = found["total"]
+    lines.append(f"total compute over the runs: measured {total['measured_s']:.3f} s; old "
+                 f"prediction {total['old_s']:.3f} s ({total['old_error']:+.1%}), new "
+                 f"{total['new_s']:.3f} s ({total['new_error']:+.1%})")
+    return lines
+
+
+def load_platform_named(value: str) -> PlatformProfile:
+    """A platform profile file, or a shipped name aws-lambda-<arch>-<channel>."""
+    try:
+        if Path(value).is_file():
+            return load_platform_file(value)
+        parts = value.split("-")
+        if value.startswith("aws-lambda-") and len(parts) == 4:
+            return load_platform(parts[3], parts[2])
+    except ProfileError as error:
+        raise CliError("--platform", str(error)) from error
+    raise CliError("--platform", f"{value!r} is neither a platform profile file nor a shipped "
+                   f"name ({', '.join(known_platforms())}, or their arm64 variants)")
+
+
+def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("summaries", nargs="+", metavar=SUMMARY_ARGUMENT,
+                        help="a run's summary.json (results bucket) or a local report.json")
+    parser.add_argument("--workload", required=True, help="the runs' workload: name or file")
+    parser.add_argument("--platform", required=True,
+                        help="platform profile: file or name (aws-lambda-x86_64-s3, ...)")
+    parser.add_argument("--out-workload", type=Path, help="write the refitted workload here")
+    parser.add_argument("--out-platform", type=Path, help="write the refitted platform here")
+    parser.add_argument("--measured-on", help="where the runs ran, for the provenance "
+                        "(default aws-lambda-<the platform's arch>; local-emulation for "
+                        "python -m local run --emulate-lambda)")
+    parser.add_argument("--refit", nargs="+", choices=COEFFICIENTS, default=(),
+                        help="coefficients that must be refitted: an error (exit 2) names "
+                             "any the runs cannot identify and the run that would")
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+
+
+def _check_required(required: Sequence[str], kept: Sequence[str]) -> None:
+    """Refuse a coefficient asked for by --refit that a kept item names."""
+    for name in required:
+        for item in kept:
+            subject = item.split(" kept", 1)[0]
+            if subject == name or (subject == "cold start" and name in COLD_START_FIELDS):
+                raise CliError("--refit", f"cannot refit {name}: {item}")
+
+
+def command_calibrate(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    try:
+        workload = load_workload(args.workload)
+    except ProfileError as error:
+        raise CliError("--workload", str(error)) from error
+    platform = load_platform_named(args.platform)
+    measured_on = args.measured_on or f"aws-lambda-{platform.arch}"
+    points = read_points(args.summaries, workload.name)
+    try:
+        compute = refit_compute(workload, points, measured_on)
+        cold = refit_cold_start(platform, points, measured_on)
+    except ProfileError as error:  # a refitted value the profile's own checks refuse
+        raise CliError(SUMMARY_ARGUMENT, f"the refit gave an invalid profile: {error}") from error
+    found = compare(points, (workload, platform), (compute.profile, cold.profile))
+    written = []
+    for path, refit in ((args.out_workload, compute), (args.out_platform, cold)):
+        if path is not None:
+            path.write_text(json.dumps(refit.profile.to_dict(), indent=2) + "\n")
+            written.append(str(path))
+    kept = [*compute.kept, *cold.kept, "transfer p, t kept: a run moves one shard size per "
+            "memory size; the saturation fit needs two (profile the platform)"]
+    _check_required(args.refit, kept)
+    if args.json:
+        emit(json.dumps({"status": "ok", **found, "kept": kept, "written": written,
+                         "workload": compute.profile.to_dict(),
+                         "platform": cold.profile.to_dict()}))
+        return EXIT_OK
+    lines = comparison_lines(found) + [f"kept: {item}" for item in kept]
+    lines += [f"wrote {path}" for path in written]
+    emit("\n".join(lines))
+    return EXIT_OK
