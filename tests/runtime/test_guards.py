@@ -18,6 +18,7 @@ from fasdl.contract.settings import Settings
 from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.run import guards, usage
 from fasdl.run.checkpoint import commit_manifest, put_objects
+from fasdl.run.run_state import RunStateError
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime import test_handlers
 from tests.runtime.conftest import RESULTS
@@ -159,3 +160,19 @@ def test_a_budget_stop_keeps_the_checkpoint_and_resumes_with_new_limits(s3: Any)
     done = trigger.handler({"action": "next", "run": resumed}, FakeLambdaContext())
     assert done["done"] and done["usage"]["worker_requests"] == 8  # both segments, once each
     assert done["usage"]["worker_gb_s"] == pytest.approx(160.0)
+
+
+@pytest.mark.parametrize(("limits", "message"), [
+    ({"budget": 1}, r"'limits.budget'.*did you mean 'budget_usd'"),
+    ({"deadline_s": 0}, r"'limits.deadline_s': must be a number > 0"),
+    ([], r"'limits': must be an object")])
+def test_input_limits_are_checked_naming_the_field(s3: Any, limits: object,
+                                                   message: str) -> None:
+    with pytest.raises(RunStateError, match=message):
+        start({"run_id": "bad-limits", "plan": GUARDED.to_dict(), "limits": limits})
+
+
+def test_input_limits_replace_the_plans_in_the_frozen_plan(s3: Any) -> None:
+    start({"run_id": "roomy", "plan": GUARDED.to_dict(), "limits": {"budget_usd": 5}})
+    frozen = Plan.from_dict(_read(s3, "runs/roomy/plan.json"))
+    assert frozen.limits == dataclasses.replace(LIMITS, budget_usd=5)

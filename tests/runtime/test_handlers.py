@@ -215,7 +215,9 @@ def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
                           Body=json.dumps({"worker": worker, "iterations_done": 10,
                                            "loss_mean": 1.0 + worker, "loss_last": 0.5,
                                            "accuracy": 0.9 if worker == 0 else None,
-                                           "time": {"compute_s": 1.0, "total_s": 2.0}}))
+                                           "time": {"compute_s": 1.0, "total_s": 2.0},
+                                           "invocation": {"billed_ms": 2000,
+                                                          "memory_mb": 1024}}))
     out = finalize.handler({"action": "succeeded", "run": done, "execution": "e"},
                            FakeLambdaContext())
     assert (out["model_key"], out["summary_key"]) == ("runs/fin/model.npy",
@@ -232,6 +234,12 @@ def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
     assert summary["segments"][0]["attempt"] == 1 and summary["retried_attempts"] == 1
     assert summary["final_loss"] == 2.5 and summary["final_accuracy"] == 0.9
     assert summary["time_s"]["compute_s"] == 4.0
+    # every attempt's invocations are billed, the failed one's too: 6 x 2 s at 1 GB
+    assert summary["segments"][0]["billed_gb_s"] == 12.0
+    measured = summary["measured"]  # beside the plan's predictions (none in this plan)
+    assert measured["lambda_requests"] == 2 and measured["predicted_s"] is None
+    assert measured["billed_gb_s"]["trigger"] > 0 and measured["measured_lambda_usd"] is None
+    assert measured["measured_basis"].startswith("estimated from in-function durations")
 
 
 def test_worker_event_is_checked_field_by_field() -> None:
