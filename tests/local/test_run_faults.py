@@ -76,6 +76,11 @@ def reference(job: Job, tmp_path_factory: pytest.TempPathFactory) -> bytes:
     assert [(s["attempt"], s["iterations"]) for s in result.report["segments"]] == [
         (0, SEGMENT), (0, SEGMENT)]
     assert errors(result) == [] and result.report["exchange_left"] == 0
+    # summary.json's measured figures: 2 segments x 4 workers, 3 trigger calls, finalize
+    measured = result.report["summary"]["measured"]
+    assert measured["lambda_requests"] == 2 * 4 + 3 + 1, measured
+    assert measured["billed_gb_s"]["worker"] > 0 and measured["measured_lambda_usd"] > 0
+    assert measured["predicted_cost_usd"] == result.report["predicted_cost_usd"]
     return result.model
 
 
