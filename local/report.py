@@ -242,7 +242,8 @@ def format_summary(report: dict[str, Any]) -> str:
     lines.append(f"  worker time (sum over workers): {parts}")
     lines.append("    (startup: process start + imports of cold starts, and invoke overhead)")
     if report.get("execution_error"):
-        lines.append(f"  error: {report['execution_error']}: {report['execution_cause']}")
+        lines.append(f"  error: {report['execution_error']}: "
+                     f"{_error_message(report['execution_cause'])}")
     failure = report.get("failure")
     if isinstance(failure, dict):
         lines.append(f"  recorded failure (failure.json): {failure.get('error')}: "

@@ -82,8 +82,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
         # Before any worker starts: 2·W concurrency and an Active worker (fasdl/aws/account.py).
         ready = account.before_first_map(len(run["workers"]), context)
         logger.info("worker function ready", extra={"ready": ready})
-        if usage.usage_of(run) is None:  # a fresh run (a resumed one keeps its totals)
-            run["usage"] = usage.new_usage(time.time())
+        # a fresh run starts its totals; a resumed one keeps them (its pause not counted)
+        run["usage"] = usage.resume_clock(run, time.time()) or usage.new_usage(time.time())
     elif action == "next":
         run = _next_segment(settings, s3, store, run_state.parse_run(event.get("run")),
                             issue_epoch)

@@ -154,8 +154,12 @@ def test_a_budget_stop_keeps_the_checkpoint_and_resumes_with_new_limits(s3: Any)
             following["resume_epoch"]) == (5, 5, run["segment"]["epoch"])
     assert resume["input"]["limits"]["budget_usd"] > 2 * 0.00133
 
+    stopped = resume["input"]["resume"]["usage"]
+    stopped[usage.STOPPED_AT] -= 100.0  # resumed 100 s after the stop: not the run's time
     resumed = start(resume["input"], "exec-2")  # the second half, under the new limits
     assert resumed["limits"] == resume["input"]["limits"]
+    assert usage.STOPPED_AT not in resumed["usage"]
+    assert resumed["usage"]["started_at"] >= stopped["started_at"] + 100.0
     _segment_results(s3, "guarded", 1, 20.0)
     done = trigger.handler({"action": "next", "run": resumed}, FakeLambdaContext())
     assert done["done"] and done["usage"]["worker_requests"] == 8  # both segments, once each

@@ -66,8 +66,8 @@ def guard_stop(s3: Any, settings: Settings, state: Mapping[str, Any],
     following = run_state.next_state(finished, plan, epoch=finished["segment"]["epoch"])
     following.pop("cache", None)  # the trigger looks the cache up again
     totals = current_totals(s3, settings, finished)
-    if totals is not None:  # the resumed run goes on counting from here
-        following["usage"] = totals
+    if totals is not None:  # the resumed run goes on counting from here, pause excluded
+        following["usage"] = {**totals, usage.STOPPED_AT: round(time.time(), 3)}
     segment = following["segment"]
     checkpoint = settings.runs_prefix + manifest_key(
         finished["run_id"], segment["start_iteration"], segment["resume_epoch"])

@@ -35,6 +35,9 @@ MEASURED_BASIS = ("estimated from in-function durations (INIT phase, invocations
 INVOCATION_FIELD = "invocation"  # a worker result's {billed_ms, memory_mb}
 USAGE_FIELDS = ("started_at", "worker_gb_s", "worker_requests", "trigger_gb_s",
                 "trigger_requests")
+# In the resume state of a run a guard stopped: when it stopped. The pause until the resume
+# does not count as the run's time (:func:`resume_clock`), so a raised deadline means the same.
+STOPPED_AT = "stopped_at"
 
 
 class UsageError(ValueError):
@@ -85,6 +88,16 @@ def usage_of(run: Mapping[str, Any]) -> dict[str, float] | None:
             raise UsageError(f"run state field 'run.usage.{name}': must be a number >= 0, "
                              f"got {value!r}")
     return {name: usage[name] for name in USAGE_FIELDS}
+
+
+def resume_clock(run: Mapping[str, Any], now: float) -> dict[str, float] | None:
+    """``run.usage`` of a run starting again (``now``): after a guard's stop its clock skips
+    the pause, ``started_at`` moved forward by it; None for a run state without usage."""
+    totals = usage_of(run)
+    stopped = run["usage"].get(STOPPED_AT) if totals is not None else None
+    if totals is None or not is_number(stopped):
+        return totals
+    return {**totals, "started_at": round(totals["started_at"] + max(0.0, now - stopped), 3)}
 
 
 def with_trigger(usage: Mapping[str, float], seconds: float, memory_mb: int) -> dict[str, float]:
