@@ -2,11 +2,14 @@
 
 Every bucket enforces TLS, S3-managed encryption and blocks public access; all but the log
 bucket send server access logs to the log bucket. Removal policies are deliberate: datasets and
-results outlive the stack (RETAIN); the exchange bucket holds only shards that expire within a
-day, so it is DESTROY with CDK's auto-delete custom resource, which empties it during
-``cdk destroy`` (CloudFormation cannot delete a bucket that still holds objects). Datasets and
-results are also versioned: an overwritten or deleted object stays recoverable for
-``NONCURRENT_EXPIRY``. Why the exchange and log buckets are not: infra/checkov.py.
+results outlive the stack (RETAIN); the exchange bucket holds only shards, every object of it
+expires within a day, so it is DESTROY with CDK's auto-delete custom resource, which empties it
+during ``cdk destroy`` (CloudFormation cannot delete a bucket that still holds objects). Datasets
+and results are also versioned: an overwritten or deleted object stays recoverable, results for a
+day (the trigger prunes old checkpoints, and a pruned version is billed until it expires),
+datasets for a month. The periods are fasdl.contract.storage_lifecycle's, which the planner prices
+(planner/model/storage_cost.py). Why the exchange and log buckets are not versioned:
+infra/checkov.py. Lifecycle rules: https://docs.aws.amazon.com/AmazonS3/latest/userguide/intro-lifecycle-rules.html
 """
 
 from __future__ import annotations
@@ -17,20 +20,27 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from fasdl.contract.settings import DEFAULT_EXCHANGE_PREFIX, DEFAULT_RUNS_PREFIX
+from fasdl.contract.storage_lifecycle import (
+    DATASETS_NONCURRENT_DAYS,
+    EXCHANGE_EXPIRY_DAYS,
+    MULTIPART_ABORT_DAYS,
+    RESULTS_NONCURRENT_DAYS,
+)
 
 EXCHANGE_PREFIX = DEFAULT_EXCHANGE_PREFIX  # the runtime's key layout (fasdl.contract.settings)
 RUNS_PREFIX = DEFAULT_RUNS_PREFIX
-EXCHANGE_EXPIRY = Duration.days(1)
-MULTIPART_ABORT = Duration.days(1)
+# The whole exchange bucket, not only EXCHANGE_PREFIX: whatever the key layout, no shard lives
+EXCHANGE_EXPIRY = Duration.days(EXCHANGE_EXPIRY_DAYS)
+MULTIPART_ABORT = Duration.days(MULTIPART_ABORT_DAYS)
 ACCESS_LOG_EXPIRY = Duration.days(365)
 # Workers poll the exchange prefix with GETs many times per second: a year of those records
 # would be the bulk of the log bucket. A week still covers the post-mortem of a run (the only
 # per-request record of 503 SlowDown and turn-around times on the exchange), and since logs
 # arrive within hours, nothing older is needed.
 EXCHANGE_ACCESS_LOG_EXPIRY = Duration.days(7)
-# Versioned buckets: how long a replaced or deleted object stays recoverable. Runs write new
-# keys per run and segment, so little is ever replaced and this costs almost nothing.
-NONCURRENT_EXPIRY = Duration.days(30)
+# Versioned buckets: how long a replaced or deleted object stays recoverable (and billed)
+RESULTS_NONCURRENT_EXPIRY = Duration.days(RESULTS_NONCURRENT_DAYS)
+DATASETS_NONCURRENT_EXPIRY = Duration.days(DATASETS_NONCURRENT_DAYS)
 
 DATASETS_LOG_PREFIX = "datasets/"
 RESULTS_LOG_PREFIX = "results/"
@@ -46,10 +56,10 @@ AUTO_DELETE_PROVIDER_ID = "Custom::S3AutoDeleteObjectsCustomResourceProvider"
 AUTO_DELETE_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
 
-def _versioned_lifecycle() -> s3.LifecycleRule:
+def _versioned_lifecycle(noncurrent_expiry: Duration) -> s3.LifecycleRule:
     """Failed multipart uploads, replaced versions and then their delete markers go away."""
     return s3.LifecycleRule(abort_incomplete_multipart_upload_after=MULTIPART_ABORT,
-                            noncurrent_version_expiration=NONCURRENT_EXPIRY,
+                            noncurrent_version_expiration=noncurrent_expiry,
                             expired_object_delete_marker=True)
 
 
@@ -100,13 +110,13 @@ class Storage(Construct):
     def _build_datasets_bucket(self) -> s3.Bucket:
         # User data uploaded once and reused across runs: never deleted with the stack.
         return self._bucket(DATASETS_BUCKET_ID, removal=RemovalPolicy.RETAIN,
-                            lifecycle=[_versioned_lifecycle()],
+                            lifecycle=[_versioned_lifecycle(DATASETS_NONCURRENT_EXPIRY)],
                             log_prefix=DATASETS_LOG_PREFIX, versioned=True)
 
     def _build_results_bucket(self) -> s3.Bucket:
         # Trained models and checkpoints are the product of paid compute: RETAIN.
         return self._bucket(RESULTS_BUCKET_ID, removal=RemovalPolicy.RETAIN,
-                            lifecycle=[_versioned_lifecycle()],
+                            lifecycle=[_versioned_lifecycle(RESULTS_NONCURRENT_EXPIRY)],
                             log_prefix=RESULTS_LOG_PREFIX, versioned=True)
 
     def _build_exchange_bucket(self) -> s3.Bucket:
@@ -114,7 +124,7 @@ class Storage(Construct):
         # runtime's own deletes and for crashed runs, auto-delete empties it on `cdk destroy`.
         return self._bucket(EXCHANGE_BUCKET_ID, removal=RemovalPolicy.DESTROY,
                             lifecycle=[s3.LifecycleRule(
-                                prefix=EXCHANGE_PREFIX, expiration=EXCHANGE_EXPIRY,
+                                expiration=EXCHANGE_EXPIRY,
                                 abort_incomplete_multipart_upload_after=MULTIPART_ABORT)],
                             log_prefix=EXCHANGE_LOG_PREFIX, auto_delete=True)
 

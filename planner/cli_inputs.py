@@ -51,7 +51,7 @@ DEFAULT_REGION = "us-east-1"  # the region of the shipped price table used witho
 FIELD_TO_ARGUMENT = {
     "epochs": "--epochs", "deadline_s": "--deadline", "max_global_batch": "--max-global-batch",
     "timeout_s": "--timeout", "timeout_margin_s": "--timeout-margin", "workload": "--workload",
-    "channel": "--channel", "arch": "--arch", "region": "--region",
+    "channel": "--channel", "arch": "--arch", "region": "--region", "prices": "--region",
     "min_workers": "--min-workers", "max_concurrency": "--max-concurrency",
     "max_memory_mb": "--max-memory",
 }

@@ -54,7 +54,9 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
         confidence.range_line(),
         f"    cost: Lambda compute ${b['lambda_compute_usd']:.4f}, requests + Step Functions "
         f"${b['requests_usd']:.4f}, exchange ${b['exchange_usd']:.4f}, checkpoints + data "
-        f"${b['checkpoint_and_data_usd']:.4f}",
+        f"${b['checkpoint_and_data_usd']:.4f}, storage ${b['storage_usd']:.4f}"
+        + (f", cache minimum ${b['cache_minimum_usd']:.4f}" if problem.channel == "valkey"
+           else ""),
         *_iteration_lines(chunked, choice),
         *_cpu_lines(chunked, choice),
         f"    per segment: load {b['load_s']:.1f} s, checkpoint {b['checkpoint_s']:.1f} s",

@@ -42,6 +42,10 @@ What the paper leaves out and a user pays for (documented additions):
   GB-hours for the run's duration. Datasets and checkpoints stay on S3 in this design, so
   the paper's 2·S_d term moves to the S3 request cost.
 - W = 1 (standalone) has no communication and no exchange requests (digest §3.7-8).
+- Keeping things (planner/model/storage_cost.py): checkpoints and results on S3 Standard for
+  the run, the noncurrent period of pruned checkpoints and a month after the run; on Valkey,
+  the cache's ECPU/s minimum, metered whether used or not. Not in ``run_cost``, whose terms the
+  search's bounds take as floors: leaving a cost out keeps them floors.
 - ElastiCache Serverless throughput: a Valkey plan's peak ECPU/s must stay within one cache's
   maximum, 15,000,000 (planner/model/cache_throughput.py; Violation.CACHE_THROUGHPUT, checked
   after every other constraint); an S3 plan's peak requests per second spread over
@@ -74,6 +78,7 @@ from planner.model.problem import (
 from planner.model.profiles import WorkloadProfile
 from planner.model.s3_rates import peak_s3_request_rates, prefixes_needed, s3_utilisation
 from planner.model.segment_requests import segment_request_cost
+from planner.model.storage_cost import cache_minimum_cost, storage_cost
 
 # Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
 # the loop bookkeeping plus two per worker iteration (task scheduled and succeeded).
@@ -108,6 +113,10 @@ class Evaluation:
     cost_requests_usd: FloatArray
     cost_exchange_usd: FloatArray
     cost_checkpoint_usd: FloatArray
+    # keeping things: checkpoints and results on S3, the cache's ECPU/s minimum
+    # (planner/model/storage_cost.py)
+    cost_storage_usd: FloatArray
+    cost_cache_minimum_usd: FloatArray
     cost_usd: FloatArray
     violation: NDArray[np.int8]
     # Valkey's exchange in ECPU/s (planner/model/cache_throughput.py); NaN on S3
@@ -261,9 +270,15 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     cost_lambda, cost_requests, cost_exchange, cost_checkpoint = run_cost(
         problem, mem, w, k, worker_seconds=w * time, time_s=time,
         iterations=total_iterations, segments=segments)
-    cost = cost_lambda + cost_requests + cost_exchange + cost_checkpoint
-
     peak, mean = _cache_rates(problem, w, mem, k, iteration)
+    cost_storage = storage_cost(problem, w, k, sync_bsp, segments, time)
+    cost_minimum = cache_minimum_cost(problem, mean_ecpu_per_s=mean, peak_ecpu_per_s=peak,
+                                      consumed_ecpus=(ecpus_per_iteration(problem, w, k)
+                                                      * total_iterations),
+                                      time_s=time)
+    cost = (cost_lambda + cost_requests + cost_exchange + cost_checkpoint + cost_storage
+            + cost_minimum)
+
     prefixes, puts, gets = _s3_rates(problem, w, mem, k)
     violation = _violations(problem, w, mem, k, ba, bn, global_batch, segment_iterations, time)
     # the channel's throughput last: marked only where everything else holds
@@ -280,7 +295,8 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         checkpoint_s=checkpoint,
         segment_iterations=segment_iterations, segments=segments, time_s=time,
         cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
-        cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint, cost_usd=cost,
+        cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint,
+        cost_storage_usd=cost_storage, cost_cache_minimum_usd=cost_minimum, cost_usd=cost,
         violation=violation, cache_ecpu_per_s_peak=peak, cache_ecpu_per_s_mean=mean,
         s3_key_prefixes=prefixes, s3_requests_per_prefix_per_s=puts,
         s3_get_per_prefix_per_s=gets,

@@ -49,12 +49,13 @@ def exchange_cost(prices: Prices, channel: str, model_mb: float, w: IntArray, k:
     if channel == "s3":
         puts, gets = s3_requests_per_iteration(w, k, chunks)
         return total_iterations * (prices.s3_put * puts + prices.s3_get * gets)
+    gb_hour, min_gb, ecpu_price = prices.require_valkey()
     traffic_mb = exchange_bytes_per_iteration_mb(model_mb, w, upload_share)
     ecpus = total_iterations * traffic_mb * KB_PER_MB / prices.valkey_kb_per_ecpu
     # The exchange's peak, leftovers of the epoch before included (fasdl.contract.cache). A
     # single worker exchanges nothing but the cache still meters its minimum.
     peak = exchange_peak_copies(w.astype(np.float64), chunks=chunks, upload_share=upload_share)
     live_gb = np.where(w <= 1, 0.0, peak * model_mb / MB_PER_GB)
-    stored_gb = np.maximum(prices.valkey_min_gb, live_gb)
-    stored = stored_gb * time / 3600.0 * prices.valkey_gb_hour
-    return np.asarray(ecpus * prices.valkey_ecpu + stored, dtype=np.float64)
+    stored_gb = np.maximum(min_gb, live_gb)
+    stored = stored_gb * time / 3600.0 * gb_hour
+    return np.asarray(ecpus * ecpu_price + stored, dtype=np.float64)

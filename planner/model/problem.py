@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fasdl.contract.cache import MAX_ECPU_PER_SECOND, MIN_ECPU_PER_SECOND
-from fasdl.contract.fields import FieldError, is_integral, is_real
+from fasdl.contract.fields import FieldError, ProfileError, is_integral, is_real
 from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
 from fasdl.contract.plan import EXCHANGE_DTYPES, MAX_EXCHANGE_CHUNKS, UPLOAD_BYTES_PER_VALUE
 from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile
@@ -121,6 +121,11 @@ class Problem:
                           MIN_ECPU_PER_SECOND, MAX_ECPU_PER_SECOND)
         _check_int("max_exchange_key_prefixes", self.max_exchange_key_prefixes, 1,
                    MAX_EXCHANGE_KEY_PREFIXES)
+        if self.channel == "valkey":  # a region without a confirmed cache price cannot
+            try:                      # price a Valkey plan
+                self.prices.require_valkey()
+            except ProfileError as error:
+                raise ModelInputError("prices", error.detail) from error
         if self.exchange_dtype not in EXCHANGE_DTYPES:
             raise ModelInputError("exchange_dtype", f"must be one of "
                                   f"{', '.join(EXCHANGE_DTYPES)}, got {self.exchange_dtype!r}")

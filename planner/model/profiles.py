@@ -213,6 +213,9 @@ def unprofiled_message(name: str) -> str:
             f"file> --samples ...`: docs/profiling.md), then plan with the profile it writes")
 
 
+VALKEY_PRICES = ("valkey_gb_hour", "valkey_min_gb", "valkey_ecpu")
+
+
 @dataclass(frozen=True)
 class Prices:
     """USD list prices of one region (per request, per GB-second, per GB-hour, per ECPU)."""
@@ -222,10 +225,12 @@ class Prices:
     lambda_request: float
     s3_put: float
     s3_get: float
+    s3_storage_gb_month: float  # S3 Standard, first tier: checkpoints and results
     sfn_transition: float
-    valkey_gb_hour: float
-    valkey_min_gb: float
-    valkey_ecpu: float
+    # ElastiCache Serverless (Valkey); None where no price was confirmed: Valkey plans need one
+    valkey_gb_hour: float | None = None
+    valkey_min_gb: float | None = None
+    valkey_ecpu: float | None = None
     valkey_kb_per_ecpu: float = 1.0
     source: str = ""
     s3_list: float = 0.005 / 1000  # LIST is billed like PUT; polling for objects pays it
@@ -241,12 +246,27 @@ class Prices:
             require_choice(f"lambda_gb_s.{arch}", arch, ARCHITECTURES, bad)
             per_arch[arch] = number(f"lambda_gb_s.{arch}", price, low=0.0)
         set_field(self, "lambda_gb_s", MappingProxyType(per_arch))
-        for name in ("lambda_request", "s3_put", "s3_get", "sfn_transition", "valkey_gb_hour",
-                     "valkey_min_gb", "valkey_ecpu", "s3_list"):
+        for name in ("lambda_request", "s3_put", "s3_get", "s3_storage_gb_month",
+                     "sfn_transition", "s3_list"):
             set_field(self, name, number(name, getattr(self, name), low=0.0))
+        for name in VALKEY_PRICES:
+            if getattr(self, name) is not None:
+                set_field(self, name, number(name, getattr(self, name), low=0.0))
         set_field(self, "valkey_kb_per_ecpu",
              number("valkey_kb_per_ecpu", self.valkey_kb_per_ecpu, low=0.0, above=True))
         require_pattern("source", self.source, None, "a string", bad)
+
+    def require_valkey(self) -> tuple[float, float, float]:
+        """(GB-hour, metered minimum GB, per ECPU) of ElastiCache Serverless for Valkey, or an
+        error naming the first missing price."""
+        missing = [name for name in VALKEY_PRICES if getattr(self, name) is None]
+        if missing:
+            raise ProfileError(f"the price table of {self.region} has no ElastiCache Serverless "
+                               f"(Valkey) price {missing[0]}: plan with --channel s3, or pass "
+                               f"--prices FILE with {', '.join(VALKEY_PRICES)} for "
+                               f"{self.region}", missing[0])
+        gb_hour, min_gb, ecpu = (float(getattr(self, name)) for name in VALKEY_PRICES)
+        return gb_hour, min_gb, ecpu
 
     def lambda_mb_s(self, arch: str) -> float:
         """USD per MB-second of function memory (GB = 1024 MB in Lambda billing)."""

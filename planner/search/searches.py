@@ -117,6 +117,8 @@ def choice_from(evaluation: Evaluation, index: int, exchange_chunks: int = 1) ->
         "requests_usd": row["cost_requests_usd"],
         "exchange_usd": row["cost_exchange_usd"],
         "checkpoint_and_data_usd": row["cost_checkpoint_usd"],
+        "storage_usd": row["cost_storage_usd"],
+        "cache_minimum_usd": row["cost_cache_minimum_usd"],
         "train_aggregator_s": row["train_aggregator_s"],
         "train_non_aggregator_s": row["train_non_aggregator_s"],
         "upload_s": row["upload_s"],

@@ -80,7 +80,8 @@ def test_cache_cost_per_iteration_does_not_depend_on_aggregators(problem: Proble
     ev = evaluate(problem, workers, memory, ks, 32, 32)
     per_iteration = ev.cost_exchange_usd / (problem.epochs * ev.iterations_per_epoch)
     expected_gb = problem.workload.model_mb * (3 * workers - 2)  # S_m(3W-2) MB, 1 ECPU per KB
-    expected = expected_gb * 1024 / problem.prices.valkey_kb_per_ecpu * problem.prices.valkey_ecpu
+    ecpu_price = problem.prices.require_valkey()[2]
+    expected = expected_gb * 1024 / problem.prices.valkey_kb_per_ecpu * ecpu_price
     np.testing.assert_allclose(per_iteration, expected, rtol=1e-9)
 
 
@@ -135,9 +136,11 @@ def test_alignment_balances_roles(problem: Problem, workers: int, memory: int,
 def test_a_single_worker_does_not_communicate(problem: Problem, memory: int, batch: int) -> None:
     ev = evaluate(problem, 1, memory, 1, batch, batch)
     assert ev.upload_s[0] == ev.aggregate_s[0] == ev.download_s[0] == 0.0
-    assert ev.cost_exchange_usd[0] == pytest.approx(
-        0.0 if problem.channel == "s3" else
-        problem.prices.valkey_min_gb * ev.time_s[0] / 3600 * problem.prices.valkey_gb_hour)
+    if problem.channel == "s3":
+        assert ev.cost_exchange_usd[0] == 0.0
+        return
+    gb_hour, min_gb, _ = problem.prices.require_valkey()
+    assert ev.cost_exchange_usd[0] == pytest.approx(min_gb * ev.time_s[0] / 3600 * gb_hour)
 
 
 def test_violations_name_the_binding_constraint() -> None:

@@ -40,7 +40,7 @@ def test_known_names() -> None:
     assert known_workloads() == sorted([*PAPER_WORKLOADS, "bert-mini-textset", "cnn-digits",
                                         "mlp-digits"])
     assert known_platforms() == ["aws-lambda-x86_64-s3", "aws-lambda-x86_64-valkey"]
-    assert known_regions() == ["us-east-1"]
+    assert known_regions() == ["eu-west-1", "us-east-1", "us-west-2"]
 
 
 @pytest.mark.parametrize("name", known_workloads())
