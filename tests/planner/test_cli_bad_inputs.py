@@ -226,7 +226,9 @@ def iteration_times(text: str, role: str) -> dict[str, float]:
 def test_plan_shows_both_roles_transfers(capsys: pytest.CaptureFixture[str]) -> None:
     """K = 1: the aggregator keeps its shard (0 s up and down); the non-aggregators' transfers,
     which set the iteration, are shown too."""
-    argv = ["plan", "--workload", "resnet50-cifar10", "--deadline", "8000",
+    # mobilenet: resnet50's HAP checkpoints (W - K parameter copies, priced as storage) now
+    # make K = 2 its cheapest choice
+    argv = ["plan", "--workload", "mobilenet-cifar10", "--deadline", "8000",
             "--max-global-batch", "1024", "--epochs", "19", "--min-workers", "2",
             "--pattern", "kreduce"]  # the phased transfers
     assert main([*argv, "--json"]) == 0
@@ -237,7 +239,7 @@ def test_plan_shows_both_roles_transfers(capsys: pytest.CaptureFixture[str]) -> 
     aggregator = iteration_times(text, "aggregator")
     others = iteration_times(text, "non-aggregator")
     assert aggregator["upload"] == aggregator["download"] == 0.0
-    problem = Problem(workload=load_workload("resnet50-cifar10"), platform=load_platform("s3"),
+    problem = Problem(workload=load_workload("mobilenet-cifar10"), platform=load_platform("s3"),
                       prices=load_prices(), epochs=19, deadline_s=8000, max_global_batch=1024)
     up, down = non_aggregator_times(problem, np.array([choice["deployment"]["memory_mb"]]),
                                     np.array([1]))

@@ -133,6 +133,10 @@ def test_exact_is_never_worse_than_two_stage_and_both_are_feasible(problem: Prob
         assert_satisfies_constraints(problem, heuristic.choice)
 
 
+def _without_storage(choice: Choice) -> float:
+    return choice.cost_usd - choice.breakdown.get("storage_usd", 0.0)
+
+
 @SEARCH_SETTINGS
 @given(problem=problems(small=True))
 def test_baselines_return_feasible_plans_no_cheaper_than_exact(problem: Problem) -> None:
@@ -143,7 +147,9 @@ def test_baselines_return_feasible_plans_no_cheaper_than_exact(problem: Problem)
             assert result.reason
             continue
         assert best.choice is not None
-        assert best.choice.cost_usd <= result.choice.cost_usd * (1 + 1e-12)
+        # apart from storage: a HAP checkpoint also keeps the W - K non-aggregators'
+        # parameters (planner/model/storage_cost.py), which a BSP baseline does not
+        assert _without_storage(best.choice) <= _without_storage(result.choice) * (1 + 1e-12)
         assert_satisfies_constraints(problem, result.choice)
     alone = standalone(problem)
     if alone.choice is not None:
