@@ -37,38 +37,30 @@ from fasdl.contract.json_input import (
     read_json_file,
     unknown_field_message,
 )
-from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
 from fasdl.contract.limits import Limits
-from fasdl.contract.lr_scaling import require_scaled_rate
-from fasdl.contract.workload import AUGMENTATIONS, NEEDS_NORMALIZATION
+from fasdl.contract.training import EXCHANGE_DTYPES as EXCHANGE_DTYPES
+from fasdl.contract.training import EXCHANGE_STATE_MODELS as EXCHANGE_STATE_MODELS
+from fasdl.contract.training import HAP_MERGES as HAP_MERGES
+from fasdl.contract.training import LR_SCHEDULES as LR_SCHEDULES
+from fasdl.contract.training import MAX_EPOCHS as MAX_EPOCHS
+from fasdl.contract.training import MAX_EXCHANGE_CHUNKS as MAX_EXCHANGE_CHUNKS
+from fasdl.contract.training import OPTIMIZER_STATE as OPTIMIZER_STATE
+from fasdl.contract.training import OPTIMIZERS as OPTIMIZERS
+from fasdl.contract.training import SYNC_MODES as SYNC_MODES
+from fasdl.contract.training import UPLOAD_BYTES_PER_VALUE as UPLOAD_BYTES_PER_VALUE
+from fasdl.contract.training import Training as Training
+from fasdl.contract.workload import NEEDS_NORMALIZATION
 from fasdl.contract.workload import Workload as Workload  # the plan's section, re-exported
 
 PLAN_VERSION = 1
 
 CHANNELS: tuple[str, ...] = ("s3", "valkey")
 ARCHITECTURES: tuple[str, ...] = ("x86_64", "arm64")
-SYNC_MODES: tuple[str, ...] = ("hap", "bsp")
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")  # fasdl.training.optimizers
-# The vectors each optimizer keeps per worker (checkpointed by name); the planner's memory
-# model counts them, so they live here, where importing costs no torch.
-OPTIMIZER_STATE: dict[str, tuple[str, ...]] = {"sgd": ("momentum",),
-                                               "adamw": ("exp_avg", "exp_avg_sq")}
-LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "linear")
-# HAP non-aggregator on merged l−1: re-apply its step, or the paper's (fasdl.exchange.kreduce)
-HAP_MERGES: tuple[str, ...] = ("reapply", "paper")
-# What uploaded shards carry (fasdl.exchange.codec): float32 values, or their bfloat16
-# difference from the last merged model with error feedback (half the upload bytes)
-EXCHANGE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
-UPLOAD_BYTES_PER_VALUE: dict[str, int] = {"float32": 4, "bfloat16": 2}
-# model-sized float32 vectors the codec keeps per worker (the last merged model, the residual)
-EXCHANGE_STATE_MODELS: dict[str, int] = {"float32": 0, "bfloat16": 2}
 
 MIN_MEMORY_MB = 128
 MAX_MEMORY_MB = 10240
 MAX_TIMEOUT_S = 900
 MAX_WORKERS = 1000  # default regional Lambda concurrency
-MAX_EPOCHS = 100_000
-MAX_EXCHANGE_CHUNKS = 1024
 
 Channel = Literal["s3", "valkey"]
 Arch = Literal["x86_64", "arm64"]
@@ -105,106 +97,6 @@ class Deployment:
         require_int("deployment.workers", self.workers, 1, MAX_WORKERS)
         require_region("deployment.region", self.region)
         require_int("deployment.timeout_s", self.timeout_s, 60, MAX_TIMEOUT_S)
-
-
-@dataclass(frozen=True)
-class Training:
-    """How a run proceeds: aggregators K, batch sizes B^a/B^n, epochs E, segment length, and
-    the recipe: optimizer (``momentum`` for sgd, ``adam_*`` for adamw), a learning-rate
-    schedule over global iterations (fasdl.training.optimizers) and input augmentation
-    (fasdl.training.augment).
-    """
-
-    aggregators: int
-    batch_aggregator: int
-    batch_non_aggregator: int
-    max_global_batch: int
-    epochs: int
-    segment_iterations: int
-    sync: str = "hap"
-    learning_rate: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    seed: int = 0
-    optimizer: str = "sgd"
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
-    lr_schedule: str = "constant"
-    warmup_iterations: int = 0
-    augmentation: str = "none"
-    # 1: the paper's K-REDUCE, one phase after another; C >= 2: the pipelined exchange
-    # (fasdl.exchange.pipeline), every shard in C chunks, uploads and downloads overlapped
-    exchange_chunks: int = 1
-    exchange_dtype: str = "float32"
-    # S3: the hashed key prefixes the exchange spreads its keys over (fasdl.contract.keys),
-    # chosen by the planner to keep each within S3's per-prefix request rates; 1 on Valkey
-    exchange_key_prefixes: int = 1
-    # learning_rate is base_learning_rate scaled from base_batch to the global batch by
-    # lr_scaling (fasdl.contract.lr_scaling); "none": as given (every plan before the rules)
-    lr_scaling: str = "none"
-    base_learning_rate: float | None = None
-    base_batch: int | None = None
-    # the warm-up ramps from this rate (0: from zero; Goyal et al.: from the base rate)
-    warmup_start_learning_rate: float = 0.0
-    hap_merge: str = "reapply"
-
-    # written only off their defaults: older plans read and fit the trigger's 4 KB as before
-    OMITTED_AT_DEFAULT = ("lr_scaling", "base_learning_rate", "base_batch",
-                          "warmup_start_learning_rate", "hap_merge", "exchange_key_prefixes")
-
-    def validate(self, workers: int) -> None:
-        require_int("training.aggregators", self.aggregators, 1, workers)
-        require_int("training.batch_aggregator", self.batch_aggregator, 1, 1_000_000)
-        require_int("training.batch_non_aggregator", self.batch_non_aggregator, 1, 1_000_000)
-        require_int("training.max_global_batch", self.max_global_batch, 1, 100_000_000)
-        require_int("training.epochs", self.epochs, 1, MAX_EPOCHS)
-        require_int("training.segment_iterations", self.segment_iterations, 1, 10**9)
-        require_choice("training.sync", self.sync, SYNC_MODES)
-        require_float("training.learning_rate", self.learning_rate, 0.0, 10.0, open_low=True)
-        require_float("training.momentum", self.momentum, 0.0, 1.0, open_high=True)
-        require_float("training.weight_decay", self.weight_decay, 0.0, 1.0)
-        require_int("training.seed", self.seed, 0, 2**32 - 1)
-        require_int("training.exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
-        require_choice("training.exchange_dtype", self.exchange_dtype, EXCHANGE_DTYPES)
-        require_int("training.exchange_key_prefixes", self.exchange_key_prefixes, 1,
-                    MAX_EXCHANGE_KEY_PREFIXES)
-        self._validate_recipe()
-        if self.aggregators < workers and self.batch_non_aggregator < self.batch_aggregator:
-            raise PlanError(
-                "training.batch_non_aggregator",
-                f"must be >= batch_aggregator={self.batch_aggregator} when aggregators < workers "
-                f"(non-aggregators do not aggregate, so they train the larger batch), "
-                f"got {self.batch_non_aggregator}",
-            )
-        if self.aggregators == workers and self.batch_non_aggregator != self.batch_aggregator:
-            raise PlanError(
-                "training.batch_non_aggregator",
-                f"must equal batch_aggregator={self.batch_aggregator} when aggregators == workers "
-                f"(there are no non-aggregators), got {self.batch_non_aggregator}",
-            )
-        batch = global_batch(workers, self.aggregators, self.batch_aggregator,
-                             self.batch_non_aggregator)
-        if batch > self.max_global_batch:
-            raise PlanError(
-                "training.max_global_batch",
-                f"global batch K*B^a + (W-K)*B^n = {batch} exceeds the cap "
-                f"{self.max_global_batch}; allowed range is [1, {self.max_global_batch}]",
-            )
-        require_scaled_rate(self.lr_scaling, self.learning_rate, self.base_learning_rate,
-                            self.base_batch, batch)
-
-    def _validate_recipe(self) -> None:
-        require_choice("training.optimizer", self.optimizer, OPTIMIZERS)
-        require_float("training.adam_beta1", self.adam_beta1, 0.0, 1.0, open_high=True)
-        require_float("training.adam_beta2", self.adam_beta2, 0.0, 1.0, open_high=True)
-        require_float("training.adam_eps", self.adam_eps, 0.0, 1.0, open_low=True)
-        require_choice("training.lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        require_int("training.warmup_iterations", self.warmup_iterations, 0, 10**9)
-        require_choice("training.augmentation", self.augmentation, AUGMENTATIONS)
-        require_choice("training.hap_merge", self.hap_merge, HAP_MERGES)
-        require_float("training.warmup_start_learning_rate", self.warmup_start_learning_rate,
-                      0.0, 10.0)
 
 
 @dataclass(frozen=True)
