@@ -128,6 +128,16 @@ def _checkpoint(s3: Any, run_id: str, iteration: int, epoch: int) -> None:
     commit_manifest(store, run_id, iteration, epoch, workers=4, timeout_s=5.0)
 
 
+def test_the_summary_estimates_what_is_not_measured_and_says_so() -> None:
+    spent = totals(worker_gb_s=30.0, requests=4)
+    whole = usage.measured(spent, 1060.0, GUARDED, LIMITS)
+    assert whole["estimated_other_usd"] == pytest.approx(0.0005)  # $0.002 - $0.0015 Lambda
+    assert "not measured" in whole["estimated_other_basis"]
+    half = usage.measured(spent, 1060.0, GUARDED, LIMITS, done=5)
+    assert half["estimated_other_usd"] == pytest.approx(0.00025)
+    assert half["measured_lambda_usd"] == whole["measured_lambda_usd"]
+
+
 def test_a_budget_stop_keeps_the_checkpoint_and_resumes_with_new_limits(s3: Any) -> None:
     run = start({"run_id": "guarded", "plan": GUARDED.to_dict()})
     _segment_results(s3, "guarded", 0, 20.0)  # 80 GB-s: $0.00133, past $0.001 already

@@ -24,7 +24,7 @@ from typing import Any
 
 from fasdl.contract.limits import BudgetExceeded, DeadlineExceeded, Limits
 from fasdl.contract.plan import Plan, PlanError
-from fasdl.run.usage import lambda_usd
+from fasdl.run.usage import lambda_usd, predicted_other_usd
 
 LIMIT_NAMES = ("deadline_s", "budget_usd")  # what an execution input may change
 
@@ -56,12 +56,7 @@ def project(measured: float, predicted_total: float | None, *, done: int, follow
 def cost_so_far(usage: Mapping[str, float], plan: Plan, limits: Limits, done: int) -> float:
     """Lambda as measured, plus the predicted non-Lambda cost (exchange, checkpoints, Step
     Functions) pro rata of the iterations done: those are not measured."""
-    unmeasured = 0.0
-    if plan.prediction is not None and plan.total_iterations > 0:
-        other = plan.prediction.cost_usd - plan.prediction.breakdown.get("lambda_compute_usd",
-                                                                         0.0)
-        unmeasured = max(0.0, other) * done / plan.total_iterations
-    return lambda_usd(usage, limits) + unmeasured
+    return lambda_usd(usage, limits) + predicted_other_usd(plan, done)
 
 
 def run_limits(plan: Plan, run: Mapping[str, Any]) -> Limits | None:

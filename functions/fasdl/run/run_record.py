@@ -43,7 +43,9 @@ def measured_figures(s3: Any, settings: Settings, run: Mapping[str, Any], *, sec
         return None
     plan = run_state.load_run_plan(s3, settings.results_bucket, run)
     totals = usage.with_trigger(totals, seconds, memory_mb)  # same bill as a trigger's
-    return usage.measured(totals, time.time(), plan, guards.run_limits(plan, run))
+    # a finished run trained every iteration; any other, those before the segment it ended in
+    done = None if run.get("done") else int(run["segment"]["start_iteration"])
+    return usage.measured(totals, time.time(), plan, guards.run_limits(plan, run), done=done)
 
 
 def state_machine_arn(execution_arn: str) -> str | None:

@@ -32,6 +32,9 @@ from fasdl.contract.plan import Plan
 
 MEASURED_BASIS = ("estimated from in-function durations (INIT phase, invocations that died "
                   "and non-Lambda charges not included)")
+OTHER_BASIS = ("the plan's prediction of Step Functions, S3, Valkey and storage charges, pro rata "
+               "of the iterations before the segment the run ended in (all, when it finished); "
+               "not measured")
 INVOCATION_FIELD = "invocation"  # a worker result's {billed_ms, memory_mb}
 USAGE_FIELDS = ("started_at", "worker_gb_s", "worker_requests", "trigger_gb_s",
                 "trigger_requests")
@@ -133,9 +136,19 @@ def lambda_usd(usage: Mapping[str, float], limits: Limits) -> float:
     return seconds * limits.lambda_usd_per_gb_s + requests * limits.lambda_usd_per_request
 
 
+def predicted_other_usd(plan: Plan, done: int) -> float:
+    """The plan's predicted non-Lambda cost (Step Functions, S3 requests and storage, Valkey
+    ECPUs and storage), pro rata of the ``done`` iterations: those charges are not measured."""
+    if plan.prediction is None or plan.total_iterations <= 0:
+        return 0.0
+    other = plan.prediction.cost_usd - plan.prediction.breakdown.get("lambda_compute_usd", 0.0)
+    return max(0.0, other) * min(done, plan.total_iterations) / plan.total_iterations
+
+
 def measured(usage: Mapping[str, float], now: float, plan: Plan,
-             limits: Limits | None) -> dict[str, Any]:
-    """The summary's measured figures with the plan's predictions beside them."""
+             limits: Limits | None, *, done: int | None = None) -> dict[str, Any]:
+    """The summary's measured figures with the plan's predictions beside them; ``done``: the
+    iterations trained (default all), for the estimate of what is not measured."""
     prediction = plan.prediction
     return {
         "measured_s": round(max(0.0, now - usage["started_at"]), 3),
@@ -149,4 +162,7 @@ def measured(usage: Mapping[str, float], now: float, plan: Plan,
         "predicted_lambda_usd": (prediction.breakdown.get("lambda_compute_usd")
                                  if prediction else None),
         "measured_basis": MEASURED_BASIS,
+        "estimated_other_usd": round(predicted_other_usd(
+            plan, plan.total_iterations if done is None else done), 6),
+        "estimated_other_basis": OTHER_BASIS,
     }
