@@ -37,7 +37,9 @@ CONNECTIONS_PER_WORKER = 8  # a worker's client pool: its in-flight transfers an
 
 
 def _node(cache: CacheServer) -> redis.Redis:
-    return redis.Redis(host=HOST, port=cache.port, ssl=cache.tls, ssl_ca_certs=cache.ca_cert)
+    # a timeout: a server stopped or paused under it (Ctrl-C, chaos) must not hold the run
+    return redis.Redis(host=HOST, port=cache.port, ssl=cache.tls, ssl_ca_certs=cache.ca_cert,
+                       socket_timeout=2.0, socket_connect_timeout=2.0)
 
 
 class CacheCap:
@@ -61,7 +63,7 @@ class CacheCap:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self._stop.set()
-        self._thread.join()
+        self._thread.join(timeout=5.0)
         self._client.close()
 
     def _adjust(self) -> None:
