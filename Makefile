@@ -22,14 +22,19 @@ setup: system $(VENV)/.installed node_modules/.installed $(CHECKOV_STAMP)
 system:
 	@bash scripts/install-system-deps.sh
 
-# torch 2.13.0 comes first, alone, from the PyTorch CPU wheel index: the default index (PyPI)
-# serves multi-GB CUDA builds for Linux on both arches. Override with TORCH_INDEX_URL=... .
+# torch 2.13.0 comes first, alone and without its dependencies: from a CPU wheel that pip's own
+# configuration already offers (--no-index: a find-links folder), else from the PyTorch CPU wheel
+# index; the default index (PyPI) serves multi-GB CUDA builds for Linux on both arches. Its
+# dependencies come from the default index with the rest. Without --no-deps, pip asks the CPU index
+# for each of them too, and where that index is out of reach every one costs five retries.
+# Override with TORCH_INDEX_URL=... .
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 export TORCH_INDEX_URL
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0 --index-url $(TORCH_INDEX_URL)
+	$(PIP) install -q --no-deps --no-index torch==2.13.0 2>/dev/null \
+		|| $(PIP) install -q --no-deps torch==2.13.0 --index-url $(TORCH_INDEX_URL)
 	$(PIP) install -q -e '.[dev]'
 	@touch $@
 
