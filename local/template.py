@@ -11,8 +11,11 @@ each Lambda function's handler, timeout, memory, environment and staged code dir
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -32,6 +35,10 @@ STUB_LAYER = REPO_ROOT / "layers" / "torch" / "stub"
 SYNTH_TIMEOUT_S = 240
 # Layers whose python/ goes on the emulated functions' PYTHONPATH (torch is the venv's own)
 OWN_LAYER_IDS = (USER_CODE_LAYER_ID, REQUIREMENTS_LAYER_ID)
+# A folder of synths keyed by what the CLI is given (plan bytes, context, stack name): set by the
+# test suite and the benchmarks for one session, whose runs synthesize the same few plans again
+# and again. It assumes the source and the files a plan names do not change while it is set.
+SYNTH_CACHE_ENV = "FASDL_SYNTH_CACHE"
 _OFFLINE_ENV = {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
                 "CDK_DISABLE_VERSION_CHECK": "1", "CDK_DISABLE_CLI_TELEMETRY": "true"}
 
@@ -47,7 +54,28 @@ def function_arn(logical_id: str, region: str) -> str:
 def synthesize(plan_path: Path, outdir: Path, *, stack_name: str | None = None,
                context: Mapping[str, str] | None = None) -> Path:
     """``npx cdk synth`` of this repo's app for ``plan_path``; returns the template path.
-    ``context`` adds ``-c key=value`` pairs (e.g. ``profiling=true``)."""
+    ``context`` adds ``-c key=value`` pairs (e.g. ``profiling=true``). With
+    ``$FASDL_SYNTH_CACHE`` set, a synth of the same inputs is copied from there."""
+    cache = os.environ.get(SYNTH_CACHE_ENV)
+    if not cache:
+        return _synthesize(plan_path, outdir, stack_name=stack_name, context=context)
+    key = hashlib.sha256(json.dumps(
+        [Path(plan_path).read_text(), stack_name, sorted((context or {}).items())]).encode()
+    ).hexdigest()[:24]
+    cached = Path(cache) / key
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with open(cached.parent / f"{key}.lock", "w") as lock:  # one synth per key across processes
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (cached / ".complete").is_file():
+            shutil.rmtree(cached, ignore_errors=True)
+            _synthesize(plan_path, cached, stack_name=stack_name, context=context)
+            (cached / ".complete").touch()
+    shutil.copytree(cached, outdir, symlinks=True, dirs_exist_ok=True)
+    return training_template(outdir)
+
+
+def _synthesize(plan_path: Path, outdir: Path, *, stack_name: str | None,
+                context: Mapping[str, str] | None) -> Path:
     # The app runs under this interpreter (cdk.json's default is the project's .venv).
     command = ["npx", "--no-install", "cdk", "synth", "--no-notices", "-q", "-o", str(outdir),
                "--app", f"{sys.executable} app.py",
