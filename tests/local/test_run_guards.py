@@ -4,8 +4,8 @@ infra/guard_states.py).
 * ``python -m local run --budget-usd 0.0001`` end to end (real servers, real workers): the
   first segment alone costs more, so the trigger's ``next`` stops the run before the second
   one: status BUDGET_EXCEEDED, exit 1, the first segment's checkpoint still in S3, and the
-  report names it and the resume command. The job is tests/local/test_run_faults.py's
-  (cnn-digits, W = 4, two segments).
+  report names it and the resume command. The job is the fault runs' (tests/local/
+  fault_job.py: cnn-digits, W = 4, two segments).
 * The deadline's path is the same Catch with the other error, so it runs on the stub handlers
   (seconds, not a training run): ``DeadlineExceeded`` from ``next`` ends the execution in
   ``Deadline exceeded`` with error DEADLINE_EXCEEDED after finalize recorded it; the
@@ -21,11 +21,10 @@ import pytest
 
 from fasdl.contract.limits import BUDGET_EXCEEDED, DEADLINE_EXCEEDED
 from infra import guard_states
-from local.runner import RunOptions, prepare_dataset, prepare_plan
 from local.template import LocalTemplate
+from tests.local.fault_job import SEGMENT, fault_job_plan
 from tests.local.runs import Synthesized, local_run, synthesizer
 from tests.local.test_adapter import _calls, _emulator, _run, scratch
-from tests.local.test_run_faults import EPOCHS, SEGMENT
 
 RUN_TIMEOUT_S = 240  # beside the other xdist worker's load
 __all__ = ["scratch"]  # the stub runs' scratch folder fixture
@@ -34,12 +33,7 @@ __all__ = ["scratch"]  # the stub runs' scratch folder fixture
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The faults job's plan (two segments of 88 iterations) and dataset."""
-    work = tmp_path_factory.mktemp("job")
-    planned = prepare_plan(RunOptions(epochs=EPOCHS, segment_iterations=SEGMENT), work,
-                           lambda text: None)
-    planned, _ = prepare_dataset(planned, RunOptions(), work, lambda text: None)
-    planned.save(work / "plan.json")
-    return work / "plan.json"
+    return fault_job_plan(tmp_path_factory.mktemp("job"))
 
 
 @pytest.fixture(scope="module")

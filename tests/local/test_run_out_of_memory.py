@@ -1,9 +1,8 @@
 """`python -m local run` at a memory size too small for the worker, end to end (the
 synthesized state machine, real servers): the emulator kills the worker as Lambda does and
 the run fails at once, naming the memory size to deploy with, on both channels, when Lambda
-reports the kill as a crash, and under the Distributed Map. The job is tests/local/
-test_run_faults.py's (cnn-digits, W = 4) at M = 256 MB; these runs hold no wall-clock budget
-(they end at the first kill), so they run in the parallel pass, not the serial one.
+reports the kill as a crash, and under the Distributed Map. The job is the fault runs' (tests/
+local/fault_job.py: cnn-digits, W = 4) at M = 256 MB.
 """
 
 from __future__ import annotations
@@ -16,15 +15,8 @@ import pytest
 
 from fasdl.aws.memory_report import WorkerOutOfMemory
 from infra import lambda_errors, segment_states
-from local.runner import RunOptions, prepare_dataset, prepare_plan
+from tests.local.fault_job import FAST_PEER_WAIT, distributed, errors, fault_job_plan
 from tests.local.runs import Job, Run, Synthesized, local_run, synthesizer, with_memory
-from tests.local.test_run_faults import (
-    EPOCHS,
-    FAST_PEER_WAIT,
-    SEGMENT,
-    distributed,
-    errors,
-)
 
 RUN_TIMEOUT_S = 240  # beside the other xdist worker's load
 
@@ -32,12 +24,8 @@ RUN_TIMEOUT_S = 240  # beside the other xdist worker's load
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The job's plan and dataset at M = 256 MB (each test synthesizes its deployment)."""
-    work = tmp_path_factory.mktemp("job")
-    plan = prepare_plan(RunOptions(epochs=EPOCHS, segment_iterations=SEGMENT), work,
-                        lambda text: None)
-    plan, _ = prepare_dataset(plan, RunOptions(), work, lambda text: None)
-    plan.save(work / "plan.json")
-    return with_memory(work / "plan.json", 256, work)
+    plan = fault_job_plan(tmp_path_factory.mktemp("job"))
+    return with_memory(plan, 256, plan.parent)
 
 
 @pytest.fixture(scope="module")
