@@ -4,10 +4,12 @@ learning rate 3e-4, linear warm-up over 10 % then linear decay), and ``python -m
 trains it through the synthesized state machine on both channels; worker 0 reports the dev
 split's Matthews correlation (CoLA's metric) per segment and finalize's summary carries it.
 
-The MCC must rise clearly above chance. Measured in one process with the same K-REDUCE
-workers (W = 2, global batch 64, 8 epochs): dev MCC 0.45-0.66 over seeds 0-2 under hap and
-bsp (hap K = 1 0.57-0.66 since a non-aggregator re-applies its step, bench/convergence.py);
-plain SGD with momentum stayed near chance (0.15 after 7 epochs, 0.0 after 10).
+Two epochs, two segments: enough for the metric to be computed and reported per segment and
+for the loss to fall from the first segment to the last. How far it trains is a convergence
+claim, kept in bench/: `python -m bench.convergence --case text` trains the same job for 8
+epochs against one process (dev MCC 0.45-0.66 over seeds 0-2 under hap and bsp, measured;
+plain SGD with momentum stayed near chance), and the suite runs its short case
+(tests/bench/test_convergence.py).
 """
 
 from __future__ import annotations
@@ -21,15 +23,12 @@ import pytest
 
 from infra.settings import REPO_ROOT
 
-EPOCHS = 8
-MIN_MCC = 0.2  # chance is 0; measured 0.45-0.66 (module docstring)
-# The valkey case checks the one-command path and the channel, not the metric again (the
-# weights do not depend on the channel: tests/integration/test_workers.py): two epochs, still
-# two segments (of one epoch each) for the loss to fall from the first to the last.
-VALKEY_EPOCHS = 2
+# Both channels: two epochs in two segments (of one epoch each) for the loss to fall from the
+# first to the last; the weights do not depend on the channel (tests/integration/
+# test_workers.py), so the valkey case checks the one-command path and the channel.
+EPOCHS = 2
 ITERATIONS_PER_EPOCH = 31  # 2,000 sentences at a global batch of 64
-SEGMENT_EPOCHS = {"s3": 2, "valkey": 1}
-RUN_TIMEOUT_S = 480
+RUN_TIMEOUT_S = 300
 
 
 def _python(*args: str, timeout_s: int = 120) -> str:
@@ -66,11 +65,11 @@ def test_bert_mini_trains_on_the_text_set(tmp_path: Path, request: pytest.Fixtur
         plan, data = request.getfixturevalue("text_job")
         job = ["--plan", str(plan), "--dataset", str(data)]
     else:
-        job = ["--workload", "bert-mini-textset", "--epochs", str(VALKEY_EPOCHS)]
+        job = ["--workload", "bert-mini-textset", "--epochs", str(EPOCHS)]
     report_dir = tmp_path / "report"
     done = subprocess.run(
         [sys.executable, "-m", "local", "run", *job, "--channel", channel,
-         "--segment-iterations", str(SEGMENT_EPOCHS[channel] * ITERATIONS_PER_EPOCH),
+         "--segment-iterations", str(ITERATIONS_PER_EPOCH),
          "--run-id", f"text-{channel}",
          "--report-dir", str(report_dir), "--timeout", str(RUN_TIMEOUT_S)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 60, check=False)
@@ -80,15 +79,12 @@ def test_bert_mini_trains_on_the_text_set(tmp_path: Path, request: pytest.Fixtur
     assert report["plan"]["workload"]["model"] == "bert-mini"
     summary = report["summary"]  # finalize's summary.json
     segments = summary["segments"]
-    epochs = EPOCHS if channel == "s3" else VALKEY_EPOCHS
-    assert len(segments) == epochs // SEGMENT_EPOCHS[channel]
+    assert len(segments) == EPOCHS
     assert all(-1.0 <= s["mcc"] <= 1.0 for s in segments)
     assert 0.0 < summary["final_accuracy"] <= 1.0
     assert summary["final_mcc"] == segments[-1]["mcc"]
     assert all(s["loss_mean"] < 1.0 for s in segments)  # trained, not diverged (ln 2 = 0.69)
     assert segments[-1]["loss_mean"] < segments[0]["loss_mean"]
-    if channel == "s3":
-        assert summary["final_mcc"] > MIN_MCC, [s["mcc"] for s in segments]
     assert report["final_mcc"] == summary["final_mcc"]  # the local report names the metric
     assert f"test MCC {summary['final_mcc']:.3f}" in done.stdout
     print(f"{channel}: dev MCC per segment {[s['mcc'] for s in segments]}, accuracy "
