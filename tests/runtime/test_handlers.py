@@ -12,7 +12,6 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ import pytest
 
 from fasdl.aws import torch_setup
 from fasdl.aws.metrics import StepMetrics
+from fasdl.contract.errors import RunExists
 from fasdl.contract.keys import EXPORT_OBJECTS
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.settings import Settings, SettingsError
@@ -35,43 +35,18 @@ from fasdl.run.segment_runner import (
     peer_wait_s,
 )
 from tests.lambda_context import FakeLambdaContext
-from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS, deployed_env
-from tests.runtime.test_kreduce import make_plan
-
-FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
-if str(FUNCTIONS) not in sys.path:  # handlers/ is the Lambda asset root, not a package
-    sys.path.insert(0, str(FUNCTIONS))
-
-from handlers import finalize, trigger  # noqa: E402
-
-PLAN = make_plan(4, 2, 2, 3, "hap", samples=100)  # B^g 10: 10 iterations per epoch
-
-
-def _npy(array: np.ndarray) -> bytes:
-    stream = io.BytesIO()
-    np.save(stream, array, allow_pickle=False)
-    return stream.getvalue()
-
-
-@pytest.fixture
-def s3_env() -> dict[str, str]:  # tests/runtime/conftest.py's s3, deployed with PLAN
-    return deployed_env(PLAN)
-
-
-@pytest.fixture
-def s3_objects() -> dict[tuple[str, str], bytes]:  # PLAN's dataset
-    prefix = PLAN.workload.dataset
-    return {(DATASETS, f"{prefix}/x.npy"): _npy(np.zeros((100, 1, 4, 4), np.uint8)),
-            (DATASETS, f"{prefix}/y.npy"): _npy(np.arange(100, dtype=np.int64) % 3)}
-
-
-def _read(s3: Any, key: str, bucket: str = RESULTS) -> Any:
-    return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-
-
-def start(event_input: dict[str, Any], execution: str = "exec-1") -> dict[str, Any]:
-    return trigger.handler({"action": "start", "input": event_input, "execution": execution},
-                           FakeLambdaContext())
+from tests.runtime.conftest import EXCHANGE, RESULTS
+from tests.runtime.handler_helpers import (  # s3_env, s3_objects: PLAN's S3 and dataset
+    FUNCTIONS,
+    PLAN,
+    finalize,
+    read_json,
+    s3_env,  # noqa: F401
+    s3_objects,  # noqa: F401
+    start,
+    trigger,
+)
+from tests.runtime.kreduce_helpers import make_plan
 
 
 def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
@@ -84,9 +59,9 @@ def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
                                "attempt": 0, "epoch": 1, "resume_epoch": 0},
                    "workers": [0, 1, 2, 3], "done": False,
                    "cache": None}  # an S3 plan: no exchange cache to look up
-    frozen = Plan.from_dict(_read(s3, run["plan_key"]))
+    frozen = Plan.from_dict(read_json(s3, run["plan_key"]))
     assert frozen.training.epochs == 3 and frozen.provenance["execution"] == "exec-1"
-    layout = _read(s3, "runs/exec-1/partitions.json")
+    layout = read_json(s3, "runs/exec-1/partitions.json")
     assert [part["end"] - part["start"] for part in layout] == PLAN.partition_sizes()
     again = start({}, "exec-1")  # a retried start is idempotent, under a new epoch
     assert again["run_id"] == "exec-1" and again["segment"]["epoch"] == 2
@@ -99,7 +74,7 @@ def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
     assert totals["trigger_requests"] == before["trigger_requests"] + 1
     assert totals["trigger_gb_s"] > before["trigger_gb_s"]
     assert continued == {**resumed, "segment": {**resumed["segment"], "epoch": 3}}
-    assert _read(s3, "runs/exec-1/fence.json")["epoch"] == 3
+    assert read_json(s3, "runs/exec-1/fence.json")["epoch"] == 3
 
 
 def test_next_and_shorten_through_the_handler(s3: Any) -> None:
@@ -154,7 +129,7 @@ def test_bad_input_fails_before_any_worker_naming_the_field(
 def test_corrupt_deployed_plan_and_reused_run_id_are_refused(
         s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     start({"run_id": "taken"}, execution="first")
-    with pytest.raises(RunStateError, match="already exists"):
+    with pytest.raises(RunExists, match="already exists"):  # issue 41: named, not retried
         start({"run_id": "taken"}, execution="second")
     monkeypatch.setenv("FASDL_PLAN", "{not json")
     with pytest.raises(PlanError, match="not valid JSON"):
@@ -183,7 +158,7 @@ def test_finalize_failed_records_the_error_and_cleans_the_exchange(s3: Any) -> N
     out = finalize.handler({"action": "failed", "state": state,
                             "execution": "arn:aws:states:us-east-1:1:execution:m:doomed"},
                                 FakeLambdaContext())
-    record = _read(s3, out["failure_key"])
+    record = read_json(s3, out["failure_key"])
     assert record["error"] == "States.TaskFailed" and record["cause"] == "boom"
     assert out["failure_key"] == "runs/doomed/failure.json"
     keys = [item["Key"] for item in s3.list_objects_v2(Bucket=EXCHANGE)["Contents"]]
@@ -226,11 +201,11 @@ def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
     assert np.array_equal(np.load(io.BytesIO(model), allow_pickle=False), weights)
     assert s3.get_object(Bucket=RESULTS, Key="runs/fin/model.safetensors")["Body"].read() == (
         b"state dict")
-    meta = _read(s3, "runs/fin/model.json")
+    meta = read_json(s3, "runs/fin/model.json")
     assert meta == {**described, "iterations": 10, "run_id": "fin",
                     "sha256": hashlib.sha256(b"state dict").hexdigest()}
     assert out["extra"]["export_key"] == "runs/fin/model.safetensors"
-    summary = _read(s3, out["summary_key"])
+    summary = read_json(s3, out["summary_key"])
     assert summary["segments"][0]["attempt"] == 1 and summary["retried_attempts"] == 1
     assert summary["final_loss"] == 2.5 and summary["final_accuracy"] == 0.9
     assert summary["time_s"]["compute_s"] == 4.0

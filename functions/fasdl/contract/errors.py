@@ -21,6 +21,11 @@ class FenceConflict(RuntimeError):
     state is stale (a retried Invoke's first copy, or a second execution of the run)."""
 
 
+class RunExists(RuntimeError):
+    """Another execution owns this run id (its plan.json is there): a second start is refused
+    before it writes anything; the state machine fails it without touching the owner's run."""
+
+
 class WorkerDuplicate(RuntimeError):
     """Another invocation already trains this worker in this epoch."""
 

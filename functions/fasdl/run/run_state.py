@@ -23,7 +23,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from fasdl.aws.s3_errors import is_missing
 from fasdl.contract import keys
 from fasdl.contract.cache import parse_endpoint
 from fasdl.contract.events import RunState, Segment
@@ -31,7 +30,7 @@ from fasdl.contract.fields import is_int_at_least, is_number
 from fasdl.contract.json_input import unknown_field_message
 from fasdl.contract.keys import manifest_key
 from fasdl.contract.plan import Plan, PlanError
-from fasdl.run import guards
+from fasdl.run import guards, run_claim
 from fasdl.run.dataset_check import check_dataset, s3_ranges, s3_sizes
 
 MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
@@ -312,21 +311,18 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     execution = str(event.get("execution", ""))
     frozen = dataclasses.replace(plan, provenance={**plan.provenance, "run_id": run_id,
                                                    "execution": execution})
-    try:
-        existing = s3.get_object(Bucket=results_bucket, Key=plan_key)["Body"].read()
-    except Exception as error:
-        if not is_missing(error):
-            raise
-    else:  # a run's keys must never mix with an older run's: same id only for a retry
-        if Plan.from_json(existing.decode()).provenance.get("execution") != execution:
-            raise RunStateError(f"input field 'run_id': run {run_id!r} already exists "
-                                f"(s3://{results_bucket}/{plan_key}); choose a new run_id")
+    # The plan's conditional create claims the run (fasdl.run.run_claim); a refused start
+    # writes nothing, so partitions and fence come after it.
+    run_claim.check_fence_is_ours(s3, results_bucket, plan_key=plan_key, run_id=run_id,
+                                  fence_key=f"{runs_prefix}{keys.fence_key(run_id)}",
+                                  execution=execution)
+    claimed = Plan.from_json(run_claim.claim_plan(
+        s3, results_bucket, plan_key, frozen.to_json().encode(), run_id=run_id,
+        execution=execution).decode())
     s3.put_object(Bucket=results_bucket, Key=f"{runs_prefix}{keys.partitions_key(run_id)}",
-                  Body=json.dumps(partition_layout(plan)).encode(),
+                  Body=json.dumps(partition_layout(claimed)).encode(),
                   ContentType="application/json")
-    s3.put_object(Bucket=results_bucket, Key=plan_key, Body=frozen.to_json().encode(),
-                  ContentType="application/json")
-    return first_state(plan, run_id, plan_key, epoch=issue_epoch(run_id))
+    return first_state(claimed, run_id, plan_key, epoch=issue_epoch(run_id))
 
 
 def load_run_plan(s3: Any, results_bucket: str, run: Mapping[str, Any]) -> Plan:

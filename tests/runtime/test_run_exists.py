@@ -1,0 +1,106 @@
+"""One run id is one run (issue 41): a second execution's start with a taken run id is refused
+with RunExists naming the owner, and writes nothing; the owner's own retried start goes on."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fasdl.contract.errors import RunExists
+from fasdl.contract.plan import Plan
+from tests.lambda_context import FakeLambdaContext
+from tests.runtime.conftest import DATASETS, RESULTS, deployed_env
+
+try:  # the helper may move out of the test module (tests/runtime/kreduce_helpers.py)
+    from tests.runtime.kreduce_helpers import make_plan  # type: ignore[import-not-found]
+except ImportError:
+    from tests.runtime.test_kreduce import make_plan
+
+FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
+if str(FUNCTIONS) not in sys.path:  # handlers/ is the Lambda asset root, not a package
+    sys.path.insert(0, str(FUNCTIONS))
+
+from handlers import trigger  # noqa: E402
+
+PLAN = make_plan(4, 2, 2, 3, "hap", samples=100)
+RUN_OBJECTS = ("plan.json", "partitions.json", "fence.json")
+
+
+def _npy(array: np.ndarray) -> bytes:
+    stream = io.BytesIO()
+    np.save(stream, array, allow_pickle=False)
+    return stream.getvalue()
+
+
+@pytest.fixture
+def s3_env() -> dict[str, str]:
+    return deployed_env(PLAN)
+
+
+@pytest.fixture
+def s3_objects() -> dict[tuple[str, str], bytes]:
+    prefix = PLAN.workload.dataset
+    return {(DATASETS, f"{prefix}/x.npy"): _npy(np.zeros((100, 1, 4, 4), np.uint8)),
+            (DATASETS, f"{prefix}/y.npy"): _npy(np.arange(100, dtype=np.int64) % 3)}
+
+
+def start(event_input: dict[str, Any], execution: str) -> dict[str, Any]:
+    return trigger.handler({"action": "start", "input": event_input, "execution": execution},
+                           FakeLambdaContext())
+
+
+def run_objects(s3: Any, run_id: str) -> dict[str, bytes]:
+    listing = s3.list_objects_v2(Bucket=RESULTS, Prefix=f"runs/{run_id}/")
+    return {item["Key"]: s3.get_object(Bucket=RESULTS, Key=item["Key"])["Body"].read()
+            for item in listing.get("Contents", [])}
+
+
+def test_a_second_execution_is_refused_naming_the_owner_and_touches_nothing(s3: Any) -> None:
+    first = start({"run_id": "taken", "epochs": 2}, "owner-exec")
+    before = run_objects(s3, "taken")
+    assert sorted(key.rsplit("/", 1)[1] for key in before) == sorted(RUN_OBJECTS)
+    with pytest.raises(RunExists, match=r"'taken'.*execution 'owner-exec'"):
+        start({"run_id": "taken", "epochs": 3}, "second-exec")
+    assert run_objects(s3, "taken") == before  # byte for byte: plan, partitions, fence
+    assert first["segment"]["epoch"] == 1
+
+
+def test_the_owners_retried_start_goes_on_with_its_own_plan(s3: Any) -> None:
+    first = start({"run_id": "mine", "epochs": 2}, "exec-a")
+    plan_before = run_objects(s3, "mine")["runs/mine/plan.json"]
+    again = start({"run_id": "mine", "epochs": 2}, "exec-a")  # a Lambda retry of the start
+    assert again["plan_key"] == first["plan_key"] and again["segment"]["epoch"] == 2
+    assert run_objects(s3, "mine")["runs/mine/plan.json"] == plan_before
+    frozen = Plan.from_json(plan_before.decode())
+    assert frozen.provenance["execution"] == "exec-a" and frozen.training.epochs == 2
+
+
+def test_a_leftover_fence_without_a_plan_is_not_taken_over(s3: Any) -> None:
+    fence = b'{"format": 1, "epoch": 7, "token": "old"}'
+    s3.put_object(Bucket=RESULTS, Key="runs/stale/fence.json", Body=fence)
+    with pytest.raises(RunExists, match=r"fence\.json exists without a plan"):
+        start({"run_id": "stale"}, "new-exec")
+    assert run_objects(s3, "stale") == {"runs/stale/fence.json": fence}
+
+
+def test_the_run_id_defaults_to_the_execution_so_distinct_executions_never_collide(
+        s3: Any) -> None:
+    one, two = start({}, "exec-x"), start({}, "exec-y")
+    assert (one["run_id"], two["run_id"]) == ("exec-x", "exec-y")
+
+
+def test_the_plans_conditional_create_refuses_even_without_a_fence(s3: Any) -> None:
+    """A start that lost the race for the plan sees no fence yet: the 412 of its
+    If-None-Match create refuses it (fasdl.run.run_claim)."""
+    owned = PLAN.to_dict()
+    owned["provenance"] = {**owned.get("provenance", {}), "execution": "racer"}
+    body = Plan.from_dict(owned).to_json().encode()
+    s3.put_object(Bucket=RESULTS, Key="runs/race/plan.json", Body=body)
+    with pytest.raises(RunExists, match="execution 'racer'"):
+        start({"run_id": "race"}, "late-exec")
+    assert run_objects(s3, "race") == {"runs/race/plan.json": body}
