@@ -20,7 +20,7 @@ from fasdl.training.networks import build_model
 from local.faults import exchange_left
 from local.layout import LAYOUT
 from local.servers import SeaweedS3Server
-from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
+from tests.runtime.kreduce_helpers import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
 
 ITERATIONS, WORKERS, PREFIXES = 4, 4, 8
 

@@ -14,7 +14,7 @@ from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.training.networks import build_model
 from tests.integration.conftest import Backend
-from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
+from tests.runtime.kreduce_helpers import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
 
 ITERATIONS = 4
 

@@ -20,7 +20,7 @@ from planner.model.exchange_cost import exchange_bytes_per_iteration_mb
 from planner.model.exchange_time import communication_times, non_aggregator_times
 from planner.model.problem import Problem
 from planner.model.profiles import load_platform, load_prices, load_workload
-from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, make_plan, make_workers
+from tests.runtime.kreduce_helpers import CLASSES, INPUT_SHAPE, make_plan, make_workers
 
 
 def _problem(dtype: str) -> Problem:

@@ -12,8 +12,8 @@ import torch
 
 from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.training.data import write_dataset
-from tests.runtime.test_checkpoint import Cluster
-from tests.runtime.test_kreduce import make_plan
+from tests.runtime.checkpoint_cluster import Cluster
+from tests.runtime.kreduce_helpers import make_plan
 
 CIFAR_SHAPE = (3, 32, 32)
 SAMPLES = 36  # 3 workers x batches of 2 and 4: three iterations an epoch

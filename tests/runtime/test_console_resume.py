@@ -9,10 +9,10 @@ import pytest
 
 from fasdl.run.run_state import RunStateError
 from tests.lambda_context import FakeLambdaContext
-from tests.runtime.test_handlers import s3_env, s3_objects, start, trigger  # noqa: F401
+from tests.runtime.handler_helpers import s3_env, s3_objects, start, trigger  # noqa: F401
 
 
-# conftest's buckets with test_handlers' s3_env and s3_objects (its deployment and dataset)
+# conftest's buckets with handler_helpers' s3_env and s3_objects (its deployment and dataset)
 @pytest.mark.usefixtures("s3")
 def test_a_console_resume_must_match_an_existing_run() -> None:
     run = start({"run_id": "real"})

@@ -28,7 +28,7 @@ from fasdl.training.data import (
     to_tensors,
     write_dataset,
 )
-from tests.runtime.test_kreduce import make_plan
+from tests.runtime.kreduce_helpers import make_plan
 
 
 class CountingReader(LocalFiles):

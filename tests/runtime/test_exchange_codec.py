@@ -23,7 +23,7 @@ from fasdl.exchange.codec import (
 from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.exchange.wire import BFLOAT16_BITS, decode_shard, encode_shard
 from fasdl.training.networks import build_model
-from tests.runtime.test_kreduce import (
+from tests.runtime.kreduce_helpers import (
     CLASSES,
     INPUT_SHAPE,
     drive,

@@ -38,7 +38,7 @@ from tests.runtime.exported_model import (
     trained_registry_model,
     workload,
 )
-from tests.runtime.test_kreduce import make_plan
+from tests.runtime.kreduce_helpers import make_plan
 
 
 @pytest.fixture(scope="module")

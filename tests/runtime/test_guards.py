@@ -20,11 +20,17 @@ from fasdl.run import guards, usage
 from fasdl.run.checkpoint import commit_manifest, put_objects
 from fasdl.run.run_state import RunStateError
 from tests.lambda_context import FakeLambdaContext
-from tests.runtime import test_handlers
 from tests.runtime.conftest import RESULTS
-from tests.runtime.test_handlers import PLAN, _read, finalize, start, trigger
+from tests.runtime.handler_helpers import (  # s3_env, s3_objects: PLAN's S3 and dataset
+    PLAN,
+    finalize,
+    read_json,
+    s3_env,  # noqa: F401
+    s3_objects,  # noqa: F401
+    start,
+    trigger,
+)
 
-s3_env, s3_objects = test_handlers.s3_env, test_handlers.s3_objects  # PLAN's S3 and dataset
 PRICE_GB_S, PRICE_REQUEST = 1.66667e-05, 2e-07
 LIMITS = Limits(deadline_s=3600.0, budget_usd=0.001, lambda_usd_per_gb_s=PRICE_GB_S,
                 lambda_usd_per_request=PRICE_REQUEST)
@@ -144,13 +150,13 @@ def test_a_budget_stop_keeps_the_checkpoint_and_resumes_with_new_limits(s3: Any)
     _checkpoint(s3, "guarded", 5, run["segment"]["epoch"])
     with pytest.raises(BudgetExceeded, match="before iterations 5-10 of 10"):
         trigger.handler({"action": "next", "run": run}, FakeLambdaContext())
-    assert _read(s3, "runs/guarded/fence.json")["epoch"] == run["segment"]["epoch"]  # no new
+    assert read_json(s3, "runs/guarded/fence.json")["epoch"] == run["segment"]["epoch"]  # no new
 
     execution = "arn:aws:states:us-east-1:1:execution:m:guarded"
     error = {"Error": "BudgetExceeded", "Cause": "stopped"}
     finalize.handler({"action": "failed", "execution": execution,
                       "state": {"run": run, "error": error}}, FakeLambdaContext())
-    record = _read(s3, "runs/guarded/failure.json")
+    record = read_json(s3, "runs/guarded/failure.json")
     assert record["status"] == "BUDGET_EXCEEDED"
     assert record["checkpoint_key"] == "runs/" + manifest_key("guarded", 5,
                                                               run["segment"]["epoch"])
@@ -188,5 +194,5 @@ def test_input_limits_are_checked_naming_the_field(s3: Any, limits: object,
 
 def test_input_limits_replace_the_plans_in_the_frozen_plan(s3: Any) -> None:
     start({"run_id": "roomy", "plan": GUARDED.to_dict(), "limits": {"budget_usd": 5}})
-    frozen = Plan.from_dict(_read(s3, "runs/roomy/plan.json"))
+    frozen = Plan.from_dict(read_json(s3, "runs/roomy/plan.json"))
     assert frozen.limits == dataclasses.replace(LIMITS, budget_usd=5)

@@ -24,7 +24,7 @@ from fasdl.exchange.inflight import (
 )
 from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.training.networks import build_model
-from tests.runtime.test_kreduce import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
+from tests.runtime.kreduce_helpers import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
 
 
 def test_default_cap_formula() -> None:

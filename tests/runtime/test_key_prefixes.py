@@ -25,7 +25,7 @@ from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.exchange.channel.spread import SpreadChannel, spread_keys
 from fasdl.run.fencing import claim_worker, clean_dead_epochs
-from tests.runtime.test_kreduce import make_plan
+from tests.runtime.kreduce_helpers import make_plan
 
 
 def _iteration_keys(workers: int, aggregators: int, iteration: int) -> list[str]:

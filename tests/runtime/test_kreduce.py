@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +21,6 @@ from fasdl.contract.keys import (
     merged_key,
     shard_key,
 )
-from fasdl.contract.plan import Deployment, Plan, Training, Workload
 from fasdl.datasets import build_digits
 from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.kreduce import KReduceWorker, StepStats
@@ -37,9 +34,15 @@ from fasdl.training.data import (
     to_tensors,
 )
 from fasdl.training.networks import build_model
-
-INPUT_SHAPE = (1, 4, 4)
-CLASSES = 3
+from tests.runtime.kreduce_helpers import (
+    CLASSES,
+    INPUT_SHAPE,
+    drive,
+    make_plan,
+    make_workers,
+    random_batches,
+    run_parallel,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -48,71 +51,6 @@ def _single_thread_torch() -> Iterator[None]:
     torch.set_num_threads(1)  # W worker threads already share the cores
     yield
     torch.set_num_threads(threads)
-
-
-def make_plan(workers: int, aggregators: int, batch_a: int, batch_n: int, sync: str, *,
-              learning_rate: float = 0.1, momentum: float = 0.9, samples: int = 10_000,
-              model: str = "mlp", **recipe: Any) -> Plan:
-    return Plan(
-        workload=Workload(name="test", model=model, dataset="data/test", samples=samples,
-                          dataset_mb=1.0, model_mb=1.0),
-        deployment=Deployment(channel="s3", arch="x86_64", memory_mb=1024, workers=workers),
-        training=Training(aggregators=aggregators, batch_aggregator=batch_a,
-                          batch_non_aggregator=batch_n, max_global_batch=100_000, epochs=1,
-                          segment_iterations=1000, sync=sync, learning_rate=learning_rate,
-                          momentum=momentum, **recipe),
-    )
-
-
-def run_parallel(tasks: list[Callable[[], None]]) -> None:
-    """Run each task in its own thread; re-raise the first failure."""
-    errors: list[BaseException] = []
-
-    def guarded(task: Callable[[], None]) -> None:
-        try:
-            task()
-        except BaseException as error:  # surfaced in the main thread below
-            errors.append(error)
-
-    threads = [threading.Thread(target=guarded, args=(task,)) for task in tasks]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    if errors:
-        raise errors[0]
-    assert not any(thread.is_alive() for thread in threads), "a worker hung"
-
-
-Batches = list[list[tuple[torch.Tensor, torch.Tensor]]]  # [worker][iteration]
-
-
-def random_batches(plan: Plan, iterations: int, seed: int = 1) -> Batches:
-    generator = torch.Generator().manual_seed(seed)
-    return [[(torch.randn(plan.batch_of(w), *INPUT_SHAPE, generator=generator),
-              torch.randint(0, CLASSES, (plan.batch_of(w),), generator=generator))
-             for _ in range(iterations)] for w in range(plan.deployment.workers)]
-
-
-def make_workers(plan: Plan, model: nn.Module, channel: MemoryChannel,
-                 **kwargs: object) -> list[KReduceWorker]:
-    return [KReduceWorker(plan, w, channel, copy.deepcopy(model), "run-1", 0,
-                          wait_timeout_s=60.0, **kwargs)  # type: ignore[arg-type]
-            for w in range(plan.deployment.workers)]
-
-
-def drive(workers: list[KReduceWorker], batches: Batches, iterations: range,
-          after_step: Callable[[KReduceWorker, int], None] | None = None) -> None:
-    def loop(worker: KReduceWorker) -> Callable[[], None]:
-        def run() -> None:
-            for iteration in iterations:
-                x, y = batches[worker.worker_id][iteration]
-                worker.step(x, y, iteration)
-                if after_step is not None:
-                    after_step(worker, iteration)
-        return run
-
-    run_parallel([loop(worker) for worker in workers])
 
 
 def test_shard_bounds_are_contiguous_and_balanced() -> None:

@@ -30,7 +30,7 @@ from moto.server import ThreadedMotoServer
 
 from fasdl.run.run_state import first_state, next_state, retry_state
 from infra.lambda_runtime import PYTHON_RUNTIME, lambda_target
-from tests.runtime.test_run_state import plan_with
+from tests.runtime.kreduce_helpers import plan_with
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYER_TOOLS = ROOT / "layers" / "torch"

@@ -23,7 +23,7 @@ from fasdl.training.data import Partition
 from local.reference import reference_curve
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS
-from tests.runtime.test_kreduce import make_plan
+from tests.runtime.kreduce_helpers import make_plan
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 if str(FUNCTIONS) not in sys.path:  # handlers/ is the Lambda asset root, not a package

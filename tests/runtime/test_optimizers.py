@@ -14,7 +14,7 @@ from torch import nn
 from fasdl.contract.plan import PlanError
 from fasdl.training.networks import build_model
 from fasdl.training.optimizers import FlatAdamW, FlatParameters, FlatSGD, LearningRateSchedule
-from tests.runtime.test_kreduce import make_plan
+from tests.runtime.kreduce_helpers import make_plan
 
 INPUT_SHAPE = (1, 4, 4)
 CLASSES = 3

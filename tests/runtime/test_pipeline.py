@@ -20,7 +20,7 @@ from fasdl.exchange.inflight import frame_size
 from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.exchange.shard_layout import chunk_bounds
 from fasdl.training.networks import build_model
-from tests.runtime.test_kreduce import (
+from tests.runtime.kreduce_helpers import (
     CLASSES,
     INPUT_SHAPE,
     drive,

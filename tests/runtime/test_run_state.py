@@ -30,13 +30,7 @@ from fasdl.run.run_state import (
     retry_state,
     shorten_state,
 )
-from tests.runtime.test_kreduce import make_plan
-
-
-def plan_with(total_epochs: int = 1, segment_iterations: int = 10, samples: int = 100) -> Plan:
-    plan = make_plan(4, 2, 2, 3, "hap", samples=samples)  # B^g = 10
-    return dataclasses.replace(plan, training=dataclasses.replace(
-        plan.training, epochs=total_epochs, segment_iterations=segment_iterations))
+from tests.runtime.kreduce_helpers import make_plan, plan_with
 
 
 def walk(plan: Plan) -> list[dict[str, int]]:

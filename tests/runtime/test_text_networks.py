@@ -31,7 +31,7 @@ from fasdl.training.export import (
 )
 from fasdl.training.networks import build_model, build_seeded_model, parameter_count
 from tests.runtime.exported_model import export_files, workload
-from tests.runtime.test_kreduce import make_plan, run_parallel
+from tests.runtime.kreduce_helpers import make_plan, run_parallel
 
 LENGTH = 16
 
