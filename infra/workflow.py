@@ -11,6 +11,7 @@ States::
                      Plan next segment  Shorten segment        Retry segment
                         \\------------> Count segment <-----------/
     out of memory, any other error -> Record failure -> Run failed
+    Plan run --RunExists--> Run exists (Fail: the run id is another execution's; no finalize)
     Plan next segment --deadline or budget would be passed--> Record stop -> Which limit?
         -> Deadline exceeded | Budget exceeded (infra/guard_states.py)
 
@@ -45,7 +46,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from fasdl.contract import events
-from fasdl.contract.errors import CacheNotReady, WorkerNotReady
+from fasdl.contract.errors import CacheNotReady, RunExists, WorkerNotReady
 from infra import guard_states, lambda_errors
 from infra.segment_states import (
     CRASHED,
@@ -128,6 +129,7 @@ FINALIZE = "Finalize run"
 SUCCEEDED = "Run succeeded"
 RECORD_FAILURE = "Record failure"
 FAILED = "Run failed"
+RUN_EXISTS = "Run exists"
 
 
 def add_lambda_retries(task: tasks.LambdaInvoke, *, trigger: bool = False) -> None:
@@ -275,6 +277,13 @@ class TrainingWorkflow(Construct):
         continue_as_new = self._build_continue()
         continued = sfn.Succeed(self, CONTINUED, state_name=CONTINUED)
 
+        # Another execution owns the run id: fail with the trigger's message and never reach
+        # finalize, whose cleanup and failure.json would be the owner's run's (issue 41).
+        # Before the catch-all: the first matching Catch wins (concepts-error-handling.html).
+        plan_run.add_catch(sfn.Fail(self, RUN_EXISTS, state_name=RUN_EXISTS,
+                                    error=RunExists.__name__,
+                                    cause_path=sfn.JsonPath.string_at("$.error.Cause")),
+                           errors=[RunExists.__name__], result_path="$.error")
         catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
             plan_run, train, plan_next, shorten, retry, finalize, continue_as_new]
         if self._distributed:
