@@ -3,8 +3,6 @@ to replace, and answers bad input with one line and exit 2 (python -m fasdl.data
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -12,25 +10,10 @@ import pytest
 
 from fasdl.datasets import build_digits, import_cifar10_binary
 from fasdl.datasets.__main__ import main
-from fasdl.datasets.cifar10 import RECORD_BYTES, TEST_FILES, TRAIN_FILES
+from fasdl.datasets.cifar10 import RECORD_BYTES
 from fasdl.datasets.output import OutputFolderError
 from fasdl.training.data import DatasetError
-
-
-def _archive(path: Path, *, test_bytes: int | None = None) -> Path:
-    """A small cifar-10-binary.tar.gz; ``test_bytes`` damages the test batch (written last)."""
-    rng = np.random.default_rng(0)
-    with tarfile.open(path, "w:gz") as tar:
-        for name in TRAIN_FILES + TEST_FILES:
-            raw = np.concatenate([rng.integers(0, 10, (2, 1), dtype=np.uint8),
-                                  rng.integers(0, 256, (2, RECORD_BYTES - 1), dtype=np.uint8)],
-                                 axis=1).tobytes()
-            if name in TEST_FILES and test_bytes is not None:
-                raw = raw[:test_bytes]
-            info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
-            info.size = len(raw)
-            tar.addfile(info, io.BytesIO(raw))
-    return path
+from tests.runtime.cifar_archive import cifar_archive
 
 
 def _leftovers(parent: Path) -> list[str]:
@@ -38,7 +21,7 @@ def _leftovers(parent: Path) -> list[str]:
 
 
 def test_a_damaged_test_batch_writes_nothing(tmp_path: Path) -> None:
-    archive = _archive(tmp_path / "bad.tar.gz", test_bytes=RECORD_BYTES + 7)
+    archive = cifar_archive(tmp_path / "bad.tar.gz", test_bytes=RECORD_BYTES + 7)
     with pytest.raises(DatasetError, match=r"test_batch\.bin: .* not a multiple"):
         import_cifar10_binary(archive, tmp_path / "out")
     assert not (tmp_path / "out").exists()  # no complete-looking train/ without test/
@@ -57,7 +40,7 @@ def test_a_full_folder_is_refused_and_kept(tmp_path: Path) -> None:
 def test_force_replaces_the_folder_whole(tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "stale").mkdir(parents=True)
-    rows = import_cifar10_binary(_archive(tmp_path / "ok.tar.gz"), out, force=True)
+    rows = import_cifar10_binary(cifar_archive(tmp_path / "ok.tar.gz"), out, force=True)
     assert rows == {"train": 10, "test": 2}
     assert sorted(p.name for p in out.iterdir()) == ["test", "train"]  # nothing stale left
     assert np.load(out / "test" / "y.npy", allow_pickle=False).shape == (2,)

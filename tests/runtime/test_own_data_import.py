@@ -19,7 +19,7 @@ from fasdl.datasets.cifar10 import CLASS_NAMES
 from fasdl.datasets.meta import STD_FLOOR, read_meta, write_splits
 from fasdl.datasets.output import staged_output
 from fasdl.training.data import DatasetError, write_dataset
-from tests.runtime.test_dataset_import import _archive
+from tests.runtime.cifar_archive import cifar_archive
 
 CLASSES = {"cat": 5, "dog": 6, "eel": 4}  # images per class folder
 META_KEYS = ["format", "kind", "input_shape", "classes", "class_names", "samples",
@@ -246,7 +246,7 @@ def test_the_shipped_importers_write_meta_too(tmp_path: Path) -> None:
     meta = _check_meta(tmp_path / "digits", "images", names=[str(d) for d in range(10)],
                        classes=10)
     assert meta["input_shape"] == [1, 8, 8] and len(meta["mean"]) == 1
-    import_cifar10_binary(_archive(tmp_path / "c.tar.gz"), tmp_path / "cifar")
+    import_cifar10_binary(cifar_archive(tmp_path / "c.tar.gz"), tmp_path / "cifar")
     assert len(_check_meta(tmp_path / "cifar", "images", names=list(CLASS_NAMES),
                            classes=10)["std"]) == 3
 
