@@ -14,7 +14,8 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup system test lint run synth bench layer requirements-layer clean
+.PHONY: setup system test test-fast flake-hunt lint run synth bench layer requirements-layer \
+	clean
 
 setup: system $(VENV)/.installed node_modules/.installed $(CHECKOV_STAMP)
 
@@ -57,9 +58,32 @@ lint: setup
 
 # Two passes: most of the suite on two xdist workers, then the timing-sensitive tests (marker
 # serial: wall-clock budgets, CPU shares, shaped bandwidth) alone, with no other worker's load.
+# Each recipe line is a new bash, so $$SECONDS is that pass's wall time; the pass still exits
+# with pytest's own status (5: nothing collected fails too).
 test: lint
-	$(PY) -m pytest -m "not serial"
-	$(PY) -m pytest -m serial -n 0
+	$(PY) -m pytest -m "not serial"; status=$$?; echo "parallel pass: $$SECONDS s"; exit $$status
+	$(PY) -m pytest -m serial -n 0; status=$$?; echo "serial pass: $$SECONDS s"; exit $$status
+
+# The cheap tier (docs/development.md): no servers, sandboxes, pip, local runs or timing tests
+# (the cost marks of tests/costs.py), then tests/infra's checks of the templates its conftest
+# synthesizes once per session. ruff and the import contracts but not mypy: a cold mypy alone
+# takes 1.5 min of the 4 this target may take.
+COSTLY := servers or sandbox or network or e2e or serial
+TEMPLATE_TESTS := tests/infra/test_snapshots.py tests/infra/test_assertions.py \
+	tests/infra/test_nag.py tests/infra/test_retention_and_region.py
+test-fast: setup
+	$(VENV)/bin/ruff check .
+	PYTHONPATH=functions:. $(VENV)/bin/lint-imports --no-cache
+	$(PY) -m pytest -m "not ($(COSTLY) or synth)"; status=$$?; \
+		echo "cheap tier: $$SECONDS s"; exit $$status
+	$(PY) -m pytest -n 0 -m "not ($(COSTLY))" $(TEMPLATE_TESTS); status=$$?; \
+		echo "infra templates: $$SECONDS s"; exit $$status
+
+# The given test files (FILES; default: the parallel pass's heaviest) side by side, N rounds,
+# no retries: a table of which failed in which round.
+N ?= 3
+flake-hunt: setup
+	N=$(N) bash scripts/flake_hunt.sh $(FILES)
 
 # The local main job: plan, synth, local servers, the synthesized state machine, a report.
 run: setup
