@@ -7,7 +7,10 @@
   figures beside the plan's predictions (fasdl.run.run_record), deletes the run's
   exchange keys and returns
   ``{run_id, model_key, summary_key, extra}``.
-* ``failed`` ``{"state": $, "execution": arn}``: writes ``runs/<run_id>/failure.json`` first
+* ``failed`` ``{"state": $, "execution": arn}``: only for its own run (fasdl.run.run_claim
+  ``foreign_failure``: the fence still at its run state's epoch; without a run state, no plan
+  or a plan naming this execution), else it leaves everything alone and says why; writes
+  ``runs/<run_id>/failure.json`` first
   (with the measured figures; for a run a deadline or budget guard stopped, its status, the
   kept checkpoint and the resume command), then deletes the exchange keys (best effort:
   Valkey keys also expire by TTL).
@@ -29,7 +32,7 @@ from fasdl.aws.metrics import get_logger
 from fasdl.contract.cache import parse_endpoint
 from fasdl.contract.settings import Settings
 from fasdl.exchange import stores
-from fasdl.run import results, run_record, run_state, usage
+from fasdl.run import results, run_claim, run_record, run_state, usage
 
 logger = get_logger("fasdl-finalize")
 
@@ -87,6 +90,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if action == "failed":
         state = event.get("state")
         state = state if isinstance(state, dict) else {}
+        run_id = results.failed_run_id(state, execution)
+        foreign = run_claim.foreign_failure(stores.results_store(settings, s3), run_id, state,
+                                            execution)
+        if foreign is not None:  # issue 41: another execution's or a newer attempt's run
+            logger.warning("failure not recorded", extra={"run_id": run_id, "why": foreign})
+            return {"run_id": run_id, "failure_key": None, "not_recorded": foreign}
         extra = _failure_extra(s3, settings, state, execution, began, context)
         run_id, key = results.write_failure(s3, settings, state, execution, extra=extra)
         logger.error("run failed", extra={"run_id": run_id, "failure_key": key})

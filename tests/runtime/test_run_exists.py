@@ -14,7 +14,7 @@ import pytest
 from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
 from tests.lambda_context import FakeLambdaContext
-from tests.runtime.conftest import DATASETS, RESULTS, deployed_env
+from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS, deployed_env
 
 try:  # the helper may move out of the test module (tests/runtime/kreduce_helpers.py)
     from tests.runtime.kreduce_helpers import make_plan  # type: ignore[import-not-found]
@@ -25,7 +25,7 @@ FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 if str(FUNCTIONS) not in sys.path:  # handlers/ is the Lambda asset root, not a package
     sys.path.insert(0, str(FUNCTIONS))
 
-from handlers import trigger  # noqa: E402
+from handlers import finalize, trigger  # noqa: E402
 
 PLAN = make_plan(4, 2, 2, 3, "hap", samples=100)
 RUN_OBJECTS = ("plan.json", "partitions.json", "fence.json")
@@ -104,3 +104,37 @@ def test_the_plans_conditional_create_refuses_even_without_a_fence(s3: Any) -> N
     with pytest.raises(RunExists, match="execution 'racer'"):
         start({"run_id": "race"}, "late-exec")
     assert run_objects(s3, "race") == {"runs/race/plan.json": body}
+
+
+def failed(state: dict[str, Any], execution: str) -> dict[str, Any]:
+    arn = f"arn:aws:states:us-east-1:1:execution:m:{execution}"
+    return dict(finalize.handler({"action": "failed", "state": state, "execution": arn},
+                                 FakeLambdaContext()))
+
+
+def test_finalize_failed_leaves_another_executions_run_alone(s3: Any) -> None:
+    """A second execution whose start failed before its claim (here a bad input) must not
+    record into nor clean the owner's run."""
+    start({"run_id": "owned"}, "owner-exec")
+    s3.put_object(Bucket=EXCHANGE, Key="exchange/owned/1/it/00000000/merged/000", Body=b"x")
+    before = run_objects(s3, "owned")
+    out = failed({"input": {"run_id": "owned", "epochs": -1},
+                  "error": {"Error": "PlanError", "Cause": "training.epochs"}}, "intruder")
+    assert out["failure_key"] is None and "'owner-exec'" in out["not_recorded"]
+    assert run_objects(s3, "owned") == before
+    assert s3.list_objects_v2(Bucket=EXCHANGE)["KeyCount"] == 1
+
+
+def test_finalize_failed_records_only_while_the_fence_is_at_its_epoch(s3: Any) -> None:
+    run = start({"run_id": "fenced"}, "exec-f")  # epoch 1
+    newer = trigger.handler({"action": "retry", "run": run, "error": {"Error": "x"}},
+                            FakeLambdaContext())  # epoch 2: a newer attempt owns the run
+    s3.put_object(Bucket=EXCHANGE, Key="exchange/fenced/2/it/00000000/merged/000", Body=b"x")
+    before = run_objects(s3, "fenced")
+    out = failed({"run": run, "error": {"Error": "RuntimeError", "Cause": "late"}}, "exec-f")
+    assert out["failure_key"] is None and "newer attempt" in out["not_recorded"]
+    assert run_objects(s3, "fenced") == before
+    assert s3.list_objects_v2(Bucket=EXCHANGE)["KeyCount"] == 1
+    out = failed({"run": newer, "error": {"Error": "RuntimeError", "Cause": "now"}}, "exec-f")
+    assert out["failure_key"] == "runs/fenced/failure.json"
+    assert s3.list_objects_v2(Bucket=EXCHANGE).get("KeyCount", 0) == 0

@@ -1,11 +1,11 @@
 """One run id is one run: the start that creates ``plan.json`` owns the run.
 
-``plan.json`` is created with S3's conditional write ``If-None-Match: *``: "If the object
-already exists, the write fails with a 412 Precondition Failed", and of two racing
-conditional writes S3 may answer "409 Conflict" to one, which retries (Amazon S3 User Guide,
-"Add preconditions to S3 operations with conditional requests",
-https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-requests.html and
-conditional-writes.html). On 412 the existing plan's ``provenance.execution`` tells the
+``plan.json`` is created with S3's conditional write ``If-None-Match: *``: S3 answers 412
+Precondition Failed when the key exists, and 409 ConditionalRequestConflict to one of two
+concurrent conditional writes, which retries (Amazon S3 User Guide, "How to prevent object
+overwrites with conditional writes",
+https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html; the SDKs'
+IfNoneMatch field says the same). On 412 the existing plan's ``provenance.execution`` tells the
 same execution's retried start (accepted: it carries on with the plan already there) from
 another execution (refused with :class:`RunExists`, before anything is written). Stdlib only:
 the trigger passes its boto3 client.
@@ -13,11 +13,14 @@ the trigger passes its boto3 client.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fasdl.aws.s3_errors import is_missing
 from fasdl.contract.errors import RunExists
+from fasdl.contract.keys import plan_key
 from fasdl.contract.plan import Plan
+from fasdl.run.fencing import read_epoch
 
 CLAIM_ATTEMPTS = 5  # 409 ConditionalRequestConflict: a concurrent write; ask again
 _PRECONDITION_FAILED = frozenset({"PreconditionFailed", "412"})
@@ -90,3 +93,27 @@ def claim_plan(s3: Any, bucket: str, key: str, body: bytes, *, run_id: str,
     raise RunExists(f"run {run_id!r}: s3://{bucket}/{key} kept conflicting with concurrent "
                     f"writes after {CLAIM_ATTEMPTS} attempts; another start is racing for "
                     f"this run id")
+
+
+def foreign_failure(store: Any, run_id: str, state: Mapping[str, Any],
+                    execution_arn: str) -> str | None:
+    """Why finalize ``failed`` must leave run ``run_id`` alone, or None when it is this
+    execution's to record and clean. With a run state: only while the fence is still at its
+    epoch (a newer attempt owns the run otherwise). Without one (the start failed): only if no
+    plan is there or the plan names this execution (``store``: the results S3Channel)."""
+    run = state.get("run")
+    if isinstance(run, Mapping) and isinstance(run.get("segment"), Mapping):
+        epoch = run["segment"].get("epoch")
+        current = read_epoch(store, run_id)
+        if current != epoch:
+            return (f"run {run_id!r}: the fence is at epoch {current}, this execution's run "
+                    f"state at {epoch}: the run belongs to a newer attempt")
+        return None
+    given = state.get("input")
+    if isinstance(given, Mapping) and "resume" in given:  # a continued run: not the plan's
+        return None  # first execution, and not started, so nothing of it to tell apart
+    existing = store.try_get(plan_key(run_id))
+    execution = execution_arn.rsplit(":", 1)[-1]
+    if existing is not None and (owner := _owner(existing)) != execution:
+        return f"run {run_id!r} belongs to execution {owner!r}, not this one ({execution!r})"
+    return None
