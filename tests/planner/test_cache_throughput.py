@@ -21,7 +21,7 @@ from planner.model.cost_model import evaluate
 from planner.model.problem import Problem, Violation
 from planner.search.searches import exact, exhaustive
 from tests.planner.problems import problems
-from tests.planner.test_search import paper_problem, same_optimum
+from tests.planner.search_helpers import paper_problem, same_optimum
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -18,24 +18,8 @@ from planner.cli import main
 from planner.model.exchange_time import non_aggregator_times
 from planner.model.problem import Problem
 from planner.model.profiles import load_platform, load_prices, load_workload
-from tests.planner.test_cli_inputs import SMALL, workload_file
-from tests.planner.test_profiler_fit import fit_args, train_records, write
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:
-    code = main([*argv, "--json"])
-    captured = capsys.readouterr()
-    lines = [line for line in captured.out.splitlines() if line.strip()]
-    assert len(lines) == 1, captured.out
-    return code, json.loads(lines[0]), captured.err
-
-
-def assert_bad(code: int, document: dict[str, Any], stderr: str, argument: str,
-               *fragments: str) -> None:
-    assert (code, document["status"], document["argument"]) == (2, "error", argument), document
-    for fragment in fragments:
-        assert fragment in document["message"], document["message"]
-    assert "Traceback" not in stderr
+from tests.planner.cli_helpers import SMALL, assert_bad, run, workload_file
+from tests.planner.fit_samples import fit_args, train_records, write
 
 
 @pytest.mark.parametrize("m", [-20000, -10240])

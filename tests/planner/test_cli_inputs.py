@@ -10,9 +10,8 @@ from typing import Any, NoReturn
 import pytest
 
 from planner import cli
-from planner.cli import build_parser, main
-
-SMALL = ["--deadline", "3000", "--max-global-batch", "64", "--epochs", "2"]
+from planner.cli import build_parser
+from tests.planner.cli_helpers import SMALL, run, workload_file
 
 
 def flags() -> set[str]:
@@ -24,23 +23,6 @@ def flags() -> set[str]:
             for option in sub._actions:
                 names.update(option.option_strings)
     return names
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:
-    code = main([*argv, "--json"])
-    captured = capsys.readouterr()
-    lines = [line for line in captured.out.splitlines() if line.strip()]
-    assert len(lines) == 1, captured.out
-    return code, json.loads(lines[0]), captured.err
-
-
-def workload_file(tmp_path: Path, **changes: Any) -> str:
-    data = json.loads((Path(__file__).parents[2] / "planner" / "data" / "workloads"
-                       / "squeezenet-cifar10.json").read_text())
-    data.update(changes)
-    path = tmp_path / "workload.json"
-    path.write_text(json.dumps(data))
-    return str(path)
 
 
 @pytest.mark.parametrize(("changes", "fragment"), [

@@ -40,7 +40,7 @@ from planner.model.provenance import (
     parse_provenance,
 )
 from planner.search.searches import Choice, exact
-from tests.planner.test_profiler_fit import train_records, transfer_records, write
+from tests.planner.fit_samples import train_records, transfer_records, write
 
 # a small grid (M <= 2048 MB): the search stays well under a second
 PLAN_ARGS = ("--deadline", "600", "--max-global-batch", "64", "--epochs", "2", "--max-memory",

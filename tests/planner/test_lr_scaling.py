@@ -11,10 +11,10 @@ import pytest
 
 from fasdl.contract.plan import Plan, PlanError
 from planner.model.recipe import Recipe, describe_learning_rate
-from tests.planner.test_plan_contract import make_plan
-from tests.planner.test_recipe import TEXT, cli
+from tests.planner.cli_helpers import TEXT, cli
+from tests.planner.resnet_plan import make_plan
 
-GLOBAL_BATCH = 4 * 128 + 3 * 170  # test_plan_contract's plan: K=4 of W=7
+GLOBAL_BATCH = 4 * 128 + 3 * 170  # resnet_plan's plan: K=4 of W=7
 NEW_FIELDS = {"lr_scaling", "base_learning_rate", "base_batch", "warmup_start_learning_rate",
               "hap_merge"}
 

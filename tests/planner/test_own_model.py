@@ -229,7 +229,7 @@ def test_samples_from_aws_fit_into_a_profile_of_the_users_workload(
         capsys: pytest.CaptureFixture[str], written: Path, tmp_path: Path) -> None:
     """The AWS path (docs/profiling.md): the profiling state machine's samples, fitted with
     `fit --workload`, keep the workload's own model, shape, classes and dataset, and plan."""
-    from tests.planner.test_profiler_fit import train_records, transfer_records, write
+    from tests.planner.fit_samples import train_records, transfer_records, write
 
     samples = write(tmp_path / "samples.jsonl", train_records(0.01) + transfer_records(0.01))
     code, stdout, _ = run(capsys, "fit", "--samples", samples, "--out",

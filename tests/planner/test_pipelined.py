@@ -20,7 +20,7 @@ from planner.model.problem import Problem
 from planner.model.profiles import load_platform, load_prices, load_workload
 from planner.search.searches import AUTO, BN_RULES, PIPELINED, exact, exhaustive
 from tests.planner.problems import problems, with_duplex
-from tests.planner.test_search import assert_satisfies_constraints, same_optimum, same_time
+from tests.planner.search_helpers import assert_satisfies_constraints, same_optimum, same_time
 
 SEARCH_SETTINGS = settings(max_examples=40, deadline=None,
                            suppress_health_check=[HealthCheck.too_slow])

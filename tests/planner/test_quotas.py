@@ -25,7 +25,7 @@ from planner.search.heuristic import lambda_dnn, standalone, two_stage
 from planner.search.quotas import Quotas, Search, limit_memory, limit_workers, search_within
 from planner.search.searches import SearchResult, exact, exhaustive
 from tests.planner.problems import problems
-from tests.planner.test_search import assert_satisfies_constraints, same_optimum
+from tests.planner.search_helpers import assert_satisfies_constraints, same_optimum
 
 QUOTA_SETTINGS = settings(max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

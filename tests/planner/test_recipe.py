@@ -3,9 +3,7 @@ optimizer's state into the memory model."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -13,19 +11,9 @@ from typing import Any
 import pytest
 
 from fasdl.contract.plan import Plan
-from planner.cli import main
 from planner.model.profiles import ProfileError, WorkloadProfile, load_workload
 from planner.model.recipe import Recipe
-
-TEXT = ["--workload", "bert-mini-textset", "--deadline", "900", "--max-global-batch", "64",
-        "--epochs", "3"]
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
+from tests.planner.cli_helpers import TEXT, cli
 
 
 def test_the_workloads_recipe_goes_into_the_plan(tmp_path: Path) -> None:

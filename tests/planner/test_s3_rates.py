@@ -25,7 +25,7 @@ from planner.model.s3_rates import (
 from planner.planfile import to_plan
 from planner.search.searches import exact, exhaustive
 from tests.planner.problems import problems
-from tests.planner.test_search import paper_problem, same_optimum
+from tests.planner.search_helpers import paper_problem, same_optimum
 
 
 def test_prefixes_are_the_fewest_within_both_rates() -> None:

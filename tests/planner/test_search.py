@@ -10,54 +10,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fasdl.contract.plan import Plan
-from planner.model.cost_model import evaluate
 from planner.model.problem import Problem, Violation
-from planner.model.profiles import load_platform, load_prices, load_workload
-from planner.planfile import to_plan
 from planner.search.heuristic import lambda_dnn, standalone, two_stage
 from planner.search.searches import (
     BN_RULES,
     Choice,
     Objective,
-    SearchResult,
     exact,
     exhaustive,
     frontier,
 )
 from tests.planner.problems import problems
+from tests.planner.search_helpers import (
+    assert_satisfies_constraints,
+    paper_problem,
+    same_optimum,
+    same_time,
+)
 
 SEARCH_SETTINGS = settings(max_examples=60, deadline=None,
                            suppress_health_check=[HealthCheck.too_slow])
-
-
-def same_optimum(a: SearchResult, b: SearchResult) -> bool:
-    """Same configuration, or a tie in cost (SIMD and scalar math may differ in the last ulp)."""
-    if a.choice is None or b.choice is None:
-        return a.choice is None and b.choice is None
-    if a.choice.key()[2:] == b.choice.key()[2:]:
-        return True
-    return bool(np.isclose(a.choice.cost_usd, b.choice.cost_usd, rtol=1e-12, atol=0.0))
-
-
-def assert_satisfies_constraints(problem: Problem, choice: Choice) -> None:
-    ev = evaluate(problem, choice.workers, choice.memory_mb, choice.aggregators,
-                  choice.batch_aggregator, choice.batch_non_aggregator,
-                  bsp=choice.sync == "bsp")
-    assert ev.violation[0] == Violation.NONE
-    assert choice.time_s <= problem.deadline_s
-    assert choice.global_batch <= problem.max_global_batch
-    wl = problem.workload
-    assert max(choice.batch_aggregator, choice.batch_non_aggregator) <= wl.max_batch(
-        choice.memory_mb)
-    assert choice.aggregators == choice.workers or choice.batch_non_aggregator >= \
-        choice.batch_aggregator
-    segment = (ev.load_s[0] + ev.checkpoint_s[0] + choice.segment_iterations * ev.iteration_s[0])
-    assert segment <= problem.timeout_s - problem.timeout_margin_s + 1e-9
-    plan = to_plan(problem, choice, search="test")  # the contract re-validates everything
-    assert Plan.from_json(plan.to_json()) == plan
-    assert plan.deployment.memory_mb == choice.memory_mb
-    assert plan.training.segment_iterations <= choice.segment_iterations
 
 
 @SEARCH_SETTINGS
@@ -83,12 +55,6 @@ def test_exact_equals_exhaustive_on_random_problems(problem: Problem, rule: str,
             assert_satisfies_constraints(problem, fast.choice)
             # branch and bound evaluates part of the grid the reference walks whole
             assert fast.evaluated <= slow.evaluated
-
-
-def same_time(a: SearchResult, b: SearchResult) -> bool:
-    if a.choice is None or b.choice is None:
-        return a.choice is None and b.choice is None
-    return bool(np.isclose(a.choice.time_s, b.choice.time_s, rtol=1e-12, atol=0.0))
 
 
 def deadline_near_the_fastest(problem: Problem, share: float) -> Problem:
@@ -155,13 +121,6 @@ def test_baselines_return_feasible_plans_no_cheaper_than_exact(problem: Problem)
     if alone.choice is not None:
         assert alone.choice.workers == 1
         assert alone.choice.memory_mb == problem.memory_max_mb
-
-
-def paper_problem(name: str, deadline: float, cap: int, epochs: int,
-                  channel: str = "s3") -> Problem:
-    return Problem(workload=load_workload(name), platform=load_platform(channel),
-                   prices=load_prices(), epochs=epochs, deadline_s=deadline,
-                   max_global_batch=cap)
 
 
 @pytest.mark.parametrize("channel", ["s3", "valkey"])
