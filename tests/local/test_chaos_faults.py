@@ -12,7 +12,7 @@ from bench.chaos import FAULTS, Outcome, classify, draw_trials
 from fasdl.exchange.wire import FrameError, decode_shard
 from local.__main__ import main
 from local.chaos_faults import bad_frame
-from tests.local.test_chaos import SEED, TRIALS
+from tests.local.chaos_schedule import SEED, TRIALS
 
 
 @pytest.mark.parametrize("option", ["--restart-s3-at", "--plant-stale-frame",
