@@ -21,7 +21,13 @@ from fasdl.contract.keys import checkpoint_group, checkpoints_prefix, manifest_k
 from fasdl.exchange.channel.s3 import S3Channel
 from local.cache_cap import CONNECTIONS_PER_WORKER, CacheCap, evicted_keys
 from local.servers import SeaweedS3Server, ValkeyServer
-from tests.integration.test_workers import BUCKETS, Stack, _run_id, digits_plan, digits_store
+from tests.integration.worker_stack import (
+    BUCKETS,
+    Stack,
+    digits_plan,
+    digits_store,
+    unique_run_id,
+)
 
 
 def _crash(iteration: int) -> dict[str, str]:  # fasdl.run.fault_hooks
@@ -62,7 +68,7 @@ def test_the_cache_holds_only_the_live_epoch_and_never_evicts(
     stack = Stack(s3_store, plan, tmp_path, {
         "FASDL_CACHE_ENDPOINT": "127.0.0.1", "FASDL_CACHE_PORT": str(capped_valkey.port),
         "FASDL_CACHE_CLUSTER": "1"})
-    run_id = _run_id("leftovers")
+    run_id = unique_run_id("leftovers")
     run = stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
                                    "execution": run_id})
     assert any(code != 0 for code, _ in stack.segment(run, _crash(10)))  # a crashed attempt
