@@ -33,6 +33,7 @@ from local.servers import ValkeyServer
 from local.shaping import MB, VISIBLE_SUFFIX, BandwidthShaper, Link, ShapedChannel
 from local.throttle import CpuThrottle
 from planner.model.profiles import Direction, PlatformProfile, load_platform
+from tests.local.fake_clock import FakeClock
 
 # wall-clock and CPU-share measurements: run alone (make test's serial pass), not beside
 # another xdist worker's load
@@ -161,17 +162,6 @@ def test_stop_always_continues_the_group() -> None:
 
 
 # ---- bandwidth shaping: bucket arithmetic with a fake clock -----------------------------------
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def test_link_queues_transfers() -> None:
     link = Link()
     assert link.reserve(10.0, 2.0) == 12.0
