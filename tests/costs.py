@@ -25,14 +25,25 @@ PATHS: dict[str, tuple[str, ...]] = {
     "bench/test_memory_roles.py": (SERVERS,),
     "bench/test_orchestration.py::test_a_small_wide_run_stays_inside_the_limits": (SYNTH, SERVERS),
     "infra/test_requirements_synth.py": (NETWORK,),  # requirements_layer.py runs pip
-    "layer/test_build_target.py": (NETWORK,),  # build.py
+    # build.py runs pip (its refusals too: the rule judges the command)
+    "layer/test_build_target.py::test_download_miss_names_what_pip_saw": (NETWORK,),
+    "layer/test_build_target.py::test_refuses_cp311_wheel_for_python312": (NETWORK,),
+    "layer/test_build_target.py::test_refuses_cuda_build": (NETWORK,),
+    "layer/test_build_target.py::test_refuses_wrong_arch_or_glibc": (NETWORK,),
     "layer/test_requirements_layer.py": (NETWORK,),
     "local/test_adapter.py": (SANDBOX,),
     "local/test_chaos.py": (SYNTH,),  # the trials' synths; the runs are children
     "local/test_ecpu_relay_sockets.py": (SERVERS,),
     "local/test_emulator.py": (SANDBOX,),
     "local/test_lambda_faults_memory.py": (SANDBOX,),
-    "local/test_lambda_faults_service.py": (SANDBOX,),
+    "local/test_lambda_faults_service.py::test_catch_sees_the_aws_error_name": (SANDBOX,),
+    "local/test_lambda_faults_service.py::test_concurrent_invocations_take_exactly_n": (SANDBOX,),
+    "local/test_lambda_faults_service.py::test_faults_for_one_function_queue_in_order":
+        (SANDBOX,),
+    "local/test_lambda_faults_service.py::test_first_n_fail_without_running_then_the_handler_runs":
+        (SANDBOX,),
+    "local/test_lambda_faults_service.py::test_retry_on_the_name_then_the_handler_runs":
+        (SANDBOX,),
     "local/test_lambda_speed.py": (SANDBOX,),
     "local/test_own_model_e2e.py": (SYNTH,),
     "local/test_profile.py::test_profile_end_to_end": (SERVERS, SYNTH, SANDBOX),  # in-process
