@@ -15,7 +15,7 @@ import pytest
 from fasdl.contract.lambda_quotas import ACCOUNT_KEY, ACCOUNT_MEMORY_KEY
 from fasdl.contract.plan import PlanError
 from infra.settings import DEFAULT_PLAN_PATH, REPO_ROOT, STUB_TORCH_LAYER, load_settings
-from tests.infra.test_plan_door import _env
+from tests.infra.app_process import app_env
 
 ACCOUNT = "123456789012 us-east-1 2026-11-28"
 
@@ -62,7 +62,7 @@ def test_cdk_app_refuses_memory_above_the_account_limit(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "app.py")], cwd=REPO_ROOT, capture_output=True,
         text=True, timeout=180, check=False,
-        env=_env(CDK_CONTEXT_JSON=json.dumps({"plan": str(path)}), CDK_OUTDIR=str(out)))
+        env=app_env(CDK_CONTEXT_JSON=json.dumps({"plan": str(path)}), CDK_OUTDIR=str(out)))
     assert result.returncode == 2, result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.strip()]
     assert line.startswith("fasdl: invalid synth input: plan field 'deployment.memory_mb'")

@@ -5,15 +5,13 @@ one line naming the field (exit 2), before anything is staged."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from infra.user_code import USER_CODE_LAYER_ID
+from tests.infra.app_process import synth_app
 from tests.infra.conftest import REPO_ROOT, STUB_TORCH_LAYER, synthesize
 
 MODEL = ("from torch import nn\n\ndef build(num_classes, input_shape):\n"
@@ -48,18 +46,6 @@ def test_the_users_model_ships_as_a_layer(tmp_path: Path) -> None:
         modules = json.loads(props["Environment"]["Variables"]["FASDL_USER_MODULES"])
         assert modules == {reference: "tiny_model"}
 
-
-
-def synth_app(plan: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    """``app.py`` as `cdk synth` runs it, with the stand-in torch layer, into ``out``."""
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "app.py")], cwd=REPO_ROOT, capture_output=True,
-        text=True, timeout=180, check=False,
-        env={**os.environ, "PATH": path, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
-             "CDK_CONTEXT_JSON": json.dumps({"plan": str(plan),
-                                             "torch_layer": str(STUB_TORCH_LAYER)}),
-             "CDK_OUTDIR": str(out)})
 
 
 @pytest.mark.parametrize(("model", "message"), [

@@ -4,7 +4,6 @@ and app.py prints one line and exits 2 before any construct, so nothing is stage
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from infra.settings import (
     SynthSettingsError,
     load_settings,
 )
+from tests.infra.app_process import app_env
 
 Mutation = Callable[[dict[str, Any]], None]
 
@@ -133,12 +133,6 @@ def test_known_regions_are_regions_of_the_commercial_partition() -> None:
     assert set(AWS_REGIONS) <= set(commercial["regions"])
 
 
-def _env(**extra: str) -> dict[str, str]:
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    return {**os.environ, "PATH": path, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
-            **extra}
-
-
 @pytest.mark.parametrize("case", ["provenance", "non-utf8"])
 def test_app_prints_one_line_and_stages_nothing(tmp_path: Path, case: str) -> None:
     data = default_plan()
@@ -153,7 +147,7 @@ def test_app_prints_one_line_and_stages_nothing(tmp_path: Path, case: str) -> No
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "app.py")], cwd=REPO_ROOT, capture_output=True,
         text=True, timeout=180, check=False,
-        env=_env(CDK_CONTEXT_JSON=json.dumps({"plan": str(path)}), CDK_OUTDIR=str(out)))
+        env=app_env(CDK_CONTEXT_JSON=json.dumps({"plan": str(path)}), CDK_OUTDIR=str(out)))
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("fasdl: invalid synth input: plan field")

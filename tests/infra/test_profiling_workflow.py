@@ -20,7 +20,7 @@ from infra import profiling_workflow as profiling
 from infra.settings import SynthSettingsError
 from infra.workflow import NOT_READY_RETRIER, RETRIERS
 from tests.infra.conftest import Synth, state_machine_definition
-from tests.infra.test_workflow_moto import MOTO_CONFIG, REGION
+from tests.infra.moto_workflow import MOTO_CONFIG, REGION
 
 PROFILER = "handlers.profiler.handler"
 

@@ -20,8 +20,8 @@ from infra.settings import LAYER_MANIFEST, SynthSettingsError, load_settings
 from infra.stack import build_stacks
 from infra.user_code import REQUIREMENTS_LAYER_ID
 from local.template import load_template
+from tests.infra.app_process import synth_app
 from tests.infra.conftest import REPO_ROOT, STUB_TORCH_LAYER, cdk_context
-from tests.infra.test_own_model_synth import synth_app
 from tests.layer.wheels import make_wheel
 
 BUILD = REPO_ROOT / "layers" / "torch" / "requirements_layer.py"

@@ -23,7 +23,7 @@ from infra import lambda_errors, workflow
 from local.adapter import LocalStepFunctions, service_error_response
 from local.service_faults import KINDS, ServiceError, ServiceErrorKind
 from tests.infra.conftest import Synth, state_machine_definition
-from tests.infra.test_workflow_moto import FakeLambdas
+from tests.infra.moto_workflow import FakeLambdas
 
 BUCKET = "results"
 
