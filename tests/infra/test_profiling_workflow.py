@@ -141,7 +141,8 @@ def _run(definition: dict[str, Any], run_input: dict[str, Any],
                                        roleArn=role)["stateMachineArn"]
         execution = sfn.start_execution(stateMachineArn=arn, name="prof-1",
                                         input=json.dumps(run_input))["executionArn"]
-        deadline = time.monotonic() + 60
+        # a hang bound only: an execution takes seconds; load slows moto's threads, no more
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             described: dict[str, Any] = sfn.describe_execution(executionArn=execution)
             if described["status"] != "RUNNING":

@@ -66,7 +66,9 @@ def _execute(definition: dict[str, Any], run_input: dict[str, Any]
             roleArn=role)["stateMachineArn"]
         # Named: moto names unnamed executions "None", so a second one would collide.
         sfn.start_execution(stateMachineArn=arn, name="first", input=json.dumps(run_input))
-        deadline = time.monotonic() + 60
+        # a hang bound only: an execution takes 1-7 s here; the interpreter's threads run at
+        # whatever pace the machine's load leaves them
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             executions = sfn.list_executions(stateMachineArn=arn)["executions"]
             if all(e["status"] != "RUNNING" for e in executions):

@@ -1,7 +1,7 @@
 """The exact search at ImageNet-size global batches: bounded memory, in a child process so the
 peak RSS measured is the search's own (Python and numpy included). The time goal (<= 2 s) is
-the benchmark's (bench/planner_search.py); here time is asserted loosely, CI machines are
-noisy."""
+the benchmark's (bench/planner_search.py); here only a runaway search fails: 10x that goal in
+the child's CPU seconds, which other processes' load does not add to (wall time it does)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 PEAK_RSS_MB = 500.0
-SECONDS = 20.0
+CPU_SECONDS = 20.0  # 10x bench.planner_search's 2 s goal
 
 # plan through the CLI, then report this process's peak RSS: VmHWM, since ru_maxrss also
 # counts the parent's (pytest's) size at fork
@@ -20,9 +20,9 @@ CHILD = """
 import json, sys, time
 from fasdl.profiling.measure import peak_rss_mb
 from planner.cli import main
-started = time.perf_counter()
+started = time.process_time()
 code = main(sys.argv[1:])
-print(json.dumps({"code": code, "seconds": time.perf_counter() - started,
+print(json.dumps({"code": code, "cpu_seconds": time.process_time() - started,
                   "peak_rss_mb": peak_rss_mb()}))
 """
 
@@ -40,4 +40,4 @@ def test_planning_a_65536_global_batch_stays_under_500_mb(workload: str) -> None
     assert measured["code"] == 0 and plan["status"] == "ok", completed.stdout
     assert plan["plan"]["deployment"]["workers"] >= 2  # a distributed plan, W up to 1000
     assert measured["peak_rss_mb"] < PEAK_RSS_MB, measured
-    assert measured["seconds"] < SECONDS, measured
+    assert measured["cpu_seconds"] < CPU_SECONDS, measured  # a runaway bound, not a goal
