@@ -185,6 +185,7 @@ def _run_search(args: argparse.Namespace, problem: Problem, quotas: Quotas) -> S
 
 
 def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    limits = limit_options(args)  # first: --deadline's range here depends on the slack
     problem, quotas = build_problem(args), build_quotas(args)
     # --instance asks for the comparison too: a flag that changed nothing would mislead
     instances = build_instances(args, problem) if args.explain or args.instance else None
@@ -198,7 +199,7 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         return _infeasible(args, result, emit, explained)
     try:
         plan = to_plan(problem, result.choice, search=result.method, quotas=quotas,
-                       **limit_options(args))
+                       **limits)
         plan.check_environment_size()  # what the synth will ask of it
     except PlanError as error:  # a choice the contract refuses: name where it came from
         raise CliError("--workload", str(error)) from error

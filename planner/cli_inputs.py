@@ -6,6 +6,7 @@ workload or platform file, the file and its field.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fasdl.contract.fields import FieldError, read_profile_json
-from fasdl.contract.limits import BUDGET_FACTOR, DEADLINE_SLACK, MAX_BUDGET_USD
+from fasdl.contract.limits import BUDGET_FACTOR, DEADLINE_SLACK, MAX_BUDGET_USD, MAX_DEADLINE_S
 from fasdl.contract.plan import PlanError
 from planner.model.instance_table import billing_rule, default_user_startup_s, shipped_options
 from planner.model.instances import (
@@ -330,10 +331,32 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def limit_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The limits flags for planner.planfile.to_plan, checked (CliError names the flag)."""
+    """The limits flags for planner.planfile.to_plan, checked (CliError names the flag), and
+    --deadline against the limit it becomes: called before the search, so that a plan the
+    contract would refuse is refused at the door, naming the flag the user typed."""
     if args.budget_usd is not None and not 0 < args.budget_usd <= MAX_BUDGET_USD:
         raise CliError("--budget-usd", f"must be in (0, {MAX_BUDGET_USD:g}], "
                                        f"got {args.budget_usd}")
     if not 1.0 <= args.deadline_slack <= 100.0:
         raise CliError("--deadline-slack", f"must be in [1, 100], got {args.deadline_slack}")
+    _check_plan_deadline(args.deadline, args.deadline_slack)
     return {"budget_usd": args.budget_usd, "deadline_slack": args.deadline_slack}
+
+
+def max_deadline_s(deadline_slack: float = DEADLINE_SLACK) -> float:
+    """The largest planning deadline a plan can carry: its guard's limit (the deadline x
+    ``deadline_slack``, planner.planfile.to_plan) must stay within a year
+    (fasdl.contract.limits). Also the deadline of a problem that wants none binding
+    (bench/local_runs.py). Floored to the millisecond, so the value shown is one the contract
+    takes."""
+    return math.floor(MAX_DEADLINE_S / deadline_slack * 1000.0) / 1000.0
+
+
+def _check_plan_deadline(deadline_s: float, slack: float) -> None:
+    """limits.deadline_s = --deadline x --deadline-slack must fit the contract's year; the
+    lower bound is the problem's (planner.model.problem)."""
+    high = max_deadline_s(slack)
+    if not 1.0 <= deadline_s <= high:  # NaN fails too
+        raise CliError("--deadline", f"must be in [1, {high:.15g}] s: a run stops at --deadline "
+                                     f"x --deadline-slack {slack:g}, which may not pass a year "
+                                     f"({MAX_DEADLINE_S:.15g} s); got {deadline_s:.15g}")
