@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
 from fasdl.exchange.channel.valkey import ValkeyChannel
+from local import ecpu_proxy
 from local.ecpu_proxy import BURST_S, KB, EcpuBucket, EcpuProxy, ecpus_of
 from local.servers import HOST, ValkeyServer
+from tests.local.fake_clock import FakeClock
 
 FRAME = 1024 * KB
 
@@ -24,14 +27,18 @@ def test_ecpus_are_kilobytes_and_a_request_costs_at_least_one() -> None:
     assert ecpus_of(64 * KB, request=False) == 64
 
 
-def test_the_bucket_holds_a_burst_then_the_rate() -> None:
+def test_the_bucket_holds_a_burst_then_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a fake clock: on the real one, time between the two payments refills the bucket, and a
+    # loaded machine made that more than the tolerance
+    clock = FakeClock()
+    monkeypatch.setattr(ecpu_proxy, "time", SimpleNamespace(monotonic=clock, sleep=clock.sleep))
     bucket = EcpuBucket(10_000)
-    began = time.monotonic()
+    began = clock.now
     bucket.pay(int(10_000 * BURST_S))  # the burst: no wait
     assert bucket.throttled_s == 0.0
     bucket.pay(2_000)  # 0.2 s of debt
-    assert time.monotonic() - began >= 0.2 - 0.01
-    assert bucket.throttled_s == pytest.approx(0.2, abs=0.02)
+    assert clock.now - began == pytest.approx(0.2)  # slept exactly the debt
+    assert bucket.throttled_s == pytest.approx(0.2)
     assert bucket.used == 12_000
     unmetered = EcpuBucket(None)
     unmetered.pay(10**9)
@@ -68,6 +75,8 @@ def test_a_cluster_client_is_metered_and_held_to_the_maximum(valkey: ValkeyServe
         elapsed = _round_trip(proxy.port)
         debt_s = (proxy.bucket.used - 1_000 * BURST_S) / 1_000
         assert debt_s > 0.9
-        assert elapsed >= debt_s - 0.05  # never faster than the maximum allows
-        assert proxy.bucket.throttled_s > 0.5  # the rest was refilled while it worked
+        assert elapsed >= debt_s - 0.05  # never faster than the maximum allows (load: slower)
+        # held back, though less than the whole debt: the rest was refilled while it worked.
+        # How much was refilled is the relay's own speed, which load changes: not asserted.
+        assert 0 < proxy.bucket.throttled_s < debt_s
         assert "held back" in proxy.describe()
