@@ -61,7 +61,9 @@ def test_a_child_past_its_memory_is_killed() -> None:
     began = time.monotonic()
     invocation = _invoke("grow", {"total_mb": 4 * M, "hold_s": 20})
     _assert_out_of_memory(invocation)
-    assert invocation.duration_s < 5 and time.monotonic() - began < 10
+    # Hang bounds only: killed while growing (about a second), so before its 20 s hold would
+    # end, and the emulator returns at once. How far past M it got is the peak, below.
+    assert invocation.duration_s < 20 and time.monotonic() - began < 60
     assert invocation.peak_rss_mb is not None and invocation.peak_rss_mb < 2 * M
     log = _log(invocation)
     assert "killed it (Runtime.OutOfMemory)" in log
@@ -74,6 +76,9 @@ def test_a_cpu_capped_child_is_killed_too() -> None:
     most of the time) the overrun is slower but ends the same way, the group not left held."""
     invocation = _invoke("grow", {"total_mb": 4 * M, "hold_s": 20}, emulation=LambdaEmulation())
     _assert_out_of_memory(invocation)
+    assert "killed it (Runtime.OutOfMemory)" in _log(invocation)  # live, not at the end
+    # before the 20 s hold would end (about 4 s): the cap sets the pace, not the load, as
+    # long as the child's fair share of the machine stays above 0.07 vCPU
     assert "CPU capped at 0.07 vCPU" in _log(invocation) and invocation.duration_s < 20
 
 
@@ -99,9 +104,9 @@ def test_a_forked_helper_counts_for_the_group(tmp_path: Path, limit: bool) -> No
         assert "memory limit off" in _log(invocation)
         return
     _assert_out_of_memory(invocation)
-    assert invocation.duration_s < 10
+    assert invocation.duration_s < 20  # a hang bound: killed growing, not at its 30 s hold
     helper = int(pid_file.read_text())
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a hang bound: SIGKILL to the group acts at once
     while (memory := read_memory(helper)) is not None and not memory.zombie:
         assert time.monotonic() < deadline, "the helper survived the group kill"
         time.sleep(0.05)
