@@ -22,6 +22,7 @@ from typing import Any
 
 from fasdl.contract.plan import Plan
 from local.runner import RunOptions, run
+from planner.cli_inputs import max_deadline_s
 from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
 from planner.model.problem import VIOLATION_TEXT, Problem, Violation
 from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
@@ -30,6 +31,9 @@ from planner.search.searches import Choice, choice_from, exact
 
 WARMUP_ITERATIONS = 2
 DIGITS_TRAIN_SAMPLES = 1438  # the train split local runs build from scikit-learn's digits
+# The smoke size's ``python -m local profile`` (bench/smoke.py): the fewest samples it fits
+PROFILE_SMOKE = ("--batches", "16", "32", "--sizes-mb", "0.0625", "0.5", "--warmup", "1",
+                 "--repeats", "2", "--transfer-repeats", "1")
 _WORKER_LOG = re.compile(r"-s(\d{5})-a(\d+)-w(\d{4})-[0-9a-f]{8}\.log$")
 Say = Callable[[str], None]
 
@@ -57,10 +61,11 @@ class Config:
 def problem_for(workload: WorkloadProfile, platform: PlatformProfile, *, epochs: int,
                 max_global_batch: int, workers: int | None = None,
                 memory_mb: int | None = None, prices: Prices | None = None) -> Problem:
-    """A problem with no binding deadline (the cheapest plan), optionally at a fixed W and M."""
+    """A problem with no binding deadline (the cheapest plan), optionally at a fixed W and M:
+    the largest deadline a plan's limits take (1e8 s made every plan a contract error)."""
     return Problem(
         workload=workload, platform=platform, prices=prices or load_prices(), epochs=epochs,
-        deadline_s=1e8, max_global_batch=max_global_batch, timeout_s=900.0,
+        deadline_s=max_deadline_s(), max_global_batch=max_global_batch, timeout_s=900.0,
         memory_min_mb=memory_mb or 128, memory_max_mb=memory_mb or 10240,
         memory_step_mb=1 if memory_mb else 128,
         min_workers=workers or 1, max_workers=workers or 1000)

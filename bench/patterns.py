@@ -20,6 +20,11 @@ issue 14's goal is the first at <= 0.7× K-REDUCE's epoch (ResNet-size), <= 0.85
     .venv/bin/python -m bench.patterns [--models resnet50-size ...] [--profile-dir DIR]
         [--channel s3|valkey]
 
+``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): the cnn at W = 2, profiled with the fewest
+samples (named like bench.prediction's cnn profile, so a shared ``--profile-dir`` profiles it
+once), every pattern planned but only K-REDUCE run (``--patterns``); the table, plot and JSON
+go to a temporary copy of the docs.
+
 ``--channel valkey`` measures the same cases through Valkey (its own profiles, section of
 docs/results.md and docs/results/patterns-valkey.*): a store whose server is not the
 bottleneck here, where SeaweedFS's ~10 ms of CPU per MB on the machine's two shared cores sets
@@ -37,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.local_runs import (
+    PROFILE_SMOKE,
     BenchError,
     best_choice,
     configuration_fields,
@@ -48,13 +54,13 @@ from bench.local_runs import (
     write_plan,
 )
 from bench.readme import image, predicted_vs_measured, update_section
+from bench.smoke import parse_args, results_targets
 from planner.model.cost_model import evaluate
 from planner.model.pipelined import chunk_choices
 from planner.model.problem import Problem
 from planner.model.profiles import load_platform_file, load_prices, load_workload
 from planner.search.searches import Choice, choice_from
 
-RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 PATTERNS = ("kreduce", "scatterreduce", "allreduce")
 BASELINES = PATTERNS[1:]
 # The pipelined exchange: at K-REDUCE's own W, M, K and batches with the model's best C, and
@@ -89,22 +95,27 @@ CASES = (
     Case("squeezenet-size", "mlp-squeezenet-size", workers=4, memory_mb=512,
          profile_memories=(512, 768, 1024)),
 )
+# The smoke size's one case: the smallest model that still exchanges; named as bench.prediction
+# names its cnn profile on S3 (MODEL-CHANNEL), whose smoke size profiles the same memories.
+SMOKE_CASE = Case("cnn-s3", "cnn", workers=2, memory_mb=1024, profile_memories=(1024, 1769))
 
 
-def profile(case: Case, out: Path, channel: str) -> None:
+def profile(case: Case, out: Path, channel: str, extra: tuple[str, ...] = ()) -> None:
     if (out / "workload.json").is_file() and (out / "platform.json").is_file():
         print(f"reusing the {case.name} profile in {out}", flush=True)
         return
     command = [sys.executable, "-m", "local", "profile", "--channel", channel, "--model",
                case.model, "--dataset", "digits", "--name", f"local-{case.name}",
-               "--memories", *map(str, case.profile_memories), "--out", str(out)]
+               "--memories", *map(str, case.profile_memories), "--out", str(out), *extra]
     print("$ " + " ".join(command[1:]), flush=True)
     subprocess.run(command, check=True)
 
 
-def run_case(case: Case, profiles: Path, work: Path, channel: str) -> list[dict[str, Any]]:
+def run_case(case: Case, profiles: Path, work: Path, channel: str, *, smoke: bool = False,
+             only: set[str] | None = None) -> list[dict[str, Any]]:
+    """Every pattern's row of ``case``; those in ``only`` (default all) run and are measured."""
     out = profiles / (case.name if channel == "s3" else f"{case.name}-{channel}")
-    profile(case, out, channel)
+    profile(case, out, channel, PROFILE_SMOKE if smoke else ())
     workload = local_workload(load_workload(str(out / "workload.json")))
     platform = load_platform_file(out / "platform.json")
     prices = load_prices()
@@ -126,7 +137,8 @@ def run_case(case: Case, profiles: Path, work: Path, channel: str) -> list[dict[
     rows[PIPELINED_PLANNED] = (problem, best_choice(problem, PIPELINED_PLANNED))
     rows[PIPELINED_BF16] = (bf16, same_config_pipelined(bf16, kreduce))
     return [*(measure(case, row_problem, pattern, choice, workload.model_mb, work, channel)
-              for pattern, (row_problem, choice) in rows.items()), *missing]
+              for pattern, (row_problem, choice) in rows.items()
+              if only is None or pattern in only), *missing]
 
 
 def same_config_pipelined(problem: Problem, kreduce: Choice) -> Choice:
@@ -174,28 +186,37 @@ def measured_rows(rows: list[dict[str, Any]], case: str) -> list[dict[str, Any]]
     return [r for r in rows if r["case"] == case and "infeasible" not in r]
 
 
+def _over(by: dict[str, dict[str, Any]], pattern: str, reference: float | None
+          ) -> float | None:
+    """``pattern``'s measured epoch over ``reference``; None when either did not run."""
+    if reference is None or pattern not in by:
+        return None
+    return round(float(by[pattern]["measured_s"]) / reference, 3)
+
+
 def verdicts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per case: is K-REDUCE within noise of the best baseline, does the model's order hold."""
+    """Per case: is K-REDUCE within noise of the best baseline, does the model's order hold.
+    A ratio whose rows did not run (``--patterns``) is None."""
     found: dict[str, dict[str, Any]] = {}
     for case in dict.fromkeys(r["case"] for r in rows):
         by = {r["pattern"]: r for r in measured_rows(rows, case)}
-        best_baseline = min(by[p]["measured_s"] for p in BASELINES if p in by)
+        best_baseline = min((by[p]["measured_s"] for p in BASELINES if p in by), default=None)
         ran = [p for p in PATTERNS if p in by]  # a baseline that does not fit has no row
         predicted_order = sorted(ran, key=lambda p: by[p]["predicted_s"])
         measured_order = sorted(ran, key=lambda p: by[p]["measured_s"])
-        pipelined = by[PIPELINED_SAME]["measured_s"] / by["kreduce"]["measured_s"]
-        bf16 = by.get(PIPELINED_BF16)
+        kreduce = by["kreduce"]["measured_s"] if "kreduce" in by else None
+        pipelined = _over(by, PIPELINED_SAME, kreduce)
+        versus_baseline = None if best_baseline is None else _over(by, "kreduce", best_baseline)
         found[case] = {
-            "pipelined_vs_kreduce_epoch_ratio": round(pipelined, 3),
-            "pipelined_bf16_vs_kreduce_epoch_ratio": None if bf16 is None else round(
-                bf16["measured_s"] / by["kreduce"]["measured_s"], 3),
-            "planned_pipelined_vs_kreduce_epoch_ratio": round(
-                by[PIPELINED_PLANNED]["measured_s"] / by["kreduce"]["measured_s"], 3),
+            "pipelined_vs_kreduce_epoch_ratio": pipelined,
+            "pipelined_bf16_vs_kreduce_epoch_ratio": _over(by, PIPELINED_BF16, kreduce),
+            "planned_pipelined_vs_kreduce_epoch_ratio": _over(by, PIPELINED_PLANNED, kreduce),
             "pipelined_goal": PIPELINED_GOALS.get(case),
-            "pipelined_met": pipelined <= PIPELINED_GOALS.get(case, 0.0),
-            "kreduce_vs_best_baseline": round(by["kreduce"]["measured_s"] / best_baseline, 3),
-            "kreduce_not_slower": by["kreduce"]["measured_s"]
-            <= best_baseline * (1 + TIE_TOLERANCE),
+            "pipelined_met": (None if pipelined is None
+                              else pipelined <= PIPELINED_GOALS.get(case, 0.0)),
+            "kreduce_vs_best_baseline": versus_baseline,
+            "kreduce_not_slower": (None if kreduce is None or best_baseline is None
+                                   else kreduce <= best_baseline * (1 + TIE_TOLERANCE)),
             "predicted_order": predicted_order, "measured_order": measured_order,
             "ranking_holds": predicted_order == measured_order,
         }
@@ -233,49 +254,67 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
+def _note(case: str, v: dict[str, Any]) -> str:
+    """One case's verdict in words; a ratio whose rows did not run is left out."""
+    ranking = (f"the model's order of the patterns that ran "
+               f"{'holds' if v['ranking_holds'] else 'does not hold'} in measurement")
+    sentences = (
+        ("kreduce_vs_best_baseline", "K-REDUCE's measured epoch is {:.2f}× the better "
+                                     "baseline's"),
+        ("ranking_holds", ranking),
+        ("pipelined_vs_kreduce_epoch_ratio", "pipelined, same config: {:.2f}× K-REDUCE's epoch "
+                                             f"(goal <= {v['pipelined_goal']})"),
+        ("planned_pipelined_vs_kreduce_epoch_ratio", "the planner's pipelined choice: {:.2f}×"),
+        ("pipelined_bf16_vs_kreduce_epoch_ratio", "pipelined with bfloat16 uploads, same "
+                                                  "config: {:.2f}×"))
+    parts = [text.format(v[key]) for key, text in sentences if v[key] is not None]
+    return f"- {case}: " + "; ".join(parts) + "."
+
+
 def write_results(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]],
-                  summary: dict[str, Any], channel: str) -> None:
-    """docs/results/patterns[-valkey].{png,json} and the channel's section of docs/results.md."""
+                  summary: dict[str, Any], channel: str, smoke: bool = False) -> None:
+    """docs/results/patterns[-valkey].{png,json} and the channel's section of docs/results.md
+    (at the smoke size: a temporary copy)."""
     name = "patterns" if channel == "s3" else f"patterns-{channel}"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    plot(rows, RESULTS / f"{name}.png")
-    (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=1))
-    notes = "\n".join(
-        f"- {case}: K-REDUCE's measured epoch is {v['kreduce_vs_best_baseline']:.2f}× the "
-        f"better baseline's; the model's order of the patterns that ran "
-        f"{'holds' if v['ranking_holds'] else 'does not hold'} in measurement. Pipelined, "
-        f"same config: {v['pipelined_vs_kreduce_epoch_ratio']:.2f}× K-REDUCE's epoch "
-        f"(goal <= {v['pipelined_goal']}); the planner's pipelined choice: "
-        f"{v['planned_pipelined_vs_kreduce_epoch_ratio']:.2f}×; pipelined with bfloat16 "
-        f"uploads, same config: {v['pipelined_bf16_vs_kreduce_epoch_ratio']:.2f}×."
-        for case, v in found.items())
-    update_section(name, "\n\n".join((table(rows), notes, image(name, RESULTS / f"{name}.png"))))
+    results, doc = results_targets(name, smoke)
+    results.mkdir(parents=True, exist_ok=True)
+    plot(rows, results / f"{name}.png")
+    (results / f"{name}.json").write_text(json.dumps(summary, indent=1))
+    notes = "\n".join(_note(case, verdict) for case, verdict in found.items())
+    update_section(name, "\n\n".join((table(rows), notes,
+                                       image(name, results / f"{name}.png", doc))), doc)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=[c.name for c in CASES],
                         help="only these models (default: both)")
     parser.add_argument("--profile-dir", type=Path, help="reuse (or write) the profiles here")
     parser.add_argument("--channel", choices=("s3", "valkey"), default="s3",
                         help="the exchange channel (default s3, docs/results.md's first table)")
+    parser.add_argument("--patterns", nargs="+", choices=list(TITLES),
+                        help="run only these patterns' plans (default: all)")
     parser.add_argument("--no-readme", action="store_true", help="do not update docs/results.md")
-    args = parser.parse_args()
-    cases = [c for c in CASES if args.models is None or c.name in args.models]
+    args = parse_args(parser, argv, patterns=["kreduce"])
+    cases = ([SMOKE_CASE] if args.smoke and args.models is None else
+             [c for c in CASES if args.models is None or c.name in args.models])
     work = scratch("fasdl-bench-patterns-")
     profiles = args.profile_dir or work / "profiles"
-    rows = [row for case in cases for row in run_case(case, profiles, work, args.channel)]
+    only = None if args.patterns is None else set(args.patterns)
+    rows = [row for case in cases for row in run_case(case, profiles, work, args.channel,
+                                                      smoke=args.smoke, only=only)]
     found = verdicts(rows)
+    compared = [v["kreduce_not_slower"] for v in found.values()]
     summary = {"bench": "patterns", "channel": args.channel, "rows": rows, "verdicts": found,
                "goal": "K-REDUCE never slower than the better baseline",
-               "met": all(v["kreduce_not_slower"] for v in found.values())}
+               "met": None if None in compared else all(compared)}
     print("\n" + table(rows))
     for case, verdict in found.items():
         print(f"{case}: K-REDUCE / best baseline = {verdict['kreduce_vs_best_baseline']}, "
               f"model ranking {'holds' if verdict['ranking_holds'] else 'does not hold'} "
               f"(predicted {verdict['predicted_order']}, measured {verdict['measured_order']})")
-    if not args.no_readme and args.models is None:
-        write_results(rows, found, summary, args.channel)
+    if args.smoke or (not args.no_readme and args.models is None and only is None):
+        write_results(rows, found, summary, args.channel, args.smoke)
     print(json.dumps(summary))
 
 

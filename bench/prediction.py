@@ -12,7 +12,11 @@
    absolute relative error, and the pipelined configurations' (C > 1) mean apart.
    Goal: mean <= 5 %, max <= 8 %, for the pipelined ones too.
 
-    .venv/bin/python -m bench.prediction [--configs LABEL ...] [--profile-dir DIR]
+    .venv/bin/python -m bench.prediction [--configs LABEL ...] [--profile-dir DIR] [--smoke]
+
+``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): the first configuration only, profiled at
+two memories with the fewest samples; the table, plot and JSON go to a temporary copy of the
+docs.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.local_runs import (
+    PROFILE_SMOKE,
     Config,
     configuration_fields,
     fixed_choice,
@@ -39,11 +45,12 @@ from bench.local_runs import (
     write_plan,
 )
 from bench.readme import image, predicted_vs_measured, update_section
+from bench.smoke import parse_args, results_targets
 from planner.model.profiles import load_platform_file, load_workload
 
 GOAL_MEAN, GOAL_MAX = 0.05, 0.08
-RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 PROFILE_MEMORIES = ("512", "768", "1024")
+SMOKE_MEMORIES = ("1024", "1769")  # the smoke size's profile: two, around its one config's M
 MAX_GLOBAL_BATCH = 128
 # W·M/1769 stays under ~1.5 of this machine's 2 cores, so emulated CPU shares do not contend.
 # The Valkey rows train a 4.7 MB model: with the 0.02 MB cnn a Valkey iteration lasts ~20 ms,
@@ -77,14 +84,15 @@ CONFIGS = (
 )
 
 
-def profile(model: str, channel: str, out: Path) -> None:
+def profile(model: str, channel: str, out: Path, memories: Sequence[str] = PROFILE_MEMORIES,
+            extra: Sequence[str] = ()) -> None:
     """``python -m local profile`` of one model and channel (reused when ``out`` holds one)."""
     if (out / "workload.json").is_file() and (out / "platform.json").is_file():
         print(f"reusing the {model} {channel} profile in {out}", flush=True)
         return
     command = [sys.executable, "-m", "local", "profile", "--channel", channel, "--model", model,
                "--dataset", "digits", "--name", f"local-{model}-digits",
-               "--memories", *PROFILE_MEMORIES, "--out", str(out)]
+               "--memories", *memories, "--out", str(out), *extra]
     print("$ " + " ".join(command[1:]), flush=True)
     subprocess.run(command, check=True)
 
@@ -148,39 +156,50 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
-def main() -> None:
+def write_results(rows: list[dict[str, Any]], summary: dict[str, Any], smoke: bool) -> None:
+    """The plot, the JSON and the table in docs/results.md (at the smoke size: a copy)."""
+    results, doc = results_targets("prediction", smoke)
+    results.mkdir(parents=True, exist_ok=True)
+    plot(rows, results / "prediction.png")
+    (results / "prediction.json").write_text(json.dumps(summary, indent=1))
+    update_section("prediction", table(rows) + f"\n\nMean absolute error "
+                   f"{summary['mean_abs_error']:.1%}, max {summary['max_abs_error']:.1%} "
+                   f"(goal: mean <= 5 %, max <= 8 %).\n\n"
+                   + image("predicted vs measured", results / "prediction.png", doc), doc)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    errors = [r["error"] for r in rows]
+    pipelined = [r["error"] for r in rows if r["chunks"] > 1]
+    return {"bench": "prediction", "configs": len(rows),
+            "mean_abs_error": round(statistics.fmean(errors), 4),
+            "max_abs_error": round(max(errors), 4), "goal_mean": GOAL_MEAN,
+            "goal_max": GOAL_MAX,
+            "pipelined_mean_abs_error": (round(statistics.fmean(pipelined), 4)
+                                         if pipelined else None),
+            "met": statistics.fmean(errors) <= GOAL_MEAN and max(errors) <= GOAL_MAX,
+            "rows": rows}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", choices=[c.label for c in CONFIGS],
                         help="run only these configurations (default: all)")
     parser.add_argument("--profile-dir", type=Path,
                         help="reuse (or write) the local profiles here (s3/ and valkey/)")
     parser.add_argument("--no-readme", action="store_true", help="do not update docs/results.md")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, configs=[CONFIGS[0].label])
     configs = [c for c in CONFIGS if args.configs is None or c.label in args.configs]
     work = scratch("fasdl-bench-prediction-")
     profiles = args.profile_dir or work / "profiles"
     for config in configs:
-        profile(config.model, config.channel, profile_dir(profiles, config))
+        profile(config.model, config.channel, profile_dir(profiles, config),
+                *((SMOKE_MEMORIES, PROFILE_SMOKE) if args.smoke else ()))
     rows = [measure(config, profiles, work) for config in configs]
-    errors = [r["error"] for r in rows]
-    pipelined = [r["error"] for r in rows if r["chunks"] > 1]
-    summary = {"bench": "prediction", "configs": len(rows),
-               "mean_abs_error": round(statistics.fmean(errors), 4),
-               "max_abs_error": round(max(errors), 4), "goal_mean": GOAL_MEAN,
-               "goal_max": GOAL_MAX,
-               "pipelined_mean_abs_error": (round(statistics.fmean(pipelined), 4)
-                                            if pipelined else None),
-               "met": statistics.fmean(errors) <= GOAL_MEAN and max(errors) <= GOAL_MAX,
-               "rows": rows}
+    summary = summarize(rows)
     print("\n" + table(rows))
-    if not args.no_readme and args.configs is None:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        plot(rows, RESULTS / "prediction.png")
-        (RESULTS / "prediction.json").write_text(json.dumps(summary, indent=1))
-        update_section("prediction", table(rows) + f"\n\nMean absolute error "
-                       f"{summary['mean_abs_error']:.1%}, max {summary['max_abs_error']:.1%} "
-                       f"(goal: mean <= 5 %, max <= 8 %).\n\n"
-                       + image("predicted vs measured", RESULTS / "prediction.png"))
+    if args.smoke or (not args.no_readme and args.configs is None):
+        write_results(rows, summary, args.smoke)
     print(json.dumps(summary))
 
 

@@ -13,12 +13,16 @@ from bench.local_runs import (
     BenchError,
     Config,
     fixed_choice,
+    local_workload,
     problem_for,
     relative_error,
     worker_iteration_times,
+    write_plan,
 )
 from bench.patterns import table, verdicts
 from bench.readme import RESULTS_DOC, MarkerMissing, image, update_section
+from fasdl.contract.limits import MAX_DEADLINE_S
+from fasdl.contract.plan import Plan
 from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
 from planner.model.profiles import load_platform, load_workload
 
@@ -131,3 +135,22 @@ def test_pattern_verdicts_compare_with_the_better_baseline() -> None:
     # the bfloat16 row is over K-REDUCE's too; a run without it says None
     assert found["b"]["pipelined_bf16_vs_kreduce_epoch_ratio"] == pytest.approx(0.7)
     assert found["a"]["pipelined_bf16_vs_kreduce_epoch_ratio"] is None
+
+
+def test_a_problem_without_a_binding_deadline_makes_a_plan_the_contract_takes(
+        tmp_path: Path) -> None:
+    # a deadline of 1e8 s made every local-run bench a contract error before it measured
+    problem = problem_for(local_workload(load_workload("cnn-digits")), load_platform("s3"),
+                          epochs=1, max_global_batch=128, workers=2, memory_mb=1024)
+    choice = fixed_choice(problem, Config("c", workers=2, memory_mb=1024, aggregators=1,
+                                          batch_aggregator=32))
+    plan = write_plan(problem, choice, tmp_path / "plan.json", channel="s3")
+    assert plan.limits is not None and plan.limits.deadline_s <= MAX_DEADLINE_S
+    assert Plan.from_json((tmp_path / "plan.json").read_text()) == plan
+
+
+def test_verdicts_of_a_case_whose_baselines_did_not_run_are_none() -> None:
+    found = verdicts([_row("a", "kreduce", 1.0, 2.0)])["a"]
+    assert found["kreduce_vs_best_baseline"] is None and found["kreduce_not_slower"] is None
+    assert found["pipelined_vs_kreduce_epoch_ratio"] is None and found["pipelined_met"] is None
+    assert found["measured_order"] == ["kreduce"] and found["ranking_holds"]
