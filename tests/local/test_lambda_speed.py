@@ -8,7 +8,6 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -31,54 +30,28 @@ from local.lambda_speed import (
 )
 from local.servers import ValkeyServer
 from local.shaping import MB, VISIBLE_SUFFIX, BandwidthShaper, Link, ShapedChannel
-from local.throttle import CpuThrottle
+from local.throttle import CpuThrottle, available_cores
 from planner.model.profiles import Direction, PlatformProfile, load_platform
+from tests.local.emulation_measures import (
+    HANDLERS,
+    LOOP,
+    ServerTime,
+    assert_held_to,
+    beside_uncapped,
+    loop,
+    timed,
+    within,
+)
 from tests.local.fake_clock import FakeClock
 
-# wall-clock and CPU-share measurements: run alone (make test's serial pass), not beside
-# another xdist worker's load
-pytestmark = pytest.mark.serial
+# The tests marked serial measure a CPU share or a shaped transfer time: make test runs them
+# alone, after the parallel pass, since another worker's load skews both. Each still compares
+# with a reference measured beside it (an uncapped child, the server's part of the same
+# transfer), as whatever else runs on the machine skews them too. The rest runs in parallel.
+serial = pytest.mark.serial
 
 SIZES_MB = (1, 4, 16)
 MEMORIES = (512, 2048)
-# A busy loop (or a sleepy one) that reports its own CPU seconds per wall second.
-LOOP = textwrap.dedent("""
-    import sys, time
-    mode, seconds = sys.argv[1], float(sys.argv[2])
-    wall, cpu = time.monotonic(), time.process_time()
-    while time.monotonic() - wall < seconds:
-        if mode == "sleep":
-            time.sleep(0.02)
-    print((time.process_time() - cpu) / (time.monotonic() - wall), time.monotonic() - wall)
-""")
-HANDLERS = textwrap.dedent("""
-    import os, time
-    from fasdl.contract.settings import Settings
-    from fasdl.exchange import stores
-
-    def busy(event, context):
-        wall, cpu = time.monotonic(), time.process_time()
-        while time.monotonic() - wall < event["seconds"]:
-            pass
-        return {"ratio": (time.process_time() - cpu) / (time.monotonic() - wall),
-                "threads": os.environ.get("OMP_NUM_THREADS")}
-
-    def transfer(event, context):
-        channel = stores.exchange_channel(Settings.from_env())  # as the worker builds it
-        began = time.monotonic()
-        channel.put("k", b"x" * event["size"])
-        put_s = time.monotonic() - began
-        began = time.monotonic()
-        assert len(channel.get("k", time.monotonic() + 10)) == event["size"]
-        return {"channel": type(channel).__name__, "put_s": put_s,
-                "get_s": time.monotonic() - began,
-                "threads": os.environ.get("OMP_NUM_THREADS")}
-""")
-
-
-def _within(measured: float, target: float, slack_s: float = 0.0) -> bool:
-    """Never early; at most 15% (or 5 ms, for tiny targets) + ``slack_s`` late."""
-    return target - 1e-3 <= measured <= target + max(0.15 * target, 0.005) + slack_s
 
 
 # ---- CPU share and profile choice -------------------------------------------------------------
@@ -114,34 +87,30 @@ def test_load_emulation(tmp_path: Path) -> None:
 
 
 # ---- CPU cap on real processes ----------------------------------------------------------------
-def _loop(mode: str, share: float | None, seconds: float = 2.0) -> tuple[float, float]:
-    """(CPU seconds per wall second, wall seconds) the child measured under the cap."""
-    child = subprocess.Popen([sys.executable, "-c", LOOP, mode, str(seconds)],
-                             stdout=subprocess.PIPE, start_new_session=True)
-    throttle = CpuThrottle(child.pid, share).start() if share else None
-    try:
-        out, _ = child.communicate(timeout=30)
-    finally:
-        if throttle is not None:
-            throttle.stop()
-    ratio, wall = map(float, out.split())
-    return ratio, wall
-
-
-# These assume the machine has a core to spare: a saturated host cannot give any share.
+@serial
 def test_busy_child_gets_its_share() -> None:
-    ratio, _ = _loop("busy", 0.25)
-    assert ratio == pytest.approx(0.25, abs=0.06)
+    share, uncapped = beside_uncapped(lambda: loop("busy", 0.25)[0])
+    assert_held_to(share, 0.25, uncapped)
 
 
-def test_uncapped_child_uses_a_whole_core() -> None:
-    ratio, _ = _loop("busy", None)
-    assert ratio > 0.6  # clearly above any cap; a loaded CI host may not give a full core
+def test_a_share_of_every_core_never_holds_the_child() -> None:
+    """A share the host cannot give anyway is not enforced: the throttle never stops it."""
+    child = subprocess.Popen([sys.executable, "-c", LOOP, "busy", "0.5"],
+                             stdout=subprocess.DEVNULL, start_new_session=True)
+    throttle = CpuThrottle(child.pid, float(available_cores())).start()
+    try:
+        assert child.wait(timeout=60) == 0  # a hang bound: the loop lasts 0.5 s
+    finally:
+        throttle.stop()
+    assert throttle.stops == 0 and throttle.stopped_s == 0.0
 
 
 def test_sleeping_child_is_not_slowed() -> None:
-    ratio, wall = _loop("sleep", 0.25)
-    assert ratio < 0.1 and wall < 2.1  # I/O waits cost no quota
+    """I/O waits cost no quota: the throttle holds a sleeping child for its start-up's CPU at
+    most (0 s measured), a busy one for about 1.5 s of the 2. Both in the child's CPU time and
+    the throttle's own count, which load does not add to."""
+    ratio, held_s = loop("sleep", 0.25)
+    assert ratio < 0.1 and held_s < 0.2
 
 
 def test_stop_always_continues_the_group() -> None:
@@ -149,7 +118,7 @@ def test_stop_always_continues_the_group() -> None:
                              stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         throttle = CpuThrottle(child.pid, 0.05).start()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # a hang bound: the first stop comes within ~0.1 s
         while throttle.stops == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert throttle.stops > 0
@@ -207,48 +176,76 @@ def test_shaping_replaces_the_channel_factory_before_the_handler_imports_it(
 
 
 # ---- bandwidth shaping on real servers --------------------------------------------------------
-def _timed(action: Callable[..., object], *args: object) -> float:
-    began = time.monotonic()
-    action(*args)
-    return time.monotonic() - began
+def _shaped_misses(channel: ShapedChannel, server: ServerTime, platform: PlatformProfile,
+                   memory: int, size: int) -> list[str]:
+    """One put and get of ``size`` MB: how each missed its time (empty: on time)."""
+    data, key = os.urandom(size * MB), f"{memory}/{size}"
+    transfers: dict[Direction, Callable[[], object]] = {
+        "up": lambda: channel.put(key, data),
+        "down": lambda: channel.get(key, time.monotonic() + 10)}
+    misses = []
+    for direction, transfer in transfers.items():
+        before = server.spent_s
+        seconds = timed(transfer)
+        real_s = server.spent_s - before
+        target = float(platform.transfer_time(direction, memory, size))
+        print(f"{platform.channel} M={memory} {size} MB {direction}: {seconds * 1000:.1f} ms, "
+              f"target {target * 1000:.1f} ms, server {real_s * 1000:.1f} ms")
+        if not within(seconds, target, real_s=real_s):
+            misses.append(f"M={memory} {size} MB {direction}: {seconds:.4f} s, "
+                          f"target {target:.4f} s, server {real_s:.4f} s")
+    return misses
 
 
+@serial
 def test_transfers_take_the_profiled_time(real: tuple[Channel, PlatformProfile]) -> None:
+    """Each size on time in the best of three tries: against its target, or the server's part
+    of the same transfer (stalls and all) when that was longer. A shaping error misses in
+    every try; a stall of the loaded machine's scheduler, in one."""
     inner, platform = real
     misses: list[str] = []
     for memory in MEMORIES:
-        channel = ShapedChannel(inner, platform, memory)
+        server = ServerTime(inner)
+        channel = ShapedChannel(server, platform, memory)
         channel.put("warm", b"w")  # connection set-up is not a transfer
         for size in SIZES_MB:
-            data = os.urandom(size * MB)
-            key = f"{memory}/{size}"
-            measured: dict[Direction, float] = {"up": _timed(channel.put, key, data),
-                        "down": _timed(channel.get, key, time.monotonic() + 10)}
-            for direction, seconds in measured.items():
-                target = float(platform.transfer_time(direction, memory, size))
-                print(f"{platform.channel} M={memory} {size} MB {direction}: "
-                      f"{seconds * 1000:.1f} ms, target {target * 1000:.1f} ms")
-                if not _within(seconds, target):
-                    misses.append(f"M={memory} {size} MB {direction}: {seconds:.4f} s, "
-                                  f"target {target:.4f} s")
+            tries = [_shaped_misses(channel, server, platform, memory, size)]
+            while tries[-1] and len(tries) < 3:
+                tries.append(_shaped_misses(channel, server, platform, memory, size))
+            if tries[-1]:
+                misses += [miss for missed in tries for miss in missed]
     assert not misses
 
 
-def test_concurrent_puts_share_the_link(real: tuple[Channel, PlatformProfile]) -> None:
+@serial
+def test_concurrent_puts_share_the_link(real: tuple[Channel, PlatformProfile],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     inner, platform = real
-    channel = ShapedChannel(inner, platform, 512)
+    server = ServerTime(inner)
+    channel = ShapedChannel(server, platform, 512)
     channel.put("warm", b"w")
     data = os.urandom(4 * MB)
     target = float(platform.transfer_time("up", 512, 4))
     threads = [threading.Thread(target=channel.put, args=(f"c{n}", data)) for n in range(2)]
+    before = server.spent_s
     began = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert _within(time.monotonic() - began, 2 * target)
-    missed = _timed(channel.try_get, "never-written")
-    assert missed < min(0.03, float(platform.transfer_time("down", 512, 0)) + 0.01)
+    # against both slots, or the server's part of both puts added up when that is longer
+    assert within(time.monotonic() - began, 2 * target, real_s=server.spent_s - before)
+    # a miss moves nothing, so it reserves no slot on the link (its time would be the server's
+    # miss plus jitter, which a 2 ms Valkey slot cannot be told from: asked of the shaper)
+    reserved: list[tuple[Direction, float, int]] = []
+    reserve = channel.shaper.reserve
+
+    def spy(direction: Direction, began: float, size_bytes: int) -> float:
+        reserved.append((direction, began, size_bytes))
+        return reserve(direction, began, size_bytes)
+
+    monkeypatch.setattr(channel.shaper, "reserve", spy)
+    assert channel.try_get("never-written") is None and reserved == []
 
 
 # ---- through the emulator and the CLI ---------------------------------------------------------
@@ -266,20 +263,31 @@ def _emulator(code: Path, handler: str, memory: int, emulation: LambdaEmulation,
     return LambdaEmulator({"Fn": spec}, emulation=emulation, threads=threads)
 
 
+@serial
 def test_emulated_invocation_is_capped(handlers: Path) -> None:
     memory = round(0.25 * LAMBDA_MB_PER_VCPU)
-    with _emulator(handlers, "busy", memory, LambdaEmulation()) as emulator:
-        result = json.loads(emulator.invoke("Fn", {"seconds": 2}).payload)
-    assert result["ratio"] == pytest.approx(0.25, abs=0.06)
+    result: dict[str, object] = {}
+
+    def invoke() -> float:
+        with _emulator(handlers, "busy", memory, LambdaEmulation()) as emulator:
+            result.update(json.loads(emulator.invoke("Fn", {"seconds": 2}).payload))
+        return float(result["ratio"])  # type: ignore[arg-type]
+
+    # the reference loops 3 s: the sandbox's start-up comes before the handler's 2 s
+    share, uncapped = beside_uncapped(invoke, seconds=3.0)
+    assert_held_to(share, 0.25, uncapped)
     assert result["threads"] == "1"
 
 
 def test_a_held_invocation_still_times_out(handlers: Path) -> None:
     with _emulator(handlers, "busy", 128, LambdaEmulation(), timeout_s=1.5) as emulator:
         invocation = emulator.invoke("Fn", {"seconds": 60})
-    assert invocation.error_type == TIMEOUT and invocation.duration_s < 3
+    # killed at its timeout though the cap holds it; the bound (10x the timeout) only tells
+    # that from the 60 s busy loop running out, which the cap would stretch to minutes
+    assert invocation.error_type == TIMEOUT and 1.5 <= invocation.duration_s < 15
 
 
+@serial
 @pytest.mark.parametrize("memory", MEMORIES)
 def test_emulated_handler_sees_threads_and_shaped_channel(
         handlers: Path, valkey: ValkeyServer, memory: int) -> None:
@@ -298,9 +306,12 @@ def test_emulated_handler_sees_threads_and_shaped_channel(
     assert capped["threads"] == "1"  # an explicit, smaller thread count wins
     assert result["channel"] == "ShapedChannel"
     platform = load_platform("valkey")
-    # The first put also connects (ms): allow it on top of the target.
-    assert _within(result["put_s"], float(platform.transfer_time("up", memory, 4)), 0.01)
-    assert _within(result["get_s"], float(platform.transfer_time("down", memory, 4)))
+    # Against the target, or the server's part when that was longer (measured in the handler,
+    # around the shaped channel's calls into the real one). The first put also connects (ms).
+    assert within(result["put_s"], float(platform.transfer_time("up", memory, 4)), 0.01,
+                  real_s=result["put_server_s"])
+    assert within(result["get_s"], float(platform.transfer_time("down", memory, 4)),
+                  real_s=result["get_server_s"])
 
 
 def test_bad_emulate_lambda_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -311,21 +322,26 @@ def test_bad_emulate_lambda_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--emulate-lambda: unknown platform 'nope'" in capsys.readouterr().err
 
 
+@serial
 def test_a_peer_sees_an_upload_only_when_its_slot_ends(
         real: tuple[Channel, PlatformProfile]) -> None:
-    """Never before the writer's slot ends, in every attempt; on time in the best of three (a
-    server stall of the real S3 server adds to one attempt, not to the shaping)."""
+    """Never before the writer's slot ends, in every attempt; on time in the best of three.
+    On time against the server's part of each side's transfer when that took longer than its
+    slot (a loaded machine or a server stall): then the reader finds the value by polling, up
+    to one backoff step late, and shaping cannot make up for either."""
     inner, platform = real
-    writer = ShapedChannel(inner, platform, 512)  # two processes: two shapers
-    reader = ShapedChannel(inner, platform, 512)
+    written, read = ServerTime(inner), ServerTime(inner)
+    writer = ShapedChannel(written, platform, 512)  # two processes: two shapers
+    reader = ShapedChannel(read, platform, 512)
     writer.put("warm", b"w")
     up = float(platform.transfer_time("up", 512, 4))
     down = float(platform.transfer_time("down", 512, 4))
-    arrivals = []
+    arrivals, expected = [], []
     for attempt in range(3):
         data = os.urandom(4 * MB)
         key = f"peer{attempt}"
         thread = threading.Thread(target=writer.put, args=(key, data))
+        put_before, get_before = written.spent_s, read.spent_s
         began = time.monotonic()
         thread.start()
         value = reader.get(key, time.monotonic() + 10)
@@ -333,7 +349,11 @@ def test_a_peer_sees_an_upload_only_when_its_slot_ends(
         thread.join()
         assert value == data  # the visibility prefix never reaches the caller
         assert arrivals[-1] >= up  # not before the writer's transfer is over
-    assert _within(min(arrivals), up + down, 0.03), arrivals
+        put_s, get_s = written.spent_s - put_before, read.spent_s - get_before
+        polled = reader.backoff.cap_s if put_s > up else 0.0
+        expected.append(max(up, put_s + polled) + max(down, get_s))
+    best = min(range(len(arrivals)), key=lambda i: arrivals[i] - expected[i])
+    assert within(arrivals[best], up + down, 0.03, real_s=expected[best]), (arrivals, expected)
 
 
 def test_a_shaped_value_is_stored_as_is_with_its_time_beside_it(
