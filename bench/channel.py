@@ -4,7 +4,9 @@ Both paths run against the same local server and move the same frame bytes; the 
 skips framing, crc and the channel layer. Ratio = raw time / channel time (1.0 = no overhead,
 goal >= 0.8). Prints a table, then one JSON object as the last line.
 
-    .venv/bin/python -m bench.channel [--sizes 1 10 50 100] [--repeats 3]
+    .venv/bin/python -m bench.channel [--sizes 1 10 50 100] [--repeats 3] [--smoke]
+
+``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): 1 MB shards, one repeat (ten transfers).
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import argparse
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from bench.smoke import parse_args
 from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.factory import build_channel
 from fasdl.exchange.wire import decode_shard, encode_shard, encode_shard_into
@@ -126,13 +129,13 @@ def bench_backend(
     return rows
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 50, 100])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--backends", nargs="+", default=["valkey", "s3"],
                         choices=["valkey", "s3"])
-    args = parser.parse_args()
+    args = parse_args(parser, argv, sizes=[1], repeats=1)
     rows: list[dict[str, Any]] = []
     for backend in args.backends:
         server = ValkeyServer() if backend == "valkey" else SeaweedS3Server()

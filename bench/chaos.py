@@ -27,7 +27,11 @@ A trial is ``identical`` (exit 0, model.npy bytes equal to its channel's referen
 ``clean_failure`` (exit 1, status FAILED, failure.json names the error, no model) or
 ``wrong`` (anything else: other weights, a timeout, a crashed runner). The last line is the
 JSON summary ``{"trials", "identical", "clean_failures", "wrong", "faults"}``; the goal is
-``wrong == 0`` always.
+``wrong == 0`` always. Only the channels the schedule and the references use are synthesized.
+
+``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): one trial of W = 2 and one epoch in one
+segment (tests/local/test_chaos.py's job), seed 22: a stale and a torn frame planted on S3, the
+reference on S3 only.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.smoke import parse_args
+from fasdl.contract.plan import Plan
 from fasdl.run.fault_hooks import FENCE_STALL_ENV
 from infra.settings import REPO_ROOT
 from local.chaos_faults import AHEAD
@@ -61,6 +67,7 @@ CHANNELS = ("s3", "valkey")
 OUTCOMES = ("identical", "clean_failure", "wrong")
 RUN_TIMEOUT_S = 300
 PEER_WAIT = ("FASDL_PEER_WAIT_MIN_S", "3")  # peers of a dead worker give up within seconds
+SMOKE_SEED = 22  # its one trial: stale_frame + truncated_frame on S3, no retry to wait for
 Say = Callable[[str], None]
 
 
@@ -223,13 +230,17 @@ def errors_of(report: dict[str, Any] | None) -> dict[str, int]:
 
 
 # ---- preparation ------------------------------------------------------------------------------
-def prepare(job: Job, work: Path, channels: tuple[str, ...], say: Say) -> Prepared:
-    """Plan the job once (s3; the other channel's plan differs only in its channel) and
-    synthesize it once per channel, the synths side by side."""
+def plan_job(job: Job, work: Path) -> Plan:
+    """Plan the job once (s3; another channel's plan differs only in its channel)."""
     quiet: Say = lambda text: None  # noqa: E731
     plan = prepare_plan(RunOptions(workers=job.workers, epochs=job.epochs,
                                    segment_iterations=job.segment_iterations), work, quiet)
     plan, _ = prepare_dataset(plan, RunOptions(), work, quiet)
+    return plan
+
+
+def prepare(plan: Plan, work: Path, channels: tuple[str, ...], say: Say) -> Prepared:
+    """The plan per channel, synthesized once per channel, the synths side by side."""
     plans: dict[str, Path] = {}
     for channel in channels:
         data = plan.to_dict()
@@ -270,11 +281,14 @@ def run_trials(trials: int, seed: int, job: Job, work: Path, say: Say, *,
                reference_channels: tuple[str, ...] = CHANNELS) -> dict[str, Any]:
     """Prepare, run ``trials`` schedules and return the summary (the bench's last line)."""
     began = time.monotonic()
-    prepared = prepare(job, work, CHANNELS, say)
+    plan = plan_job(job, work)
+    schedule = draw_trials(trials, seed, plan.total_iterations, plan.deployment.workers)
+    used = {*reference_channels, *(trial.channel for trial in schedule)}
+    prepared = prepare(plan, work, tuple(c for c in CHANNELS if c in used), say)
     expected = references(prepared, work, reference_channels, say)
     outcomes: Counter[str] = Counter()
     faults: Counter[str] = Counter()
-    for trial in draw_trials(trials, seed, prepared.iterations, prepared.workers):
+    for trial in schedule:
         faults.update(list(trial.faults))
         run_id = f"chaos-{seed}-{trial.index:03d}"
         outcome = local_run(prepared, trial.channel, work / run_id, run_id,
@@ -303,14 +317,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=12, help="schedule seed (default 12)")
     parser.add_argument("--workers", type=int, default=Job.workers, help="W (default 4)")
     parser.add_argument("--keep", type=Path, help="keep every run's report folder here")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, trials=1, seed=SMOKE_SEED, workers=2)
     if args.trials < 1 or args.workers < 2:
         parser.error("--trials must be >= 1 and --workers >= 2")
     work = args.keep or Path(tempfile.mkdtemp(prefix="fasdl-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
+    job = Job(workers=args.workers, epochs=1) if args.smoke else Job(workers=args.workers)
     try:
-        summary = run_trials(args.trials, args.seed, Job(workers=args.workers), work,
-                             lambda text: print(text, flush=True))
+        summary = run_trials(args.trials, args.seed, job, work,
+                             lambda text: print(text, flush=True),
+                             reference_channels=("s3",) if args.smoke else CHANNELS)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -26,7 +26,9 @@ speed barely depends on the level. The layer's zstandard and .pyc are built for 
     .venv/bin/python -m bench.cold_start [--layer DIR] [--python PY] [--repeats 3]
         [--scratch DIR] [--out FILE]
 
-The last line printed is one JSON object (also written to ``--out``).
+The last line printed is one JSON object (also written to ``--out``). ``--smoke`` (or
+FASDL_BENCH_SMOKE=1, bench/smoke.py): the smallest M only, one repeat, the JSON written to a
+temporary folder unless ``--out`` names a file.
 """
 
 from __future__ import annotations
@@ -36,24 +38,30 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.cold_start_stats import (
+    INIT_LIMIT_S,
+    SAFETY_MARGIN,
+    BenchError,
+    Sample,
+    fits,
+    parse_child,
+    summarize,
+)
+from bench.smoke import parse_args, smoke_folder
 from local.lambda_speed import LambdaEmulation
 from local.throttle import CpuThrottle, available_cores
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_LAYER = REPO / "layers" / "torch" / "dist"
 DEFAULT_OUT = REPO / "docs" / "results" / "cold_start.json"
-INIT_LIMIT_S = 10.0  # on-demand init phase (lambda-runtime-environment.html)
-SAFETY_MARGIN = 0.30  # the cold start must leave this share of the 10 s unused
 FIXED_MEMORIES = (512, 1024, 1769, 3008)
 REFERENCE_MB = 1769  # one full vCPU: the planner's torch_load_cpu_s is measured here
 CHILD_TIMEOUT_S = 300.0
@@ -80,95 +88,6 @@ print(json.dumps({"outcome": fasdl_torch_loader.last_result.outcome, "unpack_s":
                   "import_sys_s": c2[1] - c1[1],
                   "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
-
-
-_CHILD_TIMES = ("unpack_s", "unpack_user_s", "unpack_sys_s", "import_s", "import_user_s",
-                "import_sys_s", "maxrss_mb")
-
-
-class BenchError(RuntimeError):
-    """The benchmark cannot run (no layer, a failed child); the message says why."""
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One child process: its phases as it measured them, its whole life as the parent saw it."""
-
-    outcome: str  # the loader's: installed (cold) or reused (warm)
-    unpack_s: float
-    unpack_user_s: float
-    unpack_sys_s: float
-    import_s: float
-    import_user_s: float
-    import_sys_s: float
-    maxrss_mb: float
-    process_s: float  # parent's wall, interpreter start to exit
-    process_cpu_s: float  # the child's user + sys from the parent's rusage
-    held_s: float  # time the CPU cap held the child stopped
-
-    @property
-    def total_s(self) -> float:
-        return self.unpack_s + self.import_s
-
-    @property
-    def unpack_cpu_s(self) -> float:
-        return self.unpack_user_s + self.unpack_sys_s
-
-    @property
-    def import_cpu_s(self) -> float:
-        return self.import_user_s + self.import_sys_s
-
-    @property
-    def cpu_s(self) -> float:
-        return self.unpack_cpu_s + self.import_cpu_s
-
-
-def parse_child(stdout: str, process_s: float, process_cpu_s: float, held_s: float) -> Sample:
-    """The child's last stdout line (JSON) plus what the parent measured."""
-    lines = stdout.strip().splitlines()
-    try:
-        data = json.loads(lines[-1])
-        times = {name: float(data[name]) for name in _CHILD_TIMES}
-        return Sample(outcome=str(data["outcome"]), **times, process_s=process_s,
-                      process_cpu_s=process_cpu_s, held_s=held_s)
-    except (IndexError, ValueError, KeyError, TypeError) as error:
-        raise BenchError(f"cannot read the child's result from {stdout[-500:]!r}: "
-                         f"{error!r}") from error
-
-
-def stats(values: Iterable[float]) -> dict[str, float]:
-    items = list(values)
-    return {"min": round(min(items), 3), "median": round(statistics.median(items), 3)}
-
-
-def fits(total_s: float, limit_s: float = INIT_LIMIT_S, margin: float = 0.0) -> bool:
-    """Whether ``total_s`` fits ``limit_s`` with ``margin`` (a share of it) left unused."""
-    return total_s <= limit_s * (1.0 - margin)
-
-
-def summarize(memory_mb: int | None, share: float | None, cold: Sequence[Sample],
-              warm: Sequence[Sample]) -> dict[str, Any]:
-    """One point of the JSON: min/median per quantity; verdicts on the median cold total."""
-    def phase(samples: Sequence[Sample]) -> dict[str, Any]:
-        return {"unpack_s": stats(s.unpack_s for s in samples),
-                "import_s": stats(s.import_s for s in samples),
-                "total_s": stats(s.total_s for s in samples),
-                "cpu_s": stats(s.cpu_s for s in samples),
-                "unpack_user_s": stats(s.unpack_user_s for s in samples),
-                "unpack_sys_s": stats(s.unpack_sys_s for s in samples),
-                "import_user_s": stats(s.import_user_s for s in samples),
-                "import_sys_s": stats(s.import_sys_s for s in samples),
-                "process_s": stats(s.process_s for s in samples),
-                "process_cpu_s": stats(s.process_cpu_s for s in samples),
-                "held_s": stats(s.held_s for s in samples),
-                "maxrss_mb": round(max(s.maxrss_mb for s in samples), 1),
-                "outcomes": sorted({s.outcome for s in samples})}
-
-    total = statistics.median(s.total_s for s in cold)
-    return {"memory_mb": memory_mb, "vcpu": None if share is None else round(share, 4),
-            "repeats": len(cold), "cold": phase(cold), "warm": phase(warm),
-            "fits_10s": fits(total), "fits_10s_with_margin": fits(total, margin=SAFETY_MARGIN),
-            "headroom": round(1.0 - total / INIT_LIMIT_S, 3)}
 
 
 def smallest_memory_mb() -> tuple[int, list[str]]:
@@ -365,11 +284,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scratch", type=Path, default=None,
                         help="where the trees are unpacked (default: the system temp dir, "
                              "/tmp as on Lambda)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, repeats=1)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    if args.smoke and args.out == DEFAULT_OUT:
+        args.out = smoke_folder("cold_start") / DEFAULT_OUT.name
     smallest, workloads = smallest_memory_mb()
-    memories: list[int | None] = [*sorted({smallest, *FIXED_MEMORIES}), None]
+    # the smoke size: the point the decision is about
+    memories: list[int | None] = ([smallest] if args.smoke else
+                                  [*sorted({smallest, *FIXED_MEMORIES}), None])
     started = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="fasdl-cold-start-", dir=args.scratch) as tmp:

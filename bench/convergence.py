@@ -39,7 +39,8 @@ model averaging) is a different algorithm from the union-batch reference.
     python -m bench.convergence [--case digits] [--epochs N] [--seeds N]
         [--exchange-dtype bfloat16] [--run hap-K1 ...]
 
-Prints one JSON object as its last line.
+Prints one JSON object as its last line. ``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py):
+the digits case, one epoch, the reference and K-REDUCE's bsp at K = W and hap at K = 1.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.smoke import parse_args
 from fasdl.contract.plan import EXCHANGE_DTYPES, Deployment, Plan, Training, Workload
 from fasdl.datasets.cola import import_cola
 from fasdl.datasets.digits import build_digits
@@ -313,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", action="append", metavar="SYNC-KN",
                         help="only these K-REDUCE runs (e.g. hap-K1; repeatable; default all: "
                              "bsp and hap for K in {1, 2, W}, hap-paper for K < W)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, case=["digits"], epochs=1, run=["bsp-K4", "hap-K1"])
     names = args.case or sorted(CASES)
     unknown = sorted(set(args.run or ()) - {run for name in names
                                              for run in run_names(CASES[name])})

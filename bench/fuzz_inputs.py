@@ -14,7 +14,9 @@ The property at every door: a clean error of that door's one type naming a field
 JSON object and a written plan loads). Any other exception is a failure. The last printed
 line is one JSON object with the cases tried and the failures per door.
 
-    .venv/bin/python -m bench.fuzz_inputs [--cases N] [--seed S]
+    .venv/bin/python -m bench.fuzz_inputs [--cases N] [--seed S] [--smoke]
+
+``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): 5 inputs per door.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import contextlib
 import io
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +34,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from bench.fuzz_runtime_doors import runtime_door_cases
+from bench.smoke import parse_args
 from fasdl.contract.fields import AWS_REGIONS
 from fasdl.contract.plan import PLAN_MAX_COMPACT_BYTES, Plan, PlanError
 from infra.settings import DEFAULT_PLAN_PATH, STUB_TORCH_LAYER, load_settings
@@ -281,11 +284,11 @@ def fuzz(strategy: st.SearchStrategy[_T], check: Callable[[_T], None], cases: in
     return counts
 
 
-def main_bench() -> None:
+def main_bench(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--cases", type=int, default=1000, help="inputs per door")
     parser.add_argument("--seed", type=int, default=15)
-    args = parser.parse_args()
+    args = parse_args(parser, argv, cases=5)
     doors = []
     with tempfile.TemporaryDirectory() as folder:
         cases = {**door_cases(Path(folder)), **runtime_door_cases()}

@@ -18,7 +18,8 @@ mobilenet 1.4-1.5, squeezenet 1.9-2.4 MB per sample against k = 5.0, 7.2 and 2.1
     python -m bench.memory_roles [--workload squeezenet-cifar10 ...] [--batch 4] [--slope]
                                  [--steps 4]
 
-Prints one JSON object as its last line.
+Prints one JSON object as its last line. ``--smoke`` (or FASDL_BENCH_SMOKE=1,
+bench/smoke.py): squeezenet-cifar10's plan at B = 4, one iteration per worker.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
+
+from bench.smoke import parse_args
 
 # The paper's Table IV problems: deadline (s), B^g_max, and the configuration whose predicted
 # epoch time sets E (tests/planner/test_paper.py builds the same problems).
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=STEPS,
                         help=f"iterations per worker (default {STEPS})")
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, workload=["squeezenet-cifar10"], batch=4, steps=1)
     if args.child:
         path, worker, endpoint, bucket, run_id, steps = args.child
         print(json.dumps(child(path, int(worker), endpoint, bucket, run_id, int(steps))))

@@ -17,6 +17,8 @@ once (the defaults: 6 attempts, one continue).
 Reports the largest state input/output and Lambda payload, the history events of each
 execution, and the trigger's and finalize's durations. The last line is one JSON object:
 ``{"workers", "segments", "max_payload_kib", "max_history_events", "finalize_s", "ok", ...}``.
+``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): W = 41, the smallest that takes the
+Distributed Map, 3 segments of 1-ms workers, still continued as new once.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.smoke import parse_args
 from fasdl.contract.errors import WorkerDuplicate
 from fasdl.contract.events import OUTCOME_ACTION
 from fasdl.contract.settings import Settings
@@ -237,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleep-ms", type=float, default=5.0)
     parser.add_argument("--segments-per-execution", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=3600.0)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, workers=41, segments=3, sleep_ms=1.0, timeout=600.0)
     if args.segments < 3:
         parser.error("--segments must be at least 3: the retry and the timeout are in 1 and 2")
     with tempfile.TemporaryDirectory(prefix="fasdl-orchestration-") as scratch:

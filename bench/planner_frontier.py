@@ -5,36 +5,46 @@ constraints and the epochs of bench/planner_search.py) and, for each, how much c
 K-REDUCE is than the better baseline at the requested deadline (exact search per
 pattern). The last printed line is one JSON object.
 
-    .venv/bin/python bench/planner_frontier.py [--out docs/results]
+    .venv/bin/python -m bench.planner_frontier [--out docs/results] [--points N] [--smoke]
+
+``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): one workload on S3, 3 deadlines, the
+PNG in a temporary folder (docs/results/ is left as it is).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.planner_search import WORKLOADS
+from bench.smoke import parse_args, smoke_folder
 from planner.model.problem import Problem
 from planner.model.profiles import load_platform, load_prices, load_workload
 from planner.report import render_frontier
 from planner.search.searches import exact
 
+CHANNELS = ("s3", "valkey")
+SMOKE_WORKLOAD = "squeezenet-cifar10"
 
-def main() -> None:
+
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", default="docs/results", help="folder for the PNGs")
-    args = parser.parse_args()
-    out = Path(args.out)
+    parser.add_argument("--points", type=int, default=30, help="deadlines per curve")
+    args = parse_args(parser, argv, points=3)
+    out = smoke_folder("planner_frontier") if args.smoke else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    workloads = ({SMOKE_WORKLOAD: WORKLOADS[SMOKE_WORKLOAD]} if args.smoke else WORKLOADS)
     rows = []
-    for channel in ("s3", "valkey"):
-        for name, (deadline, cap, epochs) in WORKLOADS.items():
+    for channel in CHANNELS[:1] if args.smoke else CHANNELS:
+        for name, (deadline, cap, epochs) in workloads.items():
             problem = Problem(workload=load_workload(name), platform=load_platform(channel),
                               prices=load_prices(), epochs=epochs, deadline_s=deadline,
                               max_global_batch=cap, min_workers=2)
             png = out / f"frontier-{name}-{channel}.png"
-            curves = render_frontier(problem, str(png), points=30)
+            curves = render_frontier(problem, str(png), points=args.points)
             at_deadline = {}
             for pattern in curves:
                 choice = exact(problem, pattern).choice

@@ -14,6 +14,11 @@ process (python -m bench.planner_search --one ...) that reports its wall time an
 The last printed line is one JSON object.
 
     .venv/bin/python -m bench.planner_search [--channel s3|valkey] [--repeats N] [--large-only]
+        [--smoke]
+
+``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): one paper workload at B^g_max 64 (the
+exhaustive reference over the full Table IV problems takes minutes), distributed only, one
+repeat; one large search (B^g_max 8,192, align) in its child process.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from bench.smoke import parse_args
 from fasdl.profiling.measure import peak_rss_mb
 from planner.model.problem import Problem
 from planner.model.profiles import load_platform, load_prices, load_workload
@@ -53,6 +59,10 @@ LARGE = {
     "mobilenet-imagenet1k": ("mobilenet-cifar10", (1_281_167, 140_000.0), 3_000.0, 10),
 }
 LARGE_CAPS = (8192, 32768, 65536)
+# The smoke size: a paper workload whose exhaustive grid is ~900 configurations, not ~10^5,
+# and one large search (name, cap, B^n rule)
+SMOKE_WORKLOADS = {"squeezenet-cifar10": (3000.0, 64, 20)}
+SMOKE_LARGE = (("resnet50-cifar10", 8192, "align"),)
 GOALS_LARGE = {"seconds": 2.0, "peak_rss_mb": 500.0}
 
 
@@ -93,22 +103,27 @@ def child_search(name: str, cap: int, channel: str, rule: str) -> dict[str, Any]
     return row
 
 
-def large_section(channel: str) -> list[dict[str, Any]]:
+def large_searches() -> list[tuple[str, int, str]]:
+    """Every large problem at every cap under both B^n rules."""
+    return [(name, cap, rule) for name in LARGE for cap in LARGE_CAPS
+            for rule in ("search", "align")]
+
+
+def large_section(channel: str, searches: Sequence[tuple[str, int, str]]
+                  ) -> list[dict[str, Any]]:
     rows = []
     print(f"{'large problem':<22} {'B^g_max':>7} {'B^n':>6} {'exact s':>8} {'peak MB':>8} "
           f"{'W':>4} {'M':>6} {'K':>4} {'B^a':>5} {'B^n':>5} {'cost $':>9}", flush=True)
-    for name in LARGE:
-        for cap in LARGE_CAPS:
-            for rule in ("search", "align"):
-                row = child_search(name, cap, channel, rule)
-                rows.append(row)
-                c = row["choice"] or {}
-                print(f"{name:<22} {cap:>7} {rule:>6} {row['seconds']:>8.2f} "
-                      f"{row['peak_rss_mb']:>8.0f} {c.get('workers', '-'):>4} "
-                      f"{c.get('memory_mb', '-'):>6} {c.get('aggregators', '-'):>4} "
-                      f"{c.get('batch_aggregator', '-'):>5} "
-                      f"{c.get('batch_non_aggregator', '-'):>5} "
-                      f"{c.get('cost_usd', float('nan')):>9.4f}", flush=True)
+    for name, cap, rule in searches:
+        row = child_search(name, cap, channel, rule)
+        rows.append(row)
+        c = row["choice"] or {}
+        print(f"{name:<22} {cap:>7} {rule:>6} {row['seconds']:>8.2f} "
+              f"{row['peak_rss_mb']:>8.0f} {c.get('workers', '-'):>4} "
+              f"{c.get('memory_mb', '-'):>6} {c.get('aggregators', '-'):>4} "
+              f"{c.get('batch_aggregator', '-'):>5} "
+              f"{c.get('batch_non_aggregator', '-'):>5} "
+              f"{c.get('cost_usd', float('nan')):>9.4f}", flush=True)
     return rows
 
 
@@ -163,7 +178,7 @@ def paper_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "max_exact_s": max(r["exact_s"] for r in rows)}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--channel", choices=("s3", "valkey"), default="s3")
     parser.add_argument("--repeats", type=int, default=5)
@@ -174,7 +189,7 @@ def main() -> None:
     parser.add_argument("--large-only", action="store_true", help="skip the paper section")
     parser.add_argument("--one", nargs=4, metavar=("NAME", "CAP", "CHANNEL", "RULE"),
                         help=argparse.SUPPRESS)  # the child of the large section
-    args = parser.parse_args()
+    args = parse_args(parser, argv, repeats=1, min_workers=[2])
     if args.one:
         name, cap, channel, rule = args.one
         print(json.dumps(one_search(name, int(cap), channel, rule)))
@@ -184,9 +199,10 @@ def main() -> None:
         print(f"{'workload':<20} {'W>=':>3} {'exact s':>8} {'2-stage s':>9} "
               f"{'exhaust s':>9} {'speedup':>8} {'equal':>6} {'2-stage gap':>11}  evaluated",
               flush=True)
+        workloads = SMOKE_WORKLOADS if args.smoke else WORKLOADS
         rows = [paper_row(name, spec, scope, args.channel, args.bn_rule, args.repeats)
-                for scope in args.min_workers for name, spec in WORKLOADS.items()]
-    large = large_section(args.channel)
+                for scope in args.min_workers for name, spec in workloads.items()]
+    large = large_section(args.channel, SMOKE_LARGE if args.smoke else large_searches())
     summary = {
         "benchmark": "planner_search", "channel": args.channel, "bn_rule": args.bn_rule,
         "workloads": rows, **paper_summary(rows), "large": large,

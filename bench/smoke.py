@@ -56,8 +56,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
 def smoke_folder(bench: str) -> Path:
     """A fresh temporary folder for what ``bench`` writes under docs/ at full size; says so."""
     folder = Path(tempfile.mkdtemp(prefix=f"fasdl-smoke-{bench}-"))
-    print(f"smoke size: docs/results.md and docs/results/ are left as they are; {bench} "
-          f"writes to {folder}", flush=True)
+    print(f"smoke size: {bench} writes what it would write under docs/ to {folder}",
+          flush=True)
     return folder
 
 

@@ -8,7 +8,8 @@ so the headline uses process CPU time (one torch thread, nothing else running in
 CPU time is the work done, whatever the neighbours do); wall-clock ratios are reported too.
 
 ratio = plain CPU time per step / worker CPU time per step, medians over blocks (goal >= 0.95).
-The last line printed is JSON.
+The last line printed is JSON. ``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): two
+blocks of one step.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import copy
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
+from bench.smoke import parse_args
 from fasdl.contract.plan import Deployment, Plan, Training, Workload
 from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.kreduce import KReduceWorker
@@ -50,14 +52,14 @@ def block_time(step: Callable[[], None], steps: int) -> tuple[float, float]:
     return (time.process_time() - cpu) / steps, (time.perf_counter() - wall) / steps
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="cnn")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--blocks", type=int, default=40)
     parser.add_argument("--steps", type=int, default=5, help="steps per block")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, blocks=2, steps=1)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = build_model(args.model)

@@ -1,4 +1,5 @@
-"""bench/cold_start.py's pure logic: the child's result, the statistics, the 10-s verdict."""
+"""bench/cold_start.py's pure logic (with bench/cold_start_stats.py): the child's result, the
+statistics, the 10-s verdict."""
 
 from __future__ import annotations
 
@@ -10,19 +11,21 @@ from typing import Any
 import pytest
 
 from bench.cold_start import (
+    abi_of,
+    check_abi,
+    decision,
+    format_table,
+    smallest_memory_mb,
+    torch_load_estimate,
+)
+from bench.cold_start_stats import (
     INIT_LIMIT_S,
     SAFETY_MARGIN,
     BenchError,
     Sample,
-    abi_of,
-    check_abi,
-    decision,
     fits,
-    format_table,
     parse_child,
-    smallest_memory_mb,
     summarize,
-    torch_load_estimate,
 )
 
 CHILD_RESULT = {"outcome": "installed", "unpack_s": 6.0, "unpack_user_s": 1.5,
