@@ -56,9 +56,11 @@ def test_the_profiler_measures_the_shaped_duplex(real: tuple[Channel, PlatformPr
     from planner.fit.samples import DuplexRecord
 
     inner, platform = real
-    channel = ShapedChannel(inner, with_duplex(platform, duplex), 512)
+    # at 128 MB the slots are 2-2.5x those at 512 MB, so the real transfers inside them, and
+    # a loaded machine's late wake-ups, stay a small part of what is measured
+    channel = ShapedChannel(inner, with_duplex(platform, duplex), 128)
     channel.put("warm", b"w")
-    records = measure_duplex(channel, platform.channel, 512, 4.0, 5, "duplex/")
+    records = measure_duplex(channel, platform.channel, 128, 4.0, 5, "duplex/")
     assert len(records) == 5 and all(r["kind"] == "duplex" for r in records)
     found = sorted(DuplexRecord(r["memory_mb"], r["channel"], r["size_mb"], r["seconds"],
                                 r["up_s"], r["down_s"]).duplex() for r in records)
