@@ -15,6 +15,7 @@ from torch import nn
 
 from fasdl.contract.plan import PlanError
 from fasdl.exchange import pipeline
+from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.inflight import frame_size
 from fasdl.exchange.kreduce import KReduceWorker
@@ -76,8 +77,12 @@ class RecordingChannel(MemoryChannel):
         with self._events_lock:
             self.events.append((kind, key, began, time.monotonic()))
 
+    def _during(self, kind: str, key: str) -> None:
+        """Called inside each recorded transfer (a get: one that found its key)."""
+
     def put(self, key: str, data: bytes | bytearray) -> None:
         began = time.monotonic()
+        self._during("put", key)
         time.sleep(self.delay_s)
         super().put(key, bytes(data))
         with self._lock:
@@ -88,6 +93,7 @@ class RecordingChannel(MemoryChannel):
         began = time.monotonic()
         data = super().try_get(key)
         if data is not None:
+            self._during("get", key)
             time.sleep(self.delay_s)
             self._record("get", key, began)
         return data
@@ -96,12 +102,108 @@ class RecordingChannel(MemoryChannel):
         super().delete(list(keys))
 
 
+class SideBySideProbe(RecordingChannel):
+    """The aggregator's first two downloads of copies of iteration 1 wait for each other inside
+    their transfers (30 s at most; ``met`` False then): they meet only if the pipeline has
+    them under way side by side, however late a loaded machine starts the second."""
+
+    def __init__(self) -> None:
+        super().__init__(delay_s=0.02)
+        self.meeting = threading.Barrier(2, timeout=30)
+        self.met: bool | None = None
+        self._arrived = 0
+
+    def _during(self, kind: str, key: str) -> None:
+        if kind != "get" or "/it/00000001/shard/000/" not in key:
+            return
+        with self._lock:
+            self._arrived += 1
+            if self._arrived > 2:
+                return
+        try:
+            self.meeting.wait()
+            self.met = self.met is not False
+        except threading.BrokenBarrierError:
+            self.met = False
+
+
+class WorkerView(Channel):
+    """Worker ``worker``'s door to a shared :class:`RecordingChannel`: each call tells the
+    channel, on the calling thread, whose it is."""
+
+    def __init__(self, shared: OrderProbe, worker: int) -> None:
+        self.shared, self.worker = shared, worker
+        self.backoff = shared.backoff
+
+    def put(self, key: str, data: bytes | bytearray) -> None:
+        self.shared.caller.worker = self.worker
+        self.shared.put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes | bytearray) -> bool:
+        return self.shared.put_if_absent(key, data)
+
+    def try_get(self, key: str) -> bytes | None:
+        self.shared.caller.worker = self.worker
+        return self.shared.try_get(key)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        self.shared.delete(keys)
+
+    def delete_prefix(self, prefix: str) -> int:
+        return self.shared.delete_prefix(prefix)
+
+
+class OrderProbe(RecordingChannel):
+    """Two orders of W = 3, K = 1 HAP with C chunks made to show whatever the machine's load,
+    each held at most 30 s (``met``, ``held``: False if it timed out, the test fails):
+
+    * worker 1's upload of chunk 0 of iteration 2 waits, inside its transfer, for its own first
+      download of merged chunk 0 of iteration 1, and that download for the upload: they meet
+      only if the pipeline has both under way at once (a phased exchange never does);
+    * the aggregator's downloads of the last chunk of iteration 1 wait for merged chunk 0 of
+      iteration 1 to be out: it must not wait for them."""
+
+    def __init__(self, chunks: int) -> None:
+        super().__init__(delay_s=0.01)
+        self.last_chunk = f"/chunk/{chunks - 1:04d}"
+        self.caller = threading.local()
+        self.meeting = threading.Barrier(2, timeout=30)
+        self.met: bool | None = None
+        self.published = threading.Event()
+        self.held: bool | None = None
+
+    def _during(self, kind: str, key: str) -> None:
+        if self.met is not None or getattr(self.caller, "worker", None) != 1:
+            return
+        upload = kind == "put" and "/it/00000002/" in key and "/from/0001/" in key
+        download = kind == "get" and "/it/00000001/merged/" in key
+        if (upload or download) and key.endswith("/chunk/0000"):
+            try:
+                self.meeting.wait()
+                self.met = True
+            except threading.BrokenBarrierError:
+                self.met = False
+
+    def put(self, key: str, data: bytes | bytearray) -> None:
+        super().put(key, data)
+        if key.endswith("it/00000001/merged/000/chunk/0000"):
+            self.published.set()
+
+    def try_get(self, key: str) -> bytes | None:
+        if "/it/00000001/shard/000/" in key and key.endswith(self.last_chunk):
+            self.held = self.published.wait(30) and self.held is not False
+        return super().try_get(key)
+
+
 def test_uploads_and_downloads_overlap_and_merged_chunks_go_out_before_the_shard_is_in() -> None:
     chunks = 4
     plan = make_plan(3, 1, 3, 5, "hap", exchange_chunks=chunks)
-    channel = RecordingChannel(delay_s=0.01)
-    workers = make_workers(plan, build_model("mlp", CLASSES, INPUT_SHAPE), channel)
+    channel = OrderProbe(chunks)  # makes both orders below show on a loaded machine too
+    model = build_model("mlp", CLASSES, INPUT_SHAPE)
+    workers = [KReduceWorker(plan, w, WorkerView(channel, w), copy.deepcopy(model), "run-1", 0,
+                             wait_timeout_s=60.0) for w in range(plan.deployment.workers)]
     drive(workers, random_batches(plan, 3), range(3))
+    assert channel.met and channel.held, (channel.met, channel.held)
     puts = [(key, began, ended) for kind, key, began, ended in channel.events if kind == "put"]
     gets = [(key, began, ended) for kind, key, began, ended in channel.events if kind == "get"]
     # a HAP non-aggregator downloads merged l−1 while it uploads l (its shard's chunks)
@@ -125,11 +227,12 @@ def test_under_a_small_cap_an_aggregator_still_downloads_chunks_side_by_side() -
     model = build_model("mlp", CLASSES, INPUT_SHAPE)
     shard_values = sum(p.numel() for p in model.parameters())
     cap = frame_size(shard_values // chunks + 1) + 64  # one chunk frame and a little
-    channel = RecordingChannel(delay_s=0.02)
+    channel = SideBySideProbe()  # the overlap below shows on a loaded machine too
     workers = make_workers(plan, model, channel, inflight_bytes=cap)
     exchange = workers[0].pipeline
     assert exchange is not None
     drive(workers, random_batches(plan, 2), range(2))
+    assert channel.met
     copies = sorted((began, ended) for kind, key, began, ended in channel.events
                     if kind == "get" and "/shard/000/" in key and "/it/00000001/" in key)
     assert len(copies) == 3 * chunks
