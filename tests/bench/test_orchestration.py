@@ -1,14 +1,15 @@
-"""bench.orchestration at a small Distributed W: the synthesized machine, the stub Lambdas,
-the real outcome summary and finalize reader, a retry, a shortened segment, continue-as-new."""
+"""bench.orchestration at its smoke size, a small Distributed W: the synthesized machine, the
+stub Lambdas, the real outcome summary and finalize reader, a retry, a shortened segment,
+continue-as-new."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from bench import orchestration
+from tests.bench.smoke_run import run_smoke
 
 
 def test_largest_payload_reads_inputs_outputs_and_parameters() -> None:
@@ -22,11 +23,14 @@ def test_largest_payload_reads_inputs_outputs_and_parameters() -> None:
 
 
 @pytest.mark.slow
-def test_a_small_wide_run_stays_inside_the_limits(capsys: pytest.CaptureFixture[str]) -> None:
-    code = orchestration.main(["--workers", "48", "--segments", "3", "--sleep-ms", "1",
-                               "--segments-per-execution", "3", "--timeout", "600"])
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert code == 0 and summary["ok"], summary
+@pytest.mark.timeout(600)
+def test_a_small_wide_run_stays_inside_the_limits() -> None:
+    # the bench's smoke size (bench/smoke.py), as `make bench` runs it: W = 41, the smallest
+    # Distributed Map
+    summary, _ = run_smoke("orchestration", timeout_s=540)
+    assert {"workers", "segments", "max_payload_kib", "max_history_events", "finalize_s", "ok",
+            "executions", "trigger_max_s", "wall_s"} <= set(summary)
+    assert summary["ok"] and (summary["workers"], summary["segments"]) == (41, 3), summary
     # 5 attempts (segment 1 retried, segment 2 shortened): continued as new after 3
     assert summary["executions"] == 2
     assert 0 < summary["max_payload_kib"] < 256

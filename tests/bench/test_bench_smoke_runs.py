@@ -1,0 +1,71 @@
+"""The benchmarks that run ``python -m local profile`` / ``local run`` under Lambda emulation, at
+their smoke size (bench/smoke.py): one profile and one local run each (bench.chaos: a reference
+and one trial), the JSON object each promises as the last line, the docs left as they are.
+
+bench.prediction and bench.patterns profile the same model at the same memories at this size:
+they share one ``--profile-dir`` (the second reuses the first's profile when both run here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.bench.smoke_run import docs_untouched, run_smoke
+
+__all__ = ["docs_untouched"]  # the fixture, used by name
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("profiles")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("docs_untouched")
+@pytest.mark.e2e
+@pytest.mark.servers
+@pytest.mark.synth
+@pytest.mark.sandbox
+def test_prediction_smoke(profiles: Path) -> None:
+    summary, stdout = run_smoke("prediction", "--profile-dir", str(profiles), timeout_s=540)
+    assert {"bench", "configs", "mean_abs_error", "max_abs_error", "goal_mean", "goal_max",
+            "pipelined_mean_abs_error", "met", "rows"} <= set(summary)
+    [row] = summary["rows"]
+    assert (row["config"], row["workers"], row["memory_mb"]) == ("s3-w2-m1024-k1", 2, 1024)
+    assert row["predicted_s"] > 0 and row["measured_s"] > 0 and row["steady_iterations"] > 0
+    assert "prediction writes what it would write under docs/" in stdout
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("docs_untouched")
+@pytest.mark.e2e
+@pytest.mark.servers
+@pytest.mark.synth
+@pytest.mark.sandbox
+def test_patterns_smoke(profiles: Path) -> None:
+    summary, stdout = run_smoke("patterns", "--profile-dir", str(profiles), timeout_s=540)
+    assert {"bench", "channel", "rows", "verdicts", "goal", "met"} <= set(summary)
+    [row] = summary["rows"]  # every pattern planned, K-REDUCE run
+    assert (row["case"], row["pattern"], row["workers"]) == ("cnn-s3", "kreduce", 2)
+    assert row["measured_s"] > 0 and row["cost_usd"] > 0
+    verdict = summary["verdicts"]["cnn-s3"]
+    assert verdict["measured_order"] == ["kreduce"] and verdict["kreduce_not_slower"] is None
+    assert summary["met"] is None  # nothing to compare with at this size
+    assert "patterns writes what it would write under docs/" in stdout
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.e2e
+@pytest.mark.servers
+@pytest.mark.synth
+@pytest.mark.sandbox
+def test_chaos_smoke() -> None:
+    summary, stdout = run_smoke("chaos", timeout_s=540)
+    assert {"trials", "identical", "clean_failures", "wrong", "faults", "seed",
+            "seconds"} <= set(summary)
+    assert (summary["trials"], summary["seed"], summary["wrong"]) == (1, 22, 0)
+    assert summary["identical"] + summary["clean_failures"] == 1
+    assert {kind for kind, count in summary["faults"].items() if count} == {
+        "stale_frame", "truncated_frame"}
+    assert "synthesized s3 in" in stdout  # the one channel its schedule uses
