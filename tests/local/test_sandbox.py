@@ -13,12 +13,15 @@ from infra import lambda_errors
 from local.emulator import FunctionSpec, Invocation, LambdaEmulator
 from tests.local.conftest import STUBS
 
-TIMEOUT_S = 3
+# generous: an invocation's timeout counts its sandbox's cold start, which a loaded machine
+# stretches; a timeout only shows where a handler sleeps past it on purpose
+TIMEOUT_S = 15
+SHORT_TIMEOUT_S = 5  # where a handler does sleep past it: still ~10x a cold start
 
 
-def _spec(name: str = "Fn", **env: str) -> FunctionSpec:
+def _spec(name: str = "Fn", timeout_s: float = TIMEOUT_S, **env: str) -> FunctionSpec:
     return FunctionSpec(name=name, handler="stub_lambdas.warm", code_dir=STUBS,
-                        timeout_s=TIMEOUT_S, memory_mb=512, environment=env)
+                        timeout_s=timeout_s, memory_mb=512, environment=env)
 
 
 def _result(invocation: Invocation) -> dict[str, Any]:
@@ -34,7 +37,10 @@ def test_a_second_invocation_runs_warm_in_the_same_process_with_its_own_log() ->
     one, two = _result(first), _result(second)
     assert (first.cold_start, second.cold_start) == (True, False)
     assert one["pid"] == two["pid"] and (one["calls"], two["calls"]) == (1, 2)
-    assert two["remaining_ms"] > (TIMEOUT_S - 1) * 1000  # each invocation its own deadline
+    # each invocation its own deadline: the warm one's starts at its call, after the first
+    # invocation's whole time (which a shared deadline would have spent)
+    assert two["remaining_ms"] > TIMEOUT_S * 1000 - (second.duration_s * 1000 + 1), (
+        two, first.duration_s)
     assert "call 1 " in logs[0] and "call 2 " not in logs[0]
     assert "call 2 " in logs[1] and "call 1 " not in logs[1]
     assert "cold start" in logs[0] and "cold start" not in logs[1]
@@ -50,10 +56,11 @@ def test_a_handler_error_keeps_the_sandbox_warm() -> None:
 
 
 @pytest.mark.parametrize(("event", "error"), [({"exit": True}, lambda_errors.EXIT),
-                                              ({"sleep": TIMEOUT_S + 2}, lambda_errors.TIMEOUT)])
+                                              ({"sleep": SHORT_TIMEOUT_S + 2},
+                                               lambda_errors.TIMEOUT)])
 def test_a_crashed_or_timed_out_sandbox_is_never_reused(event: dict[str, Any],
                                                         error: str) -> None:
-    with LambdaEmulator({"Fn": _spec()}) as emulator:
+    with LambdaEmulator({"Fn": _spec(timeout_s=SHORT_TIMEOUT_S)}) as emulator:
         first = _result(emulator.invoke("Fn", {}))
         broken = emulator.invoke("Fn", event)
         after = emulator.invoke("Fn", {})
@@ -79,14 +86,17 @@ def test_concurrent_invocations_each_get_their_own_sandbox() -> None:
 
 def test_other_configuration_or_expired_idle_time_starts_cold() -> None:
     specs = {"Fn": _spec(), "Other": _spec("Other"), "Env": _spec("Env", X="1")}
-    with LambdaEmulator(specs, warm_idle_s=0.5) as emulator:
+    # the default idle time (minutes): the other two's cold starts, however slow, keep Fn warm
+    with LambdaEmulator(specs) as emulator:
         pids = [_result(emulator.invoke(name, {}))["pid"] for name in ("Fn", "Other", "Env")]
         warm = emulator.invoke("Fn", {})
-        time.sleep(0.8)
-        expired = emulator.invoke("Fn", {})
     assert len(set(pids)) == 3
     assert warm.cold_start is False and _result(warm)["pid"] == pids[0]
-    assert expired.cold_start is True and _result(expired)["pid"] != pids[0]
+    with LambdaEmulator({"Fn": _spec()}, warm_idle_s=0.5) as emulator:
+        kept = _result(emulator.invoke("Fn", {}))["pid"]
+        time.sleep(0.8)  # past the idle time: load only lengthens the wait
+        expired = emulator.invoke("Fn", {})
+    assert expired.cold_start is True and _result(expired)["pid"] != kept
 
 
 def test_no_idle_time_means_every_start_is_cold() -> None:
