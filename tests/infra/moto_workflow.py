@@ -1,13 +1,19 @@
-"""moto's configuration for running a state machine, and fake Lambdas that follow
-fasdl/contract/events.py and record every call (test_workflow_moto.py, test_vpc_errors_moto.py,
-test_profiling_workflow.py)."""
+"""moto's configuration for running a state machine, one execution run to its end, and fake
+Lambdas that follow fasdl/contract/events.py and record every call (test_workflow_moto.py,
+test_vpc_errors_moto.py, test_profiling_workflow.py, test_run_exists_moto.py)."""
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
+
+import boto3
+from moto import mock_aws
 
 from fasdl.contract.events import OUTCOME_ACTION, RunState
 from fasdl.run import segment_outcome
+from infra import workflow
 
 REGION = "us-east-1"
 SEGMENTS = 3  # the fake trigger's run
@@ -95,3 +101,27 @@ class FakeLambdas:
 
     def summaries(self) -> int:
         return sum(action == f"Trigger.{OUTCOME_ACTION}" for action, _ in self.calls)
+
+
+def execute_machine(definition: dict[str, Any], run_input: dict[str, Any]
+             ) -> list[dict[str, Any]]:
+    """Create the machine, start one execution, wait for every execution to finish."""
+    with mock_aws(config=MOTO_CONFIG):
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        role = boto3.client("iam", region_name=REGION).create_role(
+            RoleName="sfn", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        arn = sfn.create_state_machine(
+            name=workflow.state_machine_name("FasdlStack"), definition=json.dumps(definition),
+            roleArn=role)["stateMachineArn"]
+        # Named: moto names unnamed executions "None", so a second one would collide.
+        sfn.start_execution(stateMachineArn=arn, name="first", input=json.dumps(run_input))
+        # a hang bound only: an execution takes 1-7 s here; the interpreter's threads run at
+        # whatever pace the machine's load leaves them
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            executions = sfn.list_executions(stateMachineArn=arn)["executions"]
+            if all(e["status"] != "RUNNING" for e in executions):
+                return [sfn.describe_execution(executionArn=e["executionArn"])
+                        for e in sorted(executions, key=lambda e: e["startDate"])]
+            time.sleep(0.05)
+    raise AssertionError("executions did not finish")

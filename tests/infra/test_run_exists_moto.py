@@ -13,7 +13,7 @@ from moto.awslambda_simple.models import LambdaSimpleBackend
 from fasdl.contract.errors import RunExists
 from infra import workflow
 from tests.infra.conftest import Synth, state_machine_definition
-from tests.infra.test_workflow_moto import _execute
+from tests.infra.moto_workflow import execute_machine
 
 CAUSE = "run 'taken' already exists and belongs to execution 'owner'"
 
@@ -37,7 +37,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 def test_run_exists_fails_named_without_finalize(s3_synth: Synth, calls: list[str]) -> None:
     definition = state_machine_definition(s3_synth)
-    (execution,) = _execute(definition, {"run_id": "taken"})
+    (execution,) = execute_machine(definition, {"run_id": "taken"})
     assert execution["status"] == "FAILED"
     assert execution["error"] == "RunExists" and CAUSE in execution["cause"]
     assert calls == ["Trigger.start"]  # not retried, no finalize

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service_sfn,
@@ -24,12 +21,11 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 from infra import segment_states, workflow
 from tests.infra.conftest import Synth, is_distributed_map, state_machine_definition
 from tests.infra.moto_workflow import (
-    MOTO_CONFIG,
-    REGION,
     SEGMENTS,
     FakeLambdas,
     WorkerExit,
     WorkerTimeout,
+    execute_machine,
 )
 
 
@@ -54,30 +50,6 @@ def fake_lambdas(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[FakeLambdas]]
     yield installed
 
 
-def _execute(definition: dict[str, Any], run_input: dict[str, Any]
-             ) -> list[dict[str, Any]]:
-    """Create the machine, start one execution, wait for every execution to finish."""
-    with mock_aws(config=MOTO_CONFIG):
-        sfn = boto3.client("stepfunctions", region_name=REGION)
-        role = boto3.client("iam", region_name=REGION).create_role(
-            RoleName="sfn", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-        arn = sfn.create_state_machine(
-            name=workflow.state_machine_name("FasdlStack"), definition=json.dumps(definition),
-            roleArn=role)["stateMachineArn"]
-        # Named: moto names unnamed executions "None", so a second one would collide.
-        sfn.start_execution(stateMachineArn=arn, name="first", input=json.dumps(run_input))
-        # a hang bound only: an execution takes 1-7 s here; the interpreter's threads run at
-        # whatever pace the machine's load leaves them
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            executions = sfn.list_executions(stateMachineArn=arn)["executions"]
-            if all(e["status"] != "RUNNING" for e in executions):
-                return [sfn.describe_execution(executionArn=e["executionArn"])
-                        for e in sorted(executions, key=lambda e: e["startDate"])]
-            time.sleep(0.05)
-    raise AssertionError("executions did not finish")
-
-
 @pytest.fixture(params=["inline", "distributed"])
 def machine(request: pytest.FixtureRequest, s3_synth: Synth,
             small_distributed: Synth) -> dict[str, Any]:
@@ -95,7 +67,7 @@ def test_segments_loop_and_a_timeout_shortens(machine: dict[str, Any],
                                               fake_lambdas: list[FakeLambdas]) -> None:
     fake = FakeLambdas(4, timeout_at=(1, 2))
     fake_lambdas.append(fake)
-    (execution,) = _execute(machine, {})
+    (execution,) = execute_machine(machine, {})
     assert execution["status"] == "SUCCEEDED", execution
     assert json.loads(execution["output"])["model_key"] == "runs/run-1/model.npz"
     assert fake.actions() == ["Trigger.start", "Trigger.next", "Trigger.shorten",
@@ -115,7 +87,7 @@ def test_a_dead_worker_reruns_the_segment(machine: dict[str, Any],
                                           fake_lambdas: list[FakeLambdas]) -> None:
     fake = FakeLambdas(4, exit_at=(1, 3))
     fake_lambdas.append(fake)
-    (execution,) = _execute(machine, {})
+    (execution,) = execute_machine(machine, {})
     assert execution["status"] == "SUCCEEDED", execution
     assert fake.actions() == ["Trigger.start", "Trigger.next", "Trigger.retry",
                               "Trigger.next", "Trigger.next", "Finalize.succeeded"]
@@ -130,7 +102,7 @@ def test_worker_error_records_failure(machine: dict[str, Any],
                                       fake_lambdas: list[FakeLambdas]) -> None:
     fake = FakeLambdas(4, crash_at=(0, 1))
     fake_lambdas.append(fake)
-    (execution,) = _execute(machine, {"run_id": "bad"})
+    (execution,) = execute_machine(machine, {"run_id": "bad"})
     assert execution["status"] == "FAILED"
     assert execution["error"] == workflow.RUN_FAILED_ERROR
     assert fake.actions() == ["Trigger.start", "Finalize.failed"]
@@ -173,7 +145,7 @@ def test_continue_as_new_carries_the_run(s3_synth: Synth,
             choice["NumericGreaterThanEquals"] = 2  # continue after two segments
     fake = FakeLambdas(2)
     fake_lambdas.append(fake)
-    first, second = _execute(definition, {})
+    first, second = execute_machine(definition, {})
     assert first["status"] == second["status"] == "SUCCEEDED"
     resumed = json.loads(second["input"])["resume"]
     assert resumed["segment"]["index"] == 2 and resumed["run_id"] == "run-1"

@@ -15,11 +15,7 @@ from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.run import fencing, run_state
 from local.servers import SeaweedS3Server
-
-try:  # the helper may move out of the test module (tests/runtime/kreduce_helpers.py)
-    from tests.runtime.kreduce_helpers import make_plan  # type: ignore[import-not-found]
-except ImportError:
-    from tests.runtime.test_kreduce import make_plan
+from tests.runtime.kreduce_helpers import make_plan
 
 PLAN = make_plan(4, 2, 2, 3, "hap", samples=100)
 RACES = 6

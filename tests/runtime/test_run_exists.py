@@ -15,11 +15,7 @@ from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS, deployed_env
-
-try:  # the helper may move out of the test module (tests/runtime/kreduce_helpers.py)
-    from tests.runtime.kreduce_helpers import make_plan  # type: ignore[import-not-found]
-except ImportError:
-    from tests.runtime.test_kreduce import make_plan
+from tests.runtime.kreduce_helpers import make_plan
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 if str(FUNCTIONS) not in sys.path:  # handlers/ is the Lambda asset root, not a package
