@@ -25,7 +25,12 @@ from local.profile_fit import (
 from local.profile_run import ProfileOptions
 from local.template import LocalTemplate
 from planner.cli import main as planner_main
-from planner.model.profiles import load_platform, load_platform_file, load_workload
+from planner.model.profiles import (
+    PlatformProfile,
+    load_platform,
+    load_platform_file,
+    load_workload,
+)
 
 MEMORIES = (884, 1769)  # 0.5 and 1 vCPU under emulation
 
@@ -41,12 +46,27 @@ def _closed(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
+def _fitted_platform(fitted: Path) -> PlatformProfile:
+    """The fitted platform profile, checked against the shipped one the run was shaped to."""
+    platform = load_platform_file(fitted)
+    assert (platform.channel, platform.memory_mb) == ("s3", (884.0, 1769.0))
+    shipped = load_platform("s3")  # the emulation shaped the channel like it
+    # a ratio to the profile the transfers were shaped to: shaping makes each at least its
+    # slot, load lengthens only the real transfer inside it (4 MB at 1769 MB: slots of 0.15 s
+    # up, 0.05 s down; real ~0.07 and ~0.02 s here): a server 4-5x slower would reach 2x
+    for direction in ("up", "down"):
+        ratio = platform.transfer_time(direction, 1769, 4.0) / shipped.transfer_time(
+            direction, 1769, 4.0)
+        assert 0.5 < ratio < 2.0, (direction, ratio)
+    return platform
+
+
+# Serial (alone, after the parallel pass): it fits train times measured under the CPU cap's
+# shares (0.5 and 1 vCPU) and transfer times through shaped channels, which another worker's
+# load skews. The other tests here measure nothing: they run in the parallel pass.
 @pytest.mark.slow
 @pytest.mark.serial
 def test_profile_end_to_end(tmp_path: Path) -> None:
-    """Serial (alone, after the parallel pass): it fits train times measured under the CPU
-    cap's shares (0.5 and 1 vCPU) and transfer times through shaped channels, which another
-    worker's load skews. The other tests here start nothing that measures: parallel pass."""
     said: list[str] = []
     options = ProfileOptions(memories=MEMORIES, batches=(8, 32, 64), sizes_mb=(0.25, 1.0, 4.0),
                              warmup=1, repeats=3, transfer_repeats=2, out=tmp_path / "out",
@@ -79,16 +99,7 @@ def test_profile_end_to_end(tmp_path: Path) -> None:
     assert sum(not 1 / 3 < ratio < 3 for ratio in ratios) <= 1, ratios
     assert all(workload.min_memory(r["batch"]) > 0.5 * r["peak_mb"] for r in train)
 
-    platform = load_platform_file(result.platform)
-    assert (platform.channel, platform.memory_mb) == ("s3", (884.0, 1769.0))
-    shipped = load_platform("s3")  # the emulation shaped the channel like it
-    # a ratio to the profile the transfers were shaped to: shaping makes each at least its
-    # slot, load lengthens only the real transfer inside it (4 MB at 1769 MB: slots of 0.15 s
-    # up, 0.05 s down; real ~0.07 and ~0.02 s here): a server 4-5x slower would reach 2x
-    for direction in ("up", "down"):
-        ratio = platform.transfer_time(direction, 1769, 4.0) / shipped.transfer_time(
-            direction, 1769, 4.0)
-        assert 0.5 < ratio < 2.0, (direction, ratio)
+    platform = _fitted_platform(result.platform)
 
     summary = json.loads(result.summary_path.read_text())
     assert summary == result.summary
