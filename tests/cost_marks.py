@@ -110,8 +110,8 @@ def _install(watch: Watch) -> Callable[[], None]:
         popen_init(self, args, *rest, **kwargs)
         argv = _argv(args, bool(kwargs.get("shell")))
         cost = costs.command_cost(argv)
-        if cost is not None:
-            watch.started(cost[0], cost[1], _short(argv))
+        for mark in cost[0] if cost else ():
+            watch.started(mark, cost[1], _short(argv))
 
     def watched_moto(self: ThreadedMotoServer) -> None:
         watch.started(costs.SERVERS, "a moto server", "moto.server.ThreadedMotoServer.start")

@@ -72,31 +72,42 @@ FIXTURES: dict[str, tuple[str, ...]] = {
     "layer": (NETWORK,),  # tests/layer: the real torch layer, build.py with pip
 }
 
-# argv[0]'s name -> (mark, what it is)
-_PROGRAMS = {
-    "valkey-server": (SERVERS, "a Valkey server"),
-    "redis-server": (SERVERS, "a Redis server"),
-    "weed": (SERVERS, "a SeaweedFS server"),
-    "moto_server": (SERVERS, "a moto server"),
-    "node": (SYNTH, "node"),
-    "npx": (SYNTH, "npx (node)"),
-    "cdk": (SYNTH, "the CDK CLI (node)"),
-    "asl-validator": (SYNTH, "asl-validator (node)"),
-    "pip": (NETWORK, "pip"),
-    "pip3": (NETWORK, "pip"),
+# What a command needs: its marks and what it is (for the message).
+Cost = tuple[tuple[str, ...], str]
+# argv[0]'s name
+_PROGRAMS: dict[str, Cost] = {
+    "valkey-server": ((SERVERS,), "a Valkey server"),
+    "redis-server": ((SERVERS,), "a Redis server"),
+    "weed": ((SERVERS,), "a SeaweedFS server"),
+    "moto_server": ((SERVERS,), "a moto server"),
+    "node": ((SYNTH,), "node"),
+    "npx": ((SYNTH,), "npx (node)"),
+    "cdk": ((SYNTH,), "the CDK CLI (node)"),
+    "asl-validator": ((SYNTH,), "asl-validator (node)"),
+    "pip": ((NETWORK,), "pip"),
+    "pip3": ((NETWORK,), "pip"),
 }
-# python -m MODULE [ARG] -> (mark, what it is); ARG None: any
-_MODULES = {
-    ("pip", None): (NETWORK, "pip"),
-    ("local.invoke", None): (SANDBOX, "a Lambda emulator sandbox"),
-    ("local", "run"): (E2E, "a full local run"),
-    ("local", "profile"): (E2E, "a full local profiling run"),
+# python -m MODULE [FIRST ARGUMENT]; None: any first argument
+_MODULES: dict[tuple[str, str | None], Cost | None] = {
+    ("pip", None): ((NETWORK,), "pip"),
+    ("local.invoke", None): ((SANDBOX,), "a Lambda emulator sandbox"),
+    ("local", "run"): ((E2E,), "a full local run"),
+    ("local", "profile"): ((E2E,), "a full local profiling run"),
+    # the benchmarks that start servers, synths, local runs or the layer build themselves
+    ("bench.channel", None): ((SERVERS,), "bench.channel (Valkey, SeaweedFS)"),
+    ("bench.memory_roles", None): ((SERVERS,), "bench.memory_roles (SeaweedFS)"),
+    ("bench.memory_roles", "--child"): None,  # one of its workers: the server is the parent's
+    ("bench.orchestration", None): ((SYNTH, SERVERS), "bench.orchestration (synth, SeaweedFS)"),
+    ("bench.chaos", None): ((E2E, SYNTH), "bench.chaos (synths, local runs)"),
+    ("bench.prediction", None): ((E2E, SYNTH), "bench.prediction (synth, local profile)"),
+    ("bench.patterns", None): ((E2E, SYNTH), "bench.patterns (synth, local profile)"),
+    ("bench.cold_start", None): ((NETWORK,), "bench.cold_start (the torch layer build)"),
 }
 # python SCRIPT: scripts that start such processes themselves (their path's tail)
-_SCRIPTS = {
-    "app.py": (SYNTH, "the CDK app (jsii starts node)"),
-    "layers/torch/build.py": (NETWORK, "the torch layer build (pip)"),
-    "layers/torch/requirements_layer.py": (NETWORK, "the requirements layer build (pip)"),
+_SCRIPTS: dict[str, Cost] = {
+    "app.py": ((SYNTH,), "the CDK app (jsii starts node)"),
+    "layers/torch/build.py": ((NETWORK,), "the torch layer build (pip)"),
+    "layers/torch/requirements_layer.py": ((NETWORK,), "the requirements layer build (pip)"),
 }
 _SHELLS = {"bash", "sh"}
 
@@ -121,13 +132,14 @@ def _is_jsii_kernel(argv: Sequence[str]) -> bool:
     return any(arg.endswith("jsii-runtime.js") for arg in argv[1:])
 
 
-def _python_cost(argv: Sequence[str]) -> tuple[str, str] | None:
+def _python_cost(argv: Sequence[str]) -> Cost | None:
     args = list(argv[1:])
     while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
-        args.pop(0)  # interpreter flags: -I, -S, -u, -X...
+        del args[:2 if args[0] in ("-X", "-W") else 1]  # interpreter options: -I, -u, -X dev
     if len(args) >= 2 and args[0] == "-m":
         module, first = args[1], (args[2] if len(args) > 2 else None)
-        return _MODULES.get((module, first)) or _MODULES.get((module, None))
+        key = (module, first) if (module, first) in _MODULES else (module, None)
+        return _MODULES.get(key)
     if args and args[0] != "-c":
         script = PurePath(args[0]).as_posix()
         for tail, cost in _SCRIPTS.items():
@@ -136,8 +148,8 @@ def _python_cost(argv: Sequence[str]) -> tuple[str, str] | None:
     return None
 
 
-def command_cost(argv: Sequence[str]) -> tuple[str, str] | None:
-    """(mark, what it is) of a command a test starts, or None when it costs no mark.
+def command_cost(argv: Sequence[str]) -> Cost | None:
+    """(marks, what it is) of a command a test starts, or None when it needs no mark.
 
     Only the command itself is judged: what a child starts in turn is its own business, which
     is why scripts and modules known to start servers, node or pip are listed here. jsii's own

@@ -66,11 +66,18 @@ def test_every_fixture_in_the_table_is_defined(fixture: str) -> None:
     (["/v/bin/python", "-u", "-m", "local", "profile"], costs.E2E),
     (["/v/bin/python", "-m", "planner", "plan", "--workload", "cnn-digits"], None),
     (["/v/bin/python", "-I", "-S", "-c", "import subprocess"], None),
+    (["/v/bin/python", "-X", "importtime", "-m", "local", "run"], costs.E2E),
+    (["/v/bin/python", "-m", "bench.memory_roles", "--child", "plan.json", "0"], None),
     (["readelf", "-V", "lib.so"], None),
 ])
 def test_a_command_needs_the_mark_of_what_it_starts(argv: list[str], mark: str | None) -> None:
     cost = costs.command_cost(argv)
-    assert (cost[0] if cost else None) == mark
+    assert (cost[0] if cost else ()) == ((mark,) if mark else ())
+
+
+def test_a_benchmark_needs_every_mark_of_what_it_starts() -> None:
+    cost = costs.command_cost(["/v/bin/python", "-m", "bench.orchestration", "--workers", "8"])
+    assert cost is not None and set(cost[0]) == {costs.SYNTH, costs.SERVERS}
 
 
 INNER = '''
