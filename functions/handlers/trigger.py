@@ -89,14 +89,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
                             issue_epoch)
     elif action == "shorten":
         current = run_state.parse_run(event.get("run"))
-        run = run_state.shorten_state(current, event.get("error"),
-                                     epoch=issue_epoch(current["run_id"]))
+        run = _again(run_state.shorten_state, current, event.get("error"), issue_epoch)
         _clean_dead_epoch(settings, s3, current)
     elif action == "retry":
         current = run_state.parse_run(event.get("run"))
         _check_memory_of_failed_attempt(settings)
-        run = run_state.retry_state(current, event.get("error"),
-                                   epoch=issue_epoch(current["run_id"]))
+        run = _again(run_state.retry_state, current, event.get("error"), issue_epoch)
         _clean_dead_epoch(settings, s3, current)
     else:
         raise run_state.RunStateError(f"event field 'action': must be start, next, shorten or "
@@ -108,6 +106,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
                                           usage.memory_of(context))
     logger.info("run state", extra={"run": run})
     return run
+
+
+def _again(step: Callable[..., RunState], current: RunState, error: object,
+           issue_epoch: Callable[[str], int]) -> RunState:
+    """``step`` (shorten or retry) once at the current epoch, so that RetriesExhausted is
+    raised before an epoch is issued: a run that gives up leaves the fence at its run state's
+    epoch, and finalize records its failure (fasdl.run.run_claim.foreign_failure)."""
+    step(current, error, epoch=current["segment"]["epoch"])
+    return step(current, error, epoch=issue_epoch(current["run_id"]))
 
 
 def _next_segment(settings: Settings, s3: Any, store: S3Channel, current: RunState,

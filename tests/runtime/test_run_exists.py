@@ -134,3 +134,26 @@ def test_finalize_failed_records_only_while_the_fence_is_at_its_epoch(s3: Any) -
     out = failed({"run": newer, "error": {"Error": "RuntimeError", "Cause": "now"}}, "exec-f")
     assert out["failure_key"] == "runs/fenced/failure.json"
     assert s3.list_objects_v2(Bucket=EXCHANGE).get("KeyCount", 0) == 0
+
+
+@pytest.mark.parametrize("action", ["retry", "shorten"])
+def test_a_run_that_gives_up_leaves_the_fence_and_its_failure_is_recorded(
+        s3: Any, action: str) -> None:
+    """RetriesExhausted is raised before an epoch is issued, so the fence stays at the run
+    state's epoch and finalize records the failure (it skipped it before: a 'newer attempt')."""
+    run_id = f"doomed-{action}"
+    run = start({"run_id": run_id}, "exec-d")
+    raised = None
+    for _ in range(10):  # retry gives up at its 3rd call, shorten at its 6th or sooner
+        fence = run_objects(s3, run_id)[f"runs/{run_id}/fence.json"]
+        try:
+            run = trigger.handler({"action": action, "run": run, "error": {"Error": "x"}},
+                                  FakeLambdaContext())
+        except Exception as error:  # noqa: BLE001 - the handler's own give-up, checked below
+            raised = error
+            break
+    assert type(raised).__name__ == "RetriesExhausted", raised
+    assert run_objects(s3, run_id)[f"runs/{run_id}/fence.json"] == fence
+    out = failed({"run": run, "error": {"Error": "RetriesExhausted", "Cause": "gave up"}},
+                 "exec-d")
+    assert out["failure_key"] == f"runs/{run_id}/failure.json"
