@@ -50,3 +50,10 @@ def real(request: pytest.FixtureRequest) -> Iterator[tuple[Channel, PlatformProf
     yield channel, load_platform(request.param)
     channel.delete_prefix("")
     channel.close()
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[Path]:
+    """A stub run's folder with its empty call log (tests.local.stub_workflow)."""
+    (tmp_path / "calls.jsonl").touch()
+    yield tmp_path

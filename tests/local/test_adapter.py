@@ -4,73 +4,32 @@ path, concurrent Map iterations and the timeout -> shorten path. Fails loudly if
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from infra import lambda_errors, segment_states, workflow
 from local import adapter
-from local.adapter import LocalStepFunctions, MotoAdapterError, emulator_router
-from local.emulator import LambdaEmulator
+from local.adapter import MotoAdapterError
 from local.template import LocalTemplate, function_arn
-from tests.local.conftest import STUBS
-
-BINDINGS = {"FASDL_DATASETS_BUCKET": "datasets", "FASDL_RESULTS_BUCKET": "results",
-            "FASDL_EXCHANGE_BUCKET": "exchange", "FASDL_WORKER_LOG_GROUP": "worker-logs"}
-# An invocation's timeout counts its sandbox's cold start, and segment 0's four cold starts
-# must all meet in the stub's rendezvous within it: generous, so a loaded machine (the
-# parallel pass) cannot time a worker out. The timeout test passes a short one of its own.
-WORKER_TIMEOUT_S = 30
-HANG_TIMEOUT_S = 10  # the hung worker's: 2-3 s of cold starts in the loaded parallel pass
-
-
-def _emulator(template: LocalTemplate, scratch: Path, *,
-              worker_timeout_s: float = WORKER_TIMEOUT_S, **env: str) -> LambdaEmulator:
-    """The template's functions with their handlers swapped for the stubs."""
-    specs = template.function_specs(BINDINGS)
-    stub_names = {"handlers.trigger": "trigger", "handlers.worker": "worker",
-                  "handlers.finalize": "finalize"}
-    for name, spec in specs.items():
-        stub = stub_names[spec.handler.rpartition(".")[0]]
-        timeout = worker_timeout_s if stub == "worker" else 30
-        specs[name] = dataclasses.replace(spec, code_dir=STUBS, timeout_s=timeout,
-                                          handler=f"stub_lambdas.{stub}")
-    specs["Flaky"] = dataclasses.replace(specs[name], name="Flaky", handler="stub_lambdas.flaky")
-    specs["Sleepy"] = dataclasses.replace(specs[name], name="Sleepy", timeout_s=WORKER_TIMEOUT_S,
-                                          handler="stub_lambdas.sleepy")
-    return LambdaEmulator(specs, extra_env={"STUB_DIR": str(scratch), **env})
-
-
-def _calls(scratch: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (scratch / "calls.jsonl").read_text().splitlines()]
-
-
-def _run(emulator: LambdaEmulator, definition: dict[str, Any], run_input: dict[str, Any],
-         timeout_s: float = 90) -> list[dict[str, Any]]:
-    with LocalStepFunctions(emulator_router(emulator.invoke)) as sfn:
-        arn = sfn.create(workflow.state_machine_name("FasdlStack"), definition)
-        sfn.start(arn, "first", run_input)
-        return sfn.wait(arn, timeout_s=timeout_s)
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Iterator[Path]:
-    (tmp_path / "calls.jsonl").touch()
-    yield tmp_path
+from tests.local.stub_workflow import (
+    HANG_TIMEOUT_S,
+    WORKER_TIMEOUT_S,
+    run_stub_workflow,
+    stub_calls,
+    stub_emulator,
+)
 
 
 def test_loop_runs_every_segment_with_concurrent_workers(
         default_template: LocalTemplate, scratch: Path) -> None:
-    with _emulator(default_template, scratch, STUB_SEGMENTS="3") as emulator:
-        (execution,) = _run(emulator, default_template.definition, {"run_id": "loop"})
+    with stub_emulator(default_template, scratch, STUB_SEGMENTS="3") as emulator:
+        (execution,) = run_stub_workflow(emulator, default_template.definition, {"run_id": "loop"})
     assert execution["status"] == "SUCCEEDED", execution
     assert json.loads(execution["output"])["run_id"] == "loop"
-    calls = _calls(scratch)
+    calls = stub_calls(scratch)
     assert [c["kind"] for c in calls if not c["kind"].startswith("worker")] == [
         "trigger.start", "trigger.next", "trigger.next", "trigger.next", "finalize.succeeded"]
     workers = [c for c in calls if c["kind"] == "worker.train"]
@@ -91,12 +50,12 @@ def test_continue_as_new_carries_the_run(default_template: LocalTemplate,
     for choice in definition["States"][workflow.MORE_SEGMENTS]["Choices"]:
         if "NumericGreaterThanEquals" in choice:
             choice["NumericGreaterThanEquals"] = 2  # continue after two segments
-    with _emulator(default_template, scratch, STUB_SEGMENTS="3") as emulator:
-        first, second = _run(emulator, definition, {"run_id": "long"})
+    with stub_emulator(default_template, scratch, STUB_SEGMENTS="3") as emulator:
+        first, second = run_stub_workflow(emulator, definition, {"run_id": "long"})
     assert first["status"] == second["status"] == "SUCCEEDED"
     assert json.loads(second["input"])["resume"]["segment"]["index"] == 2
     assert json.loads(second["output"])["run_id"] == "long"
-    indices = [c["event"]["segment"]["index"] for c in _calls(scratch)
+    indices = [c["event"]["segment"]["index"] for c in stub_calls(scratch)
                if c["kind"] == "worker.train"]
     assert sorted(set(indices)) == [0, 1, 2] and len(indices) == 12
 
@@ -106,18 +65,18 @@ def test_rendezvous_fails_without_concurrency(default_template: LocalTemplate,
     """Control for the test above: the stub really needs all W at once (MaxConcurrency 1)."""
     definition = json.loads(json.dumps(default_template.definition))
     definition["States"][workflow.TRAIN_SEGMENT]["MaxConcurrency"] = 1
-    with _emulator(default_template, scratch, STUB_RENDEZVOUS_S="1") as emulator:
-        (execution,) = _run(emulator, definition, {})
+    with stub_emulator(default_template, scratch, STUB_RENDEZVOUS_S="1") as emulator:
+        (execution,) = run_stub_workflow(emulator, definition, {})
     assert execution["status"] == "FAILED"
-    failed = [c for c in _calls(scratch) if c["kind"] == "finalize.failed"]
+    failed = [c for c in stub_calls(scratch) if c["kind"] == "finalize.failed"]
     assert failed[0]["event"]["state"]["error"]["Error"] == "RuntimeError"
 
 
 def test_timeout_kills_the_worker_and_shortens(default_template: LocalTemplate,
                                                scratch: Path) -> None:
-    with _emulator(default_template, scratch, worker_timeout_s=HANG_TIMEOUT_S,
+    with stub_emulator(default_template, scratch, worker_timeout_s=HANG_TIMEOUT_S,
                    STUB_SEGMENTS="2", STUB_HANG_AT="1:2") as emulator:
-        (execution,) = _run(emulator, default_template.definition, {})
+        (execution,) = run_stub_workflow(emulator, default_template.definition, {})
         timed_out = [i for i in emulator.invocations if i.timed_out]
     assert execution["status"] == "SUCCEEDED", execution
     (killed,) = timed_out
@@ -127,7 +86,7 @@ def test_timeout_kills_the_worker_and_shortens(default_template: LocalTemplate,
     assert HANG_TIMEOUT_S <= killed.duration_s < 2 * HANG_TIMEOUT_S
     assert json.loads(killed.payload)["errorMessage"].endswith(
         f"Task timed out after {HANG_TIMEOUT_S:.2f} seconds")
-    calls = _calls(scratch)
+    calls = stub_calls(scratch)
     (shorten,) = [c for c in calls if c["kind"] == "trigger.shorten"]
     assert shorten["event"]["error"]["Error"] == segment_states.SEGMENT_TIMEOUT_ERROR
     retried = [c["event"]["segment"] for c in calls
@@ -137,11 +96,11 @@ def test_timeout_kills_the_worker_and_shortens(default_template: LocalTemplate,
 
 def test_handler_error_takes_the_catch_path(default_template: LocalTemplate,
                                             scratch: Path) -> None:
-    with _emulator(default_template, scratch, STUB_CRASH_AT="0:1") as emulator:
-        (execution,) = _run(emulator, default_template.definition, {"run_id": "bad"})
+    with stub_emulator(default_template, scratch, STUB_CRASH_AT="0:1") as emulator:
+        (execution,) = run_stub_workflow(emulator, default_template.definition, {"run_id": "bad"})
     assert execution["status"] == "FAILED"
     assert execution["error"] == workflow.RUN_FAILED_ERROR
-    calls = _calls(scratch)
+    calls = stub_calls(scratch)
     assert [c["kind"] for c in calls if c["kind"].startswith(("trigger", "finalize"))] == [
         "trigger.start", "finalize.failed"]
     error = calls[-1]["event"]["state"]["error"]
@@ -156,12 +115,12 @@ def test_retry_backs_off(default_template: LocalTemplate, scratch: Path) -> None
         "Parameters": {"failures": 2}, "End": True,
         "Retry": [{"ErrorEquals": ["TransientError"], "IntervalSeconds": 1,
                    "MaxAttempts": 3, "BackoffRate": 2}]}}}
-    with _emulator(default_template, scratch) as emulator:
-        (execution,) = _run(emulator, definition, {})
+    with stub_emulator(default_template, scratch) as emulator:
+        (execution,) = run_stub_workflow(emulator, definition, {})
         invocations = sorted(emulator.invocations, key=lambda i: i.started)
     assert execution["status"] == "SUCCEEDED", execution
     assert json.loads(execution["output"]) == {"calls": 3}
-    assert len(_calls(scratch)) == 3
+    assert len(stub_calls(scratch)) == 3
     # Each wait runs from an invocation's end to the next one's start: the sandbox's cold
     # start and the handler are outside it, so load adds only moto's dispatch (ms). Never
     # shorter than its interval; shorter than the next step's, which a wrong rate would reach.
@@ -180,14 +139,14 @@ def test_task_timeout_is_states_timeout(default_template: LocalTemplate,
                  "Catch": [{"ErrorEquals": ["States.Timeout"], "ResultPath": "$.error",
                             "Next": "Caught"}]},
         "Caught": {"Type": "Pass", "End": True}}}
-    with _emulator(default_template, scratch) as emulator:
-        (execution,) = _run(emulator, definition, {})
+    with stub_emulator(default_template, scratch) as emulator:
+        (execution,) = run_stub_workflow(emulator, definition, {})
     assert execution["status"] == "SUCCEEDED", execution
     assert json.loads(execution["output"])["error"]["Error"] == "States.Timeout"
     # It did not wait for the handler: the execution ended before the handler's 3 s sleep
     # did. Measured from the handler's own start, so the cold start before it (load's
     # part) is excluded; 1 s after the Task began the interpreter had ~2 s to spare.
-    (sleepy,) = [c for c in _calls(scratch) if c["kind"] == "sleepy"]
+    (sleepy,) = [c for c in stub_calls(scratch) if c["kind"] == "sleepy"]
     assert execution["stopDate"].timestamp() < sleepy["time"] + 3
 
 

@@ -24,10 +24,9 @@ from infra import guard_states
 from local.template import LocalTemplate
 from tests.local.fault_job import SEGMENT, fault_job_plan
 from tests.local.runs import Synthesized, local_run, synthesizer
-from tests.local.test_adapter import _calls, _emulator, _run, scratch
+from tests.local.stub_workflow import run_stub_workflow, stub_calls, stub_emulator
 
 RUN_TIMEOUT_S = 240  # beside the other xdist worker's load
-__all__ = ["scratch"]  # the stub runs' scratch folder fixture
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +71,14 @@ def test_budget_stops_the_run_before_its_second_segment(
 
 def test_deadline_stop_ends_in_its_own_failed_state(default_template: LocalTemplate,
                                                     scratch: Path) -> None:
-    with _emulator(default_template, scratch, STUB_SEGMENTS="3",
+    with stub_emulator(default_template, scratch, STUB_SEGMENTS="3",
                    STUB_STOP_AT="0:DeadlineExceeded") as emulator:
-        (execution,) = _run(emulator, default_template.definition, {"run_id": "late"})
+        (execution,) = run_stub_workflow(emulator, default_template.definition, {"run_id": "late"})
     assert execution["status"] == "FAILED"
     assert execution["error"] == DEADLINE_EXCEEDED
     # the Fail state's cause is the trigger's error as Lambda reports it (its message inside)
     assert json.loads(execution["cause"])["errorMessage"] == "stopped after segment 0"
-    calls = _calls(scratch)
+    calls = stub_calls(scratch)
     assert [c["kind"] for c in calls if not c["kind"].startswith("worker")] == [
         "trigger.start", "trigger.next", "finalize.failed"]
     assert len([c for c in calls if c["kind"] == "worker.train"]) == 4  # one segment only
