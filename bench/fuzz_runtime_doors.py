@@ -57,6 +57,10 @@ class DictS3:
         self.objects[Key] = Body
 
 
+
+def _first_epoch(run_id: str, *, supersedes: int | None, call: str) -> int:
+    return 1 if supersedes is None else supersedes + 1
+
 def _npy(array: np.ndarray) -> bytes:
     stream = io.BytesIO()
     np.save(stream, array, allow_pickle=False)
@@ -84,7 +88,7 @@ def check_console(case: tuple[dict[str, Any], bool]) -> None:
                                   "execution": "fuzz"}, s3, datasets_bucket="d",
                                  results_bucket="r", runs_prefix="runs/",
                                  deployed_json=PLAN.to_json(), fingerprint="",
-                                 issue_epoch=lambda run_id: 1)
+                                 issue_epoch=_first_epoch)
     except (run_state.RunStateError, PlanError) as error:
         assert "field" in str(error) or "dataset" in str(error), error
         assert set(s3.objects) == set(DATASET), "a refused input wrote something"

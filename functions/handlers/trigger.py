@@ -70,8 +70,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
     s3 = stores.s3_client(settings)
     store = stores.results_store(settings, s3)
 
-    def issue_epoch(run_id: str) -> int:  # fences every older attempt's workers
-        return fencing.issue_epoch(store, run_id, after_read=fault_hooks.fence_stall())
+    def issue_epoch(run_id: str, *, supersedes: int | None, call: str) -> int:
+        # fences every older attempt's workers; a late call issues nothing (fasdl.run.fencing)
+        return fencing.issue_epoch(store, run_id, supersedes=supersedes, call=call,
+                                   after_read=fault_hooks.fence_stall())
 
     if action == "start":
         run = run_state.start_run(
@@ -89,12 +91,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
                             issue_epoch)
     elif action == "shorten":
         current = run_state.parse_run(event.get("run"))
-        run = _again(run_state.shorten_state, current, event.get("error"), issue_epoch)
+        run = _again(run_state.shorten_state, current, event.get("error"), issue_epoch,
+                     call=action)
         _clean_dead_epoch(settings, s3, current)
     elif action == "retry":
         current = run_state.parse_run(event.get("run"))
         _check_memory_of_failed_attempt(settings)
-        run = _again(run_state.retry_state, current, event.get("error"), issue_epoch)
+        run = _again(run_state.retry_state, current, event.get("error"), issue_epoch,
+                     call=action)
         _clean_dead_epoch(settings, s3, current)
     else:
         raise run_state.RunStateError(f"event field 'action': must be start, next, shorten or "
@@ -109,16 +113,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Mapping[str, objec
 
 
 def _again(step: Callable[..., RunState], current: RunState, error: object,
-           issue_epoch: Callable[[str], int]) -> RunState:
+           issue_epoch: fencing.EpochIssuer, *, call: str) -> RunState:
     """``step`` (shorten or retry) once at the current epoch, so that RetriesExhausted is
     raised before an epoch is issued: a run that gives up leaves the fence at its run state's
     epoch, and finalize records its failure (fasdl.run.run_claim.foreign_failure)."""
-    step(current, error, epoch=current["segment"]["epoch"])
-    return step(current, error, epoch=issue_epoch(current["run_id"]))
+    epoch = current["segment"]["epoch"]
+    step(current, error, epoch=epoch)
+    return step(current, error, epoch=issue_epoch(current["run_id"], supersedes=epoch,
+                                                   call=call))
 
 
 def _next_segment(settings: Settings, s3: Any, store: S3Channel, current: RunState,
-                  issue_epoch: Callable[[str], int]) -> RunState:
+                  issue_epoch: fencing.EpochIssuer) -> RunState:
     """The next segment once the finished one's worker invocations are in ``run.usage`` and
     the limits allow it (fasdl.run.guards raises before any epoch is issued)."""
     plan = run_state.load_run_plan(s3, settings.results_bucket, current)
@@ -133,7 +139,8 @@ def _next_segment(settings: Settings, s3: Any, store: S3Channel, current: RunSta
     done = finished["start_iteration"] + finished["iterations"]
     guards.check(plan, guards.run_limits(plan, current), totals, now=time.time(), done=done,
                  following=0 if following["done"] else following["segment"]["iterations"])
-    run = run_state.next_state(current, plan, epoch=issue_epoch(current["run_id"]))
+    run = run_state.next_state(current, plan, epoch=issue_epoch(
+        current["run_id"], supersedes=finished["epoch"], call="next"))
     if totals is not None:
         run["usage"] = totals
     _prune_checkpoints(store, current, settings.keep_checkpoints)

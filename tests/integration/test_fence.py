@@ -37,27 +37,52 @@ class StalledWrite(S3Channel):
 
 def test_a_stalled_trigger_write_cannot_set_the_fence_back(results_store: S3Channel) -> None:
     """Without the conditional write, A's late PUT set the fence from 3 back to 2, the epoch-3
-    workers were fenced and `retry` issued epoch 3 a second time."""
-    assert issue_epoch(results_store, RUN) == 1
+    workers were fenced and `retry` issued epoch 3 a second time. A (`retry` of epoch 1)
+    stalls after its read; B, its retry by Step Functions, issues 2 and its segment runs;
+    `next` issues 3; A's write is refused, and A issues nothing."""
+    assert issue(results_store, None, "start") == 1
     stalled = StalledWrite(results_store)
     outcome: list[object] = []
-    first = threading.Thread(target=lambda: outcome.append(_issue(stalled)))
+    first = threading.Thread(target=lambda: outcome.append(_issue(stalled, 1, "retry")))
     first.start()
     assert stalled.read.wait(30)  # A read epoch 1 and stalls before its write
-    assert issue_epoch(results_store, RUN) == 2  # B, the retry, issues 2; its segment runs
-    assert issue_epoch(results_store, RUN) == 3  # the next segment
+    assert issue(results_store, 1, "retry") == 2  # B, the retry, issues 2; its segment runs
+    assert issue(results_store, 2, "next") == 3  # the next segment
     stalled.release.set()
     first.join(30)
     (error,) = outcome
-    assert isinstance(error, FenceConflict) and "read epoch 1" in str(error)
+    assert isinstance(error, FenceConflict) and "run state is at epoch 1" in str(error)
     assert read_epoch(results_store, RUN) == 3
     Fence(results_store, RUN, 3, check_every_s=0).check(force=True)  # the live workers go on
-    assert issue_epoch(results_store, RUN) == 4  # a retry issues a new epoch, never 3 again
+    assert issue(results_store, 3, "retry") == 4  # a retry issues a new epoch, never 3 again
 
 
-def _issue(results_store: S3Channel) -> object:
+def test_a_late_trigger_call_issues_nothing_and_fences_no_one(results_store: S3Channel) -> None:
+    """Issue 41: A (`next` from epoch 1) stalls *before* its read while Step Functions retries
+    it; B issues 2 and segment 2 starts. A, arriving late, finds its own call's issue and gets
+    epoch 2 back: the fence does not move, segment 2's workers are not fenced, and no retry
+    of theirs is spent. Once segment 2 moved on, A is stale and refused."""
+    assert issue(results_store, None, "start") == 1
+    assert issue(results_store, 1, "next") == 2  # B
+    fence = results_store.get_versioned(fence_key(RUN))
+    assert issue(results_store, 1, "next") == 2  # A, late: its own issue, no write
+    assert results_store.get_versioned(fence_key(RUN)) == fence
+    Fence(results_store, RUN, 2, check_every_s=0).check(force=True)
+    assert issue(results_store, 2, "next") == 3
+    with pytest.raises(FenceConflict, match="run state is at epoch 1 but the fence is at 3"):
+        issue(results_store, 1, "next")  # later still: stale
+    with pytest.raises(FenceConflict, match="at epoch 2 but the fence is at 3"):
+        issue(results_store, 2, "retry")  # another call superseding 2: not this issue's
+    assert read_epoch(results_store, RUN) == 3
+
+
+def issue(store: S3Channel, supersedes: int | None, call: str) -> int:
+    return issue_epoch(store, RUN, supersedes=supersedes, call=call)
+
+
+def _issue(store: S3Channel, supersedes: int | None, call: str) -> object:
     try:
-        return issue_epoch(results_store, RUN)
+        return issue(store, supersedes, call)
     except FenceConflict as error:
         return error
 
@@ -79,17 +104,17 @@ class LostReply(S3Channel):
 
 
 def test_a_write_whose_reply_was_lost_is_still_its_own(results_store: S3Channel) -> None:
-    assert issue_epoch(results_store, RUN) == 1
+    assert issue(results_store, None, "start") == 1
     lossy = LostReply(results_store)
-    assert issue_epoch(lossy, RUN) == 2 and lossy.lost
+    assert issue(lossy, 1, "next") == 2 and lossy.lost
     assert read_epoch(results_store, RUN) == 2
 
 
 def test_a_worker_never_trains_on_a_fence_below_its_epoch(results_store: S3Channel) -> None:
     with pytest.raises(FenceWentBack, match="is at epoch None, below this worker's 1"):
         Fence(results_store, RUN, 1, check_every_s=0).check(force=True)
-    for _ in range(3):
-        issue_epoch(results_store, RUN)
+    for epoch in (None, 1, 2):
+        issue(results_store, epoch, "next")
     with pytest.raises(WorkerFenced, match="is at epoch 3, this worker's is 2"):
         Fence(results_store, RUN, 2, check_every_s=0).check(force=True)
     results_store.put(fence_key(RUN), json.dumps({"format": 1, "epoch": 2}).encode())  # went back

@@ -3,6 +3,7 @@ racing for one run id; exactly one owns the run, with its own plan, the other ge
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 from typing import Any
@@ -46,7 +47,7 @@ def _start(client: Any, bucket: str, runs_prefix: str, run_id: str, execution: s
             {"input": {"run_id": run_id, "epochs": epochs}, "execution": execution}, client,
             datasets_bucket=bucket, results_bucket=bucket, runs_prefix=runs_prefix,
             deployed_json=PLAN.to_json(), fingerprint=PLAN.deployment_fingerprint(),
-            issue_epoch=lambda run: fencing.issue_epoch(store, run))
+            issue_epoch=functools.partial(fencing.issue_epoch, store))
     except RunExists as error:
         return error
 

@@ -55,9 +55,10 @@ def test_a_run_pays_loads_checkpoints_fences_and_claims(channel: str, claim_puts
 
 def test_the_fence_reads_a_worker_makes_are_what_the_planner_charges() -> None:
     store = CountingChannel()
-    epoch = issue_epoch(store, "run")
+    epoch = issue_epoch(store, "run", supersedes=None, call="start")
     assert (store.gets, store.puts) == (1, 1)  # the trigger's read-then-write, per segment
-    epoch = issue_epoch(store, "run")  # a later one: a read, then a write on its ETag
+    # a later one: a read, then a write on its ETag
+    epoch = issue_epoch(store, "run", supersedes=epoch, call="next")
     assert (store.gets, store.puts, epoch) == (2, 2, 2)
     clock = [0.0]
     fence = Fence(store, "run", epoch, check_every_s=DEFAULT_FENCE_CHECK_S,

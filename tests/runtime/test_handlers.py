@@ -64,8 +64,8 @@ def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
     assert frozen.training.epochs == 3 and frozen.provenance["execution"] == "exec-1"
     layout = read_json(s3, "runs/exec-1/partitions.json")
     assert [part["end"] - part["start"] for part in layout] == PLAN.partition_sizes()
-    again = start({}, "exec-1")  # a retried start is idempotent, under a new epoch
-    assert again["run_id"] == "exec-1" and again["segment"]["epoch"] == 2
+    again = start({}, "exec-1")  # a retried start is idempotent, its epoch too (issue 41)
+    assert again["run_id"] == "exec-1" and again["segment"]["epoch"] == 1
     resumed = {**again, "segment": {**again["segment"], "index": 7}}
     # continue-as-new: the same state, and a new epoch fences the old execution's workers;
     # the run's totals go on (one more trigger request), from the same start time
@@ -74,8 +74,8 @@ def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
     assert totals["started_at"] == before["started_at"]
     assert totals["trigger_requests"] == before["trigger_requests"] + 1
     assert totals["trigger_gb_s"] > before["trigger_gb_s"]
-    assert continued == {**resumed, "segment": {**resumed["segment"], "epoch": 3}}
-    assert read_json(s3, "runs/exec-1/fence.json")["epoch"] == 3
+    assert continued == {**resumed, "segment": {**resumed["segment"], "epoch": 2}}
+    assert read_json(s3, "runs/exec-1/fence.json")["epoch"] == 2
 
 
 def test_next_and_shorten_through_the_handler(s3: Any) -> None:

@@ -28,6 +28,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from fasdl.contract.keys import fence_key
 from fasdl.run.run_state import first_state, next_state, retry_state
 from infra.lambda_runtime import PYTHON_RUNTIME, lambda_target
 from tests.runtime.kreduce_helpers import plan_with
@@ -147,15 +148,19 @@ def test_trigger_plans_a_retry_as_on_the_development_python(runtime_python: str,
                "FASDL_EXCHANGE_BUCKET": "eee", "AWS_DEFAULT_REGION": "us-east-1",
                "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x",
                "AWS_SECRET_ACCESS_KEY": "y", "POWERTOOLS_METRICS_NAMESPACE": "Test"}
+        client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
+                              region_name="us-east-1", aws_access_key_id="x",
+                              aws_secret_access_key="y")
         for bucket in ("rrr", "eee"):
-            boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                         aws_access_key_id="x", aws_secret_access_key="y").create_bucket(
-                Bucket=bucket)
+            client.create_bucket(Bucket=bucket)
+        # the fence at the run state's epoch: a retry supersedes only that (issue 41)
+        client.put_object(Bucket="rrr", Key=f"runs/{fence_key('r')}",
+                          Body=json.dumps({"format": 1, "epoch": 2, "token": "next:1"}))
         event = json.dumps({"action": "retry", "run": run, "error": error})
         planned = run_under_runtime(runtime_python, layer_python, TRIGGER, event, env=env)
     finally:
         server.stop()
-    assert planned == {**retry_state(run, error, epoch=1), "cache": None}
+    assert planned == {**retry_state(run, error, epoch=3), "cache": None}
 
 
 FRAMES = r"""

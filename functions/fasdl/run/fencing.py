@@ -4,11 +4,14 @@ The trigger issues a run-wide **epoch** for every segment and every retry of one
 increasing, and records it in ``{run}/fence.json`` before the workers start. All a segment
 writes is namespaced by its epoch (fasdl.contract.keys), so nothing of a dead attempt is ever read.
 
-The fence only moves forward: an epoch is issued by a conditional write (S3 ``If-Match`` on the
-ETag read, ``If-None-Match: *`` for the first), so a trigger action whose write stalled past a
-retry of it, and lands after later epochs were issued, fails with :class:`FenceConflict`
-instead of setting the fence back. Each issue carries a random token, so a write whose reply
-was lost and that botocore retried (412 for the retry) is still recognised as its own.
+The fence only moves forward, one step per trigger call: a call issues ``e + 1`` only while
+the fence is at the epoch ``e`` its run state holds, by a conditional write (S3 ``If-Match`` on
+the ETag read, ``If-None-Match: *`` for the first). A call that comes late (stalled before or
+after its read while Step Functions retried it, and the retry's segment started) finds either
+its own issue, recorded with the call's token, and returns it without a write, or a later
+epoch, and fails with :class:`FenceConflict`: it never fences the live segment's workers, nor
+costs that segment a retry. A write whose reply was lost and that botocore retried (412 for the
+retry) is recognised as its own the same way.
 Two things remain that namespaces alone do not stop, and this module does:
 
 * a **zombie**: a worker of an epoch Step Functions gave up on keeps running (Lambda does not
@@ -62,6 +65,12 @@ class FenceStore(Protocol):
     def try_get(self, key: str) -> bytes | None: ...
 
 
+class EpochIssuer(Protocol):
+    """:func:`issue_epoch` with its store bound (the trigger's)."""
+
+    def __call__(self, run_id: str, *, supersedes: int | None, call: str) -> int: ...
+
+
 class FenceError(RuntimeError):
     """The run's fence object is missing or malformed."""
 
@@ -85,37 +94,46 @@ def read_epoch(store: FenceStore | Channel, run_id: str) -> int | None:
     return None if data is None else _parse(run_id, data)[0]
 
 
-def issue_epoch(store: FenceStore, run_id: str,
+def issue_epoch(store: FenceStore, run_id: str, *, supersedes: int | None, call: str,
                 after_read: Callable[[], None] | None = None) -> int:
-    """The trigger's next epoch for ``run_id``, recorded before any worker of it starts: one
-    above the fence it read, written only if the fence is still what it read. ``after_read``
-    runs between the first read and its write (fault tests: fasdl.run.fault_hooks)."""
+    """The trigger's next epoch for ``run_id``, recorded before any worker of it starts:
+    ``supersedes + 1`` (1 for a fresh run, ``supersedes`` None), issued only while the fence is
+    at ``supersedes``, the epoch the caller's run state holds. ``call`` names the trigger call
+    (action, and the execution where two could race); with ``supersedes`` it is the issue's
+    token, so a retry of the call, or its original arriving late, finds the epoch it issued
+    and gets it back instead of issuing another: the live segment's workers stay unfenced.
+    Any other fence raises :class:`FenceConflict` (Step Functions does not retry it).
+    ``after_read`` runs between the first read and its write (fasdl.run.fault_hooks)."""
     key = fence_key(run_id)
-    token = secrets.token_hex(8)
+    epoch = 1 if supersedes is None else supersedes + 1
+    token = f"{call}:{supersedes}"
     for _ in range(ISSUE_ATTEMPTS):
         found = store.get_versioned(key)
         if after_read is not None:
             after_read()
             after_read = None
         seen = None if found is None else _parse(run_id, found[0])
-        epoch = 1 if seen is None else seen[0] + 1
+        if seen is not None and seen == (epoch, token):
+            return epoch  # this call's own issue: its retry, or itself arriving late
+        if (None if seen is None else seen[0]) != supersedes:
+            raise _conflict(run_id, supersedes, seen)
         body = json.dumps({"format": FENCE_FORMAT, "epoch": epoch, "token": token,
                            "issued_at": time.time()}).encode()
         written = (store.put_if_absent(key, body) if found is None
                    else store.put_if_match(key, body, found[1]))
         if written:
             return epoch
-        now = store.try_get(key)
-        current = None if now is None else _parse(run_id, now)
-        if current is not None and current[1] == token:
-            return current[0]  # our write landed; its reply was lost and the retry refused
-        if current != seen:
-            raise FenceConflict(
-                f"run {run_id!r}: this trigger action read epoch {seen and seen[0]} but the "
-                f"fence is now at {current and current[0]}: another action issued an epoch "
-                "since, so this one's run state is stale and it stops without issuing one")
+        # refused: a concurrent write, or our own whose reply was lost; read again
     raise FenceConflict(f"run {run_id!r}: the fence kept conflicting with concurrent writes "
                         f"after {ISSUE_ATTEMPTS} attempts")
+
+
+def _conflict(run_id: str, supersedes: int | None, seen: tuple[int, str] | None
+              ) -> FenceConflict:
+    return FenceConflict(
+        f"run {run_id!r}: this trigger call's run state is at epoch {supersedes} but the "
+        f"fence is at {seen and seen[0]}: another call issued an epoch since, so this one "
+        "is late or stale and stops without issuing one (the live segment goes on)")
 
 
 class Fence:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from fasdl.contract import keys
@@ -32,6 +32,7 @@ from fasdl.contract.keys import manifest_key
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.run import guards, run_claim
 from fasdl.run.dataset_check import check_dataset, s3_ranges, s3_sizes
+from fasdl.run.fencing import EpochIssuer
 
 MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
 MAX_RETRIES = 2  # per segment: same-length reruns after a crash (a repeatable bug stops soon)
@@ -291,7 +292,7 @@ def check_resume(run: Mapping[str, Any], s3: Any, *, results_bucket: str,
 
 def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, results_bucket: str,
               runs_prefix: str, deployed_json: str | None, fingerprint: str,
-              issue_epoch: Callable[[str], int]) -> RunState:
+              issue_epoch: EpochIssuer) -> RunState:
     """Validate the run, freeze its plan in the results bucket, return segment 0."""
     execution_input = event.get("input") or {}
     if not isinstance(execution_input, dict):
@@ -302,8 +303,9 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
         check_resume(resumed, s3, results_bucket=results_bucket, runs_prefix=runs_prefix)
         if "limits" in execution_input:  # checked against the run's plan at its next guard
             resumed = {**resumed, "limits": input_limits(execution_input)}
-        return {**resumed, "segment": {**resumed["segment"],
-                                       "epoch": issue_epoch(resumed["run_id"])}}
+        epoch = issue_epoch(resumed["run_id"], supersedes=resumed["segment"]["epoch"],
+                            call=f"resume:{event.get('execution', '')}")
+        return {**resumed, "segment": {**resumed["segment"], "epoch": epoch}}
     run_id = resolve_run_id(execution_input, event.get("execution"))
     plan = resolve_plan(execution_input, deployed_json, fingerprint)
     check_dataset(plan, s3_ranges(s3, datasets_bucket), s3_sizes(s3, datasets_bucket))
@@ -322,7 +324,8 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     s3.put_object(Bucket=results_bucket, Key=f"{runs_prefix}{keys.partitions_key(run_id)}",
                   Body=json.dumps(partition_layout(claimed)).encode(),
                   ContentType="application/json")
-    return first_state(claimed, run_id, plan_key, epoch=issue_epoch(run_id))
+    return first_state(claimed, run_id, plan_key, epoch=issue_epoch(
+        run_id, supersedes=None, call=f"start:{execution}"))
 
 
 def load_run_plan(s3: Any, results_bucket: str, run: Mapping[str, Any]) -> Plan:
