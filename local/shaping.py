@@ -186,6 +186,9 @@ class ShapedChannel(Channel):
     def delete_prefix(self, prefix: str) -> int:
         return self.inner.delete_prefix(prefix)  # the markers share their values' prefix
 
+    def list_keys(self, prefix: str) -> list[str]:
+        return self.inner.list_keys(prefix)  # markers too: delete() takes them as keys
+
     def close(self) -> None:
         self.inner.close()
 

@@ -151,9 +151,10 @@ def test_the_manifest_commits_only_its_own_epochs_part_records(results_store: S3
 
 def test_worker_zero_cleans_every_epoch_the_live_one_supersedes(backend: Backend,
                                                                 channel: Channel) -> None:
-    """The finished segment's merged models and a failed attempt's keys are deleted when the
-    next epoch starts (Valkey included: the trigger cannot reach it); the live epoch and the
-    run's older epochs (cleaned when their successor started) are not touched."""
+    """The finished segment's merged models, a failed attempt's keys and what a zombie of an
+    older epoch wrote after its epoch was cleaned (issue 41) are deleted when the next epoch
+    starts (Valkey included: the trigger cannot reach it); the live epoch and other runs are
+    not touched."""
     from fasdl.contract.keys import exchange_prefix, merged_key, shard_key
     from fasdl.run.fencing import clean_dead_epochs
 
@@ -163,11 +164,15 @@ def test_worker_zero_cleans_every_epoch_the_live_one_supersedes(backend: Backend
         claim_worker(channel, RUN, epoch, 0, "request")
     other_run = merged_key("another-run", 2, 9, 0)
     channel.put(other_run, b"theirs")
-    # epoch 4 is live, resuming from epoch 2's checkpoint (epoch 3 was a failed retry)
-    assert clean_dead_epochs(channel, RUN, 2, 4) == 6
-    for epoch, kept in ((1, True), (2, False), (3, False), (4, True)):
+    channel.put(f"{RUN}/not-an-epoch", b"kept")
+    # epoch 4 is live, resuming from epoch 2's checkpoint (epoch 3 was a failed retry); epoch
+    # 1's keys are a zombie's, written after epoch 2's worker 0 cleaned epoch 1
+    assert clean_dead_epochs(channel, RUN, 4) == 9
+    for epoch, kept in ((1, False), (2, False), (3, False), (4, True)):
         assert (channel.try_get(merged_key(RUN, epoch, 9, 0)) is not None) is kept, epoch
         assert (channel.try_get(shard_key(RUN, epoch, 9, 1, 0)) is not None) is kept, epoch
     assert channel.try_get(other_run) == b"theirs"
-    assert clean_dead_epochs(channel, RUN, 0, 1) == 0  # the first segment: nothing before it
+    assert channel.try_get(f"{RUN}/not-an-epoch") == b"kept"
+    assert clean_dead_epochs(channel, RUN, 4) == 0
+    assert clean_dead_epochs(channel, "first-run", 1) == 0  # the first segment: nothing before
     assert exchange_prefix(RUN, 4).startswith(f"{RUN}/")

@@ -47,7 +47,7 @@ def _train(server: SeaweedS3Server, prefix: str, model: torch.nn.Module,
         if key_prefixes > 1:  # the claims and the kept merged shards under several labels
             assert len(labels) > 1 and all(key[3:].startswith("run-1/5/") for key in stored)
         # the next segment's worker 0 deletes epoch 5; finalize deletes the rest of the run
-        assert clean_dead_epochs(channels[0], "run-1", 5, 6) == len(stored)
+        assert clean_dead_epochs(channels[0], "run-1", 6) == len(stored)
         assert channels[0].delete_prefix("run-1/") == 0
         assert _listed(server, prefix) == []
         return [worker.parameters.copy() for worker in workers]

@@ -244,3 +244,33 @@ def test_worker_without_time_for_an_iteration_fails_fast(s3_stack: Stack) -> Non
     assert time.monotonic() - began < 30.0
     assert s3_stack.exchange_keys(run_id) == [
         f"exchange/{keys.claim_key(run_id, run['segment']['epoch'], 1)}"]
+
+
+def test_a_fenced_zombie_deletes_what_it_wrote_in_its_dead_epoch(s3_stack: Stack) -> None:
+    """Issue 41: a zombie's keys written after its epoch was cleaned outlived the run's
+    cleanups. Worker 1 of epoch 1 uploads its shards and waits for peers that never come;
+    meanwhile epoch 2 is issued (without the trigger's cleanup of epoch 1, as if the zombie
+    wrote after it). Its wait ends, it finds itself fenced and deletes its epoch's keys."""
+    from fasdl.exchange.channel.s3 import S3Channel
+    from fasdl.run.fencing import issue_epoch
+
+    run_id = unique_run_id("zombie")
+    run = s3_stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
+                                      "execution": run_id})
+    zombie = s3_stack.spawn({"action": "train", "run_id": run_id, "plan_key": run["plan_key"],
+                             "segment": run["segment"], "worker": 1},
+                            {"FASDL_PEER_WAIT_START_S": "4"})
+    deadline = time.monotonic() + 60
+    while len(s3_stack.exchange_keys(run_id)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)  # its claim, then its shards for worker 0
+    written = s3_stack.exchange_keys(run_id)
+    assert len(written) >= 2 and all(f"/{run_id}/1/" in key for key in written), written
+    client = s3_stack.s3.client()
+    try:
+        assert issue_epoch(S3Channel(BUCKETS[1], "runs/", client=client), run_id,
+                           supersedes=1, call="retry") == 2
+    finally:
+        client.close()
+    code, output = s3_stack.finish(zombie)
+    assert code != 0 and "WorkerFenced" in output, output
+    assert s3_stack.exchange_keys(run_id) == []

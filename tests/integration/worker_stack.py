@@ -135,12 +135,18 @@ class Stack:
         for process in processes:
             if process.poll() is None:
                 process.kill()
-            process.wait()
-            log = self._logs.pop(process.pid)
-            log.seek(0)
-            outcomes.append((process.returncode, log.read().decode(errors="replace")[-3000:]))
-            log.close()
+            outcomes.append(self.finish(process))
         return outcomes
+
+    def finish(self, process: subprocess.Popen[bytes], timeout_s: float = 120
+               ) -> tuple[int, str]:
+        """Wait for a spawned worker: (exit code, the tail of its output)."""
+        process.wait(timeout_s)
+        log = self._logs.pop(process.pid)
+        log.seek(0)
+        tail = log.read().decode(errors="replace")[-3000:]
+        log.close()
+        return process.returncode, tail
 
     def read(self, key: str) -> bytes:
         client = self.s3.client()

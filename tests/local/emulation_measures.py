@@ -152,5 +152,8 @@ class ServerTime(Channel):
     def delete_prefix(self, prefix: str) -> int:
         return self.inner.delete_prefix(prefix)
 
+    def list_keys(self, prefix: str) -> list[str]:
+        return self.inner.list_keys(prefix)
+
     def close(self) -> None:
         self.inner.close()

@@ -135,13 +135,15 @@ def test_a_later_segment_never_reads_a_dead_attempts_merged_shards(s3: Any,
     segment is shortened to [0, 2), and the next segment [2, 4) must not load them."""
     plan = _plan(sync)
     undisturbed = _finish(trigger.handler(
-        {"action": "start", "input": {"run_id": "calm", "plan": plan.to_dict()},
-         "execution": "calm"}, FakeLambdaContext()))
+        {"action": "start", "input": {"run_id": f"calm-{sync}", "plan": plan.to_dict()},
+         "execution": f"calm-{sync}"}, FakeLambdaContext()))
 
-    run = trigger.handler({"action": "start", "input": {"run_id": "hit", "plan": plan.to_dict()},
-                           "execution": "hit"}, FakeLambdaContext())
+    # one run id per parameter: the store outlives a test, and a run id is one run
+    run = trigger.handler({"action": "start",
+                           "input": {"run_id": f"hit-{sync}", "plan": plan.to_dict()},
+                           "execution": f"hit-{sync}"}, FakeLambdaContext())
     _train(run)  # the attempt the state machine gives up on (say, its Map timed out)
-    assert _poison_merged_frames(s3, "hit") >= 1  # its leftovers differ from a replay's
+    assert _poison_merged_frames(s3, f"hit-{sync}") >= 1  # its leftovers differ from a replay's
     run = _action("shorten", run)
     assert (run["segment"]["start_iteration"], run["segment"]["iterations"]) == (0, 2)
     assert _finish(run) == undisturbed

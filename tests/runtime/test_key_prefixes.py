@@ -88,7 +88,7 @@ def test_the_spread_channel_labels_every_key_and_cleans_every_prefix() -> None:
     assert all(channel.try_get(key) is None for key in keys[:5])
     other = spread_key(shard_key("run-2", 3, 0, 0, 0), 4)
     inner.put(other, b"another run")
-    assert clean_dead_epochs(channel, "run-1", 3, 4) == len(keys) - 5 + 1  # and the claim
+    assert clean_dead_epochs(channel, "run-1", 4) == len(keys) - 5 + 1  # and the claim
     assert inner.try_get(other) == b"another run"
 
 

@@ -152,6 +152,9 @@ class WorkerView(Channel):
     def delete_prefix(self, prefix: str) -> int:
         return self.shared.delete_prefix(prefix)
 
+    def list_keys(self, prefix: str) -> list[str]:
+        return self.shared.list_keys(prefix)
+
 
 class OrderProbe(RecordingChannel):
     """Two orders of W = 3, K = 1 HAP with C chunks made to show whatever the machine's load,

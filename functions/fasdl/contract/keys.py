@@ -90,6 +90,16 @@ def exchange_prefix(run: str, epoch: int) -> str:
     return f"{run_prefix(run)}{_check_index('epoch', epoch, EPOCH_LIMIT)}/"
 
 
+def exchange_epoch(run: str, key: str) -> int | None:
+    """The epoch of ``key`` if it is one of ``run``'s exchange keys (:func:`exchange_prefix`),
+    else None."""
+    prefix = run_prefix(run)
+    if not key.startswith(prefix):
+        return None
+    text, slash, _ = key[len(prefix):].partition("/")
+    return int(text) if slash and text.isdigit() else None
+
+
 def claim_key(run: str, epoch: int, worker: int) -> str:
     """Created by the one invocation of ``worker`` that may train in ``epoch``."""
     return f"{exchange_prefix(run, epoch)}claim/{_check_index('worker', worker, 10000):04d}"

@@ -330,10 +330,11 @@ class KReduceWorker:
         data = self.channel.get(key, deadline)
         return data, time.perf_counter() - waiting
 
-    def close(self) -> None:
-        """Stop the fetch threads (the channel belongs to the caller)."""
+    def close(self, *, wait: bool = False) -> None:
+        """Stop the fetch threads (the channel belongs to the caller); ``wait``: until the
+        transfers already running end (each bounded by its own wait deadline)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=wait, cancel_futures=True)
 
     # ---- state for segment checkpoints ---------------------------------------------------
     @property

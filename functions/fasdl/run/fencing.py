@@ -42,7 +42,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from fasdl.contract.errors import FenceConflict, FenceWentBack, WorkerDuplicate, WorkerFenced
 from fasdl.contract.fields import is_int_at_least
-from fasdl.contract.keys import claim_key, exchange_prefix, fence_key
+from fasdl.contract.keys import (
+    claim_key,
+    exchange_epoch,
+    exchange_prefix,
+    fence_key,
+    run_prefix,
+)
 
 if TYPE_CHECKING:
     from fasdl.exchange.channel.base import Channel
@@ -179,30 +185,37 @@ def claim_worker(exchange: Channel, run_id: str, epoch: int, worker: int,
                               f"invoke started it twice, so this copy stops")
 
 
-def clean_dead_epochs(exchange: Channel, run_id: str, resume_epoch: int, epoch: int) -> int:
-    """Delete the exchange keys of the epochs the live one supersedes: ``[resume_epoch,
-    epoch)``, the finished segment's leftovers (its last two merged models) and every failed
-    attempt since. Epochs below ``resume_epoch`` were cleaned the same way when it started
-    (the first segment's range starts at 1), so each live epoch leaves nothing dead behind;
-    the run's last epoch is finalize's to clean. Returns the number of keys deleted."""
-    return sum(exchange.delete_prefix(exchange_prefix(run_id, dead))
-               for dead in range(max(1, resume_epoch), epoch))
+def clean_dead_epochs(exchange: Channel, run_id: str, epoch: int) -> int:
+    """Delete every exchange key of the run's epochs below the live ``epoch``, from one
+    listing of the run's prefix: the finished segment's leftovers (its last two merged
+    models), every failed attempt since, and what a zombie of any older epoch wrote after
+    that epoch was cleaned (issue 41: a range from the resumed epoch missed those for good).
+    The run's last epoch is finalize's to clean. Returns the number of keys deleted."""
+    dead = [key for key in exchange.list_keys(run_prefix(run_id))
+            if (found := exchange_epoch(run_id, key)) is not None and found < epoch]
+    exchange.delete(dead)
+    return len(dead)
 
 
-def start_dead_epoch_cleanup(exchange: Channel, run_id: str, resume_epoch: int,
-                             epoch: int) -> threading.Thread:
+def clean_own_dead_epoch(exchange: Channel, run_id: str, epoch: int) -> int:
+    """A fenced worker's last act: its epoch is dead, so every key in it is garbage,
+    whatever this worker wrote after the live epoch's worker 0 cleaned it included."""
+    return exchange.delete_prefix(exchange_prefix(run_id, epoch))
+
+
+def start_dead_epoch_cleanup(exchange: Channel, run_id: str, epoch: int) -> threading.Thread:
     """:func:`clean_dead_epochs` beside the segment's training (worker 0 runs it: inside the
     VPC, unlike the trigger, it reaches Valkey); a failure is logged, never raised, since a
     leftover only costs storage until its TTL."""
     def clean() -> None:
         try:
-            deleted = clean_dead_epochs(exchange, run_id, resume_epoch, epoch)
+            deleted = clean_dead_epochs(exchange, run_id, epoch)
         except Exception:
-            _log.exception("dead epoch cleanup failed (run %s, epochs %s-%s)", run_id,
-                           resume_epoch, epoch - 1)
+            _log.exception("dead epoch cleanup failed (run %s, epochs below %s)", run_id,
+                           epoch)
         else:
-            _log.info("dead epochs cleaned (run %s, epochs %s-%s): %d keys", run_id,
-                      resume_epoch, epoch - 1, deleted)
+            _log.info("dead epochs cleaned (run %s, epochs below %s): %d keys", run_id,
+                      epoch, deleted)
 
     thread = threading.Thread(target=clean, name="fasdl-dead-epochs", daemon=True)
     thread.start()

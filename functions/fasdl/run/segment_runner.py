@@ -8,8 +8,9 @@ manifest epoch ``resume_epoch`` wrote at ``start_iteration`` (unless 0) → one 
 classes, Matthews correlation: CoLA's metric) if it fits the time left. A :class:`TimeGuard`
 stops the worker before an iteration it could not finish together with the checkpoint write
 (:class:`SegmentTooLong`), so a Lambda is never killed half-way through writing its checkpoint.
-A worker whose epoch was superseded stops with WorkerFenced at its next fence check and writes
-nothing more.
+A worker whose epoch was superseded stops with WorkerFenced at its next fence check, writes
+nothing more and deletes its dead epoch's exchange keys (what it wrote since that epoch was
+cleaned included).
 
 Waits for peers are bounded (:func:`peer_wait_s`): a crashed peer makes the others fail
 with ChannelTimeout within seconds, not at the Lambda timeout, and the state machine retries.
@@ -27,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +39,26 @@ from botocore.exceptions import ClientError
 from fasdl.aws.metrics import StepMetrics
 from fasdl.aws.s3_errors import is_missing
 from fasdl.contract import keys
+from fasdl.contract.errors import WorkerFenced
 from fasdl.contract.plan import Plan
 from fasdl.contract.settings import Settings
 from fasdl.contract.worker_event import WorkerEvent, WorkerEventError
 from fasdl.exchange import stores
 from fasdl.exchange.channel.base import Channel, ChannelTimeout
 from fasdl.exchange.inflight import cap_bytes
-from fasdl.exchange.kreduce import KReduceWorker, StepStats
+from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.run.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
 from fasdl.run.fault_hooks import NO_FAULTS, FaultHooks
-from fasdl.run.fencing import Fence, claim_worker, start_dead_epoch_cleanup
+from fasdl.run.fencing import (
+    Fence,
+    claim_worker,
+    clean_own_dead_epoch,
+    start_dead_epoch_cleanup,
+)
 from fasdl.run.retention import RESUMED_FROM, resumed_from
-from fasdl.run.role_times import BATCH_FIELD, ROLE_FIELD, WORKLOAD_FIELD, role_of
+from fasdl.run.role_times import role_of
 from fasdl.run.run_state import check_deployment
+from fasdl.run.segment_result import SegmentResult
 from fasdl.run.time_budget import SegmentTooLong, TimeGuard, peer_wait_s
 from fasdl.training.augment import (
     AugmentationError,
@@ -81,51 +89,6 @@ CHECKPOINT_BASE_S = 2.0  # a few small PUTs plus the committer's wait
 CHECKPOINT_BYTES_PER_S = 20e6  # conservative S3 PUT throughput of one Lambda
 __all__ = ["SegmentTooLong", "TimeGuard", "WorkerEvent", "WorkerEventError", "peer_wait_s",
            "run_segment", "write_result"]
-
-
-@dataclass
-class SegmentResult:
-    run_id: str
-    worker: int
-    segment: dict[str, int]
-    iterations_done: int = 0
-    losses: list[float] = field(default_factory=list)
-    accuracy: float | None = None
-    mcc: float | None = None  # Matthews correlation, two-class workloads only
-    test_samples: int = 0
-    times: dict[str, float] = field(default_factory=dict)
-    bytes_up: int = 0
-    bytes_down: int = 0
-    resume_iteration: int | None = None
-    # exchange requests S3 throttled (503 Slow Down), each retried (fasdl.exchange.channel.s3)
-    throttled_retries: int = 0
-    role: str | None = None  # aggregator | non_aggregator, and its batch (fasdl.run.role_times)
-    batch: int | None = None
-    workload: str | None = None  # the plan's workload name
-
-    def add(self, stats: StepStats) -> None:
-        self.iterations_done += 1
-        self.losses.append(stats.loss)
-        for name in ("compute_s", "upload_s", "aggregate_s", "download_s", "idle_s"):
-            self.times[name] = self.times.get(name, 0.0) + float(getattr(stats, name))
-        self.bytes_up += stats.bytes_up
-        self.bytes_down += stats.bytes_down
-
-    def to_dict(self) -> dict[str, Any]:
-        losses = self.losses
-        return {
-            "run_id": self.run_id, "worker": self.worker, "segment": self.segment,
-            "iterations_done": self.iterations_done,
-            "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None,
-            "loss_mean": sum(losses) / len(losses) if losses else None,
-            "accuracy": self.accuracy, "mcc": self.mcc, "test_samples": self.test_samples,
-            "time": {name: round(value, 6) for name, value in self.times.items()},
-            "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
-            "resume_iteration": self.resume_iteration,
-            "exchange_throttled_retries": self.throttled_retries,
-            ROLE_FIELD: self.role, BATCH_FIELD: self.batch, WORKLOAD_FIELD: self.workload,
-        }
 
 
 def _cached_labels(read_range: RangeReader, key: str, cache_dir: Path) -> np.ndarray:
@@ -380,8 +343,7 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
         claim_worker(exchange, event.run_id, event.epoch, event.worker,
                      invocation_id or uuid.uuid4().hex)
         if event.worker == 0:
-            cleanup = start_dead_epoch_cleanup(exchange, event.run_id, event.resume_epoch,
-                                               event.epoch)
+            cleanup = start_dead_epoch_cleanup(exchange, event.run_id, event.epoch)
         job = _prepare(settings, event, plan, s3, exchange)
         try:
             _restore(job, store, event)
@@ -393,6 +355,10 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
             _checkpoint(job, store, event, settings, remaining_s, fence, result)
             if event.worker == 0:
                 _evaluate_in_time(job, lambda: remaining_s() - settings.time_margin_s, result)
+        except WorkerFenced:
+            job.worker.close(wait=True)  # its transfers land before the cleanup, not after
+            clean_own_dead_epoch(exchange, event.run_id, event.epoch)
+            raise
         finally:
             job.worker.close()
     finally:

@@ -71,6 +71,10 @@ class Channel(ABC):
     def delete_prefix(self, prefix: str) -> int:
         """Delete every key under ``prefix`` (cleanup only, never in the hot path)."""
 
+    @abstractmethod
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every key under ``prefix``, as this channel names them (cleanup only)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 

@@ -20,6 +20,9 @@ class MemoryStore:
         self.values: dict[str, bytes] = {}
         self.lock = threading.Lock()
 
+    def list_keys(self, prefix: str) -> list[str]:
+        return [key for key in self.keys() if key.startswith(prefix)]
+
     def keys(self) -> list[str]:
         """Every stored key, sorted (tests inspect what was written)."""
         with self.lock:
@@ -80,6 +83,9 @@ class MemoryChannel(Channel):
             for key in doomed:
                 del self._store[key]
         return len(doomed)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        return [key for key in self.keys() if key.startswith(prefix)]
 
     def keys(self) -> list[str]:
         """This channel's keys (without its prefix), sorted."""

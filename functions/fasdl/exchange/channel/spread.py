@@ -48,6 +48,11 @@ class SpreadChannel(Channel):
         """Every key under ``prefix`` below any label: one listing per label."""
         return sum(self.inner.delete_prefix(label + prefix) for label in self.labels)
 
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every key under ``prefix`` below any label, named without its label."""
+        return [key[len(label):] for label in self.labels
+                for key in self.inner.list_keys(label + prefix)]
+
     @property
     def throttled_retries(self) -> int:
         return self.inner.throttled_retries

@@ -169,12 +169,18 @@ class ValkeyChannel(Channel):
         return remaining
 
     def delete_prefix(self, prefix: str) -> int:
+        return self._delete_full_keys(self._scan(prefix))
+
+    def list_keys(self, prefix: str) -> list[str]:
+        return [key.decode()[len(self.prefix):] for key in self._scan(prefix)]
+
+    def _scan(self, prefix: str) -> list[bytes]:
         # SCAN visits every primary in cluster mode (redis-py's RedisCluster.scan_iter).
         pattern = escape_glob(self.prefix + prefix) + "*"
         keys: list[bytes] = self._call(
             "scan", pattern, lambda: list(self._client.scan_iter(match=pattern, count=1000))
         )
-        return self._delete_full_keys(keys)
+        return keys
 
     def close(self) -> None:
         self._client.close()
