@@ -105,6 +105,8 @@ class Case:
     # set: the rate was tuned at base_workers × batch, where the reference trains; the
     # K-REDUCE runs get the rate the plan scales to their global batch (linear)
     base_workers: int | None = None
+    # set: only the first rows of the training split (tests: the whole path, a quarter of it)
+    train_rows: int | None = None
 
 
 COSINE = (("lr_schedule", "cosine"),)
@@ -131,7 +133,14 @@ def rgb32(x: np.ndarray, seed: int) -> np.ndarray:
 
 
 def load_case(case: Case, folder: Path) -> tuple[Partition, Partition]:
-    """(train, test) of the case."""
+    """(train, test) of the case; ``case.train_rows``: the first rows of train only."""
+    train, test = _load_splits(case, folder)
+    if case.train_rows is not None:
+        train = Partition(train.x[:case.train_rows], train.y[:case.train_rows])
+    return train, test
+
+
+def _load_splits(case: Case, folder: Path) -> tuple[Partition, Partition]:
     if case.metric == "mcc":
         write_textset(folder / "tsv", seed=0)
         rows = import_cola(folder / "tsv", folder / "data", max_length=TEXT_LENGTH)
