@@ -2,13 +2,13 @@
 stack.
 
 Usage limits bound the bill, not the speed: the storage cap holds a few iterations of shards;
-the ECPU/s maximum is the plan's predicted peak (``prediction.breakdown.cache_ecpu_per_s_peak``,
-planner/model/cache_throughput.py) with ECPU_HEADROOM, and its minimum the plan's mean ECPU/s,
-so a brand-new cache is pre-scaled and not throttled at iteration 0 (CacheUsageLimits accepts a
-Minimum for DataStorage and ECPUPerSecond:
+the ECPU/s maximum is the plan's predicted peak (``Prediction.cache_ecpu_per_s_peak``,
+planner/model/cache_throughput.py) with ECPU_HEADROOM, and its minimum the plan's mean ECPU/s
+(``Prediction.cache_ecpu_per_s_mean``), so a brand-new cache is pre-scaled and not throttled at
+iteration 0 (CacheUsageLimits accepts a Minimum for DataStorage and ECPUPerSecond:
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-elasticache-serverlesscache-ecpupersecond.html).
 The minimum is billed while the cache exists, one more reason to destroy it between runs. A plan
-without those predictions (written before them) gets the old estimate: every worker at full
+without a prediction (``-c workload=`` drops it) gets the network estimate: every worker at full
 Lambda network speed at once, and no minimum. ElastiCache bills 1 ECPU per KB transferred.
 
 ``FasdlCacheStack`` holds the cache alone, so ``cdk destroy FasdlCacheStack`` stops its
@@ -51,7 +51,6 @@ CACHE_CONSTRUCT_ID = "Cache"
 # The maximum over the plan's predicted peak: the prediction is a model, and ElastiCache
 # throttles above the maximum; the planner keeps the peak itself within MAX_ECPU_PER_SECOND.
 ECPU_HEADROOM = 1.5
-PEAK_KEY, MEAN_KEY = "cache_ecpu_per_s_peak", "cache_ecpu_per_s_mean"
 
 
 @dataclass(frozen=True)
@@ -74,8 +73,9 @@ def cache_limits(plan: Plan) -> CacheLimits:
     """Usage limits from the plan: the exchange's peak data with headroom; ECPU/s from the
     plan's predicted peak (maximum) and mean (minimum), or the network estimate without them."""
     storage = math.ceil(CACHE_HEADROOM * exchange_peak_mb(plan) / 1024)
-    breakdown = plan.prediction.breakdown if plan.prediction is not None else {}
-    peak, mean = breakdown.get(PEAK_KEY), breakdown.get(MEAN_KEY)
+    prediction = plan.prediction
+    peak = prediction.cache_ecpu_per_s_peak if prediction is not None else None
+    mean = prediction.cache_ecpu_per_s_mean if prediction is not None else None
     ecpu = (math.ceil(ECPU_HEADROOM * peak) if peak is not None
             else network_ecpu_per_second(plan))
     maximum = _ecpu_in_range(ecpu)

@@ -86,15 +86,11 @@ def ephemeral_storage_mb(plan: Plan) -> int:
 
 
 def plan_concurrency_quota(plan: Plan) -> int:
-    """The account concurrency the plan was made for: the planner's --max-concurrency, in
-    ``provenance.max_concurrency`` (planner/search/quotas.py), or Lambda's default when absent."""
-    text = plan.provenance.get("max_concurrency")
-    if text is None:
-        return DEFAULT_ACCOUNT_CONCURRENCY
-    if not str(text).isdigit() or int(text) < 1:
-        raise SynthSettingsError(f"plan field 'provenance.max_concurrency' must be a whole number "
-                            f">= 1 (the planner's --max-concurrency), got {text!r}")
-    return int(text)
+    """The account concurrency the plan was made for: the planner's --max-concurrency
+    (``quotas.max_concurrency``, planner/search/quotas.py), or Lambda's default for a plan
+    without quotas (made for the default ones; fasdl.contract.plan refuses an older plan that
+    kept them in its provenance)."""
+    return plan.quotas.max_concurrency if plan.quotas is not None else DEFAULT_ACCOUNT_CONCURRENCY
 
 
 def reserved_worker_concurrency(settings: SynthSettings) -> int | None:
@@ -110,7 +106,7 @@ def reserved_worker_concurrency(settings: SynthSettings) -> int | None:
         raise SynthSettingsError(
             f"context '{CONTEXT_RESERVE_CONCURRENCY}=true' reserves 2·W = 2·{workers} = "
             f"{reserved} concurrent executions for the worker, but the plan's concurrency "
-            f"quota is {quota} (provenance.max_concurrency, {DEFAULT_ACCOUNT_CONCURRENCY} when "
+            f"quota is {quota} (quotas.max_concurrency, {DEFAULT_ACCOUNT_CONCURRENCY} when "
             f"absent) and Lambda keeps at least {MIN_UNRESERVED_CONCURRENCY} unreserved: "
             f"{quota} - {reserved} = {quota - reserved} < {MIN_UNRESERVED_CONCURRENCY}. Raise "
             f"the Lambda quota '{QUOTA_NAME}' (Service Quotas code {QUOTA_CODE}) to at least "

@@ -48,7 +48,7 @@ def test_limits_grow_with_the_job() -> None:
 def _predicted(peak: float, mean: float, workers: int = 64) -> Plan:
     data = _plan(workers, 2048, 44.7, 150.0).to_dict()
     data["prediction"] = {"time_s": 100.0, "cost_usd": 1.0, "breakdown": {
-        "cache_ecpu_per_s_peak": peak, "cache_ecpu_per_s_mean": mean}}
+        "lambda_compute_usd": 0.5, "cache_ecpu_per_s_peak": peak, "cache_ecpu_per_s_mean": mean}}
     return Plan.from_dict(data)
 
 
@@ -73,3 +73,4 @@ def test_a_plan_without_predicted_rates_keeps_the_network_estimate() -> None:
     # 64 workers at 75 MB/s both ways (2048 MB is over one vCPU)
     assert limits.ecpu_per_second == math.ceil(64 * 75 * 1024 * 2)
     assert limits.ecpu_per_second_minimum is None
+
