@@ -10,6 +10,7 @@ https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-el
 The minimum is billed while the cache exists, one more reason to destroy it between runs. A plan
 without a prediction (``-c workload=`` drops it) gets the network estimate: every worker at full
 Lambda network speed at once, and no minimum. ElastiCache bills 1 ECPU per KB transferred.
+:func:`cache_limits` turns the plan into :class:`CacheLimits`; the constructs take only those.
 
 ``FasdlCacheStack`` holds the cache alone, so ``cdk destroy FasdlCacheStack`` stops its
 minimum charge between runs while the training stack stays. It imports the VPC subnets and the
@@ -101,10 +102,10 @@ def _ecpu_in_range(ecpu: int) -> int:
 class ExchangeCache(Construct):
     """A Valkey serverless cache in the isolated subnets, reachable from the worker SG."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, plan: Plan, name: str,
+    def __init__(self, scope: Construct, construct_id: str, *, limits: CacheLimits, name: str,
                  subnets: list[ec2.ISubnet], security_group: ec2.ISecurityGroup) -> None:
         super().__init__(scope, construct_id)
-        self.limits = cache_limits(plan)
+        self.limits = limits
         self.cache = self._build_cache(name, subnets, security_group)
 
     @property
@@ -139,14 +140,14 @@ class FasdlCacheStack(Stack):
     """The exchange cache of one Valkey training stack; deploy it before a run, destroy it
     after to stop its billing."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, plan: Plan,
+    def __init__(self, scope: Construct, construct_id: str, *, region: str, limits: CacheLimits,
                  training_stack_name: str, subnets: list[ec2.ISubnet],
                  security_group: ec2.ISecurityGroup, account: str | None = None) -> None:
         super().__init__(scope, construct_id,
-                         env=Environment(account=account, region=plan.deployment.region),
+                         env=Environment(account=account, region=region),
                          description=f"FasDL exchange cache of {training_stack_name} "
                                      "(destroy between runs to stop its billing)")
-        self.cache = ExchangeCache(self, CACHE_CONSTRUCT_ID, plan=plan,
+        self.cache = ExchangeCache(self, CACHE_CONSTRUCT_ID, limits=limits,
                                    name=cache_name(training_stack_name), subnets=subnets,
                                    security_group=security_group)
         CfnOutput(self, "CacheName", value=self.cache.cache.serverless_cache_name)

@@ -106,6 +106,11 @@ class Deployment:
         require_region("deployment.region", self.region)
         require_int("deployment.timeout_s", self.timeout_s, 60, MAX_TIMEOUT_S)
 
+    def fingerprint(self) -> str:
+        """What a deployed stack is built for; a run's plan must match it."""
+        return (f"{self.channel}:{self.arch}:{self.memory_mb}MB:W{self.workers}:{self.region}:"
+                f"{self.timeout_s}s")
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -219,9 +224,8 @@ class Plan:
         return t.batch_aggregator if worker < t.aggregators else t.batch_non_aggregator
 
     def deployment_fingerprint(self) -> str:
-        """What a deployed stack is built for; a run's plan must match it."""
-        d = self.deployment
-        return f"{d.channel}:{d.arch}:{d.memory_mb}MB:W{d.workers}:{d.region}:{d.timeout_s}s"
+        """What a deployed stack is built for (Deployment.fingerprint)."""
+        return self.deployment.fingerprint()
 
     # ---- JSON ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
