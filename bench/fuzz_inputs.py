@@ -250,7 +250,8 @@ def planner_argv(draw: st.DrawFn, folder: Path) -> list[str]:
 def door_cases(folder: Path) -> dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], None]]]:
     (folder / "out").mkdir(exist_ok=True)
     plan = json.loads(DEFAULT_PLAN_PATH.read_text())
-    plan["prediction"] = {"time_s": 120.0, "cost_usd": 0.01, "breakdown": {"upload_s": 1.0}}
+    plan["prediction"] = {"time_s": 120.0, "cost_usd": 0.01,
+                          "breakdown": {"lambda_compute_usd": 0.008, "upload_s": 1.0}}
     return {
         "plan": (mutated_document(plan), lambda value: check_plan(value, folder)),
         "workload": (st.tuples(mutated_document(json.loads(WORKLOAD_FILE.read_text())),

@@ -2,14 +2,15 @@
 stack.
 
 Usage limits bound the bill, not the speed: the storage cap holds a few iterations of shards;
-the ECPU/s maximum is the plan's predicted peak (``prediction.breakdown.cache_ecpu_per_s_peak``,
-planner/model/cache_throughput.py) with ECPU_HEADROOM, and its minimum the plan's mean ECPU/s,
-so a brand-new cache is pre-scaled and not throttled at iteration 0 (CacheUsageLimits accepts a
-Minimum for DataStorage and ECPUPerSecond:
+the ECPU/s maximum is the plan's predicted peak (``Prediction.cache_ecpu_per_s_peak``,
+planner/model/cache_throughput.py) with ECPU_HEADROOM, and its minimum the plan's mean ECPU/s
+(``Prediction.cache_ecpu_per_s_mean``), so a brand-new cache is pre-scaled and not throttled at
+iteration 0 (CacheUsageLimits accepts a Minimum for DataStorage and ECPUPerSecond:
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-elasticache-serverlesscache-ecpupersecond.html).
 The minimum is billed while the cache exists, one more reason to destroy it between runs. A plan
-without those predictions (written before them) gets the old estimate: every worker at full
+without a prediction (``-c workload=`` drops it) gets the network estimate: every worker at full
 Lambda network speed at once, and no minimum. ElastiCache bills 1 ECPU per KB transferred.
+:func:`cache_limits` turns the plan into :class:`CacheLimits`; the constructs take only those.
 
 ``FasdlCacheStack`` holds the cache alone, so ``cdk destroy FasdlCacheStack`` stops its
 minimum charge between runs while the training stack stays. It imports the VPC subnets and the
@@ -51,7 +52,6 @@ CACHE_CONSTRUCT_ID = "Cache"
 # The maximum over the plan's predicted peak: the prediction is a model, and ElastiCache
 # throttles above the maximum; the planner keeps the peak itself within MAX_ECPU_PER_SECOND.
 ECPU_HEADROOM = 1.5
-PEAK_KEY, MEAN_KEY = "cache_ecpu_per_s_peak", "cache_ecpu_per_s_mean"
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,9 @@ def cache_limits(plan: Plan) -> CacheLimits:
     """Usage limits from the plan: the exchange's peak data with headroom; ECPU/s from the
     plan's predicted peak (maximum) and mean (minimum), or the network estimate without them."""
     storage = math.ceil(CACHE_HEADROOM * exchange_peak_mb(plan) / 1024)
-    breakdown = plan.prediction.breakdown if plan.prediction is not None else {}
-    peak, mean = breakdown.get(PEAK_KEY), breakdown.get(MEAN_KEY)
+    prediction = plan.prediction
+    peak = prediction.cache_ecpu_per_s_peak if prediction is not None else None
+    mean = prediction.cache_ecpu_per_s_mean if prediction is not None else None
     ecpu = (math.ceil(ECPU_HEADROOM * peak) if peak is not None
             else network_ecpu_per_second(plan))
     maximum = _ecpu_in_range(ecpu)
@@ -101,10 +102,10 @@ def _ecpu_in_range(ecpu: int) -> int:
 class ExchangeCache(Construct):
     """A Valkey serverless cache in the isolated subnets, reachable from the worker SG."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, plan: Plan, name: str,
+    def __init__(self, scope: Construct, construct_id: str, *, limits: CacheLimits, name: str,
                  subnets: list[ec2.ISubnet], security_group: ec2.ISecurityGroup) -> None:
         super().__init__(scope, construct_id)
-        self.limits = cache_limits(plan)
+        self.limits = limits
         self.cache = self._build_cache(name, subnets, security_group)
 
     @property
@@ -139,14 +140,14 @@ class FasdlCacheStack(Stack):
     """The exchange cache of one Valkey training stack; deploy it before a run, destroy it
     after to stop its billing."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, plan: Plan,
+    def __init__(self, scope: Construct, construct_id: str, *, region: str, limits: CacheLimits,
                  training_stack_name: str, subnets: list[ec2.ISubnet],
                  security_group: ec2.ISecurityGroup, account: str | None = None) -> None:
         super().__init__(scope, construct_id,
-                         env=Environment(account=account, region=plan.deployment.region),
+                         env=Environment(account=account, region=region),
                          description=f"FasDL exchange cache of {training_stack_name} "
                                      "(destroy between runs to stop its billing)")
-        self.cache = ExchangeCache(self, CACHE_CONSTRUCT_ID, plan=plan,
+        self.cache = ExchangeCache(self, CACHE_CONSTRUCT_ID, limits=limits,
                                    name=cache_name(training_stack_name), subnets=subnets,
                                    security_group=security_group)
         CfnOutput(self, "CacheName", value=self.cache.cache.serverless_cache_name)

@@ -30,7 +30,7 @@ from fasdl.contract.lambda_quotas import (
     QUOTA_CODE,
     QUOTA_NAME,
 )
-from fasdl.contract.plan import PLAN_MAX_COMPACT_BYTES, Plan
+from fasdl.contract.plan import PLAN_MAX_COMPACT_BYTES, Deployment, Plan
 from fasdl.contract.settings import STUB_ENV, WORKER_FUNCTION_ENV, WORKER_LOG_GROUP_ENV
 from infra import access
 from infra.lambda_runtime import PYTHON_RUNTIME, TORCH_TMP_RESERVE_MB, image_tag
@@ -39,6 +39,7 @@ from infra.settings import (
     DOCKERFILE,
     FUNCTIONS_DIR,
     REPO_ROOT,
+    Packaging,
     SynthSettings,
     SynthSettingsError,
 )
@@ -86,15 +87,11 @@ def ephemeral_storage_mb(plan: Plan) -> int:
 
 
 def plan_concurrency_quota(plan: Plan) -> int:
-    """The account concurrency the plan was made for: the planner's --max-concurrency, in
-    ``provenance.max_concurrency`` (planner/search/quotas.py), or Lambda's default when absent."""
-    text = plan.provenance.get("max_concurrency")
-    if text is None:
-        return DEFAULT_ACCOUNT_CONCURRENCY
-    if not str(text).isdigit() or int(text) < 1:
-        raise SynthSettingsError(f"plan field 'provenance.max_concurrency' must be a whole number "
-                            f">= 1 (the planner's --max-concurrency), got {text!r}")
-    return int(text)
+    """The account concurrency the plan was made for: the planner's --max-concurrency
+    (``quotas.max_concurrency``, planner/search/quotas.py), or Lambda's default for a plan
+    without quotas (made for the default ones; fasdl.contract.plan refuses an older plan that
+    kept them in its provenance)."""
+    return plan.quotas.max_concurrency if plan.quotas is not None else DEFAULT_ACCOUNT_CONCURRENCY
 
 
 def reserved_worker_concurrency(settings: SynthSettings) -> int | None:
@@ -110,7 +107,7 @@ def reserved_worker_concurrency(settings: SynthSettings) -> int | None:
         raise SynthSettingsError(
             f"context '{CONTEXT_RESERVE_CONCURRENCY}=true' reserves 2·W = 2·{workers} = "
             f"{reserved} concurrent executions for the worker, but the plan's concurrency "
-            f"quota is {quota} (provenance.max_concurrency, {DEFAULT_ACCOUNT_CONCURRENCY} when "
+            f"quota is {quota} (quotas.max_concurrency, {DEFAULT_ACCOUNT_CONCURRENCY} when "
             f"absent) and Lambda keeps at least {MIN_UNRESERVED_CONCURRENCY} unreserved: "
             f"{quota} - {reserved} = {quota - reserved} < {MIN_UNRESERVED_CONCURRENCY}. Raise "
             f"the Lambda quota '{QUOTA_NAME}' (Service Quotas code {QUOTA_CODE}) to at least "
@@ -130,6 +127,25 @@ def plan_environment(plan: Plan) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CodeAssets:
+    """Where the functions' code and layers come from (resolved from the synth context)."""
+
+    torch_layer_dir: Path
+    torch_layer_is_stub: bool  # the stand-in: handlers fail with a clear message
+    worker_packaging: Packaging
+    requirements_layer_dir: Path | None = None  # workload.requirements' wheels
+    user_code: UserCode | None = None  # the plan's own model or loss, staged
+
+    @classmethod
+    def of(cls, settings: SynthSettings) -> CodeAssets:
+        return cls(torch_layer_dir=settings.torch_layer_dir,
+                   torch_layer_is_stub=settings.torch_layer_is_stub,
+                   worker_packaging=settings.worker_packaging,
+                   requirements_layer_dir=settings.requirements_layer_dir,
+                   user_code=stage_user_code(settings.plan))
+
+
+@dataclass(frozen=True, kw_only=True)
 class _Spec:
     """One function's shape; roles, logs and VPC wiring are derived from it."""
 
@@ -145,64 +161,62 @@ class _Spec:
 
 
 class Compute(Construct):
-    """Functions, their roles, log groups and the torch layer."""
+    """Functions, their roles, log groups and the torch layer, from the typed values they
+    need: the plan's deployment section, its compact JSON (the trigger's), the /tmp size and
+    the worker's reservation (the stack derives them from the plan) and the code assets."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: SynthSettings,
-                 storage: Storage, stack_name: str, vpc: ec2.IVpc | None = None,
-                 security_group: ec2.ISecurityGroup | None = None,
+    def __init__(self, scope: Construct, construct_id: str, *, deployment: Deployment,
+                 plan_json: str, ephemeral_mb: int, reserved_worker_concurrency: int | None,
+                 assets: CodeAssets, storage: Storage, stack_name: str,
+                 vpc: ec2.IVpc | None = None, security_group: ec2.ISecurityGroup | None = None,
                  cache_name: str | None = None) -> None:
         super().__init__(scope, construct_id)
-        self._settings = settings
+        self._deployment, self._assets = deployment, assets
         self._vpc = vpc
         self._security_group = security_group
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
-        plan = settings.plan
         self._environment = self._common_environment(stack_name, storage, cache_name)
         self._code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=ASSET_EXCLUDES)
         self.layer = self._build_layer()
         self.layers = [self.layer]
-        user_code = stage_user_code(plan)
-        if user_code is not None:  # the plan's own model or loss: a layer of its own
-            self.layers.append(self._build_user_code_layer(user_code))
-            self._environment.update(user_code.environment)
-        if settings.requirements_layer_dir is not None:  # workload.requirements' wheels
-            self.layers.append(self._build_requirements_layer(settings.requirements_layer_dir))
-        ephemeral = ephemeral_storage_mb(plan)
-        timeout = Duration.seconds(plan.deployment.timeout_s)
+        if assets.user_code is not None:  # the plan's own model or loss: a layer of its own
+            self.layers.append(self._build_user_code_layer(assets.user_code))
+            self._environment.update(assets.user_code.environment)
+        if assets.requirements_layer_dir is not None:  # workload.requirements' wheels
+            self.layers.append(self._build_requirements_layer(assets.requirements_layer_dir))
+        timeout = Duration.seconds(deployment.timeout_s)
         in_vpc = vpc is not None
 
-        memory = plan.deployment.memory_mb
+        memory = deployment.memory_mb
         self.worker = self._build_worker(_Spec(
             construct_id=WORKER_ID, handler="handlers.worker.handler",
             description="FasDL K-REDUCE worker: one segment", memory_mb=memory,
-            timeout=timeout, in_vpc=in_vpc, ephemeral_mb=ephemeral,
-            reserved_concurrency=reserved_worker_concurrency(settings)))
+            timeout=timeout, in_vpc=in_vpc, ephemeral_mb=ephemeral_mb,
+            reserved_concurrency=reserved_worker_concurrency))
         self.trigger = self._build_function(_Spec(
             construct_id=TRIGGER_ID, handler="handlers.trigger.handler",
             description="FasDL run and segment planner", memory_mb=TRIGGER_MEMORY_MB,
             timeout=TRIGGER_TIMEOUT, in_vpc=False,
-            extra_env={**environment.Settings.to_env(plan_json=plan_environment(plan)),
+            extra_env={**environment.Settings.to_env(plan_json=plan_json),
                        WORKER_FUNCTION_ENV: self.worker.function_name,
                        # its REPORT lines tell an out-of-memory kill from a crash
                        WORKER_LOG_GROUP_ENV: self.log_groups[WORKER_ID].log_group_name}))
         self.finalize = self._build_function(_Spec(
             construct_id=FINALIZE_ID, handler="handlers.finalize.handler",
             description="FasDL model, summary, failure record", memory_mb=memory,
-            timeout=LONG_TIMEOUT, in_vpc=in_vpc, ephemeral_mb=ephemeral))
+            timeout=LONG_TIMEOUT, in_vpc=in_vpc, ephemeral_mb=ephemeral_mb))
         self.profiler = self._build_function(_Spec(
             construct_id=PROFILER_ID, handler="handlers.profiler.handler",
             description="FasDL platform profiler for the planner", memory_mb=memory,
-            timeout=LONG_TIMEOUT, in_vpc=in_vpc, ephemeral_mb=ephemeral))
+            timeout=LONG_TIMEOUT, in_vpc=in_vpc, ephemeral_mb=ephemeral_mb))
 
-        access.grant_worker(
-            self.roles[WORKER_ID], datasets=storage.datasets, results=storage.results,
-            exchange=storage.exchange if plan.deployment.channel == "s3" else None)
+        exchange = storage.exchange if deployment.channel == "s3" else None
+        access.grant_worker(self.roles[WORKER_ID], datasets=storage.datasets,
+                            results=storage.results, exchange=exchange)
         access.grant_trigger(self.roles[TRIGGER_ID], datasets=storage.datasets,
                              results=storage.results, worker=self.worker, cache_name=cache_name,
-                             worker_logs=self.log_groups[WORKER_ID],
-                             exchange=storage.exchange if plan.deployment.channel == "s3"
-                             else None)
+                             worker_logs=self.log_groups[WORKER_ID], exchange=exchange)
         access.grant_finalize(self.roles[FINALIZE_ID], results=storage.results,
                               exchange=storage.exchange)
         access.grant_profiler(self.roles[PROFILER_ID], datasets=storage.datasets,
@@ -210,10 +224,9 @@ class Compute(Construct):
 
     def _common_environment(self, stack_name: str, storage: Storage,
                             cache_name: str | None) -> dict[str, str]:
-        plan = self._settings.plan
+        deployment = self._deployment
         env = environment.Settings.to_env(
-            stack=stack_name, channel=plan.deployment.channel,
-            deployment=plan.deployment_fingerprint(),
+            stack=stack_name, channel=deployment.channel, deployment=deployment.fingerprint(),
             datasets_bucket=storage.datasets.bucket_name,
             results_bucket=storage.results.bucket_name,
             exchange_bucket=storage.exchange.bucket_name, exchange_prefix=EXCHANGE_PREFIX,
@@ -222,14 +235,14 @@ class Compute(Construct):
         if cache_name is not None:  # the endpoint comes in the run state (run.cache)
             # serverless caches accept TLS connections only
             env.update(environment.Settings.to_env(cache_name=cache_name, cache_tls=True))
-        if self._settings.torch_layer_is_stub:
+        if self._assets.torch_layer_is_stub:
             env[STUB_ENV] = "1"  # lets handlers fail with a clear message
         return env
 
     def _build_layer(self) -> lambda_.LayerVersion:
         return lambda_.LayerVersion(
             self, LAYER_ID,
-            code=lambda_.Code.from_asset(str(self._settings.torch_layer_dir),
+            code=lambda_.Code.from_asset(str(self._assets.torch_layer_dir),
                                          exclude=["**/__pycache__"]),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[self._architecture],
@@ -259,7 +272,7 @@ class Compute(Construct):
 
     @property
     def _architecture(self) -> lambda_.Architecture:
-        arch = self._settings.plan.deployment.arch
+        arch = self._deployment.arch
         return lambda_.Architecture.ARM_64 if arch == "arm64" else lambda_.Architecture.X86_64
 
     def _prepare(self, spec: _Spec) -> tuple[iam.Role, logs.LogGroup]:
@@ -321,7 +334,7 @@ class Compute(Construct):
             timeout=timeout, in_vpc=self._vpc is not None, ephemeral_mb=ephemeral_mb))
 
     def _build_worker(self, spec: _Spec) -> lambda_.Function:
-        if self._settings.worker_packaging == "zip":
+        if self._assets.worker_packaging == "zip":
             return self._build_function(spec)
         return self._build_image_worker(spec)
 

@@ -34,9 +34,9 @@ Context keys (``cdk synth -c key=value`` or ``cdk.json``):
 
 The plan is validated here, before any construct exists, so an invalid plan fails synth with
 the plan's own :class:`~fasdl.contract.plan.PlanError` message. Two checks are the stack's: a
-plan whose ``deployment.memory_mb`` is above the account limit recorded in its provenance
-(``account_max_memory_mb``, from ``planner plan --account``) is refused, and so is a Valkey plan
-of one worker (nothing to exchange; see :func:`check_channel_has_exchange`).
+plan whose ``deployment.memory_mb`` is above the account limit it records
+(``quotas.account_max_memory_mb``, from ``planner plan --account``) is refused, and so is a
+Valkey plan of one worker (nothing to exchange; see :func:`check_channel_has_exchange`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, cast
 
-from fasdl.contract.lambda_quotas import ACCOUNT_KEY, ACCOUNT_MEMORY_KEY
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.requirements import requirements_digest
 from fasdl.contract.workload import Workload
@@ -158,20 +157,17 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSett
 
 def check_account_memory(plan: Plan) -> None:
     """A plan made with ``planner plan --account`` records the account's function-memory limit
-    (provenance ``account_max_memory_mb``, planner/account.py); above it Lambda refuses to
-    create the functions, so the synth refuses first."""
-    recorded = plan.provenance.get(ACCOUNT_MEMORY_KEY)
-    if recorded is None:
+    (``quotas.account_max_memory_mb``, planner/account.py); above it Lambda refuses to create
+    the functions, so the synth refuses first."""
+    quotas = plan.quotas
+    if quotas is None or quotas.account_max_memory_mb is None:
         return
-    if not recorded.isdigit():
-        raise PlanError(f"provenance.{ACCOUNT_MEMORY_KEY}",
-                        f"must be a whole number of MB, got {recorded!r}")
-    memory, limit = plan.deployment.memory_mb, int(recorded)
+    memory, limit = plan.deployment.memory_mb, quotas.account_max_memory_mb
     if memory > limit:
-        who = plan.provenance.get(ACCOUNT_KEY, "the account")
+        who = quotas.account or "the account"
         raise PlanError("deployment.memory_mb",
                         f"is {memory} MB, above the {limit} MB function-memory limit recorded "
-                        f"in provenance.{ACCOUNT_MEMORY_KEY} (python -m planner account: "
+                        f"in quotas.account_max_memory_mb (python -m planner account: "
                         f"{who}); Lambda would refuse to create the functions. Plan again "
                         f"with --account, or set deployment.memory_mb <= {limit}; if AWS has "
                         "raised the limit, rerun python -m planner account --max-memory N")

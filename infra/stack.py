@@ -8,9 +8,15 @@ from aws_cdk import CfnOutput, CfnParameter, CfnRule, CfnRuleAssertion, Environm
 from constructs import Construct
 
 from fasdl.contract.cache import cache_name, cache_stack_name
-from infra.cache import FasdlCacheStack
+from infra.cache import FasdlCacheStack, cache_limits
 from infra.checkov import add_skips
-from infra.compute import Compute
+from infra.compute import (
+    CodeAssets,
+    Compute,
+    ephemeral_storage_mb,
+    plan_environment,
+    reserved_worker_concurrency,
+)
 from infra.monitoring import Monitoring
 from infra.nag import add_suppressions
 from infra.network import Network
@@ -47,8 +53,10 @@ class FasdlStack(Stack):
         self.storage = Storage(self, "Storage")
         self.network = Network(self, "Network") if plan.deployment.channel == VALKEY else None
         self.compute = Compute(
-            self, "Compute", settings=settings, storage=self.storage,
-            stack_name=self.stack_name,
+            self, "Compute", deployment=plan.deployment, plan_json=plan_environment(plan),
+            ephemeral_mb=ephemeral_storage_mb(plan),
+            reserved_worker_concurrency=reserved_worker_concurrency(settings),
+            assets=CodeAssets.of(settings), storage=self.storage, stack_name=self.stack_name,
             vpc=self.network.vpc if self.network else None,
             security_group=self.network.worker_security_group if self.network else None,
             cache_name=cache_name(self.stack_name) if self.network else None)
@@ -125,7 +133,8 @@ def build_stacks(scope: Construct, settings: SynthSettings, *, stack_name: str =
     if stack.network is None:
         return stack, None
     cache = FasdlCacheStack(
-        scope, cache_stack_name(stack.stack_name), plan=settings.plan,
+        scope, cache_stack_name(stack.stack_name), region=settings.plan.deployment.region,
+        limits=cache_limits(settings.plan),
         training_stack_name=stack.stack_name, subnets=stack.network.vpc.isolated_subnets,
         security_group=stack.network.cache_security_group, account=account)
     add_suppressions(cache)

@@ -7,8 +7,10 @@ import json
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from fasdl.contract.lambda_quotas import PlanQuotas
 from fasdl.contract.limits import DEADLINE_SLACK, default_limits
 from fasdl.contract.plan import Deployment, Plan, Prediction, Training
+from fasdl.contract.prediction import LOAD_BEARING
 from planner.model.confidence import assess
 from planner.model.problem import Problem
 from planner.search.quotas import Quotas
@@ -27,12 +29,11 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             deadline_slack: float = DEADLINE_SLACK) -> Plan:
     """The plan for ``choice``; the segment length is the model's, capped at the run's length,
     and the training recipe the workload's (planner.model.recipe). ``quotas``, the account quotas
-    the search respected, go into the provenance."""
+    the search respected, go into the plan's ``quotas`` section."""
     workload = problem.workload.to_workload()
     iterations_per_epoch = workload.samples // choice.global_batch
     total_iterations = max(1, iterations_per_epoch * problem.epochs)
     segment_iterations = max(1, min(choice.segment_iterations, total_iterations))
-    breakdown = {name: round(value, 6) for name, value in choice.breakdown.items()}
     return Plan(
         workload=workload,
         deployment=Deployment(
@@ -59,8 +60,8 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             **problem.workload.recipe.training_fields(
                 choice.global_batch, iterations_per_epoch, total_iterations),
         ),
-        prediction=Prediction(time_s=round(choice.time_s, 3), cost_usd=round(choice.cost_usd, 6),
-                              breakdown=breakdown),
+        prediction=prediction(choice),
+        quotas=plan_quotas(quotas) if quotas is not None else None,
         # the guards' limits, priced as the plan was (fasdl.contract.limits)
         limits=default_limits(
             planning_deadline_s=problem.deadline_s, predicted_cost_usd=choice.cost_usd,
@@ -75,9 +76,31 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             "platform_profile": problem.platform.name,
             "prices": problem.prices.region,
             "deadline_s": f"{problem.deadline_s:g}",
-            **(quotas.provenance() if quotas is not None else {}),
         },
     )
+
+
+def prediction(choice: Choice) -> Prediction:
+    """The choice's prediction: the figures the stack and the guard act on as typed fields
+    (fasdl.contract.prediction), the rest of the model's breakdown for the reader."""
+    breakdown = {name: round(value, 6) for name, value in choice.breakdown.items()}
+    rest = {name: value for name, value in breakdown.items() if name not in LOAD_BEARING}
+    return Prediction(time_s=round(choice.time_s, 3), cost_usd=round(choice.cost_usd, 6),
+                      lambda_compute_usd=breakdown["lambda_compute_usd"],
+                      cache_ecpu_per_s_peak=breakdown.get("cache_ecpu_per_s_peak"),
+                      cache_ecpu_per_s_mean=breakdown.get("cache_ecpu_per_s_mean"),
+                      breakdown=rest)
+
+
+def plan_quotas(quotas: Quotas) -> PlanQuotas:
+    """The quotas the search kept to, and what ``--account`` read, for the stack's checks."""
+    account = quotas.account
+    return PlanQuotas(
+        max_concurrency=quotas.max_concurrency, max_memory_mb=quotas.max_memory_mb,
+        account_max_memory_mb=account.max_memory_mb if account is not None else None,
+        account_max_concurrency=account.max_concurrency if account is not None else None,
+        account=(f"{account.account_id} {account.region} {account.read_on}"
+                 if account is not None else None))
 
 
 def confidence_section(problem: Problem, choice: Choice) -> dict[str, Any]:

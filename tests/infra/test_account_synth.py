@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from fasdl.contract.lambda_quotas import ACCOUNT_KEY, ACCOUNT_MEMORY_KEY
 from fasdl.contract.plan import PlanError
 from infra.settings import DEFAULT_PLAN_PATH, REPO_ROOT, STUB_TORCH_LAYER, load_settings
 from tests.infra.app_process import app_env
@@ -20,13 +19,14 @@ from tests.infra.app_process import app_env
 ACCOUNT = "123456789012 us-east-1 2026-11-28"
 
 
-def _plan(tmp_path: Path, memory_mb: int, provenance: dict[str, str],
+def _plan(tmp_path: Path, memory_mb: int, quotas: dict[str, Any] | None,
           **deployment: Any) -> Path:
     data: dict[str, Any] = json.loads(DEFAULT_PLAN_PATH.read_text())
     data["deployment"].update(memory_mb=memory_mb, **deployment)
     if deployment.get("workers") == 1:
         data["training"]["aggregators"] = 1
-    data["provenance"] = {**data.get("provenance", {}), **provenance}
+    if quotas is not None:
+        data["quotas"] = {"max_concurrency": 1000, "max_memory_mb": 10240, **quotas}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(data))
     return path
@@ -37,19 +37,45 @@ def _load(path: Path) -> None:
 
 
 def test_memory_within_the_recorded_limit_synthesizes(tmp_path: Path) -> None:
-    _load(_plan(tmp_path, 3008, {ACCOUNT_MEMORY_KEY: "3008", ACCOUNT_KEY: ACCOUNT}))
-    _load(_plan(tmp_path, 8576, {}))  # no account check recorded: nothing to hold it to
+    _load(_plan(tmp_path, 3008, {"account_max_memory_mb": 3008, "account": ACCOUNT}))
+    _load(_plan(tmp_path, 8576, None))  # no account check recorded: nothing to hold it to
+    _load(_plan(tmp_path, 8576, {}))  # quotas without --account: nor here
 
 
-def test_a_bad_recorded_limit_names_the_field(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("quotas", "field", "bound"), [
+    ({"account_max_memory_mb": "3 GB"}, "quotas.account_max_memory_mb", "[128, 10240]"),
+    ({"account_max_memory_mb": 64}, "quotas.account_max_memory_mb", "[128, 10240]"),
+    ({"max_memory_mb": 20_000}, "quotas.max_memory_mb", "[128, 10240]"),
+    ({"max_concurrency": 1}, "quotas.max_concurrency", "[2, 1000000]"),
+    ({"account_max_concurrency": 0}, "quotas.account_max_concurrency", "[2, 1000000]"),
+    ({"account": ""}, "quotas.account", "1-64 characters"),
+    ({"max_memory": 3008}, "quotas.max_memory", "did you mean"),
+])
+def test_a_bad_recorded_quota_names_the_field_and_range(
+        tmp_path: Path, quotas: dict[str, Any], field: str, bound: str) -> None:
     with pytest.raises(PlanError) as raised:
-        _load(_plan(tmp_path, 1024, {ACCOUNT_MEMORY_KEY: "3 GB"}))
-    assert raised.value.field == f"provenance.{ACCOUNT_MEMORY_KEY}"
+        _load(_plan(tmp_path, 1024, quotas))
+    assert raised.value.field == field and bound in str(raised.value)
+
+
+@pytest.mark.parametrize("key", ["account_max_memory_mb", "max_concurrency"])
+def test_a_plan_with_its_quotas_still_in_provenance_is_refused(tmp_path: Path,
+                                                                key: str) -> None:
+    """Plans written before the quotas section: read as informational, the recorded quota
+    would silently become the default, so the plan is refused naming the key and its home."""
+    path = _plan(tmp_path, 1024, None)
+    data = json.loads(path.read_text())
+    data["provenance"][key] = "3008"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanError) as raised:
+        _load(path)
+    assert raised.value.field == f"provenance.{key}"
+    assert f"quotas.{key}" in str(raised.value) and "plan again" in str(raised.value)
 
 
 def test_one_valkey_worker_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PlanError) as raised:
-        _load(_plan(tmp_path, 1024, {}, channel="valkey", workers=1))
+        _load(_plan(tmp_path, 1024, None, channel="valkey", workers=1))
     assert raised.value.field == "deployment.channel"
     assert "deployment.workers = 1" in str(raised.value) and "'s3'" in str(raised.value)
 
@@ -57,7 +83,7 @@ def test_one_valkey_worker_is_refused(tmp_path: Path) -> None:
 def test_cdk_app_refuses_memory_above_the_account_limit(tmp_path: Path) -> None:
     """app.py (what ``cdk synth`` runs): one line naming the field and both numbers, exit 2,
     nothing staged."""
-    path = _plan(tmp_path, 4736, {ACCOUNT_MEMORY_KEY: "3008", ACCOUNT_KEY: ACCOUNT})
+    path = _plan(tmp_path, 4736, {"account_max_memory_mb": 3008, "account": ACCOUNT})
     out = tmp_path / "cdk.out"
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "app.py")], cwd=REPO_ROOT, capture_output=True,
@@ -66,6 +92,6 @@ def test_cdk_app_refuses_memory_above_the_account_limit(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.strip()]
     assert line.startswith("fasdl: invalid synth input: plan field 'deployment.memory_mb'")
-    for text in ("4736 MB", "3008 MB", ACCOUNT_MEMORY_KEY, ACCOUNT, "--account"):
+    for text in ("4736 MB", "3008 MB", "quotas.account_max_memory_mb", ACCOUNT, "--account"):
         assert text in line, text
     assert not out.exists() or not any(out.iterdir())

@@ -38,6 +38,7 @@ def big_provenance(data: dict[str, Any]) -> None:
     data["provenance"] = {f"note{index}": "x" * 500 for index in range(7)}
 
 
+LAMBDA = {"lambda_compute_usd": 0.5}  # what every prediction carries (the budget guard's)
 CASES: list[tuple[str, Mutation, str]] = [
     ("region with a trailing newline",
      lambda d: d["deployment"].update(region="us-east-1\n"), "deployment.region"),
@@ -50,11 +51,14 @@ CASES: list[tuple[str, Mutation, str]] = [
     ("name with a trailing newline", lambda d: d["workload"].update(name="cnn\n"),
      "workload.name"),
     ("prediction time is text",
-     lambda d: d.update(prediction={"time_s": "soon", "cost_usd": 1.0}), "prediction.time_s"),
+     lambda d: d.update(prediction={"time_s": "soon", "cost_usd": 1.0, "breakdown": LAMBDA}),
+     "prediction.time_s"),
     ("prediction cost is negative",
-     lambda d: d.update(prediction={"time_s": 1.0, "cost_usd": -1.0}), "prediction.cost_usd"),
+     lambda d: d.update(prediction={"time_s": 1.0, "cost_usd": -1.0, "breakdown": LAMBDA}),
+     "prediction.cost_usd"),
     ("prediction breakdown holds a list",
-     lambda d: d.update(prediction={"time_s": 1.0, "cost_usd": 1.0, "breakdown": {"x": [1]}}),
+     lambda d: d.update(prediction={"time_s": 1.0, "cost_usd": 1.0,
+                                    "breakdown": {**LAMBDA, "x": [1]}}),
      "prediction.breakdown.x"),
     ("provenance value is not text", lambda d: d.update(provenance={"a": 1}), "provenance.a"),
     ("provenance key is not an identifier", lambda d: d.update(provenance={"a b": "x"}),

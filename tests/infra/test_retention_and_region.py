@@ -52,12 +52,13 @@ def test_pruned_checkpoints_expire_after_a_day_replaced_datasets_after_a_month(
 
 
 def test_the_cache_is_pre_scaled_to_the_minimum_the_planner_prices(valkey_synth: Synth) -> None:
-    """The plan's predicted peak and mean ECPU/s (tests/infra/plans/valkey_arm64.json) become
-    the cache's maximum (with headroom) and minimum; the planner priced that minimum."""
+    """The plan's predicted peak and mean ECPU/s (tests/infra/plans/valkey_arm64.json; the
+    typed Prediction fields) become the cache's maximum (with headroom) and minimum; the
+    planner priced that minimum."""
     prediction = valkey_synth.settings.plan.prediction
     assert valkey_synth.cache is not None and prediction is not None
-    peak = prediction.breakdown["cache_ecpu_per_s_peak"]
-    mean = prediction.breakdown["cache_ecpu_per_s_mean"]
+    peak, mean = prediction.cache_ecpu_per_s_peak, prediction.cache_ecpu_per_s_mean
+    assert (peak, mean) == (710504.448, 423248.208047)
     ((cache,),) = [list(valkey_synth.cache.resources("AWS::ElastiCache::ServerlessCache").values())]
     limits = cache["Properties"]["CacheUsageLimits"]["ECPUPerSecond"]
     assert limits == {"Maximum": math.ceil(1.5 * peak), "Minimum": math.ceil(mean)}

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fasdl.contract.plan import PlanError
 from fasdl.contract.settings import WORKER_FUNCTION_ENV
 from infra.compute import TRIGGER_TIMEOUT
 from infra.settings import DEFAULT_PLAN_PATH, SynthSettingsError
@@ -84,7 +85,7 @@ def test_reserve_concurrency_reserves_2w_for_the_worker_only() -> None:
     assert set(reserved.values()) == {None}
 
 
-def _plan(tmp_path: Path, workers: int, max_concurrency: str | None) -> Path:
+def _plan(tmp_path: Path, workers: int, max_concurrency: object) -> Path:
     """The default plan with W workers (equal batches of 8) and the planner's quota."""
     data = json.loads(DEFAULT_PLAN_PATH.read_text())
     data["deployment"]["workers"] = workers
@@ -92,15 +93,15 @@ def _plan(tmp_path: Path, workers: int, max_concurrency: str | None) -> Path:
     data["training"].update(aggregators=min(4, workers), batch_aggregator=8,
                             batch_non_aggregator=8, max_global_batch=8 * workers)
     if max_concurrency is not None:
-        data["provenance"]["max_concurrency"] = max_concurrency
+        data["quotas"] = {"max_concurrency": max_concurrency, "max_memory_mb": 10240}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(data))
     return path
 
 
-@pytest.mark.parametrize(("workers", "quota"), [(4, "107"), (451, None)])
+@pytest.mark.parametrize(("workers", "quota"), [(4, 107), (451, None)])
 def test_a_reservation_leaving_under_100_unreserved_is_refused(
-        tmp_path: Path, workers: int, quota: str | None) -> None:
+        tmp_path: Path, workers: int, quota: int | None) -> None:
     with pytest.raises(SynthSettingsError) as raised:
         synthesize("too-many", _plan(tmp_path, workers, quota), reserve_concurrency="true")
     message = str(raised.value)
@@ -113,11 +114,11 @@ def test_a_reservation_leaving_under_100_unreserved_is_refused(
 
 
 def test_a_reservation_leaving_exactly_100_is_allowed(tmp_path: Path) -> None:
-    synth = synthesize("exact", _plan(tmp_path, 4, "108"), reserve_concurrency="true")
+    synth = synthesize("exact", _plan(tmp_path, 4, 108), reserve_concurrency="true")
     worker = _function_id(synth, "handlers.worker.handler")
     assert synth.json["Resources"][worker]["Properties"]["ReservedConcurrentExecutions"] == 8
 
 
 def test_a_malformed_quota_in_the_plan_is_named(tmp_path: Path) -> None:
-    with pytest.raises(SynthSettingsError, match=r"provenance\.max_concurrency.*'lots'"):
+    with pytest.raises(PlanError, match=r"quotas\.max_concurrency.*integer \[2, 1000000\]"):
         synthesize("malformed", _plan(tmp_path, 4, "lots"), reserve_concurrency="true")

@@ -7,12 +7,15 @@ import math
 from typing import Any
 
 import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fasdl.contract.cache import MAX_ECPU_PER_SECOND
 from fasdl.contract.plan import Plan
-from infra.cache import MAX_STORAGE_GB, cache_limits
+from infra.cache import MAX_STORAGE_GB, CacheLimits, ExchangeCache, cache_limits
 from infra.compute import MAX_EPHEMERAL_MB, ephemeral_storage_mb
 from infra.settings import DEFAULT_PLAN_PATH
 
@@ -48,7 +51,7 @@ def test_limits_grow_with_the_job() -> None:
 def _predicted(peak: float, mean: float, workers: int = 64) -> Plan:
     data = _plan(workers, 2048, 44.7, 150.0).to_dict()
     data["prediction"] = {"time_s": 100.0, "cost_usd": 1.0, "breakdown": {
-        "cache_ecpu_per_s_peak": peak, "cache_ecpu_per_s_mean": mean}}
+        "lambda_compute_usd": 0.5, "cache_ecpu_per_s_peak": peak, "cache_ecpu_per_s_mean": mean}}
     return Plan.from_dict(data)
 
 
@@ -73,3 +76,21 @@ def test_a_plan_without_predicted_rates_keeps_the_network_estimate() -> None:
     # 64 workers at 75 MB/s both ways (2048 MB is over one vCPU)
     assert limits.ecpu_per_second == math.ceil(64 * 75 * 1024 * 2)
     assert limits.ecpu_per_second_minimum is None
+
+
+def test_the_cache_is_sized_from_the_typed_prediction_fields() -> None:
+    """cache_limits reads Prediction.cache_ecpu_per_s_peak/_mean (not breakdown keys), and the
+    construct takes only the CacheLimits it is given (keyword-only props)."""
+    plan = _predicted(400_000.0, 250_000.0)
+    assert plan.prediction is not None
+    assert "cache_ecpu_per_s_peak" not in plan.prediction.breakdown
+    limits = cache_limits(plan)
+    assert (limits.ecpu_per_second, limits.ecpu_per_second_minimum) == (600_000, 250_000)
+    stack = Stack(App(), "Sized")
+    ExchangeCache(stack, "Cache", limits=CacheLimits(storage_gb=3, ecpu_per_second=5_000,
+                                                     ecpu_per_second_minimum=2_000),
+                  name="sized-exchange", subnets=[ec2.Subnet.from_subnet_id(stack, "S", "s-1")],
+                  security_group=ec2.SecurityGroup.from_security_group_id(stack, "G", "sg-1"))
+    Template.from_stack(stack).has_resource_properties("AWS::ElastiCache::ServerlessCache", {
+        "CacheUsageLimits": {"DataStorage": {"Maximum": 3, "Unit": "GB"},
+                             "ECPUPerSecond": {"Maximum": 5_000, "Minimum": 2_000}}})

@@ -83,6 +83,6 @@ def test_racing_starts_one_wins_with_its_own_plan(seaweed_server: SeaweedS3Serve
         client = seaweed_server.client()
         body = client.get_object(Bucket=bucket, Key=f"{prefix}{run_id}/plan.json")["Body"]
         plan = Plan.from_json(body.read().decode())
-        assert plan.provenance["execution"] == winner
+        assert plan.run is not None and plan.run.execution == winner
         assert plan.training.epochs == executions[winner]
         assert fencing.read_epoch(S3Channel(bucket, prefix, client=client), run_id) == 1

@@ -17,6 +17,7 @@ def make_plan(**training: Any) -> Plan:
                           samples=50_000, dataset_mb=146.48, model_mb=97.49),
         deployment=Deployment(channel="s3", arch="x86_64", memory_mb=1536, workers=7),
         training=dataclasses.replace(base, **training),
-        prediction=Prediction(time_s=7000.0, cost_usd=1.25, breakdown={"upload_s": 0.5}),
+        prediction=Prediction(time_s=7000.0, cost_usd=1.25, lambda_compute_usd=1.0,
+                              breakdown={"upload_s": 0.5}),
         provenance={"search": "exact"},
     )

@@ -101,9 +101,9 @@ def test_account_file_then_a_plan_within_it(capsys: pytest.CaptureFixture[str],
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert code == 0
     assert plan["deployment"]["memory_mb"] <= 1024 and plan["deployment"]["workers"] <= 5
-    assert plan["provenance"]["account_max_memory_mb"] == "1024"
-    assert plan["provenance"]["account_max_concurrency"] == "10"
-    assert plan["provenance"]["account"] == f"{MOTO_ACCOUNT} {REGION} {data['read_on']}"
+    assert plan["quotas"] == {"max_concurrency": 10, "max_memory_mb": 1024,
+                              "account_max_memory_mb": 1024, "account_max_concurrency": 10,
+                              "account": f"{MOTO_ACCOUNT} {REGION} {data['read_on']}"}
 
 
 @pytest.mark.parametrize(("region", "argv", "argument", "text"), [

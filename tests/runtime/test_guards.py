@@ -37,8 +37,7 @@ LIMITS = Limits(deadline_s=3600.0, budget_usd=0.001, lambda_usd_per_gb_s=PRICE_G
 # 10 iterations in 2 segments of 5; predicted 100 s and $0.002, of which $0.0015 Lambda
 GUARDED = dataclasses.replace(
     PLAN, training=dataclasses.replace(PLAN.training, segment_iterations=5), limits=LIMITS,
-    prediction=Prediction(time_s=100.0, cost_usd=0.002,
-                          breakdown={"lambda_compute_usd": 0.0015}))
+    prediction=Prediction(time_s=100.0, cost_usd=0.002, lambda_compute_usd=0.0015))
 
 
 def totals(*, started_at: float = 1000.0, worker_gb_s: float = 0.0,
@@ -66,6 +65,24 @@ def test_budget_counts_measured_lambda_and_the_unmeasured_rest_pro_rata() -> Non
     # $0.0005 of the prediction is not Lambda compute: half of it for half the iterations
     assert guards.cost_so_far(spent, GUARDED, LIMITS, done=5) == pytest.approx(
         lambda_part + 0.00025)
+
+
+def test_the_guard_reads_the_typed_lambda_share_as_the_plan_file_carries_it() -> None:
+    """prediction.lambda_compute_usd (in plan.json inside breakdown, fasdl.contract.prediction)
+    is what separates measured Lambda from the estimated rest; without it the plan is refused,
+    never read as 0 (which would count the whole prediction as non-Lambda)."""
+    wire = GUARDED.to_dict()
+    assert wire["prediction"]["breakdown"] == {"lambda_compute_usd": 0.0015}
+    loaded = Plan.from_dict(wire)
+    assert loaded.prediction is not None and loaded.prediction.lambda_compute_usd == 0.0015
+    assert usage.predicted_other_usd(loaded, done=10) == pytest.approx(0.0005)
+    raised = dataclasses.replace(loaded, prediction=dataclasses.replace(
+        loaded.prediction, lambda_compute_usd=0.0))  # all of it unmeasured now
+    assert usage.predicted_other_usd(raised, done=10) == pytest.approx(0.002)
+    assert usage.measured(totals(), 1000.0, loaded, LIMITS)["predicted_lambda_usd"] == 0.0015
+    wire["prediction"]["breakdown"] = {"lambda_usd": 0.0015}  # renamed: refused by name
+    with pytest.raises(PlanError, match=r"prediction\.breakdown\.lambda_compute_usd.*missing"):
+        Plan.from_dict(wire)
 
 
 def test_check_stops_before_a_segment_that_would_pass_a_limit() -> None:

@@ -61,7 +61,8 @@ def test_start_freezes_the_plan_and_returns_segment_zero(s3: Any) -> None:
                    "workers": [0, 1, 2, 3], "done": False,
                    "cache": None}  # an S3 plan: no exchange cache to look up
     frozen = Plan.from_dict(read_json(s3, run["plan_key"]))
-    assert frozen.training.epochs == 3 and frozen.provenance["execution"] == "exec-1"
+    assert frozen.training.epochs == 3 and frozen.run is not None
+    assert (frozen.run.run_id, frozen.run.execution) == ("exec-1", "exec-1")
     layout = read_json(s3, "runs/exec-1/partitions.json")
     assert [part["end"] - part["start"] for part in layout] == PLAN.partition_sizes()
     again = start({}, "exec-1")  # a retried start is idempotent, its epoch too (issue 41)

@@ -13,6 +13,7 @@ import pytest
 
 from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
+from fasdl.contract.run_owner import RunOwner
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS, deployed_env
 from tests.runtime.kreduce_helpers import make_plan
@@ -73,7 +74,8 @@ def test_the_owners_retried_start_goes_on_with_its_own_plan(s3: Any) -> None:
     assert again["plan_key"] == first["plan_key"] and again["segment"] == first["segment"]
     assert run_objects(s3, "mine")["runs/mine/plan.json"] == plan_before
     frozen = Plan.from_json(plan_before.decode())
-    assert frozen.provenance["execution"] == "exec-a" and frozen.training.epochs == 2
+    assert frozen.run == RunOwner(run_id="mine", execution="exec-a")
+    assert frozen.training.epochs == 2
 
 
 def test_a_leftover_fence_without_a_plan_is_not_taken_over(s3: Any) -> None:
@@ -94,7 +96,7 @@ def test_the_plans_conditional_create_refuses_even_without_a_fence(s3: Any) -> N
     """A start that lost the race for the plan sees no fence yet: the 412 of its
     If-None-Match create refuses it (fasdl.run.run_claim)."""
     owned = PLAN.to_dict()
-    owned["provenance"] = {**owned.get("provenance", {}), "execution": "racer"}
+    owned["run"] = {"run_id": "race", "execution": "racer"}
     body = Plan.from_dict(owned).to_json().encode()
     s3.put_object(Bucket=RESULTS, Key="runs/race/plan.json", Body=body)
     with pytest.raises(RunExists, match="execution 'racer'"):

@@ -2,17 +2,22 @@
 
 A plan has three parts. ``workload`` says what is trained, ``deployment`` what the stack
 provisions (read at synth time: M, W, channel, arch, timeout) and ``training`` how a run
-proceeds (read by the trigger: K, B^a, B^n, epochs, segment length). ``prediction`` and
-``provenance`` are informational; ``limits`` (optional) the deadline and budget the trigger
-holds a run to (fasdl.contract.limits). Every invalid plan raises :class:`PlanError`, whose message
-names the field and the allowed range. Pure Python on purpose: this module is imported inside
-Lambda, by the planner and by the CDK app.
+proceeds (read by the trigger: K, B^a, B^n, epochs, segment length). Optional sections:
+``prediction`` (fasdl.contract.prediction: its typed figures size the cache and feed the budget
+guard; its ``breakdown`` is informational), ``limits`` the deadline and budget the trigger
+holds a run to (fasdl.contract.limits), ``quotas`` the account quotas the plan was made for
+(fasdl.contract.lambda_quotas) and ``run`` the run and execution a frozen copy belongs to
+(fasdl.contract.run_owner). ``provenance`` is informational: nothing reads its keys for
+control. Every invalid plan raises :class:`PlanError`, whose message names the field and the
+allowed range. Pure Python on purpose: this module is imported inside Lambda, by the planner
+and by the CDK app.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -25,9 +30,7 @@ from fasdl.contract.fields import PlanError as PlanError
 from fasdl.contract.fields import (
     is_int,
     require_choice,
-    require_float,
     require_int,
-    require_number_map,
     require_region,
     require_text_map,
 )
@@ -37,7 +40,13 @@ from fasdl.contract.json_input import (
     read_json_file,
     unknown_field_message,
 )
+from fasdl.contract.lambda_quotas import MAX_MEMORY_MB as MAX_MEMORY_MB
+from fasdl.contract.lambda_quotas import MIN_MEMORY_MB as MIN_MEMORY_MB
+from fasdl.contract.lambda_quotas import MOVED_PROVENANCE_KEYS, PlanQuotas
 from fasdl.contract.limits import Limits
+from fasdl.contract.prediction import JSON_FIELDS as PREDICTION_FIELDS
+from fasdl.contract.prediction import Prediction as Prediction
+from fasdl.contract.run_owner import RunOwner
 from fasdl.contract.training import EXCHANGE_DTYPES as EXCHANGE_DTYPES
 from fasdl.contract.training import EXCHANGE_STATE_MODELS as EXCHANGE_STATE_MODELS
 from fasdl.contract.training import HAP_MERGES as HAP_MERGES
@@ -57,8 +66,6 @@ PLAN_VERSION = 1
 CHANNELS: tuple[str, ...] = ("s3", "valkey")
 ARCHITECTURES: tuple[str, ...] = ("x86_64", "arm64")
 
-MIN_MEMORY_MB = 128
-MAX_MEMORY_MB = 10240
 MAX_TIMEOUT_S = 900
 MAX_WORKERS = 1000  # default regional Lambda concurrency
 
@@ -76,7 +83,8 @@ PLAN_MAX_DEPTH = 8  # root -> section -> prediction.breakdown is 3
 PLAN_MAX_COMPACT_BYTES = 3072
 PROVENANCE_MAX_CHARS = 512
 
-_Section = TypeVar("_Section", "Workload", "Deployment", "Training", "Prediction", "Limits")
+_Section = TypeVar("_Section", "Workload", "Deployment", "Training", "Prediction", "Limits",
+                   "PlanQuotas", "RunOwner")
 
 
 @dataclass(frozen=True)
@@ -98,20 +106,10 @@ class Deployment:
         require_region("deployment.region", self.region)
         require_int("deployment.timeout_s", self.timeout_s, 60, MAX_TIMEOUT_S)
 
-
-@dataclass(frozen=True)
-class Prediction:
-    """The planner's prediction for this plan (informational, never trusted for control)."""
-
-    time_s: float
-    cost_usd: float
-    breakdown: dict[str, float] = field(default_factory=dict)
-
-    def validate(self) -> None:
-        # Copied into the trigger's environment and reports: checked like any other field.
-        require_float("prediction.time_s", self.time_s, 0.0, 1e12)
-        require_float("prediction.cost_usd", self.cost_usd, 0.0, 1e12)
-        require_number_map("prediction.breakdown", self.breakdown)
+    def fingerprint(self) -> str:
+        """What a deployed stack is built for; a run's plan must match it."""
+        return (f"{self.channel}:{self.arch}:{self.memory_mb}MB:W{self.workers}:{self.region}:"
+                f"{self.timeout_s}s")
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,9 @@ class Plan:
     training: Training
     prediction: Prediction | None = None
     limits: Limits | None = None  # deadline and budget the run keeps (fasdl.contract.limits)
-    provenance: dict[str, str] = field(default_factory=dict)
+    quotas: PlanQuotas | None = None  # None: made for Lambda's default quotas
+    run: RunOwner | None = None  # only in the copy the trigger freezes at a run's start
+    provenance: dict[str, str] = field(default_factory=dict)  # informational
     version: int = PLAN_VERSION
 
     def __post_init__(self) -> None:
@@ -140,9 +140,17 @@ class Plan:
                             f"partitions by key prefix), got {self.training.exchange_key_prefixes}")
         if self.prediction is not None:
             self.prediction.validate()
-        if self.limits is not None:
-            self.limits.validate()
+            if self.deployment.channel == "valkey" and not self.prediction.has_cache_ecpu:
+                raise PlanError("prediction.breakdown.cache_ecpu_per_s_peak",
+                                "is missing: a Valkey plan's prediction sizes the cache's "
+                                "ECPU/s limits (plan again with python -m planner plan, or "
+                                "drop the prediction for the network estimate)")
+        for section in (self.limits, self.quotas, self.run):
+            if section is not None:
+                section.validate()
         require_text_map("provenance", self.provenance, max_chars=PROVENANCE_MAX_CHARS)
+        if self.quotas is None:
+            _refuse_moved_quotas(self.provenance)
         if (self.training.augmentation in NEEDS_NORMALIZATION
                 and self.workload.normalization is None):
             raise PlanError("workload.normalization",
@@ -159,7 +167,7 @@ class Plan:
     def check_environment_size(self) -> None:
         """A plan to deploy must fit the trigger's environment (PLAN_MAX_COMPACT_BYTES); the
         synth and the planner check it, not every Plan: the trigger adds run ids to the
-        provenance of the copy it stores. Blames the largest free-form entry, the only part
+        run section to the copy it stores. Blames the largest free-form entry, the only part
         whose size no other check bounds."""
         size = len(self.to_compact_json().encode())
         if size <= PLAN_MAX_COMPACT_BYTES:
@@ -216,18 +224,20 @@ class Plan:
         return t.batch_aggregator if worker < t.aggregators else t.batch_non_aggregator
 
     def deployment_fingerprint(self) -> str:
-        """What a deployed stack is built for; a run's plan must match it."""
-        d = self.deployment
-        return f"{d.channel}:{d.arch}:{d.memory_mb}MB:W{d.workers}:{d.region}:{d.timeout_s}s"
+        """What a deployed stack is built for (Deployment.fingerprint)."""
+        return self.deployment.fingerprint()
 
     # ---- JSON ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        if self.prediction is None:
-            data.pop("prediction")
-        if self.limits is None:
-            data.pop("limits")
+        for name in ("prediction", "limits", "quotas", "run"):  # absent sections stay absent
+            if getattr(self, name) is None:
+                data.pop(name)
         data["workload"] = self.workload.to_dict()
+        if self.prediction is not None:
+            data["prediction"] = self.prediction.to_dict()
+        if self.quotas is not None:
+            data["quotas"] = self.quotas.to_dict()
         defaults = Training.__dataclass_fields__
         data["training"] = {name: value for name, value in data["training"].items()
                             if name not in Training.OMITTED_AT_DEFAULT
@@ -257,18 +267,16 @@ class Plan:
         version = data["version"]
         if not is_int(version) or version != PLAN_VERSION:
             raise PlanError("version", f"must be {PLAN_VERSION}, got {version!r}")
-        prediction_data = data.get("prediction")
-        prediction = (None if prediction_data is None
-                      else _build(Prediction, "prediction", prediction_data))
         provenance = require_text_map("provenance", data.get("provenance", {}),
                                       max_chars=PROVENANCE_MAX_CHARS)
         return cls(
             workload=_build(Workload, "workload", _section(data, "workload")),
             deployment=_build(Deployment, "deployment", _section(data, "deployment")),
             training=_build(Training, "training", _section(data, "training")),
-            prediction=prediction,
-            limits=(None if data.get("limits") is None
-                    else _build(Limits, "limits", data["limits"])),
+            prediction=_prediction(data),
+            limits=_optional(Limits, "limits", data),
+            quotas=_optional(PlanQuotas, "quotas", data),
+            run=_optional(RunOwner, "run", data),
             provenance=provenance,
             version=version,
         )
@@ -309,12 +317,38 @@ def _reject_unknown(path: str, data: dict[str, Any], known: set[str]) -> None:
         raise PlanError(f"{where}{name}", unknown_field_message(unknown[0], known))
 
 
-def _build(kind: type[_Section], path: str, data: object) -> _Section:
+def _refuse_moved_quotas(provenance: dict[str, str]) -> None:
+    """Plans written before the ``quotas`` section kept the quotas in provenance; read as
+    informational now, they would silently become Lambda's defaults, so they are refused."""
+    moved = [key for key in MOVED_PROVENANCE_KEYS if key in provenance]
+    if moved:
+        raise PlanError(f"provenance.{moved[0]}",
+                        f"is where plans written before issue 40 kept the account quotas; they "
+                        f"are read from quotas.{moved[0]} now: plan again with python -m planner "
+                        f"plan (or move provenance.{', '.join(moved)} into a 'quotas' section "
+                        "as numbers, docs/reference.md)")
+
+
+def _optional(kind: type[_Section], path: str, data: dict[str, Any]) -> _Section | None:
+    """An optional section: absent or null is None."""
+    return None if data.get(path) is None else _build(kind, path, data[path])
+
+
+def _prediction(data: dict[str, Any]) -> Prediction | None:
+    """Its typed figures live inside ``breakdown`` (fasdl.contract.prediction)."""
+    if data.get("prediction") is None:
+        return None
+    return _build(Prediction, "prediction", data["prediction"], known=set(PREDICTION_FIELDS),
+                  build=Prediction.from_dict)
+
+
+def _build(kind: type[_Section], path: str, data: object, *, known: set[str] | None = None,
+           build: Callable[[dict[str, Any]], _Section] | None = None) -> _Section:
     if not isinstance(data, dict):
         raise PlanError(path, f"must be a JSON object, got {type(data).__name__}")
-    _reject_unknown(path, data, {f.name for f in fields(kind)})
+    _reject_unknown(path, data, known if known is not None else {f.name for f in fields(kind)})
     try:
-        return kind(**data)
+        return build(data) if build is not None else kind(**data)
     except TypeError as error:
         missing = re.findall(r"'(\w+)'", str(error))
         name = missing[0] if missing else "?"

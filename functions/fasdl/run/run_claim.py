@@ -5,7 +5,7 @@ Precondition Failed when the key exists, and 409 ConditionalRequestConflict to o
 concurrent conditional writes, which retries (Amazon S3 User Guide, "How to prevent object
 overwrites with conditional writes",
 https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html; the SDKs'
-IfNoneMatch field says the same). On 412 the existing plan's ``provenance.execution`` tells the
+IfNoneMatch field says the same). On 412 the existing plan's ``run.execution`` tells the
 same execution's retried start (accepted: it carries on with the plan already there) from
 another execution (refused with :class:`RunExists`, before anything is written). Stdlib only:
 the trigger passes its boto3 client.
@@ -43,7 +43,10 @@ def _read(s3: Any, bucket: str, key: str) -> bytes | None:
 
 
 def _owner(existing: bytes) -> str:
-    return str(Plan.from_json(existing.decode()).provenance.get("execution", ""))
+    """The execution that claimed the run; "" for a plan without a ``run`` section (frozen
+    before it existed, issue 40): nobody's, so no execution may take it over."""
+    owner = Plan.from_json(existing.decode()).run
+    return owner.execution if owner is not None else ""
 
 
 def _refuse(run_id: str, owner: str, where: str) -> RunExists:

@@ -30,6 +30,7 @@ from fasdl.contract.fields import is_int_at_least, is_number
 from fasdl.contract.json_input import unknown_field_message
 from fasdl.contract.keys import manifest_key
 from fasdl.contract.plan import Plan, PlanError
+from fasdl.contract.run_owner import RunOwner
 from fasdl.run import guards, run_claim
 from fasdl.run.dataset_check import check_dataset, s3_ranges, s3_sizes
 from fasdl.run.fencing import EpochIssuer
@@ -311,8 +312,7 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     check_dataset(plan, s3_ranges(s3, datasets_bucket), s3_sizes(s3, datasets_bucket))
     plan_key = f"{runs_prefix}{keys.plan_key(run_id)}"
     execution = str(event.get("execution", ""))
-    frozen = dataclasses.replace(plan, provenance={**plan.provenance, "run_id": run_id,
-                                                   "execution": execution})
+    frozen = dataclasses.replace(plan, run=RunOwner(run_id=run_id, execution=execution))
     # The plan's conditional create claims the run (fasdl.run.run_claim); a refused start
     # writes nothing, so partitions and fence come after it.
     run_claim.check_fence_is_ours(s3, results_bucket, plan_key=plan_key, run_id=run_id,

@@ -141,7 +141,7 @@ def predicted_other_usd(plan: Plan, done: int) -> float:
     ECPUs and storage), pro rata of the ``done`` iterations: those charges are not measured."""
     if plan.prediction is None or plan.total_iterations <= 0:
         return 0.0
-    other = plan.prediction.cost_usd - plan.prediction.breakdown.get("lambda_compute_usd", 0.0)
+    other = plan.prediction.cost_usd - plan.prediction.lambda_compute_usd
     return max(0.0, other) * min(done, plan.total_iterations) / plan.total_iterations
 
 
@@ -159,8 +159,7 @@ def measured(usage: Mapping[str, float], now: float, plan: Plan,
         "measured_lambda_usd": (round(lambda_usd(usage, limits), 6)
                                 if limits is not None else None),
         "predicted_cost_usd": prediction.cost_usd if prediction else None,
-        "predicted_lambda_usd": (prediction.breakdown.get("lambda_compute_usd")
-                                 if prediction else None),
+        "predicted_lambda_usd": prediction.lambda_compute_usd if prediction else None,
         "measured_basis": MEASURED_BASIS,
         "estimated_other_usd": round(predicted_other_usd(
             plan, plan.total_iterations if done is None else done), 6),

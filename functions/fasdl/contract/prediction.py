@@ -1,0 +1,108 @@
+"""The plan's ``prediction``: the planner's time and cost, and the figures the stack and the
+budget guard act on.
+
+Three figures are load-bearing, so they are named, typed and validated fields:
+``lambda_compute_usd`` (the Lambda share of ``cost_usd``: the budget guard measures Lambda and
+estimates the rest pro rata, fasdl.run.usage) and, on the Valkey channel,
+``cache_ecpu_per_s_peak`` / ``cache_ecpu_per_s_mean`` (the cache's ECPU/s maximum and minimum,
+infra/cache.py). Everything else in ``breakdown`` is informational (reports, summaries) and
+never read for control.
+
+In plan.json the three stay where planners have always written them, inside the
+``prediction.breakdown`` object, so plans already written and the template snapshots (which
+carry the plan in the trigger's environment) keep their bytes. :meth:`Prediction.from_dict` and
+:meth:`Prediction.to_dict` are the only code that knows that layout. A prediction without
+``lambda_compute_usd`` is refused (plans written before it: plan again) rather than read as 0,
+which would count the whole prediction as non-Lambda cost. Pure Python (Lambda, planner, CDK).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fasdl.contract.fields import PlanError, require_float, require_number_map
+
+MAX_USD = 1e12
+MAX_SECONDS = 1e12
+MAX_ECPU = 1e12  # a prediction, not a limit: infra clamps to what ElastiCache accepts
+# Both figures are rounded to 6 decimals on their own, so the share may pass the total by one
+# unit in the last place
+ROUNDING_USD = 1e-6
+# The JSON home of the typed figures: inside prediction.breakdown (see the module docstring)
+LOAD_BEARING: tuple[str, ...] = ("lambda_compute_usd", "cache_ecpu_per_s_peak",
+                                 "cache_ecpu_per_s_mean")
+JSON_FIELDS: tuple[str, ...] = ("time_s", "cost_usd", "breakdown")  # prediction's own keys
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The planner's prediction for the plan; ``breakdown`` holds only informational terms."""
+
+    time_s: float
+    cost_usd: float
+    lambda_compute_usd: float  # the Lambda share of cost_usd (the budget guard)
+    cache_ecpu_per_s_peak: float | None = None  # Valkey: the cache's ECPU/s maximum
+    cache_ecpu_per_s_mean: float | None = None  # Valkey: the cache's ECPU/s minimum
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        # Copied into the trigger's environment and reports: checked like any other field.
+        require_float("prediction.time_s", self.time_s, 0.0, MAX_SECONDS)
+        require_float("prediction.cost_usd", self.cost_usd, 0.0, MAX_USD)
+        require_float(_path("lambda_compute_usd"), self.lambda_compute_usd, 0.0,
+                      float(self.cost_usd) + ROUNDING_USD)  # cost_usd checked just above
+        _check_cache_ecpu(self.cache_ecpu_per_s_peak, self.cache_ecpu_per_s_mean)
+        require_number_map("prediction.breakdown", self.breakdown)
+        for name in LOAD_BEARING:  # one home per figure: the typed field
+            if name in self.breakdown:
+                raise PlanError(f"prediction.breakdown.{name}",
+                                f"is given twice: as Prediction.{name} and in breakdown")
+
+    @property
+    def has_cache_ecpu(self) -> bool:
+        return self.cache_ecpu_per_s_peak is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON layout: the typed figures inside ``breakdown`` (None ones left out), in the
+        planner's order (the Lambda share first, the cache's rates last)."""
+        rates = {"cache_ecpu_per_s_peak": self.cache_ecpu_per_s_peak,
+                 "cache_ecpu_per_s_mean": self.cache_ecpu_per_s_mean}
+        breakdown = {"lambda_compute_usd": self.lambda_compute_usd, **self.breakdown,
+                     **{name: value for name, value in rates.items() if value is not None}}
+        return {"time_s": self.time_s, "cost_usd": self.cost_usd, "breakdown": breakdown}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Prediction:
+        """From the JSON layout (keys of :data:`JSON_FIELDS`; fasdl.contract.plan reports
+        unknown and missing ones, as for every section)."""
+        breakdown = data.get("breakdown", {})
+        if not isinstance(breakdown, dict):  # its values are checked by validate()
+            raise PlanError("prediction.breakdown",
+                            f"must be an object of numbers, got {type(breakdown).__name__}")
+        if "lambda_compute_usd" not in breakdown:
+            raise PlanError(_path("lambda_compute_usd"),
+                            "is missing: the budget guard needs the Lambda share of "
+                            "prediction.cost_usd (plans written before it: plan again with "
+                            "python -m planner plan, or drop the prediction)")
+        rest = {name: value for name, value in breakdown.items() if name not in LOAD_BEARING}
+        return cls(**{**data, "breakdown": rest,
+                      **{name: breakdown[name] for name in LOAD_BEARING if name in breakdown}})
+
+
+def _path(name: str) -> str:
+    return f"prediction.breakdown.{name}"
+
+
+def _check_cache_ecpu(peak: float | None, mean: float | None) -> None:
+    """Both or neither, each within [0, MAX_ECPU]. The mean is not held under the peak: the
+    planner's model can put it slightly above (squeezenet-cifar10 on Valkey: 89,844 against
+    88,813), and infra/cache.py caps the minimum at the maximum it derives from the peak."""
+    if (peak is None) != (mean is None):
+        missing = "cache_ecpu_per_s_mean" if mean is None else "cache_ecpu_per_s_peak"
+        raise PlanError(_path(missing), "is missing: the cache's ECPU/s peak and mean come "
+                                        "together (planner/model/cache_throughput.py)")
+    if peak is None:
+        return
+    require_float(_path("cache_ecpu_per_s_peak"), peak, 0.0, MAX_ECPU)
+    require_float(_path("cache_ecpu_per_s_mean"), mean, 0.0, MAX_ECPU)
