@@ -10,6 +10,7 @@ finalize leaves nothing at all; the results bucket keeps the chain's last two ch
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from fasdl.contract.cache import CACHE_HEADROOM, exchange_peak_copies
-from fasdl.contract.keys import checkpoint_group, checkpoints_prefix, manifest_key
+from fasdl.contract.keys import checkpoint_group, checkpoints_prefix, claim_key, manifest_key
 from fasdl.exchange.channel.s3 import S3Channel
 from local.cache_cap import CONNECTIONS_PER_WORKER, CacheCap, evicted_keys
 from local.servers import SeaweedS3Server, ValkeyServer
@@ -99,3 +100,50 @@ def test_the_cache_holds_only_the_live_epoch_and_never_evicts(
     for iteration, epoch in groups:
         assert results.try_get(manifest_key(run_id, iteration, epoch)) is not None
     assert results.try_get(result["model_key"].removeprefix("runs/")) is not None
+
+
+# A dead attempt's workers that keep training (zombies): slow iterations, a fence check only
+# every 8 s, so they write well after the next epoch's worker 0 cleaned their epoch
+ZOMBIE_ENV = {"FASDL_TEST_ITERATION_DELAY_S": "0.1", "FASDL_FENCE_CHECK_S": "8",
+              "FASDL_PEER_WAIT_START_S": "5", "FASDL_PEER_WAIT_MIN_S": "5"}
+
+
+def _claims(valkey: ValkeyServer, run_id: str, epoch: int, workers: int) -> list[bool]:
+    client = valkey.client()
+    try:
+        return [bool(client.exists(f"exchange/{claim_key(run_id, epoch, worker)}"))
+                for worker in range(workers)]
+    finally:
+        client.close()
+
+
+def test_zombies_writing_after_the_cleanup_leave_nothing_behind(
+        seaweed_server: SeaweedS3Server, capped_valkey: ValkeyServer, tmp_path: Path) -> None:
+    """Issue 41: the retry's epoch starts while the whole dead attempt still trains. Its
+    worker 0 deletes the dead epoch, the zombies write on until their fence check, then each
+    deletes its dead epoch: once they stopped only the live epoch is left, its claims all
+    there, and nothing was evicted from the capped cache (before, their late keys stayed)."""
+    s3_store = digits_store(seaweed_server, tmp_path / "digits")
+    plan = digits_plan("valkey")
+    stack = Stack(s3_store, plan, tmp_path, {
+        "FASDL_CACHE_ENDPOINT": "127.0.0.1", "FASDL_CACHE_PORT": str(capped_valkey.port),
+        "FASDL_CACHE_CLUSTER": "1"})
+    run_id = unique_run_id("zombies")
+    run = stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
+                                   "execution": run_id})
+    dead = run["segment"]["epoch"]
+    zombies = [stack.spawn({"action": "train", "run_id": run_id, "plan_key": run["plan_key"],
+                            "segment": run["segment"], "worker": worker}, ZOMBIE_ENV)
+               for worker in run["workers"]]
+    deadline = time.monotonic() + 60
+    while dead not in _epochs(capped_valkey, run_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    run = stack.invoke("trigger", {"action": "retry", "run": run, "error": {
+        "Error": "States.Timeout", "Cause": "the Map gave up on them"}})
+    _segment_ok(stack, run)
+    outcomes = [stack.finish(zombie) for zombie in zombies]
+    assert all(code != 0 for code, _ in outcomes), outcomes
+    assert any("WorkerFenced" in output for _, output in outcomes), outcomes
+    assert _epochs(capped_valkey, run_id) == {run["segment"]["epoch"]}
+    assert all(_claims(capped_valkey, run_id, run["segment"]["epoch"], len(run["workers"])))
+    assert evicted_keys(capped_valkey) == 0

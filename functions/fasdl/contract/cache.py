@@ -38,7 +38,14 @@ def exchange_peak_copies(workers: Workers, *, chunks: int = 1, upload_share: flo
     merged model (fasdl.exchange.kreduce; three when pipelined in chunks, whose deletes run in
     the background). Leftovers: the epoch before the live one (a finished segment's last two
     merged models, or a failed attempt's live keys at most) until worker 0 of the live epoch
-    deletes them at its start (fasdl.run.fencing.clean_dead_epochs): as much again, at most.
+    deletes every older epoch at its start (fasdl.run.fencing.clean_dead_epochs): as much
+    again, at most. Zombies (issue 41) do not raise this bound: a zombie of a dead epoch keeps
+    its epoch within the same two-iteration window (it deletes its old iterations as it goes),
+    writes nothing once its fence check finds it superseded, and then deletes its whole epoch
+    (clean_own_dead_epoch). It notices within one fence check (``FASDL_FENCE_CHECK_S``, 10 s)
+    plus an iteration, or when its current peer wait ends; an attempt that fails lasts at
+    least its survivors' peer wait, so by the time a further epoch is issued the one before
+    the dead epoch has no writer left and was deleted: at most one dead epoch holds keys.
     The planner prices this peak and the cache's storage cap is it times the headroom."""
     live_iterations = 2.0 if chunks == 1 else 3.0
     live = live_iterations * (workers * upload_share + 1.0)
