@@ -178,10 +178,11 @@ def test_calibrate_on_an_emulated_local_run_brings_a_30_percent_off_profile_unde
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One short cnn-digits run under --emulate-lambda (W=2, K=1: an aggregator at B=16 and a
     non-aggregator at B=128, 1,024 MB; cnn-digits steps take a few ms, so batches only 2 x
-    apart measured within the throttle's 10 ms tick jitter of each other); its report's measured compute per iteration, read by
-    calibrate against a profile 30 % slower than the run (the cnn-digits profile with a set so
-    that its prediction is 1.3 x what was measured), gives the bench.prediction-style error
-    |predicted - measured| / measured: above 8 % before, under 8 % after."""
+    apart measured within the throttle's 10 ms tick jitter of each other); its report's
+    measured compute per iteration, read by calibrate against a profile 30 % slower than the
+    run (the cnn-digits profile with a set so that its prediction is 1.3 x what was
+    measured), gives the bench.prediction-style error |predicted - measured| / measured:
+    above 8 % before, under 8 % after."""
     import subprocess
     import sys
 
