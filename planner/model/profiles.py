@@ -214,6 +214,10 @@ def unprofiled_message(name: str) -> str:
 
 
 VALKEY_PRICES = ("valkey_gb_hour", "valkey_min_gb", "valkey_ecpu")
+# The optional prices each channel needs (S3's are every region's: datasets and checkpoints
+# live there whatever the channel); planner/model/channels.py holds the rest of a channel.
+CHANNEL_PRICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"s3": (), "valkey": VALKEY_PRICES})
 
 
 @dataclass(frozen=True)
@@ -256,15 +260,19 @@ class Prices:
              number("valkey_kb_per_ecpu", self.valkey_kb_per_ecpu, low=0.0, above=True))
         require_pattern("source", self.source, None, "a string", bad)
 
+    def require_channel(self, channel: str) -> None:
+        """An error naming the first price ``channel`` needs that the table lacks."""
+        needed = CHANNEL_PRICES[channel]
+        missing = [name for name in needed if getattr(self, name) is None]
+        if missing:
+            raise ProfileError(f"the price table of {self.region} has no {channel} price "
+                               f"{missing[0]}: plan with --channel s3, or pass --prices FILE "
+                               f"with {', '.join(needed)} for {self.region}", missing[0])
+
     def require_valkey(self) -> tuple[float, float, float]:
         """(GB-hour, metered minimum GB, per ECPU) of ElastiCache Serverless for Valkey, or an
         error naming the first missing price."""
-        missing = [name for name in VALKEY_PRICES if getattr(self, name) is None]
-        if missing:
-            raise ProfileError(f"the price table of {self.region} has no ElastiCache Serverless "
-                               f"(Valkey) price {missing[0]}: plan with --channel s3, or pass "
-                               f"--prices FILE with {', '.join(VALKEY_PRICES)} for "
-                               f"{self.region}", missing[0])
+        self.require_channel("valkey")
         gb_hour, min_gb, ecpu = (float(getattr(self, name)) for name in VALKEY_PRICES)
         return gb_hour, min_gb, ecpu
 
