@@ -32,6 +32,7 @@ from planner.fit.samples import (
     SampleError,
     TrainSample,
     TransferRecord,
+    by_channel,
     read_samples,
 )
 from planner.fit.throughput import (
@@ -195,9 +196,8 @@ def select_channel(transfer: Sequence[TransferRecord], channel: str | None) -> s
 def fit_transfers(transfer: Sequence[TransferRecord], channel: str) -> list[SaturationFit]:
     """p, t per memory and direction; every memory needs both directions at 2+ sizes."""
     series: dict[tuple[float, str], list[TransferRecord]] = defaultdict(list)
-    for record in transfer:
-        if record.channel == channel:
-            series[record.memory_mb, record.direction].append(record)
+    for record in by_channel(transfer).get(channel, []):
+        series[record.memory_mb, record.direction].append(record)
     fits = []
     for memory in distinct(memory for memory, _ in series):
         for direction in DIRECTIONS:
@@ -226,7 +226,7 @@ def fit_duplex(records: Sequence[DuplexRecord], channel: str,
                memories: Sequence[float]) -> tuple[float, ...]:
     """d per memory: the median of ``channel``'s records there (a memory without any takes the
     median of all); () without any record (the profile then assumes full duplex)."""
-    mine = [record for record in records if record.channel == channel]
+    mine = by_channel(records).get(channel, [])
     if not mine:
         return ()
     overall = float(np.median([record.duplex() for record in mine]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.fit.samples import Samples
+from planner.fit.samples import Samples, by_channel, by_direction
 from planner.fit.workload_fit import WorkloadFit, distinct
 from planner.model.profiles import DIRECTIONS, PlatformProfile
 
@@ -41,8 +41,8 @@ def render_fit(png: str, samples: Samples, workload: WorkloadFit | None,
     if platform is not None:
         for direction in DIRECTIONS:
             axis = row.pop(0)
-            records = [r for r in samples.transfer
-                       if r.channel == platform.channel and r.direction == direction]
+            records = by_direction(by_channel(samples.transfer).get(platform.channel, [])
+                                   ).get(direction, [])
             for memory in distinct(r.memory_mb for r in records):
                 series = [r for r in records if r.memory_mb == memory]
                 sizes = np.array([r.size_mb for r in series], dtype=np.float64)
