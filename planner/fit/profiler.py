@@ -43,6 +43,7 @@ from planner.fit.throughput import (
     rounded,
 )
 from planner.fit.workload_fit import Quality, WorkloadFit, distinct, quality
+from planner.model.compute import predict_train_time
 from planner.model.profiles import (
     DIRECTIONS,
     LAMBDA_MAX_MEMORY_MB,
@@ -83,7 +84,8 @@ def fit_compute(batch: NDArray[np.float64], memory: NDArray[np.float64],
 
     def residuals(params: NDArray[np.float64]) -> NDArray[np.float64]:
         a, b, m = params
-        return np.asarray(a * (batch + b) / (memory + m) / seconds - 1.0, dtype=np.float64)
+        predicted = predict_train_time(batch, memory, a=a, b=b, m=m)
+        return np.asarray(predicted / seconds - 1.0, dtype=np.float64)
 
     # b stays clear of -1 by more than the 6 significant digits the profile keeps.
     lower, upper = [1e-12, -1.0 + 1e-5, floor], [np.inf, np.inf, span]
@@ -118,7 +120,7 @@ def fit_workload(train: Sequence[TrainSample]) -> WorkloadFit:
     memory = np.array([s.memory_mb for s in train], dtype=np.float64)
     seconds = np.array([s.seconds for s in train], dtype=np.float64)
     a, b, m = fit_compute(batch, memory, seconds)
-    time_quality = quality(seconds, a * (batch + b) / (memory + m))
+    time_quality = quality(seconds, predict_train_time(batch, memory, a=a, b=b, m=m))
     with_peak = [s for s in train if s.peak_mb is not None]
     if len(distinct(s.batch for s in with_peak)) < 2:
         raise SampleError("cannot identify k and c: fewer than 2 batch sizes have 'peak_mb'")

@@ -6,6 +6,7 @@ import numpy as np
 
 from planner.fit.samples import Samples, by_channel, by_direction
 from planner.fit.workload_fit import WorkloadFit, distinct
+from planner.model.compute import predict_train_time
 from planner.model.profiles import DIRECTIONS, PlatformProfile
 
 
@@ -27,8 +28,9 @@ def render_fit(png: str, samples: Samples, workload: WorkloadFit | None,
             points = [s for s in samples.train if s.memory_mb == memory]
             batches = np.array([s.batch for s in points], dtype=np.float64)
             line = np.linspace(batches.min(), batches.max(), 50)
-            (handle,) = time_axis.plot(line, workload.a * (line + workload.b)
-                                       / (memory + workload.m), label=f"{memory:g} MB")
+            fitted = predict_train_time(line, memory, a=workload.a, b=workload.b,
+                                        m=workload.m)
+            (handle,) = time_axis.plot(line, fitted, label=f"{memory:g} MB")
             time_axis.scatter(batches, [s.seconds for s in points], color=handle.get_color(),
                               s=12)
         time_axis.set(xlabel="batch B", ylabel="s / iteration", title="T = a(B+b)/(M+m)")

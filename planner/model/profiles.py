@@ -38,6 +38,7 @@ from fasdl.contract.fields import (
 )
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS, REGION, PlanError, Workload
 from fasdl.contract.workload import USER_FIELDS
+from planner.model.compute import predict_train_time
 from planner.model.platform_profile import (
     CPU_FIELDS,
     DIRECTIONS,
@@ -140,12 +141,8 @@ class WorkloadProfile:
                       str(error).split("': ", 1)[-1]) from error
 
     def train_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
-        """Seconds per training iteration, a·(B+b)/(M+m); inf where M+m <= 0 (no compute)."""
-        batches = np.asarray(batch, dtype=float)
-        capacity = np.asarray(memory_mb, dtype=float) + self.m
-        with np.errstate(divide="ignore", invalid="ignore"):
-            seconds = self.a * (batches + self.b) / capacity
-        return np.asarray(np.where(capacity > 0, seconds, np.inf), dtype=np.float64)
+        """Seconds per training iteration (planner/model/compute.py)."""
+        return predict_train_time(batch, memory_mb, a=self.a, b=self.b, m=self.m)
 
     def train_cpu_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
         """A training iteration's CPU at M's share, (cpu_step_s + B·cpu_sample_s)/vCPUs(M)."""
