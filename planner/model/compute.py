@@ -10,7 +10,8 @@
   negative: below -M there is no compute at all).
 
 The planner's :meth:`WorkloadProfile.train_time`, the profiler's fit (planner/fit/profiler.py)
-and ``planner calibrate`` all call :func:`predict_train_time`, so a fitted (a, b, m) means the
+and ``planner calibrate`` all call :func:`predict_train_time` (the exact search's bounds its
+slope, :func:`seconds_per_sample`), so a fitted (a, b, m) means the
 same to the fit that found it and to the search that uses it (adaptdl's goodput.py keeps one
 predict function for its fit and its optimizer alike).
 """
@@ -29,3 +30,9 @@ def predict_train_time(batch: ArrayLike, memory_mb: ArrayLike, *, a: float, b: f
     with np.errstate(divide="ignore", invalid="ignore"):
         seconds = a * (batches + b) / capacity
     return np.asarray(np.where(capacity > 0, seconds, np.inf), dtype=np.float64)
+
+
+def seconds_per_sample(memory_mb: ArrayLike, *, a: float, m: float) -> NDArray[np.float64]:
+    """α = a/(M+m), the slope of T_train in B (T_train = α·(B + b)), which the exact search's
+    bounds work with; unguarded: the caller masks M + m <= 0."""
+    return np.asarray(a / (np.asarray(memory_mb, dtype=float) + m), dtype=np.float64)

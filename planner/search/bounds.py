@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 
 from planner.model import cost_model
 from planner.model.channels import channel_costs
+from planner.model.compute import seconds_per_sample
 from planner.model.cost_model import aligned_non_aggregator_batch, segment_io_mb
 from planner.model.exchange_time import aggregator_terms, non_aggregator_times
 from planner.model.memory import role_max_batch
@@ -100,7 +101,7 @@ def tables(problem: Problem, pattern: str, rule: str) -> Tables:
     load_mb, checkpoint_mb = segment_io_mb(problem, aggregators[None, :])
     return Tables(
         problem=problem, pattern=pattern, rule=rule, memory=memory,
-        alpha=np.asarray(wl.a / (memory + wl.m), dtype=np.float64), batch_max=batch_max,
+        alpha=seconds_per_sample(memory, a=wl.a, m=wl.m), batch_max=batch_max,
         **_communication_tables(problem, at, aggregators[None, :]),
         segment_io=(platform.transfer_time("down", at, load_mb)
                     + platform.transfer_time("up", at, checkpoint_mb)),
