@@ -15,7 +15,7 @@ from planner.model.channels import channel_costs
 from planner.model.confidence import assess
 from planner.model.cost_model import busy_s
 from planner.model.exchange_time import cpu_bounds, non_aggregator_times
-from planner.model.instances import InstanceRun
+from planner.model.instance.options import InstanceRun
 from planner.model.problem import Problem
 from planner.model.profiles import lambda_vcpus
 from planner.search.searches import PATTERNS, Choice, SearchResult, frontier
