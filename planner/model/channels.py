@@ -252,8 +252,9 @@ class ValkeyCosts:
                 f"{problem.max_cache_ecpu_per_s:,.0f} ECPU/s)"]
 
 
-CHANNEL_COSTS: Mapping[str, ChannelCosts] = {store.name: store
-                                             for store in (S3Costs(), ValkeyCosts())}
+# typed as the protocol, so mypy checks that each class implements every member
+STORES: tuple[ChannelCosts, ...] = (S3Costs(), ValkeyCosts())
+CHANNEL_COSTS: Mapping[str, ChannelCosts] = {store.name: store for store in STORES}
 
 
 def channel_costs(problem: Problem) -> ChannelCosts:
