@@ -297,7 +297,10 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
         cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint,
         cost_storage_usd=cost_storage, cost_cache_minimum_usd=cost_minimum, cost_usd=cost,
-        violation=violation, **vars(rates),
+        violation=violation, cache_ecpu_per_s_peak=rates.cache_ecpu_per_s_peak,
+        cache_ecpu_per_s_mean=rates.cache_ecpu_per_s_mean, s3_key_prefixes=rates.s3_key_prefixes,
+        s3_requests_per_prefix_per_s=rates.s3_requests_per_prefix_per_s,
+        s3_get_per_prefix_per_s=rates.s3_get_per_prefix_per_s,
     )
 
 
