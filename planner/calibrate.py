@@ -39,6 +39,7 @@ from fasdl.contract.json_input import JsonInputError, load_json_bytes
 from planner.cli_inputs import EXIT_OK, CliError
 from planner.fit.client_cpu import nonnegative_line
 from planner.fit.workload_fit import Quality, distinct, quality
+from planner.model.compute import predict_train_time
 from planner.model.platform_profile import TORCH_LOAD_THREADS, lambda_vcpus
 from planner.model.profiles import (
     PlatformProfile,
@@ -171,7 +172,7 @@ def refit_compute(workload: WorkloadProfile, points: Sequence[RolePoint],
                         f"aggregators and non-aggregators train different batches (B^n > "
                         f"B^a) identifies it" if len(batches) < 2 else
                         "b kept: the two batch sizes gave no physical a, b")
-            ratio = (a * (batch + b) / (memory + m)) / seconds
+            ratio = predict_train_time(batch, memory, a=a, b=b, m=m) / seconds
             a *= float(np.sum(ratio) / np.sum(ratio ** 2))  # least relative squares in a
     new = replace(workload, a=_six_digits(a), b=_six_digits(b), m=_six_digits(m))
     fit = quality(seconds, new.train_time(batch, memory))

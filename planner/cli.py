@@ -36,6 +36,7 @@ from planner.cli_inputs import (
     write_atomically,
 )
 from planner.fit_command import add_fit_arguments, command_fit
+from planner.model.channels import channel_costs
 from planner.model.confidence import extrapolation_warnings
 from planner.model.problem import Problem
 from planner.model.recipe import add_recipe_arguments, describe_learning_rate
@@ -227,15 +228,17 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
 def _single_worker_on_s3(args: argparse.Namespace, problem: Problem, quotas: Quotas,
                          result: SearchResult) -> tuple[Problem, SearchResult, list[str]]:
     """A Valkey choice of W = 1 exchanges nothing, yet would deploy a VPC and a cache (the
-    synth refuses it): that one worker is planned on S3 instead, with a warning."""
-    if args.channel != "valkey" or result.choice is None or result.choice.workers != 1:
+    synth refuses it): that one worker is planned on S3 instead (the store's
+    ``lone_worker_channel``), with a warning."""
+    fallback = channel_costs(problem).lone_worker_channel
+    if fallback is None or result.choice is None or result.choice.workers != 1:
         return problem, result, []
     why = "the cheapest Valkey configuration has W = 1, which exchanges nothing"
     if args.platform:  # a Valkey profile of the user's: no S3 one to plan with
         raise CliError("--channel", f"{why}; with --platform (a valkey profile) it cannot be "
                                     "planned on S3 here: pass --channel s3 without it, or "
                                     "--min-workers 2 for Valkey workers that exchange")
-    on_s3 = argparse.Namespace(**{**vars(args), "channel": "s3"})
+    on_s3 = argparse.Namespace(**{**vars(args), "channel": fallback})
     single = replace(build_problem(on_s3), max_workers=1)
     planned = _run_search(on_s3, single, quotas)
     if planned.choice is None:

@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 from fasdl.contract.fields import FieldError, read_profile_json
 from fasdl.contract.limits import BUDGET_FACTOR, DEADLINE_SLACK, MAX_BUDGET_USD, MAX_DEADLINE_S
 from fasdl.contract.plan import PlanError
-from planner.model.instance_table import billing_rule, default_user_startup_s, shipped_options
-from planner.model.instances import (
+from planner.model.instance.options import (
     INSTANCE_FORMAT,
     InstanceError,
     InstanceOption,
@@ -26,6 +25,7 @@ from planner.model.instances import (
     parse_instance,
     price_run,
 )
+from planner.model.instance.shipped import billing_rule, default_user_startup_s, shipped_options
 from planner.model.problem import ModelInputError, Problem
 from planner.model.profiles import (
     Prices,

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 
 from planner.cli_inputs import Instances
+from planner.model.channels import channel_costs
 from planner.model.confidence import assess
 from planner.model.cost_model import busy_s
 from planner.model.exchange_time import cpu_bounds, non_aggregator_times
-from planner.model.instances import InstanceRun
+from planner.model.instance.options import InstanceRun
 from planner.model.problem import Problem
 from planner.model.profiles import lambda_vcpus
-from planner.model.s3_rates import GET_PER_PREFIX_PER_S, PUT_PER_PREFIX_PER_S, s3_utilisation
 from planner.search.searches import PATTERNS, Choice, SearchResult, frontier
 from planner.verdict import Option, instance_lines, verdict
 
@@ -55,30 +55,13 @@ def describe_choice(problem: Problem, result: SearchResult) -> str:
         f"    cost: Lambda compute ${b['lambda_compute_usd']:.4f}, requests + Step Functions "
         f"${b['requests_usd']:.4f}, exchange ${b['exchange_usd']:.4f}, checkpoints + data "
         f"${b['checkpoint_and_data_usd']:.4f}, storage ${b['storage_usd']:.4f}"
-        + (f", cache minimum ${b['cache_minimum_usd']:.4f}" if problem.channel == "valkey"
-           else ""),
+        + channel_costs(problem).cost_line_extra(b),
         *_iteration_lines(chunked, choice),
         *_cpu_lines(chunked, choice),
         f"    per segment: load {b['load_s']:.1f} s, checkpoint {b['checkpoint_s']:.1f} s",
-        *_channel_lines(problem, choice),
+        *channel_costs(problem).report_lines(problem, b),
     ]
     return "\n".join(lines)
-
-
-def _channel_lines(problem: Problem, choice: Choice) -> list[str]:
-    """The exchange's throughput against its limit: Valkey's ECPU/s against the cache's
-    maximum (cache_throughput.py), S3's requests per key prefix against S3's (s3_rates.py)."""
-    b = choice.breakdown
-    if "s3_requests_per_prefix_per_s" in b:
-        puts, gets = b["s3_requests_per_prefix_per_s"], b["s3_get_per_prefix_per_s"]
-        return [f"    S3 peak requests per key prefix ({b['s3_key_prefixes']:.0f} prefixes): "
-                f"{puts:,.0f} PUT/DELETE/s of {PUT_PER_PREFIX_PER_S:,.0f}, {gets:,.0f} GET/s "
-                f"of {GET_PER_PREFIX_PER_S:,.0f} ({float(s3_utilisation(puts, gets)):.0%})"]
-    if "cache_ecpu_per_s_peak" not in b:
-        return []
-    return [f"    cache throughput: peak {b['cache_ecpu_per_s_peak']:,.0f} ECPU/s, mean "
-            f"{b['cache_ecpu_per_s_mean']:,.0f} ECPU/s (cap "
-            f"{problem.max_cache_ecpu_per_s:,.0f} ECPU/s)"]
 
 
 def _iteration_lines(problem: Problem, choice: Choice) -> list[str]:

@@ -3,7 +3,7 @@ verdict in plain words: which option is cheapest, which meets the deadline, and 
 have to change for the other side to win.
 
 Lambda's side is one option (the cheapest configuration found, labelled by the caller); the
-instances' side is every priced :class:`~planner.model.instances.InstanceRun`.
+instances' side is every priced :class:`~planner.model.instance.options.InstanceRun`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from planner.model.instances import SECONDS_PER_HOUR, InstanceRun
+from planner.model.instance.options import SECONDS_PER_HOUR, InstanceRun
 
 WIDTH = 100  # the text wraps here, as wide as the comparison table
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.fit.samples import TransferRecord
+from planner.fit.samples import TransferRecord, by_channel, by_direction
 from planner.model.profiles import DIRECTIONS, PlatformProfile
 
 
@@ -17,18 +17,19 @@ def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str
     κ_MB·S by least squares with both >= 0 (over every memory: CPU seconds do not depend on
     M); κ_fold and the codec's κ the marginal CPU per MB (module docstring). Zeros where the
     samples hold no CPU times."""
+    mine = by_channel(transfer).get(channel, [])
+    directions = by_direction(mine)
     fitted: dict[str, float] = {}
     for direction in DIRECTIONS:
-        timed = [(r.size_mb, r.cpu_s) for r in transfer
-                 if r.channel == channel and r.direction == direction and r.cpu_s is not None]
+        timed = [(r.size_mb, r.cpu_s) for r in directions.get(direction, [])
+                 if r.cpu_s is not None]
         request_s, mb_s = nonnegative_line(timed)
         fitted[f"cpu_{direction}_request_s"] = request_s
         fitted[f"cpu_{direction}_mb_s"] = mb_s
-    fitted["cpu_fold_mb_s"] = _marginal_per_mb(
-        (r.size_mb, r.fold_cpu_s) for r in transfer if r.channel == channel)
+    fitted["cpu_fold_mb_s"] = _marginal_per_mb((r.size_mb, r.fold_cpu_s) for r in mine)
     for direction, name in (("up", "cpu_bf16_frame_mb_s"), ("down", "cpu_bf16_fold_mb_s")):
-        fitted[name] = _marginal_per_mb((r.size_mb, r.bf16_cpu_s) for r in transfer
-                                        if r.channel == channel and r.direction == direction)
+        fitted[name] = _marginal_per_mb((r.size_mb, r.bf16_cpu_s)
+                                        for r in directions.get(direction, []))
     return {name: cpu_digits(value) for name, value in fitted.items()}
 
 

@@ -32,6 +32,7 @@ from planner.fit.samples import (
     SampleError,
     TrainSample,
     TransferRecord,
+    by_channel,
     read_samples,
 )
 from planner.fit.throughput import (
@@ -42,6 +43,7 @@ from planner.fit.throughput import (
     rounded,
 )
 from planner.fit.workload_fit import Quality, WorkloadFit, distinct, quality
+from planner.model.compute import predict_train_time
 from planner.model.profiles import (
     DIRECTIONS,
     LAMBDA_MAX_MEMORY_MB,
@@ -82,7 +84,8 @@ def fit_compute(batch: NDArray[np.float64], memory: NDArray[np.float64],
 
     def residuals(params: NDArray[np.float64]) -> NDArray[np.float64]:
         a, b, m = params
-        return np.asarray(a * (batch + b) / (memory + m) / seconds - 1.0, dtype=np.float64)
+        predicted = predict_train_time(batch, memory, a=a, b=b, m=m)
+        return np.asarray(predicted / seconds - 1.0, dtype=np.float64)
 
     # b stays clear of -1 by more than the 6 significant digits the profile keeps.
     lower, upper = [1e-12, -1.0 + 1e-5, floor], [np.inf, np.inf, span]
@@ -117,7 +120,7 @@ def fit_workload(train: Sequence[TrainSample]) -> WorkloadFit:
     memory = np.array([s.memory_mb for s in train], dtype=np.float64)
     seconds = np.array([s.seconds for s in train], dtype=np.float64)
     a, b, m = fit_compute(batch, memory, seconds)
-    time_quality = quality(seconds, a * (batch + b) / (memory + m))
+    time_quality = quality(seconds, predict_train_time(batch, memory, a=a, b=b, m=m))
     with_peak = [s for s in train if s.peak_mb is not None]
     if len(distinct(s.batch for s in with_peak)) < 2:
         raise SampleError("cannot identify k and c: fewer than 2 batch sizes have 'peak_mb'")
@@ -195,9 +198,8 @@ def select_channel(transfer: Sequence[TransferRecord], channel: str | None) -> s
 def fit_transfers(transfer: Sequence[TransferRecord], channel: str) -> list[SaturationFit]:
     """p, t per memory and direction; every memory needs both directions at 2+ sizes."""
     series: dict[tuple[float, str], list[TransferRecord]] = defaultdict(list)
-    for record in transfer:
-        if record.channel == channel:
-            series[record.memory_mb, record.direction].append(record)
+    for record in by_channel(transfer).get(channel, []):
+        series[record.memory_mb, record.direction].append(record)
     fits = []
     for memory in distinct(memory for memory, _ in series):
         for direction in DIRECTIONS:
@@ -226,7 +228,7 @@ def fit_duplex(records: Sequence[DuplexRecord], channel: str,
                memories: Sequence[float]) -> tuple[float, ...]:
     """d per memory: the median of ``channel``'s records there (a memory without any takes the
     median of all); () without any record (the profile then assumes full duplex)."""
-    mine = [record for record in records if record.channel == channel]
+    mine = by_channel(records).get(channel, [])
     if not mine:
         return ()
     overall = float(np.median([record.duplex() for record in mine]))

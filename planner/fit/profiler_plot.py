@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.fit.samples import Samples
+from planner.fit.samples import Samples, by_channel, by_direction
 from planner.fit.workload_fit import WorkloadFit, distinct
+from planner.model.compute import predict_train_time
 from planner.model.profiles import DIRECTIONS, PlatformProfile
 
 
@@ -27,8 +28,9 @@ def render_fit(png: str, samples: Samples, workload: WorkloadFit | None,
             points = [s for s in samples.train if s.memory_mb == memory]
             batches = np.array([s.batch for s in points], dtype=np.float64)
             line = np.linspace(batches.min(), batches.max(), 50)
-            (handle,) = time_axis.plot(line, workload.a * (line + workload.b)
-                                       / (memory + workload.m), label=f"{memory:g} MB")
+            fitted = predict_train_time(line, memory, a=workload.a, b=workload.b,
+                                        m=workload.m)
+            (handle,) = time_axis.plot(line, fitted, label=f"{memory:g} MB")
             time_axis.scatter(batches, [s.seconds for s in points], color=handle.get_color(),
                               s=12)
         time_axis.set(xlabel="batch B", ylabel="s / iteration", title="T = a(B+b)/(M+m)")
@@ -41,8 +43,8 @@ def render_fit(png: str, samples: Samples, workload: WorkloadFit | None,
     if platform is not None:
         for direction in DIRECTIONS:
             axis = row.pop(0)
-            records = [r for r in samples.transfer
-                       if r.channel == platform.channel and r.direction == direction]
+            records = by_direction(by_channel(samples.transfer).get(platform.channel, [])
+                                   ).get(direction, [])
             for memory in distinct(r.memory_mb for r in records):
                 series = [r for r in records if r.memory_mb == memory]
                 sizes = np.array([r.size_mb for r in series], dtype=np.float64)

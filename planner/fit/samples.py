@@ -7,10 +7,11 @@ Every malformed record raises :class:`SampleError` naming the file, line and fie
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from fasdl.contract.fields import is_number
 from fasdl.contract.json_input import JsonInputError, load_json_bytes
@@ -66,6 +67,33 @@ class DuplexRecord:
         """d of U ∥ D = max(U, D, (1 − d/2)·(U + D)) (planner/model/pipelined.py): for U = D the
         share of one hidden by the other; 2·(1 − T/(U + D)) in [0, 1]."""
         return min(1.0, max(0.0, 2.0 * (1.0 - self.seconds / (self.up_s + self.down_s))))
+
+
+class OnChannel(Protocol):
+    """A measurement over one channel."""
+
+    @property
+    def channel(self) -> str: ...
+
+
+Measured = TypeVar("Measured", bound=OnChannel)
+
+
+def by_channel(records: Iterable[Measured]) -> dict[str, list[Measured]]:
+    """``records`` grouped by their channel, each group in the records' order: a fit reads the
+    group of the channel it fits."""
+    grouped: dict[str, list[Measured]] = defaultdict(list)
+    for record in records:
+        grouped[record.channel].append(record)
+    return dict(grouped)
+
+
+def by_direction(records: Iterable[TransferRecord]) -> dict[str, list[TransferRecord]]:
+    """Transfer records grouped by direction, each group in the records' order."""
+    grouped: dict[str, list[TransferRecord]] = defaultdict(list)
+    for record in records:
+        grouped[record.direction].append(record)
+    return dict(grouped)
 
 
 @dataclass

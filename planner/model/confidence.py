@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from planner.model.channels import ChannelCosts, channel_costs
 from planner.model.platform_profile import PlatformProfile
 from planner.model.problem import Problem
 from planner.model.profiles import WorkloadProfile
@@ -190,11 +191,10 @@ def time_band(bands: Mapping[str, float], breakdown: Mapping[str, float], time_s
     return weighted / max(time_s, startup + segment_io)
 
 
-def time_scaled_cost(breakdown: Mapping[str, float], channel: str) -> float:
-    """The part of the cost AWS bills by duration: Lambda's, and Valkey's storage and minimum."""
-    valkey = (breakdown.get("exchange_usd", 0.0) + breakdown.get("cache_minimum_usd", 0.0)
-              if channel == "valkey" else 0.0)
-    return breakdown.get("lambda_compute_usd", 0.0) + valkey
+def time_scaled_cost(breakdown: Mapping[str, float], store: ChannelCosts) -> float:
+    """The part of the cost AWS bills by duration: Lambda's, and the store's (Valkey's storage
+    and minimum)."""
+    return breakdown.get("lambda_compute_usd", 0.0) + store.duration_billed_usd(breakdown)
 
 
 def ranges(time_s: float, cost_usd: float, scaled_cost: float, delta: float
@@ -227,7 +227,8 @@ def assess(problem: Problem, choice: Predicted) -> Confidence:
     delta = time_band({i.name: i.band for i in inputs}, choice.breakdown, choice.time_s,
                       choice.segments)
     time_range, cost_range = ranges(choice.time_s, choice.cost_usd,
-                                    time_scaled_cost(choice.breakdown, problem.channel), delta)
+                                    time_scaled_cost(choice.breakdown,
+                                                     channel_costs(problem)), delta)
     cost = choice.cost_usd
     cost_band = (cost_range[1] - cost) / cost if cost > 0 else 0.0
     return Confidence(inputs, choice.time_s, cost, delta, cost_band, time_range, cost_range,

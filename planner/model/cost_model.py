@@ -64,8 +64,7 @@ from numpy.typing import ArrayLike, NDArray
 from fasdl.contract.plan import (
     EXCHANGE_STATE_MODELS,
 )
-from planner.model.cache_throughput import ecpus_per_iteration, peak_ecpu_per_s
-from planner.model.exchange_cost import exchange_cost
+from planner.model.channels import ExchangeRates, channel_costs
 from planner.model.exchange_time import communication_times, iteration_times
 from planner.model.memory import memory_exceeded, role_max_batch
 from planner.model.pipelined import pipelined_terms
@@ -76,9 +75,8 @@ from planner.model.problem import (
     Violation,
 )
 from planner.model.profiles import WorkloadProfile
-from planner.model.s3_rates import peak_s3_request_rates, prefixes_needed, s3_utilisation
 from planner.model.segment_requests import segment_request_cost
-from planner.model.storage_cost import cache_minimum_cost, storage_cost
+from planner.model.storage_cost import storage_cost
 
 # Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
 # the loop bookkeeping plus two per worker iteration (task scheduled and succeeded).
@@ -128,6 +126,13 @@ class Evaluation:
     s3_key_prefixes: FloatArray
     s3_requests_per_prefix_per_s: FloatArray
     s3_get_per_prefix_per_s: FloatArray
+
+    @property
+    def rates(self) -> ExchangeRates:
+        """The exchange's throughput figures, as the channel's object reads them."""
+        return ExchangeRates(self.cache_ecpu_per_s_peak, self.cache_ecpu_per_s_mean,
+                             self.s3_key_prefixes, self.s3_requests_per_prefix_per_s,
+                             self.s3_get_per_prefix_per_s)
 
     @property
     def feasible(self) -> NDArray[np.bool_]:
@@ -234,9 +239,9 @@ def run_cost(problem: Problem, memory_mb: IntArray | int,
     transitions = (SFN_FIXED_TRANSITIONS
                    + runs * (SFN_TRANSITIONS_PER_SEGMENT + SFN_TRANSITIONS_PER_WORKER * w))
     requests = (runs * w + 2) * prices.lambda_request + transitions * prices.sfn_transition
-    exchange = exchange_cost(prices, problem.channel, problem.workload.model_mb, w, k,
-                             iterations, time_s, problem.exchange_chunks, problem.upload_share)
-    checkpoint = segment_request_cost(prices, problem.channel, w, k, runs, time_s)
+    store = channel_costs(problem)
+    exchange = store.exchange_cost(problem, w, k, iterations, time_s)
+    checkpoint = segment_request_cost(prices, store.claim_puts_per_worker, w, k, runs, time_s)
     return (np.asarray(compute, dtype=np.float64), np.asarray(requests, dtype=np.float64),
             np.asarray(exchange, dtype=np.float64), np.asarray(checkpoint, dtype=np.float64))
 
@@ -270,22 +275,17 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     cost_lambda, cost_requests, cost_exchange, cost_checkpoint = run_cost(
         problem, mem, w, k, worker_seconds=w * time, time_s=time,
         iterations=total_iterations, segments=segments)
-    peak, mean = _cache_rates(problem, w, mem, k, iteration)
+    store = channel_costs(problem)
+    rates = store.rates(problem, w, mem, k, iteration)
     cost_storage = storage_cost(problem, w, k, sync_bsp, segments, time)
-    cost_minimum = cache_minimum_cost(problem, mean_ecpu_per_s=mean, peak_ecpu_per_s=peak,
-                                      consumed_ecpus=(ecpus_per_iteration(problem, w, k)
-                                                      * total_iterations),
-                                      time_s=time)
+    cost_minimum = store.minimum_cost(problem, w, k, rates, total_iterations, time)
     cost = (cost_lambda + cost_requests + cost_exchange + cost_checkpoint + cost_storage
             + cost_minimum)
 
-    prefixes, puts, gets = _s3_rates(problem, w, mem, k)
     violation = _violations(problem, w, mem, k, ba, bn, global_batch, segment_iterations, time)
     # the channel's throughput last: marked only where everything else holds
-    for code, broken in ((Violation.CACHE_THROUGHPUT, peak > problem.max_cache_ecpu_per_s),
-                         (Violation.S3_REQUEST_RATE, _over_s3_rates(problem, puts, gets))):
-        violation = np.where(broken & (violation == Violation.NONE), np.int8(code),
-                             violation).astype(np.int8)
+    violation = np.where(store.over_rate_limit(problem, rates) & (violation == Violation.NONE),
+                         np.int8(store.rate_violation), violation).astype(np.int8)
     return Evaluation(
         workers=w, memory_mb=mem, aggregators=k, batch_aggregator=ba,
         batch_non_aggregator=bn, bsp=sync_bsp, global_batch=global_batch,
@@ -297,49 +297,17 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
         cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint,
         cost_storage_usd=cost_storage, cost_cache_minimum_usd=cost_minimum, cost_usd=cost,
-        violation=violation, cache_ecpu_per_s_peak=peak, cache_ecpu_per_s_mean=mean,
-        s3_key_prefixes=prefixes, s3_requests_per_prefix_per_s=puts,
-        s3_get_per_prefix_per_s=gets,
+        violation=violation, cache_ecpu_per_s_peak=rates.cache_ecpu_per_s_peak,
+        cache_ecpu_per_s_mean=rates.cache_ecpu_per_s_mean, s3_key_prefixes=rates.s3_key_prefixes,
+        s3_requests_per_prefix_per_s=rates.s3_requests_per_prefix_per_s,
+        s3_get_per_prefix_per_s=rates.s3_get_per_prefix_per_s,
     )
-
-
-def _s3_rates(problem: Problem, w: IntArray, mem: IntArray, k: IntArray
-              ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(P, PUT-class, GET-class requests per second per prefix at their peak) of an S3
-    exchange, P the fewest prefixes within S3's rates up to the cap; NaN on Valkey."""
-    if problem.channel != "s3":
-        nan = np.full(w.shape, np.nan)
-        return nan, nan.copy(), nan.copy()
-    puts, gets = peak_s3_request_rates(problem, w, mem, k)
-    prefixes = np.minimum(prefixes_needed(puts, gets),
-                          problem.max_exchange_key_prefixes).astype(np.float64)
-    return prefixes, puts / prefixes, gets / prefixes
-
-
-def _over_s3_rates(problem: Problem, puts: FloatArray, gets: FloatArray) -> NDArray[np.bool_]:
-    if problem.channel != "s3" or not problem.s3_request_limits:
-        return np.zeros(puts.shape, dtype=bool)
-    # P = ceil(rate/limit) leaves each prefix at the limit at most, up to rounding
-    return np.asarray(s3_utilisation(puts, gets) > 1.0 + 1e-9, dtype=bool)
-
-
-def _cache_rates(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
-                 iteration: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """(peak, mean) ECPU/s of a Valkey exchange; NaN for S3, which has no ECPUs."""
-    if problem.channel != "valkey":
-        nan = np.full(w.shape, np.nan)
-        return nan, nan.copy()
-    peak = peak_ecpu_per_s(problem, w, mem, k)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(iteration > 0, ecpus_per_iteration(problem, w, k) / iteration, 0.0)
-    return peak, np.asarray(mean, dtype=np.float64)
 
 
 def misses_only_deadline(problem: Problem, evaluation: Evaluation) -> NDArray[np.bool_]:
     """Configurations that meet every constraint but the deadline: DEADLINE is checked last
     but for the channel's throughput, which a deadline-missing configuration may break too."""
-    within = ~(evaluation.cache_ecpu_per_s_peak > problem.max_cache_ecpu_per_s) & ~_over_s3_rates(
-        problem, evaluation.s3_requests_per_prefix_per_s, evaluation.s3_get_per_prefix_per_s)
+    within = ~channel_costs(problem).over_rate_limit(problem, evaluation.rates)
     return np.asarray((evaluation.violation == Violation.DEADLINE) & within, dtype=bool)
 
 

@@ -42,13 +42,18 @@ def s3_requests_per_iteration(workers: ArrayLike, aggregators: ArrayLike, chunks
             np.where(alone, 0.0, 2.0 * k * (w - 1.0) * chunks))
 
 
-def exchange_cost(prices: Prices, channel: str, model_mb: float, w: IntArray, k: IntArray,
-                  total_iterations: FloatArray, time: FloatArray, chunks: int = 1,
-                  upload_share: float = 1.0) -> FloatArray:
-    """USD of the exchange over the run: S3 requests, or Valkey ECPUs and storage."""
-    if channel == "s3":
-        puts, gets = s3_requests_per_iteration(w, k, chunks)
-        return total_iterations * (prices.s3_put * puts + prices.s3_get * gets)
+def s3_exchange_cost(prices: Prices, w: IntArray, k: IntArray, total_iterations: FloatArray,
+                     chunks: int = 1) -> FloatArray:
+    """USD of an S3 exchange over the run: its PUT and GET requests."""
+    puts, gets = s3_requests_per_iteration(w, k, chunks)
+    return np.asarray(total_iterations * (prices.s3_put * puts + prices.s3_get * gets),
+                      dtype=np.float64)
+
+
+def valkey_exchange_cost(prices: Prices, model_mb: float, w: IntArray, k: IntArray,
+                         total_iterations: FloatArray, time: FloatArray, chunks: int = 1,
+                         upload_share: float = 1.0) -> FloatArray:
+    """USD of a Valkey exchange over the run: its ECPUs and the data it stores."""
     gb_hour, min_gb, ecpu_price = prices.require_valkey()
     traffic_mb = exchange_bytes_per_iteration_mb(model_mb, w, upload_share)
     ecpus = total_iterations * traffic_mb * KB_PER_MB / prices.valkey_kb_per_ecpu

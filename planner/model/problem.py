@@ -121,11 +121,10 @@ class Problem:
                           MIN_ECPU_PER_SECOND, MAX_ECPU_PER_SECOND)
         _check_int("max_exchange_key_prefixes", self.max_exchange_key_prefixes, 1,
                    MAX_EXCHANGE_KEY_PREFIXES)
-        if self.channel == "valkey":  # a region without a confirmed cache price cannot
-            try:                      # price a Valkey plan
-                self.prices.require_valkey()
-            except ProfileError as error:
-                raise ModelInputError("prices", error.detail) from error
+        try:  # a region without a confirmed cache price cannot price a Valkey plan
+            self.prices.require_channel(self.channel)
+        except ProfileError as error:
+            raise ModelInputError("prices", error.detail) from error
         if self.exchange_dtype not in EXCHANGE_DTYPES:
             raise ModelInputError("exchange_dtype", f"must be one of "
                                   f"{', '.join(EXCHANGE_DTYPES)}, got {self.exchange_dtype!r}")

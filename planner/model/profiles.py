@@ -38,6 +38,7 @@ from fasdl.contract.fields import (
 )
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS, REGION, PlanError, Workload
 from fasdl.contract.workload import USER_FIELDS
+from planner.model.compute import predict_train_time
 from planner.model.platform_profile import (
     CPU_FIELDS,
     DIRECTIONS,
@@ -140,12 +141,8 @@ class WorkloadProfile:
                       str(error).split("': ", 1)[-1]) from error
 
     def train_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
-        """Seconds per training iteration, a·(B+b)/(M+m); inf where M+m <= 0 (no compute)."""
-        batches = np.asarray(batch, dtype=float)
-        capacity = np.asarray(memory_mb, dtype=float) + self.m
-        with np.errstate(divide="ignore", invalid="ignore"):
-            seconds = self.a * (batches + self.b) / capacity
-        return np.asarray(np.where(capacity > 0, seconds, np.inf), dtype=np.float64)
+        """Seconds per training iteration (planner/model/compute.py)."""
+        return predict_train_time(batch, memory_mb, a=self.a, b=self.b, m=self.m)
 
     def train_cpu_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
         """A training iteration's CPU at M's share, (cpu_step_s + B·cpu_sample_s)/vCPUs(M)."""
@@ -214,6 +211,10 @@ def unprofiled_message(name: str) -> str:
 
 
 VALKEY_PRICES = ("valkey_gb_hour", "valkey_min_gb", "valkey_ecpu")
+# The optional prices each channel needs (S3's are every region's: datasets and checkpoints
+# live there whatever the channel); planner/model/channels.py holds the rest of a channel.
+CHANNEL_PRICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"s3": (), "valkey": VALKEY_PRICES})
 
 
 @dataclass(frozen=True)
@@ -256,15 +257,19 @@ class Prices:
              number("valkey_kb_per_ecpu", self.valkey_kb_per_ecpu, low=0.0, above=True))
         require_pattern("source", self.source, None, "a string", bad)
 
+    def require_channel(self, channel: str) -> None:
+        """An error naming the first price ``channel`` needs that the table lacks."""
+        needed = CHANNEL_PRICES[channel]
+        missing = [name for name in needed if getattr(self, name) is None]
+        if missing:
+            raise ProfileError(f"the price table of {self.region} has no {channel} price "
+                               f"{missing[0]}: plan with --channel s3, or pass --prices FILE "
+                               f"with {', '.join(needed)} for {self.region}", missing[0])
+
     def require_valkey(self) -> tuple[float, float, float]:
         """(GB-hour, metered minimum GB, per ECPU) of ElastiCache Serverless for Valkey, or an
         error naming the first missing price."""
-        missing = [name for name in VALKEY_PRICES if getattr(self, name) is None]
-        if missing:
-            raise ProfileError(f"the price table of {self.region} has no ElastiCache Serverless "
-                               f"(Valkey) price {missing[0]}: plan with --channel s3, or pass "
-                               f"--prices FILE with {', '.join(VALKEY_PRICES)} for "
-                               f"{self.region}", missing[0])
+        self.require_channel("valkey")
         gb_hour, min_gb, ecpu = (float(getattr(self, name)) for name in VALKEY_PRICES)
         return gb_hour, min_gb, ecpu
 

@@ -32,11 +32,13 @@ FENCE_GETS_PER_WORKER = 2
 TRIGGER_FENCE_GETS = TRIGGER_FENCE_PUTS = 1
 
 
-def segment_request_cost(prices: Prices, channel: str, workers: IntArray, aggregators: IntArray,
-                         segments: FloatArray, time_s: FloatArray) -> FloatArray:
-    """USD of the S3 requests above over a run of ``segments`` segments lasting ``time_s``."""
+def segment_request_cost(prices: Prices, claim_puts_per_worker: float, workers: IntArray,
+                         aggregators: IntArray, segments: FloatArray, time_s: FloatArray
+                         ) -> FloatArray:
+    """USD of the S3 requests above over a run of ``segments`` segments lasting ``time_s``;
+    ``claim_puts_per_worker``: the channel's (planner/model/channels.py)."""
     w = np.asarray(workers, dtype=np.float64)
-    claims = w if channel == "s3" else np.zeros_like(w)
+    claims = claim_puts_per_worker * w
     gets = (GETS_PER_LOAD * w + FENCE_GETS_PER_WORKER * w + TRIGGER_FENCE_GETS) * segments
     puts = (w + aggregators + 1 + TRIGGER_FENCE_PUTS + claims) * segments
     checks = w * np.asarray(time_s, dtype=np.float64) / DEFAULT_FENCE_CHECK_S

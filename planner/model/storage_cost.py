@@ -48,6 +48,7 @@ from fasdl.contract.storage_lifecycle import (
     billed_noncurrent_s,
 )
 from planner.model.problem import Problem
+from planner.model.profiles import Prices
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -90,14 +91,11 @@ def cache_minimum_ecpu_per_s(mean_ecpu_per_s: FloatArray) -> FloatArray:
                               MAX_ECPU_PER_SECOND), dtype=np.float64)
 
 
-def cache_minimum_cost(problem: Problem, *, mean_ecpu_per_s: FloatArray,
+def cache_minimum_cost(prices: Prices, *, mean_ecpu_per_s: FloatArray,
                        peak_ecpu_per_s: FloatArray, consumed_ecpus: FloatArray,
                        time_s: FloatArray) -> FloatArray:
-    """USD the cache's ECPU/s minimum adds over the run (see above); 0 on S3, which has no
-    cache."""
-    if problem.channel != "valkey":
-        return np.zeros(np.shape(time_s), dtype=np.float64)
-    _, _, ecpu_price = problem.prices.require_valkey()
+    """USD the cache's ECPU/s minimum adds over a Valkey run (see above)."""
+    _, _, ecpu_price = prices.require_valkey()
     with np.errstate(divide="ignore", invalid="ignore"):
         exchanging = np.where(peak_ecpu_per_s > 0, consumed_ecpus / peak_ecpu_per_s, 0.0)
     idle = np.maximum(np.asarray(time_s, dtype=np.float64) - exchanging, 0.0)

@@ -32,7 +32,6 @@ iterations and its segments, which the bounds feed to the model's own cost terms
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,7 +39,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from planner.model import cost_model
-from planner.model.cache_throughput import peak_ecpu_per_s
+from planner.model.channels import channel_costs
+from planner.model.compute import seconds_per_sample
 from planner.model.cost_model import aligned_non_aggregator_batch, segment_io_mb
 from planner.model.exchange_time import aggregator_terms, non_aggregator_times
 from planner.model.memory import role_max_batch
@@ -101,7 +101,7 @@ def tables(problem: Problem, pattern: str, rule: str) -> Tables:
     load_mb, checkpoint_mb = segment_io_mb(problem, aggregators[None, :])
     return Tables(
         problem=problem, pattern=pattern, rule=rule, memory=memory,
-        alpha=np.asarray(wl.a / (memory + wl.m), dtype=np.float64), batch_max=batch_max,
+        alpha=seconds_per_sample(memory, a=wl.a, m=wl.m), batch_max=batch_max,
         **_communication_tables(problem, at, aggregators[None, :]),
         segment_io=(platform.transfer_time("down", at, load_mb)
                     + platform.transfer_time("up", at, checkpoint_mb)),
@@ -313,20 +313,10 @@ def triple_bounds(t: Tables, index: int, low: int, high: int, relaxed: bool) -> 
         per_sample = np.maximum(balanced, np.minimum(*alone))
     iteration = alpha * (step + wl.b) + np.maximum(comm_a, comm_n)
     fits, time_lb, cost_lb = _finish(t, index, w, k, per_sample, g_max, iteration, relaxed)
-    keep = ok & fits & _within_cache(t, index, w, k)
+    keep = ok & fits & channel_costs(t.problem).within_rate_limit(t.problem, w,
+                                                                  t.memory[index], k)
     return Triples(w[keep], k[keep], x_top[keep], max_n[keep], comm_a[keep], comm_n[keep],
                    time_lb[keep], cost_lb[keep])
-
-
-def _within_cache(t: Tables, index: int, w: IntArray, k: IntArray) -> NDArray[np.bool_]:
-    """Valkey: the triple's peak ECPU/s (a function of M, W, K alone, exactly evaluate()'s)
-    within the cache's maximum; a triple above it holds no feasible configuration, nor one
-    that misses only the deadline."""
-    p = t.problem
-    if p.channel != "valkey" or p.max_cache_ecpu_per_s == math.inf:
-        return np.ones(w.shape, dtype=bool)
-    peak = peak_ecpu_per_s(p, w, t.memory[index], k)
-    return np.asarray(peak <= p.max_cache_ecpu_per_s, dtype=bool)
 
 
 def _ragged(counts: IntArray) -> tuple[IntArray, IntArray]:

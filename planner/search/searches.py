@@ -29,6 +29,7 @@ from typing import Literal
 
 import numpy as np
 
+from planner.model.channels import channel_costs
 from planner.model.cost_model import (
     Evaluation,
     aligned_non_aggregator_batch,
@@ -187,29 +188,15 @@ def _throughput_binds(problem: Problem, pattern: str, objective: Objective, bn_r
                       ) -> tuple[Violation, str, int] | None:
     """The channel's throughput limit with the best plan it rules out, when lifting it leaves
     one: (violation, reason, configurations evaluated); else None."""
-    if problem.channel == "valkey" and problem.max_cache_ecpu_per_s != math.inf:
-        lifted = bounded_search(replace(problem, max_cache_ecpu_per_s=math.inf), pattern,
-                                objective, bn_rule)
-        if lifted.evaluation is None:
-            return None
-        peak = float(lifted.evaluation.cache_ecpu_per_s_peak[0])
-        return Violation.CACHE_THROUGHPUT, (
-            f"{VIOLATION_TEXT[Violation.CACHE_THROUGHPUT]} (cap "
-            f"{problem.max_cache_ecpu_per_s:,.0f} ECPU/s; the best plan without it peaks at "
-            f"{peak:,.0f} ECPU/s)"), lifted.evaluated
-    if problem.channel == "s3" and problem.s3_request_limits:
-        lifted = bounded_search(replace(problem, s3_request_limits=False), pattern, objective,
-                                bn_rule)
-        if lifted.evaluation is None:
-            return None
-        e = lifted.evaluation
-        return Violation.S3_REQUEST_RATE, (
-            f"{VIOLATION_TEXT[Violation.S3_REQUEST_RATE]} (over "
-            f"{problem.max_exchange_key_prefixes} prefix(es) at most; the best plan without "
-            f"the limit asks {float(e.s3_requests_per_prefix_per_s[0]):,.0f} PUT/DELETE and "
-            f"{float(e.s3_get_per_prefix_per_s[0]):,.0f} GET per second of each)"), \
-            lifted.evaluated
-    return None
+    store = channel_costs(problem)
+    unlimited = store.lifted(problem)
+    if unlimited is None:
+        return None
+    lifted = bounded_search(unlimited, pattern, objective, bn_rule)
+    if lifted.evaluation is None:
+        return None
+    return (store.rate_violation, store.limit_reason(problem, lifted.evaluation.rates),
+            lifted.evaluated)
 
 
 def _best_over_chunks(problem: Problem, run: Callable[..., SearchResult], method: str,

@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-from planner.model.instance_table import (
-    default_user_startup_s,
-    measurements,
-    shipped_options,
-    workload_key,
-)
-from planner.model.instances import (
+from planner.model.instance.options import (
     InstanceError,
     InstanceOption,
     instance_cost,
     parse_instance,
     price_run,
+)
+from planner.model.instance.shipped import (
+    default_user_startup_s,
+    measurements,
+    shipped_options,
+    workload_key,
 )
 from planner.model.profiles import load_workload
 from planner.verdict import Option, verdict

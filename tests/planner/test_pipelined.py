@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fasdl.contract.plan import Plan
 from planner.cli import main
 from planner.model.cost_model import evaluate
-from planner.model.exchange_cost import exchange_cost
+from planner.model.exchange_cost import s3_exchange_cost
 from planner.model.pipelined import CHUNK_CHOICES, chunk_choices, pipelined_terms
 from planner.model.problem import Problem
 from planner.model.profiles import load_platform, load_prices, load_workload
@@ -182,10 +182,10 @@ def test_duplex_and_streaming_beat_the_phases_on_a_large_model() -> None:
 
 def test_s3_requests_and_their_cost_scale_with_the_chunks() -> None:
     prices = load_prices()
-    w, k, iterations, time_s = np.array([5]), np.array([2]), np.array([100.0]), np.array([60.0])
-    one = exchange_cost(prices, "s3", 97.5, w, k, iterations, time_s)
+    w, k, iterations = np.array([5]), np.array([2]), np.array([100.0])
+    one = s3_exchange_cost(prices, w, k, iterations)
     for chunks in CHUNK_CHOICES:
-        chunked = exchange_cost(prices, "s3", 97.5, w, k, iterations, time_s, chunks)
+        chunked = s3_exchange_cost(prices, w, k, iterations, chunks)
         assert chunked[0] == pytest.approx(chunks * one[0])
         # K·W·C PUTs and 2K(W−1)·C GETs per iteration
         assert chunked[0] == pytest.approx(100 * chunks * (prices.s3_put * 10

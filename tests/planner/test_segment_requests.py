@@ -8,6 +8,7 @@ import pytest
 from fasdl.contract.settings import DEFAULT_FENCE_CHECK_S
 from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.run.fencing import Fence, issue_epoch
+from planner.model.channels import CHANNEL_COSTS
 from planner.model.profiles import load_prices
 from planner.model.segment_requests import FENCE_GETS_PER_WORKER, segment_request_cost
 
@@ -44,7 +45,8 @@ class CountingChannel(MemoryChannel):
 def test_a_run_pays_loads_checkpoints_fences_and_claims(channel: str, claim_puts: int) -> None:
     prices = load_prices()
     workers, aggregators, segments, time_s = 4, 2, 3.0, 600.0
-    cost = segment_request_cost(prices, channel, np.array([workers]), np.array([aggregators]),
+    cost = segment_request_cost(prices, CHANNEL_COSTS[channel].claim_puts_per_worker,
+                                np.array([workers]), np.array([aggregators]),
                                 np.array([segments]), np.array([time_s]))
     # per segment: 4·4 load GETs, 2·4 worker fence GETs, the trigger's fence GET; plus the
     # fence checks 4·600/10; PUTs: 4 + 2 + 1 checkpoint, the trigger's fence, the claims

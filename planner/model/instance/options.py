@@ -5,7 +5,7 @@ not the answer.
 An instance run is start-up (boot, image, data) plus E epochs of measured compute, billed per
 second with a 60-s minimum (EC2 Linux on-demand): cost = price/h × max(60 s, startup +
 E × seconds_per_epoch) / 3,600. The shipped offers and their measurements live in
-planner/model/instance_table.py; a user's own come from ``NAME:USD_PER_HOUR:SECONDS_PER_EPOCH
+planner/model/instance/shipped.py; a user's own come from ``NAME:USD_PER_HOUR:SECONDS_PER_EPOCH
 [:STARTUP_S]`` (:func:`parse_instance`).
 """
 

@@ -19,7 +19,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from planner.model.instances import BILLING_MINIMUM_S, InstanceOption
+from planner.model.instance.options import BILLING_MINIMUM_S, InstanceOption
 from planner.model.profiles import WorkloadProfile
 
 _DATA = resources.files("planner") / "data"
