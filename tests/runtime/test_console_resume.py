@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from fasdl.contract.errors import FenceConflict
 from fasdl.run.run_state import RunStateError
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.handler_helpers import s3_env, s3_objects, start, trigger  # noqa: F401
@@ -29,4 +30,8 @@ def test_a_console_resume_must_match_an_existing_run() -> None:
     for state, message in forged:
         with pytest.raises(RunStateError, match=re.escape(message)):
             start({"resume": state})
-    assert start({"resume": run})["segment"]["epoch"] > later["segment"]["epoch"]
+    # a state older than the fence is stale (issue 41): resuming it would fence the newer one
+    with pytest.raises(FenceConflict, match="run state is at epoch 1 but the fence is at 2"):
+        start({"resume": run})
+    current = {**run, "segment": {**run["segment"], "epoch": later["segment"]["epoch"]}}
+    assert start({"resume": current})["segment"]["epoch"] == later["segment"]["epoch"] + 1
