@@ -243,10 +243,8 @@ def prepare(plan: Plan, work: Path, channels: tuple[str, ...], say: Say) -> Prep
     """The plan per channel, synthesized once per channel, the synths side by side."""
     plans: dict[str, Path] = {}
     for channel in channels:
-        data = plan.to_dict()
-        data["deployment"]["channel"] = channel
         plans[channel] = work / f"plan-{channel}.json"
-        plans[channel].write_text(json.dumps(data))
+        plan.on_channel(channel).save(plans[channel])
     began = time.monotonic()
     with ThreadPoolExecutor(len(channels)) as pool:
         synths = {c: pool.submit(synthesize, plans[c], work / f"cdk.out-{c}")

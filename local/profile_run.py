@@ -61,9 +61,7 @@ def prepare_template(options: ProfileOptions, work: Path, say: Say) -> LocalTemp
     if options.cdk_out is not None:
         path = template_path(options.cdk_out)
     else:
-        data = plan.to_dict()
-        data["deployment"]["channel"] = options.channel  # the profilers' FASDL_CHANNEL
-        plan = Plan.from_dict(data)
+        plan = plan.on_channel(options.channel)  # the profilers' FASDL_CHANNEL
         plan.save(work / "plan.json")
         began = time.monotonic()
         memories = ",".join(str(m) for m in sorted(set(options.memories)))

@@ -144,13 +144,12 @@ def prepare_plan(options: RunOptions, work: Path, say: Say) -> Plan:
     if wanted is not None and deployment.get("workers") != wanted:
         raise InputError(f"W mismatch: the plan has deployment.workers="
                          f"{deployment.get('workers')} but W={wanted} was asked for")
-    if options.channel:
-        deployment["channel"] = options.channel
     if options.epochs:
         training["epochs"] = options.epochs
     if options.segment_iterations:
         training["segment_iterations"] = options.segment_iterations
-    return Plan.from_dict(data)
+    plan = Plan.from_dict(data)
+    return plan.on_channel(options.channel) if options.channel else plan
 
 
 def whole_epoch_segments(plan: Plan) -> Plan:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasdl.contract.plan import Plan
 from infra.settings import REPO_ROOT
 from local.template import synthesize
 
@@ -65,9 +66,7 @@ def synthesizer(directory: Callable[[str], Path]) -> Synthesized:
     done: dict[str, Job] = {}
 
     def synth(plan: Path, channel: str) -> Job:
-        data = json.loads(plan.read_text())
-        data["deployment"]["channel"] = channel
-        text = json.dumps(data, sort_keys=True)
+        text = json.dumps(Plan.load(plan).on_channel(channel).to_dict(), sort_keys=True)
         if text not in done:
             work = directory(f"synth-{channel}")
             (work / "plan.json").write_text(text)

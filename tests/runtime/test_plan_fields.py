@@ -6,6 +6,7 @@ and ``provenance`` are informational. The JSON layout of the prediction's figure
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.prediction import Prediction
 from fasdl.contract.run_owner import RunOwner
 from tests.runtime.handler_helpers import PLAN
+
+DEFAULT_PLAN = Path(__file__).resolve().parents[2] / "infra" / "default_plan.json"
 
 VALKEY_PLAN = "tests/infra/plans/valkey_arm64.json"
 
@@ -133,3 +136,20 @@ def test_quotas_still_in_provenance_are_refused_unless_the_section_is_there() ->
     assert "quotas.max_concurrency" in str(error) and "plan again" in str(error)
     data["quotas"] = {"max_concurrency": 200, "max_memory_mb": 10240}
     assert Plan.from_dict(data).quotas == PlanQuotas(max_concurrency=200, max_memory_mb=10240)
+
+
+def test_a_plan_moved_to_another_channel_drops_the_prediction_made_for_its_own() -> None:
+    """`local run --channel valkey` on an S3 plan (and the suite's synths): the S3 prediction
+    has no cache ECPU rates, which a Valkey plan's prediction must carry; moved, the plan
+    keeps everything but the prediction, and stays itself on its own channel."""
+    planned = dataclasses.replace(Plan.load(DEFAULT_PLAN), prediction=Prediction(
+        time_s=1.0, cost_usd=1.0, lambda_compute_usd=0.5))
+    assert planned.deployment.channel == "s3"
+    moved = planned.on_channel("valkey")
+    assert moved.deployment.channel == "valkey" and moved.prediction is None
+    assert (moved.workload, moved.training) == (planned.workload, planned.training)
+    assert Plan.from_json(moved.to_json()) == moved
+    assert planned.on_channel("s3") is planned
+    with pytest.raises(PlanError, match="cache_ecpu_per_s_peak"):
+        Plan.from_dict({**planned.to_dict(), "deployment": {
+            **planned.to_dict()["deployment"], "channel": "valkey"}})

@@ -15,6 +15,7 @@ and by the CDK app.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -126,6 +127,15 @@ class Plan:
 
     def __post_init__(self) -> None:
         self.validate()
+
+    def on_channel(self, channel: str) -> Plan:
+        """This plan on ``channel``. Its prediction was made for the planned channel and does
+        not hold on another, so it is dropped: the stack then sizes a cache from its network
+        estimate (infra/cache.py) and the guards go by measurements alone."""
+        if channel == self.deployment.channel:
+            return self
+        return dataclasses.replace(self, prediction=None, deployment=dataclasses.replace(
+            self.deployment, channel=channel))
 
     # ---- validation -----------------------------------------------------------------------
     def validate(self) -> None:
