@@ -206,10 +206,13 @@ def test_calibrate_on_an_emulated_local_run_brings_a_30_percent_off_profile_unde
     assert set(roles) == {"aggregator", "non_aggregator"}
     assert roles["aggregator"]["batch"] == 16 and roles["non_aggregator"]["batch"] == 128
     assert roles["aggregator"]["cold_start_s"] > 0 and roles["aggregator"]["billed_s"] > 0
-    measured = [(role["batch"], role["compute_s_per_iteration"]) for role in roles.values()]
-    # a 30 % slow profile of this machine: a scaled so the mean prediction is 1.3 x measured
-    ratio = np.mean([float(TRUE.train_time(batch, 1024)) / seconds
-                     for batch, seconds in measured])
+    # a 30 % slow profile of this machine: a scaled so that the total prediction (iterations
+    # x per iteration, as calibrate sums it) is 1.3 x the total measured; a role's own error
+    # depends on how the measured batch slope differs from the profile's (5-70 % measured)
+    ratio = (sum(role["iterations"] * float(TRUE.train_time(role["batch"], 1024))
+                 for role in roles.values())
+             / sum(role["iterations"] * role["compute_s_per_iteration"]
+                   for role in roles.values()))
     off = tmp_path / "off.json"
     off.write_text(json.dumps(replace(TRUE, a=float(f"{TRUE.a * 1.3 / ratio:.6g}")).to_dict()))
     code, found = calibrate(capsys, str(report), "--workload", str(off), "--platform",
@@ -217,6 +220,7 @@ def test_calibrate_on_an_emulated_local_run_brings_a_30_percent_off_profile_unde
     assert code == 0
     old_errors = [abs(row["old_error"]) for row in found["roles"]]
     new_errors = [abs(row["new_error"]) for row in found["roles"]]
-    assert max(old_errors) > 0.08 and abs(found["total"]["old_error"]) > 0.08
+    assert found["total"]["old_error"] == pytest.approx(0.3, abs=0.01)
+    assert max(old_errors) >= 0.29  # the total is the roles' weighted mean
     assert max(new_errors) < 0.08 and abs(found["total"]["new_error"]) < 0.08
     assert found["workload"]["provenance"]["compute"]["platform"] == "local-emulation"
