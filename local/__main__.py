@@ -9,13 +9,11 @@ Runs the CDK-synthesized state machine on this machine (see local/runner.py). Ex
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
 from infra.lambda_errors import EXIT, OUT_OF_MEMORY
-from local import control_plane, profile
+from local import control_plane, interrupts, profile
 from local.cache_plane import STATES as CACHE_STACK_STATES
 from local.cache_plane import CacheStackState
 from local.chaos_faults import StorageFaults
@@ -132,14 +130,10 @@ def _add_fault_options(parser: argparse.ArgumentParser) -> None:
                              "off is for debugging, peaks are still measured)")
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # SIGTERM unwinds like Ctrl-C, so everything is stopped
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "profile":
-        signal.signal(signal.SIGTERM, _interrupt)
+        interrupts.install()  # SIGTERM unwinds like Ctrl-C, so everything is stopped
         return profile.main(args, say=lambda text: print(text, flush=True))
     for name, value in (("--epochs", args.epochs), ("--workers", args.workers),
                         ("--timeout", args.timeout), ("--workers-timeout", args.workers_timeout),
@@ -185,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         reference=args.reference, budget_usd=args.budget_usd, deadline_s=args.deadline_s,
         storage_faults=StorageFaults(args.restart_s3_at, args.plant_stale_frame,
                                      args.truncate_frame))
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupts.install()
     try:
         return run(options, say=lambda text: print(text, flush=True))
     except KeyboardInterrupt:

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
+from local.interrupts import raise_if_interrupted
+
 if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
 
@@ -196,6 +198,7 @@ class LocalStepFunctions:
             listed = self.client.list_executions(stateMachineArn=machine_arn)["executions"]
             if listed and all(e["status"] != "RUNNING" for e in listed):
                 return self.executions(machine_arn)
+            raise_if_interrupted()  # a Ctrl-C that a moto request swallowed
             if on_poll is not None:
                 on_poll()
             if time.monotonic() > deadline:
