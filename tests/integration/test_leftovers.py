@@ -57,6 +57,18 @@ def _epochs(valkey: ValkeyServer, run_id: str) -> set[int]:
             if (match := re.match(rf"exchange/{re.escape(run_id)}/(\d+)/", key))}
 
 
+def _started_run(seaweed_server: SeaweedS3Server, valkey: ValkeyServer, tmp_path: Path,
+                 name: str) -> tuple[Stack, dict[str, Any]]:
+    """The digits stack on the capped Valkey, and a run of it started (segment 0's state)."""
+    stack = Stack(digits_store(seaweed_server, tmp_path / "digits"), digits_plan("valkey"),
+                  tmp_path, {"FASDL_CACHE_ENDPOINT": "127.0.0.1",
+                             "FASDL_CACHE_PORT": str(valkey.port), "FASDL_CACHE_CLUSTER": "1"})
+    run_id = unique_run_id(name)
+    run = stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
+                                   "execution": run_id})
+    return stack, run
+
+
 def _segment_ok(stack: Stack, run: dict[str, Any]) -> None:
     outcomes = stack.segment(run)
     assert all(code == 0 for code, _ in outcomes), outcomes
@@ -64,14 +76,8 @@ def _segment_ok(stack: Stack, run: dict[str, Any]) -> None:
 
 def test_the_cache_holds_only_the_live_epoch_and_never_evicts(
         seaweed_server: SeaweedS3Server, capped_valkey: ValkeyServer, tmp_path: Path) -> None:
-    s3_store = digits_store(seaweed_server, tmp_path / "digits")
-    plan = digits_plan("valkey")
-    stack = Stack(s3_store, plan, tmp_path, {
-        "FASDL_CACHE_ENDPOINT": "127.0.0.1", "FASDL_CACHE_PORT": str(capped_valkey.port),
-        "FASDL_CACHE_CLUSTER": "1"})
-    run_id = unique_run_id("leftovers")
-    run = stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
-                                   "execution": run_id})
+    stack, run = _started_run(seaweed_server, capped_valkey, tmp_path, "leftovers")
+    run_id = run["run_id"]
     assert any(code != 0 for code, _ in stack.segment(run, _crash(10)))  # a crashed attempt
     run = stack.invoke("trigger", {"action": "retry", "run": run, "error": {
         "Error": "FasDL.WorkerCrashed", "Cause": "exit status 137"}})
@@ -93,7 +99,7 @@ def test_the_cache_holds_only_the_live_epoch_and_never_evicts(
     assert _epochs(capped_valkey, run_id) == set()
     assert evicted_keys(capped_valkey) == 0
     # the results bucket: the model, the summary and the chain's last two checkpoints only
-    results = S3Channel(BUCKETS[1], "runs/", client=s3_store.client())
+    results = S3Channel(BUCKETS[1], "runs/", client=stack.s3.client())
     groups = {checkpoint_group(key) for key in results.list_keys(checkpoints_prefix(run_id))}
     last = run["segment"]["resume_epoch"]
     assert len(groups) == 2 and (run["segment"]["start_iteration"], last) in groups
@@ -123,14 +129,8 @@ def test_zombies_writing_after_the_cleanup_leave_nothing_behind(
     worker 0 deletes the dead epoch, the zombies write on until their fence check, then each
     deletes its dead epoch: once they stopped only the live epoch is left, its claims all
     there, and nothing was evicted from the capped cache (before, their late keys stayed)."""
-    s3_store = digits_store(seaweed_server, tmp_path / "digits")
-    plan = digits_plan("valkey")
-    stack = Stack(s3_store, plan, tmp_path, {
-        "FASDL_CACHE_ENDPOINT": "127.0.0.1", "FASDL_CACHE_PORT": str(capped_valkey.port),
-        "FASDL_CACHE_CLUSTER": "1"})
-    run_id = unique_run_id("zombies")
-    run = stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
-                                   "execution": run_id})
+    stack, run = _started_run(seaweed_server, capped_valkey, tmp_path, "zombies")
+    run_id = run["run_id"]
     dead = run["segment"]["epoch"]
     zombies = [stack.spawn({"action": "train", "run_id": run_id, "plan_key": run["plan_key"],
                             "segment": run["segment"], "worker": worker}, ZOMBIE_ENV)
