@@ -3,29 +3,14 @@
 ``python -m bench.chaos [--trials N] [--seed S] [--workers W]`` plans one small job
 (cnn-digits, 2 epochs in 2 segments), synthesizes it once per channel, runs the undisturbed
 reference once per channel, then N trials (``python -m local run`` each, reusing the synth).
-Every trial draws a channel and one or two faults (:data:`FAULTS`; the first trials together
-cover every kind once):
-
-* ``killed``: a worker process exits at a random iteration (segment_runner's test hook);
-* ``zombie``: an Invoke fails 10 s after the worker started while it keeps training slowly:
-  the retry runs under a new epoch and the first attempt's workers must be fenced;
-* ``duplicate``: the same, at full speed: the retried Invoke starts the worker twice;
-* ``valkey_restart`` / ``s3_restart``: the Valkey (its keys are lost) or SeaweedFS (its objects
-  survive) server restarts once the exchange reaches a random iteration;
-* ``stale_frame``: a frame under an older epoch's identity planted where a live reader looks;
-* ``truncated_frame``: a torn frame planted there (local/chaos_faults.py);
-* ``trigger_retry``: the first trigger action's Invoke fails 10 s after it started, while the
-  action, stalled 15 s between reading the fence and writing it, runs on: its retry issues
-  the epoch, and the late write must fail rather than set the fence back (fasdl.run.fencing);
-* ``cache_full``: the Valkey cache capped at the exchange's planned peak times the headroom
-  (``--cache-at-peak``) with volatile-lru, as ElastiCache Serverless evicts: nothing live may
-  be evicted;
-* ``same_request_duplicate``: like ``duplicate``, but the retried Invoke runs under the first
-  one's request id: only the claim's own nonce refuses the copy.
+Every trial draws a channel and one to three faults of thirteen kinds (bench/chaos_schedule.py;
+the first trials together cover every kind once).
 
 A trial is ``identical`` (exit 0, model.npy bytes equal to its channel's reference), a
 ``clean_failure`` (exit 1, status FAILED, failure.json names the error, no model) or
-``wrong`` (anything else: other weights, a timeout, a crashed runner). The last line is the
+``wrong`` (anything else: other weights, a timeout, a crashed runner, or a promise of its
+faults broken: a key evicted from the capped cache, a second execution not refused with
+``RunExists``, a late trigger call alone that fenced the live segment). The last line is the
 JSON summary ``{"trials", "identical", "clean_failures", "wrong", "faults"}``; the goal is
 ``wrong == 0`` always. Only the channels the schedule and the references use are synthesized.
 
@@ -38,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -47,26 +31,22 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.chaos_schedule import CHANNELS, FAULTS, Shape, Trial, draw_trials
 from bench.smoke import parse_args
+from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
-from fasdl.run.fault_hooks import FENCE_STALL_ENV
 from infra.settings import REPO_ROOT
-from local.chaos_faults import AHEAD
-from local.runner import RunOptions, prepare_dataset, prepare_plan
+from local.run_options import RunOptions
+from local.run_prep import prepare_dataset, prepare_plan
 from local.template import synthesize
 
-FAULTS = ("killed", "zombie", "duplicate", "valkey_restart", "s3_restart", "stale_frame",
-          "truncated_frame", "trigger_retry", "cache_full", "same_request_duplicate")
-VALKEY_ONLY = ("valkey_restart", "cache_full")
-FENCE_STALL_S = 15  # past the 10 s after which the first Invoke fails: the retry goes first
-CHANNELS = ("s3", "valkey")
 OUTCOMES = ("identical", "clean_failure", "wrong")
+EVICTED = "WARNING: the cache evicted"  # local/run_servers.py's cache_report
 RUN_TIMEOUT_S = 300
-PEER_WAIT = ("FASDL_PEER_WAIT_MIN_S", "3")  # peers of a dead worker give up within seconds
 SMOKE_SEED = 22  # its one trial: stale_frame + truncated_frame on S3, no retry to wait for
 Say = Callable[[str], None]
 
@@ -86,97 +66,6 @@ class Prepared:
     cdk_outs: dict[str, Path]  # channel -> its synthesized cdk.out
     iterations: int
     workers: int
-
-
-@dataclass
-class Trial:
-    """One schedule: a channel, faults (kind -> description) and the run's options."""
-
-    index: int
-    channel: str
-    faults: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    args: list[str] = field(default_factory=list)
-    fence_stall_s: int = 0  # the trigger's (trigger_retry)
-
-    def slow_down(self, seconds: float) -> None:
-        """Sleep ``seconds`` per iteration (the largest asked for), so polls can catch up."""
-        current = float(self.env.get("FASDL_TEST_ITERATION_DELAY_S", "0"))
-        self.env["FASDL_TEST_ITERATION_DELAY_S"] = str(max(current, seconds))
-
-    def options(self, report_dir: Path) -> list[str]:
-        env = [f"worker:{key}={value}" for key, value in sorted(self.env.items())]
-        if self.fence_stall_s:  # the marker: only the first trigger action stalls
-            env.append(f"trigger:{FENCE_STALL_ENV}={self.fence_stall_s}:"
-                       f"{report_dir}.fence-stall")
-        return [*(a for item in env for a in ("--inject-env", item)), *self.args]
-
-    def describe(self) -> str:
-        return " + ".join(f"{kind}({text})" for kind, text in self.faults.items())
-
-
-def _add_fault(trial: Trial, kind: str, rng: random.Random, iterations: int,
-               workers: int) -> None:
-    """The options that inject ``kind`` at a random point of the run."""
-    at = rng.randrange(AHEAD + 1, iterations - 1)
-    if kind == "killed":
-        worker = rng.randrange(workers)
-        trial.env.update({"FASDL_TEST_CRASH_AT_ITERATION": str(at),
-                          "FASDL_TEST_CRASH_WORKER": str(worker)})
-        trial.env.setdefault(*PEER_WAIT)
-        trial.faults[kind] = f"worker {worker} at iteration {at}"
-        return
-    if kind == "trigger_retry":
-        trial.args += ["--inject-service-error", "trigger:service-after-start:1"]
-        trial.fence_stall_s = FENCE_STALL_S
-        trial.faults[kind] = f"the first trigger action stalls {FENCE_STALL_S} s, retried"
-        return
-    if kind == "cache_full":
-        trial.args += ["--cache-at-peak"]
-        trial.faults[kind] = "the cache capped at the planned peak with volatile-lru"
-        return
-    if kind in ("zombie", "duplicate", "same_request_duplicate"):
-        error = ("service-after-start-same-id" if kind == "same_request_duplicate"
-                 else "service-after-start")
-        trial.args += ["--inject-service-error", f"worker:{error}:1"]
-        trial.env["FASDL_FENCE_CHECK_S"] = "1"
-        trial.env.setdefault(*PEER_WAIT)
-        if kind == "zombie":
-            trial.slow_down(0.5)  # still training when the retry's epoch starts
-        trial.faults[kind] = ("an Invoke fails 10 s after the worker started" +
-                              (", which trains on slowly" if kind == "zombie" else "") +
-                              (", retried under its request id"
-                               if kind == "same_request_duplicate" else ""))
-        return
-    option = {"valkey_restart": "--restart-cache-at", "s3_restart": "--restart-s3-at",
-              "stale_frame": "--plant-stale-frame", "truncated_frame": "--truncate-frame"}[kind]
-    trial.args += [option, str(at)]
-    trial.env.setdefault(*PEER_WAIT)
-    trial.slow_down(0.1 if kind in ("stale_frame", "truncated_frame") else 0.05)
-    trial.faults[kind] = f"at iteration {at}"
-
-
-def draw_trials(count: int, seed: int, iterations: int, workers: int) -> list[Trial]:
-    """``count`` schedules; the kinds are dealt round-robin from a shuffled list first (every
-    kind appears once if count allows), then a trial with one fault may get a second."""
-    rng = random.Random(seed)
-    dealt = list(FAULTS)
-    rng.shuffle(dealt)
-    kinds: list[list[str]] = [dealt[i::count][:2] for i in range(count)]
-    for chosen in kinds:
-        if not chosen:
-            chosen.append(rng.choice(FAULTS))
-        if len(chosen) == 1 and rng.random() < 0.5:
-            chosen.append(rng.choice([k for k in FAULTS if k != chosen[0]]))
-    trials = []
-    for index, chosen in enumerate(kinds):
-        channel = ("valkey" if any(kind in VALKEY_ONLY for kind in chosen)
-                   else rng.choice(CHANNELS))
-        trial = Trial(index, channel)
-        for kind in chosen:
-            _add_fault(trial, kind, rng, iterations, workers)
-        trials.append(trial)
-    return trials
 
 
 # ---- runs -----------------------------------------------------------------------------------
@@ -208,10 +97,28 @@ def local_run(prepared: Prepared, channel: str, report_dir: Path, run_id: str,
     return Outcome(code, output, report, model, time.monotonic() - began)
 
 
-def classify(outcome: Outcome, reference: bytes) -> tuple[str, str]:
+def broken_promise(trial: Trial, outcome: Outcome) -> str | None:
+    """What the trial's faults promise beyond the weights, if broken: nothing evicted from the
+    capped cache, the second execution refused with RunExists, a late trigger call alone
+    costing the live segment nothing."""
+    report = outcome.report or {}
+    if EVICTED in outcome.output:
+        return "the cache evicted keys at the planned cap"
+    second = report.get("second_start")
+    if "same_run_id" in trial.faults and (second or {}).get("error") != RunExists.__name__:
+        return f"the second execution was not refused with RunExists: {second}"
+    retried = [s.get("attempt") for s in report.get("segments", []) if s.get("attempt")]
+    if set(trial.faults) == {"late_trigger"} and retried:
+        return f"the late trigger call cost the live segment a retry ({errors_of(report)})"
+    return None
+
+
+def classify(outcome: Outcome, reference: bytes, trial: Trial) -> tuple[str, str]:
     """(identical | clean_failure | wrong, why)."""
     report = outcome.report or {}
     failure = report.get("failure") or {}
+    if (broken := broken_promise(trial, outcome)) is not None:
+        return "wrong", broken
     if outcome.code == 0 and outcome.model is not None:
         if outcome.model == reference:
             return "identical", "weights equal the reference's"
@@ -280,7 +187,8 @@ def run_trials(trials: int, seed: int, job: Job, work: Path, say: Say, *,
     """Prepare, run ``trials`` schedules and return the summary (the bench's last line)."""
     began = time.monotonic()
     plan = plan_job(job, work)
-    schedule = draw_trials(trials, seed, plan.total_iterations, plan.deployment.workers)
+    schedule = draw_trials(trials, seed, Shape(plan.total_iterations, plan.deployment.workers,
+                                               plan.segments))
     used = {*reference_channels, *(trial.channel for trial in schedule)}
     prepared = prepare(plan, work, tuple(c for c in CHANNELS if c in used), say)
     expected = references(prepared, work, reference_channels, say)
@@ -291,14 +199,15 @@ def run_trials(trials: int, seed: int, job: Job, work: Path, say: Say, *,
         run_id = f"chaos-{seed}-{trial.index:03d}"
         outcome = local_run(prepared, trial.channel, work / run_id, run_id,
                             trial.options(work / run_id))
-        verdict, why = classify(outcome, expected[trial.channel])
+        verdict, why = classify(outcome, expected[trial.channel], trial)
         outcomes[verdict] += 1
         attempts = [s.get("attempt") for s in (outcome.report or {}).get("segments", [])]
         say(f"trial {trial.index + 1}/{trials} [{trial.channel}] {trial.describe()}: "
             f"{verdict} in {outcome.seconds:.0f} s (segment attempts {attempts}, errors "
             f"{errors_of(outcome.report)}; {why})")
         injected = [line for line in outcome.output.splitlines()
-                    if line.startswith(("planted", "restarted", "storage fault"))]
+                    if line.startswith(("planted", "restarted", "storage fault",
+                                        "started a second"))]
         for line in injected:
             say(f"    {line}")
         if verdict == "wrong":

@@ -18,7 +18,8 @@ from local.cache_plane import STATES as CACHE_STACK_STATES
 from local.cache_plane import CacheStackState
 from local.chaos_faults import StorageFaults
 from local.faults import InputError, parse_inject_env
-from local.runner import DEFAULT_WORKLOAD, RunOptions, run
+from local.run_options import DEFAULT_WORKLOAD, RunOptions
+from local.runner import run
 from local.sandbox import DEFAULT_IDLE_S
 from local.service_faults import KINDS, OPTION, parse_service_fault
 
@@ -105,12 +106,15 @@ def _add_fault_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--truncate-frame", type=int, metavar="N",
                         help="write a torn (half) frame at the live epoch's merged key of "
                              "iteration N (or just ahead of the workers)")
+    parser.add_argument("--start-twice", action="store_true",
+                        help="start a second execution with the run's id once the first has "
+                             "issued its epoch: it must fail with RunExists, touching nothing")
     parser.add_argument(OPTION, action="append", default=[],
-                        metavar="FUNCTION:ERROR[:N]",
+                        metavar="FUNCTION[@ACTION]:ERROR[:N]",
                         help="the next N (default 1) invocations of the worker, trigger or "
-                             "finalize function fail with a Lambda service error and run "
-                             f"nothing; ERROR: {', '.join(KINDS)} (repeatable; e.g. "
-                             "worker:throttled:2)")
+                             "finalize function (@ACTION: whose event has that action) fail "
+                             f"with a Lambda service error; ERROR: {', '.join(KINDS)} "
+                             "(repeatable; e.g. worker:throttled:2, trigger@next:service)")
     control_plane.add_options(parser)
     parser.add_argument("--cache-stack", type=CacheStackState.parse,
                         default=CacheStackState(), metavar="|".join(CACHE_STACK_STATES),
@@ -178,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         oom_error=args.oom_error, warm_idle_s=args.warm_idle, workload=args.workload,
         reference=args.reference, budget_usd=args.budget_usd, deadline_s=args.deadline_s,
         storage_faults=StorageFaults(args.restart_s3_at, args.plant_stale_frame,
-                                     args.truncate_frame))
+                                     args.truncate_frame),
+        start_twice=args.start_twice)
     interrupts.install()
     try:
         return run(options, say=lambda text: print(text, flush=True))

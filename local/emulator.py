@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from infra.lambda_errors import EXIT, OUT_OF_MEMORY, TIMEOUT
 from infra.lambda_runtime import PYTHON_RUNTIME
-from local.event_tags import log_tag, worker_of
+from local.event_tags import action_of, log_tag, worker_of
 from local.invoke import DEADLINE_ENV, PEAK_RSS_KEY, peak_before_call_kb
 from local.lambda_speed import LambdaEmulation
 from local.memory_watchdog import DEFAULT_TICK_S, MIB, MemoryWatchdog, report_lines
@@ -144,14 +144,16 @@ class LambdaEmulator:
         self._lock = threading.Lock()
         self._running: dict[str, subprocess.Popen[bytes]] = {}
         self._throttles: dict[str, CpuThrottle] = {}
-        self._faults: dict[str, deque[ServiceErrorKind]] = {}
+        # function -> queued (error, action it waits for or None)
+        self._faults: dict[str, deque[tuple[ServiceErrorKind, str | None]]] = {}
         self._reused_ids: dict[str, str] = {}  # function -> the request id its next call gets
         self._gate = gate  # function name -> how the Invoke API refuses it now (control_plane)
         self._closed = False
         self._pool = SandboxPool(warm_idle_s)  # None or 0: every invocation starts cold
         self.invocations: list[Invocation] = []
         for fault in service_faults:
-            self.inject_service_error(fault.function, fault.kind, fault.count)
+            self.inject_service_error(fault.function, fault.kind, fault.count,
+                                      action=fault.action)
 
     # ---- lookup ---------------------------------------------------------------------------
     def spec_for(self, function: str) -> FunctionSpec:
@@ -165,23 +167,27 @@ class LambdaEmulator:
 
     # ---- service errors -------------------------------------------------------------------
     def inject_service_error(self, function: str, error: str | ServiceErrorKind,
-                             count: int = 1) -> None:
-        """The next ``count`` invocations of ``function`` fail with ``error`` (a
-        :data:`~local.service_faults.KINDS` name such as ``"throttled"``), after any queued."""
+                             count: int = 1, *, action: str | None = None) -> None:
+        """The next ``count`` invocations of ``function`` (with event ``action``, if given)
+        fail with ``error`` (a :data:`~local.service_faults.KINDS` name such as
+        ``"throttled"``), after any queued."""
         kind = kind_named(error) if isinstance(error, str) else error
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         name = self.spec_for(function).name
         with self._lock:
-            self._faults.setdefault(name, deque()).extend([kind] * count)
+            self._faults.setdefault(name, deque()).extend([(kind, action)] * count)
 
-    def _take_fault(self, name: str) -> ServiceErrorKind | None:
+    def _take_fault(self, name: str, body: bytes) -> ServiceErrorKind | None:
+        action = action_of(body)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the Lambda emulator is shut down")
-            queue = self._faults.get(name)
-            if queue:
-                return queue.popleft()
+            queue = self._faults.get(name, deque())
+            for queued in queue:  # the first queued for this event's action, or for any
+                if queued[1] in (None, action):
+                    queue.remove(queued)
+                    return queued[0]
         return self._gate(name) if self._gate is not None else None
 
     def _refused(self, spec: FunctionSpec, request_id: str, kind: ServiceErrorKind,
@@ -237,7 +243,7 @@ class LambdaEmulator:
         request_id = reused or str(uuid.uuid4())
         log_path = self.log_dir / (f"{spec.name}{log_tag(body)}-{request_id[:8]}"
                                    f"{'-again' if reused else ''}.log")
-        kind = self._take_fault(spec.name)
+        kind = self._take_fault(spec.name, body)
         if kind is not None and kind.after_start_s is not None:
             return self._failed_after_start(spec, request_id, kind, body, log_path)
         if kind is not None:  # refused like the Invoke API would: nothing starts

@@ -19,6 +19,7 @@ from local.invocation_stats import annotate_report, format_limits
 from local.layout import LAYOUT
 from local.report import Progress, build_report, format_summary, write_report
 from local.run_limits import annotate_stop, format_stop, stop_status
+from local.second_start import SecondStart
 from local.servers import RedisTlsClusterServer, ValkeyServer
 
 Say = Callable[[str], None]
@@ -41,11 +42,13 @@ class FinishedRun:
     memory_limit: bool
     started: float  # time.monotonic() when the execution started
     reference: list[dict[str, Any]] | None = None  # local.reference's curve, when asked for
+    second_start: SecondStart | None = None  # --start-twice's execution, not the run's
 
     def report(self, status: str, executions: list[dict[str, Any]], say: Say) -> None:
         self.emulator.shutdown()  # abandoned peers of a failed segment must not write on
         self.progress.poll()
         invocations = list(self.emulator.invocations)  # one snapshot: killed ones may land
+        executions = self.own(executions)
         execution = executions[-1] if executions else {}
         status = stop_status(execution.get("error")) or status  # a guard's stop
         built = build_report(
@@ -57,6 +60,8 @@ class FinishedRun:
             failure=self._json_object(LAYOUT.failure_key(self.run_id)))
         built["exchange_left"] = exchange_left(self.client, self.run_id, self.cache)
         built["reference"] = self.reference
+        built["second_start"] = (None if self.second_start is None
+                                 else self.second_start.outcome())
         annotate_stop(built, self.client, self.results_bucket)
         annotate_report(built, invocations, self.roles, memory_limit=self.memory_limit)
         written = write_report(built, self.report_dir)
@@ -67,6 +72,11 @@ class FinishedRun:
         if (stopped := format_stop(built)) is not None:
             say(stopped)
         say(f"report: {', '.join(str(p) for p in written)}")
+
+    def own(self, executions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The run's executions (continue-as-new included), not --start-twice's."""
+        second = self.second_start
+        return [e for e in executions if second is None or not second.is_second(e)]
 
     def _final_outputs(self, summary: dict[str, Any]) -> list[Path]:
         """model.npy (the flat vector the bitwise tests compare) and, when the run exported
@@ -95,7 +105,8 @@ def wait_and_report(run: FinishedRun, sfn: LocalStepFunctions, machine: str, *,
                     timeout_s: float, on_poll: Callable[[], None], say: Say) -> str:
     """The execution's final status; the report is written whatever happens."""
     try:
-        executions = sfn.wait(machine, timeout_s=timeout_s, poll_s=0.5, on_poll=on_poll)
+        executions = run.own(sfn.wait(machine, timeout_s=timeout_s, poll_s=0.5,
+                                      on_poll=on_poll))
         status = str(executions[-1]["status"])
     except TimeoutError:
         say(f"the run did not finish within --timeout {timeout_s:.0f} s: stopping")

@@ -23,238 +23,44 @@ Bad input (corrupt plan, W mismatch, missing dataset, plan for another stack) ra
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fasdl.contract.plan import Plan, PlanError
-from infra.lambda_errors import OUT_OF_MEMORY
 from local.adapter import LocalStepFunctions, emulator_router
-from local.cache_plane import CacheStackState
-from local.chaos_faults import StorageFaults, with_storage_faults
-from local.control_plane import AccountOptions, WorkerFunction
+from local.chaos_faults import with_storage_faults
+from local.control_plane import WorkerFunction
 from local.emulator import FunctionSpec, LambdaEmulator
 from local.faults import ROLES, InputError, restarting
-from local.jobs import local_job, missing_dataset_hint
 from local.lambda_speed import EmulationError, LambdaEmulation, load_emulation
 from local.layout import BUCKETS
 from local.reference import single_process_reference
 from local.report import Progress
 from local.run_limits import with_limits
+from local.run_options import RunOptions
+from local.run_prep import (
+    plan_text,
+    prepare_dataset,
+    prepare_plan,
+    prepare_template,
+    whole_epoch_segments,
+)
 from local.run_report import FinishedRun, wait_and_report
 from local.run_servers import RunServers, cache_report, cap_planned_cache, start_servers
+from local.second_start import SecondStart, with_second_start
 from local.service_faults import ServiceFault
-from local.template import (
-    LocalTemplate,
-    TemplateError,
-    load_template,
-    synthesize,
-    training_template,
-)
+from local.template import LocalTemplate, TemplateError
 
-DEFAULT_WORKLOAD = "cnn-digits"
-DEFAULT_WORKERS = 4  # a planned job of a workload local.jobs does not list
-DEFAULT_EPOCHS = 10
-DEFAULT_SEGMENTS = 10  # at most: enough to show the loop and resumes, few enough to be quick
 WORKER_HANDLER = "handlers.worker"
 Say = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    plan: Path | None = None
-    channel: str | None = None  # default: the plan's, or s3 when planning
-    epochs: int | None = None
-    workers: int | None = None
-    timeout_s: float = 900.0  # the whole run, wall clock
-    workers_timeout_s: float | None = None  # kill workers sooner than the synthesized Timeout
-    report_dir: Path | None = None
-    dataset_dir: Path | None = None  # x.npy, y.npy, test/{x,y}.npy; default: built digits
-    cdk_out: Path | None = None  # an existing synth of the same plan
-    segment_iterations: int | None = None  # planned job default: whole_epoch_segments
-    workload: str = DEFAULT_WORKLOAD  # what a planned job plans (a shipped workload name)
-    threads: int | None = 1  # CPU threads per invocation (torch/OpenMP)
-    tls_cache: bool = False  # valkey channel: redis-server 7 with TLS instead of valkey-server
-    run_id: str | None = None
-    inject_env: tuple[tuple[str, str, str], ...] = ()  # (role, key, value)
-    restart_cache_at: int | None = None  # valkey: restart it once iteration N's shards appear
-    cache_at_peak: bool = False  # valkey: cap at the planned peak, not the GB it rounds up to
-    emulate_lambda: str | None = None  # Lambda CPU + bandwidth: "default", a profile name/path
-    memory_limit: bool = True  # kill an invocation past its memory size, as Lambda does
-    oom_error: str = OUT_OF_MEMORY  # how such a kill is reported (or Runtime.ExitError)
-    # Reuse an idle sandbox this long (0: every start cold, the default for now: a warm worker
-    # after a handler error was seen at twice its real memory, not yet understood)
-    warm_idle_s: float = 0.0
-    inject_service_errors: tuple[ServiceFault, ...] = ()  # function = role (worker...)
-    account: AccountOptions = field(default_factory=AccountOptions)  # control_plane.py
-    cache_stack: CacheStackState = field(default_factory=CacheStackState)  # cache_plane.py
-    storage_faults: StorageFaults = field(default_factory=StorageFaults)  # chaos_faults.py
-    reference: bool = False  # train the single-process reference first and plot it
-    budget_usd: float | None = None  # instead of the plan's limits (local/run_limits.py)
-    deadline_s: float | None = None
-
-
-# ---- plan -------------------------------------------------------------------------------------
-def _planned_defaults(options: RunOptions) -> tuple[int, int]:
-    """(epochs, workers) of a planned job: the options', else the shipped local job's."""
-    job = local_job(options.workload)
-    return (options.epochs or (job.epochs if job else DEFAULT_EPOCHS),
-            options.workers or (job.workers if job else DEFAULT_WORKERS))
-
-
-def _planner_plan(options: RunOptions, out: Path, say: Say) -> dict[str, Any]:
-    epochs, workers = _planned_defaults(options)
-    command = [sys.executable, "-m", "planner", "plan", "--workload", options.workload,
-               "--deadline", "900", "--max-global-batch", "64", "--epochs", str(epochs),
-               "--min-workers", str(workers),
-               "--channel", options.channel or "s3", "--timeout", "300", "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
-    if done.returncode != 0:
-        raise InputError(f"the planner failed:\n{done.stderr.strip() or done.stdout.strip()}")
-    say(done.stdout.rstrip())
-    data: dict[str, Any] = json.loads(out.read_text())
-    return data
-
-
-def prepare_plan(options: RunOptions, work: Path, say: Say) -> Plan:
-    """The plan to run, with the options applied and validated (PlanError → exit 2)."""
-    if options.plan is not None:
-        try:
-            data = json.loads(options.plan.read_text())
-        except (OSError, ValueError) as error:
-            raise InputError(f"cannot read plan {options.plan}: {error}") from error
-        if not isinstance(data, dict):
-            raise InputError(f"plan {options.plan}: expected a JSON object")
-        Plan.from_dict(data)  # a corrupt plan fails here, before any override hides it
-    else:
-        data = _planner_plan(options, work / "planned.json", say)
-    deployment, training = data.get("deployment", {}), data.get("training", {})
-    wanted = options.workers or (None if options.plan else _planned_defaults(options)[1])
-    if wanted is not None and deployment.get("workers") != wanted:
-        raise InputError(f"W mismatch: the plan has deployment.workers="
-                         f"{deployment.get('workers')} but W={wanted} was asked for")
-    if options.epochs:
-        training["epochs"] = options.epochs
-    if options.segment_iterations:
-        training["segment_iterations"] = options.segment_iterations
-    plan = Plan.from_dict(data)
-    return plan.on_channel(options.channel) if options.channel else plan
-
-
-def whole_epoch_segments(plan: Plan) -> Plan:
-    """Segments of whole epochs, at most :data:`DEFAULT_SEGMENTS` (one per epoch for short
-    jobs): the loop, the checkpoints and the progress all show."""
-    data = plan.to_dict()
-    epochs_per_segment = -(-plan.training.epochs // DEFAULT_SEGMENTS)
-    data["training"]["segment_iterations"] = max(1, plan.iterations_per_epoch) * \
-        epochs_per_segment
-    return Plan.from_dict(data)
-
-
-# ---- dataset ----------------------------------------------------------------------------------
-def prepare_dataset(plan: Plan, options: RunOptions, work: Path,
-                    say: Say) -> tuple[Plan, dict[str, Path]]:
-    """Object key suffix → local file (``"x.npy"``, ``"test/y.npy"``...), and the plan; a
-    planned job's sample count is fitted to the train split."""
-    root = options.dataset_dir
-    if root is None:
-        job = local_job(plan.workload.name, plan.workload.dataset)
-        if job is None:
-            raise InputError(f"missing dataset: workload {plan.workload.name!r} "
-                             f"({plan.workload.dataset}) has no dataset built here; "
-                             f"{missing_dataset_hint()}")
-        say(f"building the {plan.workload.name} dataset")
-        root = job.build_dataset(work / "dataset")
-    base = root / "train" if (root / "train" / "x.npy").is_file() else root
-    files = {"x.npy": base / "x.npy", "y.npy": base / "y.npy",
-             "test/x.npy": root / "test" / "x.npy", "test/y.npy": root / "test" / "y.npy"}
-    for name in ("x.npy", "y.npy"):
-        if not files[name].is_file():
-            raise InputError(f"missing dataset: {files[name]} not found")
-    files = {name: path for name, path in files.items() if path.is_file()}
-    files.update(_initial_weights(plan, root, base))
-    try:
-        rows = [np.load(files[n], mmap_mode="r", allow_pickle=False).shape[0]
-                for n in ("x.npy", "y.npy")]
-    except (OSError, ValueError) as error:
-        raise InputError(f"unreadable dataset in {base}: {error}") from error
-    if options.plan is None and rows[0] == rows[1] < plan.workload.samples:
-        # cnn-digits' profile counts all 1797 digits; training uses the train split.
-        say(f"note: the train split holds {rows[0]} rows; the plan's workload.samples "
-            f"{plan.workload.samples} is set to {rows[0]}")
-        data = plan.to_dict()
-        data["workload"]["samples"] = rows[0]
-        plan = Plan.from_dict(data)
-    if rows[0] != rows[1] or rows[0] < plan.workload.samples:
-        raise InputError(f"dataset {base}: x has {rows[0]} rows, y {rows[1]}; the plan trains "
-                         f"on workload.samples={plan.workload.samples}")
-    return plan, files
-
-
-def _initial_weights(plan: Plan, root: Path, base: Path) -> dict[str, Path]:
-    """The plan's initial weights, uploaded with the dataset as on AWS (``aws s3 sync`` of the
-    train folder): a key under the dataset's prefix, the file in the train folder."""
-    key = plan.workload.initial_weights
-    if key is None:
-        return {}
-    prefix = plan.workload.dataset.rstrip("/") + "/"
-    if not key.startswith(prefix):
-        raise InputError(f"workload.initial_weights: {key} must be under the dataset's prefix "
-                         f"{prefix} for a local run (put the file in the train folder)")
-    name = key.removeprefix(prefix)
-    found = [folder / name for folder in (base, root) if (folder / name).is_file()]
-    if not found:
-        raise InputError(f"workload.initial_weights: {name} not found in {base}")
-    return {name: found[0]}
-
-
-# ---- template ---------------------------------------------------------------------------------
-def prepare_template(plan: Plan, plan_path: Path, options: RunOptions, work: Path,
-                     say: Say) -> LocalTemplate:
-    if options.cdk_out is not None:
-        try:
-            path = training_template(options.cdk_out)
-        except TemplateError as error:
-            raise InputError(f"--cdk-out: {error}") from error
-    else:
-        began = time.monotonic()
-        path = synthesize(plan_path, work / "cdk.out")
-        say(f"synthesized {path.name} with `npx cdk synth` in {time.monotonic() - began:.1f} s")
-    template = load_template(path, region=plan.deployment.region)
-    trigger = template.functions[template.function_named("handlers.trigger")]
-    deployed = trigger.environment.get("FASDL_DEPLOYMENT")
-    if deployed != plan.deployment_fingerprint():
-        raise InputError(f"the plan is for another stack: its deployment is "
-                         f"{plan.deployment_fingerprint()}, the template's {deployed}")
-    train = template.definition["States"].get("Train segment", {})
-    if train.get("MaxConcurrency") != plan.deployment.workers:
-        raise InputError(f"W mismatch: the state machine runs {train.get('MaxConcurrency')} "
-                         f"workers at once, the plan has W={plan.deployment.workers}")
-    return template
-
-
-def plan_text(plan: Plan) -> str:
-    d, t, p = plan.deployment, plan.training, plan.prediction
-    lines = [f"Configuration: {plan.workload.name} ({plan.workload.model} on "
-             f"{plan.workload.dataset}, {plan.workload.samples} samples), {d.channel} channel",
-             f"  W={d.workers} M={d.memory_mb} MB K={t.aggregators} B^a={t.batch_aggregator} "
-             f"B^n={t.batch_non_aggregator} sync={t.sync}, {t.epochs} epochs = "
-             f"{plan.total_iterations} iterations in {plan.segments} segment(s) of "
-             f"<= {t.segment_iterations}, Lambda timeout {d.timeout_s} s"]
-    if p is not None:
-        lines.append(f"  predicted on AWS Lambda: {p.time_s:.1f} s, ${p.cost_usd:.4f}")
-    return "\n".join(lines)
 
 
 # ---- run --------------------------------------------------------------------------------------
@@ -333,14 +139,17 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         if options.cdk_out is not None:  # the stack's deployed plan may differ in training
             run_input["plan"] = plan.to_dict()
         sfn.start(machine, run_id, run_input)
-        on_poll = _every(2.0, progress.poll)
+        second = (SecondStart(sfn, machine, run_id, run_input, client, say)
+                  if options.start_twice else None)
+        on_poll = with_second_start(_every(2.0, progress.poll), second)
         if options.restart_cache_at is not None and cache is not None:
             on_poll = restarting(on_poll, cache, run_id, options.restart_cache_at, say)
         on_poll = with_storage_faults(on_poll, options.storage_faults, run_id=run_id, s3=s3,
                                       s3_client=client, cache=cache, say=say)
         finished = FinishedRun(
             plan, run_id, report_dir, client, BUCKETS["FASDL_RESULTS_BUCKET"], emulator,
-            progress, roles, worker_function, cache, options.memory_limit, started, reference)
+            progress, roles, worker_function, cache, options.memory_limit, started, reference,
+            second)
         status = wait_and_report(finished, sfn, machine, timeout_s=options.timeout_s,
                                  on_poll=on_poll, say=say)
         for line in cache_report(servers):
@@ -387,7 +196,7 @@ def _service_faults(options: RunOptions, roles: dict[str, str],
     for fault in options.inject_service_errors:
         say(f"injecting {fault.kind.name}: the next {fault.count} {fault.function} "
             "invocation(s) fail without running")
-    return [ServiceFault(names[fault.function], fault.kind, fault.count)
+    return [replace(fault, function=names[fault.function])
             for fault in options.inject_service_errors]
 
 

@@ -12,9 +12,11 @@ attempt (``service-after-start-same-id``: the retry even gets the first one's re
 (Step Functions' own ``States.Timeout`` cannot be emulated here: a function error named
 ``States.*`` is refused, by Step Functions as by moto, as ``States.Runtime``.)
 
-``python -m local run --inject-service-error FUNCTION:ERROR[:N]`` (repeatable) sets it up:
-FUNCTION is worker, trigger or finalize; ERROR one of :data:`KINDS`; N (default 1) how many
-of that function's next invocations fail. Several for one function queue in the order given.
+``python -m local run --inject-service-error FUNCTION[@ACTION]:ERROR[:N]`` (repeatable) sets it
+up: FUNCTION is worker, trigger or finalize; ERROR one of :data:`KINDS`; N (default 1) how many
+of that function's next invocations fail; with ``@ACTION`` only invocations whose event has
+that ``action`` count (``trigger@next``: the first ``next`` call, not the ``start`` before it).
+Several for one function queue in the order given.
 
 Messages and HTTP statuses are the Invoke API's (https://docs.aws.amazon.com/lambda/latest/
 api/API_Invoke.html, Errors); the cause is worded as Step Functions shows a service error:
@@ -108,6 +110,7 @@ class ServiceFault:
     function: str
     kind: ServiceErrorKind
     count: int = 1
+    action: str | None = None  # only events with this action (None: any)
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -123,12 +126,13 @@ def kind_named(option: str) -> ServiceErrorKind:
 
 
 def parse_service_fault(text: str) -> ServiceFault:
-    """``FUNCTION:ERROR[:N]`` → a fault for the role FUNCTION (InputError: exit 2)."""
+    """``FUNCTION[@ACTION]:ERROR[:N]`` → a fault for the role FUNCTION (InputError: exit 2)."""
     parts = text.split(":")
     count = parts[2] if len(parts) == 3 else "1"
-    if (len(parts) not in (2, 3) or parts[0] not in ROLES or parts[1] not in KINDS
-            or not count.isdigit() or int(count) < 1):
-        raise InputError(f"{OPTION} {text!r}: expected FUNCTION:ERROR[:N] with FUNCTION one "
-                         f"of {', '.join(ROLES)}, ERROR one of {', '.join(KINDS)} and N an "
-                         "integer >= 1 (default 1)")
-    return ServiceFault(parts[0], KINDS[parts[1]], int(count))
+    role, _, action = parts[0].partition("@")
+    if (len(parts) not in (2, 3) or role not in ROLES or parts[1] not in KINDS
+            or not count.isdigit() or int(count) < 1 or ("@" in parts[0] and not action)):
+        raise InputError(f"{OPTION} {text!r}: expected FUNCTION[@ACTION]:ERROR[:N] with "
+                         f"FUNCTION one of {', '.join(ROLES)}, ERROR one of {', '.join(KINDS)} "
+                         "and N an integer >= 1 (default 1)")
+    return ServiceFault(role, KINDS[parts[1]], int(count), action or None)

@@ -36,6 +36,8 @@ PATHS: dict[str, tuple[str, ...]] = {
     "local/test_ecpu_relay_sockets.py": (SERVERS,),
     "local/test_emulator.py": (SANDBOX,),
     "local/test_lambda_faults_memory.py": (SANDBOX,),
+    "local/test_lambda_faults_service.py::test_a_fault_for_an_action_waits_for_an_event_with_it":
+        (SANDBOX,),
     "local/test_lambda_faults_service.py::test_catch_sees_the_aws_error_name": (SANDBOX,),
     "local/test_lambda_faults_service.py::test_concurrent_invocations_take_exactly_n": (SANDBOX,),
     "local/test_lambda_faults_service.py::test_faults_for_one_function_queue_in_order":

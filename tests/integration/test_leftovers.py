@@ -9,9 +9,11 @@ finalize leaves nothing at all; the results bucket keeps the chain's last two ch
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 
 from fasdl.contract.cache import CACHE_HEADROOM, exchange_peak_copies
 from fasdl.contract.keys import checkpoint_group, checkpoints_prefix, claim_key, manifest_key
+from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.s3 import S3Channel
 from local.cache_cap import CONNECTIONS_PER_WORKER, CacheCap, evicted_keys
 from local.servers import SeaweedS3Server, ValkeyServer
@@ -58,10 +61,10 @@ def _epochs(valkey: ValkeyServer, run_id: str) -> set[int]:
 
 
 def _started_run(seaweed_server: SeaweedS3Server, valkey: ValkeyServer, tmp_path: Path,
-                 name: str) -> tuple[Stack, dict[str, Any]]:
+                 name: str, plan: Plan | None = None) -> tuple[Stack, dict[str, Any]]:
     """The digits stack on the capped Valkey, and a run of it started (segment 0's state)."""
-    stack = Stack(digits_store(seaweed_server, tmp_path / "digits"), digits_plan("valkey"),
-                  tmp_path, {"FASDL_CACHE_ENDPOINT": "127.0.0.1",
+    stack = Stack(digits_store(seaweed_server, tmp_path / "digits"),
+                  plan or digits_plan("valkey"), tmp_path, {"FASDL_CACHE_ENDPOINT": "127.0.0.1",
                              "FASDL_CACHE_PORT": str(valkey.port), "FASDL_CACHE_CLUSTER": "1"})
     run_id = unique_run_id(name)
     run = stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
@@ -123,20 +126,16 @@ def _claims(valkey: ValkeyServer, run_id: str, epoch: int, workers: int) -> list
         client.close()
 
 
-def test_zombies_writing_after_the_cleanup_leave_nothing_behind(
-        seaweed_server: SeaweedS3Server, capped_valkey: ValkeyServer, tmp_path: Path) -> None:
-    """Issue 41: the retry's epoch starts while the whole dead attempt still trains. Its
-    worker 0 deletes the dead epoch, the zombies write on until their fence check, then each
-    deletes its dead epoch: once they stopped only the live epoch is left, its claims all
-    there, and nothing was evicted from the capped cache (before, their late keys stayed)."""
-    stack, run = _started_run(seaweed_server, capped_valkey, tmp_path, "zombies")
-    run_id = run["run_id"]
-    dead = run["segment"]["epoch"]
+def _zombie_episode(stack: Stack, valkey: ValkeyServer, run: dict[str, Any],
+                    env: dict[str, str]) -> dict[str, Any]:
+    """The segment's first attempt trains on (zombies) while the Map retries it: the retry's
+    run state once its segment finished and every zombie stopped, fenced."""
+    run_id, dead = run["run_id"], run["segment"]["epoch"]
     zombies = [stack.spawn({"action": "train", "run_id": run_id, "plan_key": run["plan_key"],
-                            "segment": run["segment"], "worker": worker}, ZOMBIE_ENV)
+                            "segment": run["segment"], "worker": worker}, env)
                for worker in run["workers"]]
     deadline = time.monotonic() + 60
-    while dead not in _epochs(capped_valkey, run_id) and time.monotonic() < deadline:
+    while dead not in _epochs(valkey, run_id) and time.monotonic() < deadline:
         time.sleep(0.1)
     run = stack.invoke("trigger", {"action": "retry", "run": run, "error": {
         "Error": "States.Timeout", "Cause": "the Map gave up on them"}})
@@ -144,6 +143,49 @@ def test_zombies_writing_after_the_cleanup_leave_nothing_behind(
     outcomes = [stack.finish(zombie) for zombie in zombies]
     assert all(code != 0 for code, _ in outcomes), outcomes
     assert any("WorkerFenced" in output for _, output in outcomes), outcomes
-    assert _epochs(capped_valkey, run_id) == {run["segment"]["epoch"]}
-    assert all(_claims(capped_valkey, run_id, run["segment"]["epoch"], len(run["workers"])))
-    assert evicted_keys(capped_valkey) == 0
+    return run
+
+
+def _only_the_live_epoch(valkey: ValkeyServer, run: dict[str, Any]) -> None:
+    run_id, live = run["run_id"], run["segment"]["epoch"]
+    assert _epochs(valkey, run_id) == {live}
+    assert all(_claims(valkey, run_id, live, len(run["workers"])))
+    assert evicted_keys(valkey) == 0
+
+
+def test_zombies_writing_after_the_cleanup_leave_nothing_behind(
+        seaweed_server: SeaweedS3Server, capped_valkey: ValkeyServer, tmp_path: Path) -> None:
+    """Issue 41: the retry's epoch starts while the whole dead attempt still trains. Its
+    worker 0 deletes the dead epoch, the zombies write on until their fence check, then each
+    deletes its dead epoch: once they stopped only the live epoch is left, its claims all
+    there, and nothing was evicted from the capped cache (before, their late keys stayed)."""
+    stack, run = _started_run(seaweed_server, capped_valkey, tmp_path, "zombies")
+    run = _zombie_episode(stack, capped_valkey, run, ZOMBIE_ENV)
+    _only_the_live_epoch(capped_valkey, run)
+
+
+# The soak's size: the suite runs 6 segments (two zombie episodes); issue 41's claim is 24
+# (FASDL_SOAK_SEGMENTS=24, docs/results.md). Four iterations a segment, one second each for
+# the zombies: they still train when the retry's worker 0 cleans their epoch.
+SOAK_SEGMENTS = int(os.environ.get("FASDL_SOAK_SEGMENTS", "6"))
+SOAK_ZOMBIE_ENV = {**ZOMBIE_ENV, "FASDL_TEST_ITERATION_DELAY_S": "1.0"}
+
+
+def test_a_zombie_every_third_segment_leaves_nothing_and_evicts_nothing(
+        seaweed_server: SeaweedS3Server, capped_valkey: ValkeyServer, tmp_path: Path) -> None:
+    """Issue 41: every third segment's first attempt fails with its workers training on, on a
+    Valkey held to the planned cap: after every segment only the live epoch is there, all its
+    claims present, and nothing was ever evicted (the old cleanup let the zombies' keys pile
+    up until, about seven episodes in at W = 4, the cache evicted)."""
+    base = digits_plan("valkey")
+    plan = replace(base, training=replace(base.training, epochs=4, segment_iterations=4))
+    assert plan.segments >= SOAK_SEGMENTS
+    stack, run = _started_run(seaweed_server, capped_valkey, tmp_path, "soak", plan)
+    for index in range(SOAK_SEGMENTS):
+        if index % 3 == 0:
+            run = _zombie_episode(stack, capped_valkey, run, SOAK_ZOMBIE_ENV)
+        else:
+            _segment_ok(stack, run)
+        _only_the_live_epoch(capped_valkey, run)
+        assert run["segment"]["index"] == index
+        run = stack.invoke("trigger", {"action": "next", "run": run})

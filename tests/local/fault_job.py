@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from local.runner import RunOptions, prepare_dataset, prepare_plan
+from local.run_options import RunOptions
+from local.run_prep import prepare_dataset, prepare_plan
 from local.template import synthesize
 from tests.local.runs import Job, Run
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import FAULTS, Job, run_trials
+from bench.chaos import Job, run_trials
+from bench.chaos_schedule import FAULTS
 from tests.local.chaos_schedule import SEED, TRIALS
 
 

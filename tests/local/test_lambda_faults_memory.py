@@ -19,7 +19,7 @@ from local.__main__ import build_parser
 from local.emulator import FunctionSpec, Invocation, LambdaEmulator
 from local.lambda_speed import LambdaEmulation
 from local.memory_watchdog import MIB, MemoryWatchdog, read_memory
-from local.runner import RunOptions
+from local.run_options import RunOptions
 from tests.local.conftest import STUBS
 
 M = 128  # MB: a bare interpreter is ~10 MB of it

@@ -60,24 +60,26 @@ def test_kinds_are_the_tables_names() -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("worker:throttled:3", ("worker", lambda_errors.THROTTLED, 3)),
-    ("trigger:not-ready", ("trigger", lambda_errors.NOT_READY, 1)),
-    ("finalize:eni-not-ready:1", ("finalize", lambda_errors.ENI_NOT_READY, 1)),
-    ("worker:service:12", ("worker", SERVICE_EXCEPTION, 12))])
-def test_parse(text: str, expected: tuple[str, str, int]) -> None:
+    ("worker:throttled:3", ("worker", lambda_errors.THROTTLED, 3, None)),
+    ("trigger:not-ready", ("trigger", lambda_errors.NOT_READY, 1, None)),
+    ("finalize:eni-not-ready:1", ("finalize", lambda_errors.ENI_NOT_READY, 1, None)),
+    ("worker:service:12", ("worker", SERVICE_EXCEPTION, 12, None)),
+    ("trigger@next:service-after-start", ("trigger", SERVICE_EXCEPTION, 1, "next"))])
+def test_parse(text: str, expected: tuple[str, str, int, str | None]) -> None:
     fault = parse_service_fault(text)
-    assert (fault.function, fault.kind.name, fault.count) == expected
+    assert (fault.function, fault.kind.name, fault.count, fault.action) == expected
 
 
 @pytest.mark.parametrize("text", ["router:throttled:1", "worker:slow:1", "worker:throttled:0",
                                   "worker:throttled:-1", "worker:throttled:x", "worker",
-                                  "worker:throttled:1:2", ""])
+                                  "worker:throttled:1:2", "trigger@:service", "router@next:service",
+                                  ""])
 def test_bad_option_names_the_option_and_the_allowed_values(
         text: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(InputError) as raised:
         parse_service_fault(text)
     message = str(raised.value)
-    assert message.startswith(f"{OPTION} {text!r}: expected FUNCTION:ERROR[:N]")
+    assert message.startswith(f"{OPTION} {text!r}: expected FUNCTION[@ACTION]:ERROR[:N]")
     assert "worker, trigger, finalize" in message
     assert "throttled, not-ready, eni-not-ready, service" in message
     assert main(["run", OPTION, text]) == 2  # before any planning, server or worker
@@ -111,6 +113,18 @@ def test_faults_for_one_function_queue_in_order(emulator: LambdaEmulator, calls:
     names = [emulator.invoke("Fn", {}).error_type for _ in range(3)]
     assert names == [SERVICE_EXCEPTION, lambda_errors.NOT_READY, None]
     assert len(_ran(calls)) == 1
+
+
+def test_a_fault_for_an_action_waits_for_an_event_with_it(emulator: LambdaEmulator,
+                                                          calls: Path) -> None:
+    """bench.chaos's late_trigger: the first ``next`` call fails, not the ``start`` before it;
+    a fault for any action queued behind it still takes the first event that comes."""
+    emulator.inject_service_error("Fn", "service", action="next")
+    emulator.inject_service_error("Fn", "throttled")
+    names = [emulator.invoke("Fn", {"action": action}).error_type
+             for action in ("start", "outcome", "next", "next")]
+    assert names == [lambda_errors.THROTTLED, None, SERVICE_EXCEPTION, None]
+    assert len(_ran(calls)) == 2
 
 
 def test_concurrent_invocations_take_exactly_n(emulator: LambdaEmulator, calls: Path) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from fasdl.contract.errors import CacheMissing, CacheNotReady
-from local.runner import RunOptions, prepare_dataset, prepare_plan
+from local.run_options import RunOptions
+from local.run_prep import prepare_dataset, prepare_plan
 from local.template import synthesize
 from tests.local.runs import Run, local_run
 

@@ -22,7 +22,9 @@ import pytest
 
 from fasdl.aws.account import POLL_S, ConcurrencyQuotaTooLow, WorkerFunctionFailed
 from infra import lambda_errors
-from local.runner import WORKER_HANDLER, RunOptions, prepare_dataset, prepare_plan
+from local.run_options import RunOptions
+from local.run_prep import prepare_dataset, prepare_plan
+from local.runner import WORKER_HANDLER
 from local.template import load_template, synthesize
 from tests.local.runs import Run, local_run
 

@@ -10,10 +10,14 @@ deployment sets none of these variables, so that call does nothing. Stdlib only.
   attempt 0, so the retry succeeds);
 * ``FASDL_TEST_ITERATION_DELAY_S=<s>`` sleeps that long in every iteration (a slower model:
   segment-length tests get a predictable time per iteration; the weights do not change);
-* ``FASDL_TEST_FENCE_STALL=<s>:<marker file>`` (the trigger's): the first trigger invocation
-  to read the fence (it creates the marker file) sleeps ``s`` seconds before its conditional
-  write, as a Task whose Invoke Step Functions retried while it ran on (bench.chaos's
-  ``trigger_retry``).
+* ``FASDL_TEST_FENCE_STALL=<s>[@<action>]:<marker file>`` (the trigger's): the first trigger
+  call (of ``action``: start, next, shorten, retry) to read the fence (it creates the marker
+  file) sleeps ``s`` seconds before its conditional write, as a Task whose Invoke Step
+  Functions retried while it ran on (bench.chaos's ``trigger_retry``);
+* ``FASDL_TEST_LATE_CALL=<s>[@<action>]:<marker file>``: the same call waits before it reads
+  the fence, until its retry has issued the epoch (at most ``s`` seconds), then
+  :data:`LATE_CALL_AFTER_S` more while the segment starts, and goes on after it
+  (bench.chaos's ``late_trigger``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ CRASH_WORKER_ENV = "FASDL_TEST_CRASH_WORKER"
 CRASH_ATTEMPTS_ENV = "FASDL_TEST_CRASH_ATTEMPTS"
 DELAY_ENV = "FASDL_TEST_ITERATION_DELAY_S"
 FENCE_STALL_ENV = "FASDL_TEST_FENCE_STALL"
+LATE_CALL_ENV = "FASDL_TEST_LATE_CALL"
+LATE_CALL_AFTER_S = 2.0  # the retry's segment starts its workers meanwhile
 CRASH_EXIT_STATUS = 137  # what an OOM kill's SIGKILL looks like to Lambda
 
 
@@ -84,23 +90,47 @@ class FaultHooks:
 NO_FAULTS = FaultHooks()
 
 
-def fence_stall(environ: Mapping[str, str] | None = None) -> Callable[[], None] | None:
-    """The trigger's ``after_read`` hook of fasdl.run.fencing.issue_epoch, or None."""
-    text = (os.environ if environ is None else environ).get(FENCE_STALL_ENV, "")
+# called with the trigger call's name ("next", "start:<exec>") and what ends the wait early
+Stall = Callable[[str, Callable[[], bool] | None], None]
+
+
+def fence_stall(environ: Mapping[str, str] | None = None) -> Stall | None:
+    """The trigger's hook between reading the fence and writing it, or None."""
+    return _stall(FENCE_STALL_ENV, environ)
+
+
+def late_call(environ: Mapping[str, str] | None = None) -> Stall | None:
+    """The trigger's hook before it reads the fence, or None."""
+    return _stall(LATE_CALL_ENV, environ)
+
+
+def _stall(name: str, environ: Mapping[str, str] | None) -> Stall | None:
+    text = (os.environ if environ is None else environ).get(name, "")
     if not text:
         return None
-    seconds, _, marker = text.partition(":")
+    when, _, marker = text.partition(":")
+    seconds, _, action = when.partition("@")
     try:
         delay_s = float(seconds)
     except ValueError:
-        raise FaultHookError(f"environment variable {FENCE_STALL_ENV}: expected "
-                             f"<seconds>:<marker file>, got {text!r}") from None
+        delay_s = -1.0
+    if delay_s < 0 or not marker:
+        raise FaultHookError(f"environment variable {name}: expected "
+                             f"<seconds>[@<action>]:<marker file>, got {text!r}")
 
-    def stall() -> None:
-        try:  # only the first invocation to create the marker stalls
+    def stall(call: str, until: Callable[[], bool] | None = None) -> None:
+        if action and call.partition(":")[0] != action:
+            return
+        try:  # only the first call to create the marker stalls
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return
-        time.sleep(delay_s)
+        if until is None:
+            time.sleep(delay_s)
+            return
+        deadline = time.monotonic() + delay_s
+        while not until() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(LATE_CALL_AFTER_S)
 
     return stall

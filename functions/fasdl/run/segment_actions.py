@@ -35,8 +35,12 @@ def epoch_issuer(store: S3Channel) -> fencing.EpochIssuer:
     issues nothing (fasdl.run.fencing)."""
 
     def issue_epoch(run_id: str, *, supersedes: int | None, call: str) -> int:
+        if (late := fault_hooks.late_call()) is not None:  # until its retry issued
+            late(call, lambda: fencing.read_epoch(store, run_id) != supersedes)
+        stall = fault_hooks.fence_stall()
         return fencing.issue_epoch(store, run_id, supersedes=supersedes, call=call,
-                                   after_read=fault_hooks.fence_stall())
+                                   after_read=None if stall is None
+                                   else lambda: stall(call, None))
 
     return issue_epoch
 
