@@ -70,6 +70,7 @@ test: lint
 # takes 1.5 min of the 4 this target may take.
 COSTLY := servers or sandbox or network or e2e or serial
 TEMPLATE_TESTS := tests/infra/test_snapshots.py tests/infra/test_assertions.py \
+	tests/infra/test_security_assertions.py \
 	tests/infra/test_nag.py tests/infra/test_retention_and_region.py
 test-fast: setup
 	$(VENV)/bin/ruff check .

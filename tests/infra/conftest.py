@@ -145,6 +145,24 @@ def is_distributed_map(train: dict[str, Any]) -> bool:
     return bool(train["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED")
 
 
+def function_props(synth: Synth, handler: str) -> dict[str, Any]:
+    """The Properties of the stack's Lambda function with this handler."""
+    for function in synth.resources("AWS::Lambda::Function").values():
+        if function["Properties"].get("Handler") == handler:
+            props: dict[str, Any] = function["Properties"]
+            return props
+    raise AssertionError(f"no function with handler {handler}")
+
+
+def ref_of(resources: dict[str, dict[str, Any]], value: Any) -> str:
+    """Logical id behind a Ref or GetAtt."""
+    if isinstance(value, dict) and "Ref" in value:
+        return str(value["Ref"])
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return str(value["Fn::GetAtt"][0])
+    raise AssertionError(f"not a reference: {value!r}")
+
+
 def _fake_arn(token: dict[str, Any]) -> str:
     if token.get("Ref") == "AWS::Partition":
         return "aws"
