@@ -199,6 +199,7 @@ class TrainingWorkflow(Construct):
         """Finalize's ``failed`` action: failure.json (and, after a guard stop, the resume)."""
         return self._invoke(state_name, self._finalize, {
             "action": "failed", "state.$": "$", "execution.$": "$$.Execution.Id",
+            "execution_started.$": "$$.Execution.StartTime",
         }, result_path=sfn.JsonPath.DISCARD)
 
     def _build_record_failure(self) -> tuple[sfn.IChainable, sfn.IChainable]:
@@ -257,6 +258,7 @@ class TrainingWorkflow(Construct):
             "input.$": "$", "count": {"segments": 0}})
         plan_run = self._invoke(PLAN_RUN, self._trigger, {
             "action": "start", "input.$": "$.input", "execution.$": "$$.Execution.Name",
+            "execution_started.$": "$$.Execution.StartTime",
         }, result_path="$.run")
         train = self._build_train_segment()
         plan_next = self._invoke(PLAN_NEXT, self._trigger, {

@@ -92,7 +92,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         state = state if isinstance(state, dict) else {}
         run_id = results.failed_run_id(state, execution)
         foreign = run_claim.foreign_failure(stores.results_store(settings, s3), run_id, state,
-                                            execution)
+                                            execution, str(event.get("execution_started", "")))
         if foreign is not None:  # issue 41: another execution's or a newer attempt's run
             logger.warning("failure not recorded", extra={"run_id": run_id, "why": foreign})
             return {"run_id": run_id, "failure_key": None, "not_recorded": foreign}

@@ -5,12 +5,14 @@ machine in moto's ASL interpreter, with a fake trigger that refuses the start.""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
 from moto.awslambda_simple.models import LambdaSimpleBackend
 
 from fasdl.contract.errors import RunExists
+from fasdl.contract.run_owner import STARTED
 from infra import workflow
 from tests.infra.conftest import Synth, state_machine_definition
 from tests.infra.moto_workflow import execute_machine
@@ -28,6 +30,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         event = json.loads(body)
         role = next(r for r in ("Trigger", "Worker", "Finalize") if r in function_name)
         made.append(f"{role}.{event.get('action')}")
+        # the execution's identity: its name and start time (a name is reused after 90 days)
+        assert event["execution"] and re.fullmatch(STARTED, event["execution_started"])
         response_headers["x-amz-function-error"] = "Unhandled"
         return json.dumps({"errorType": RunExists.__name__, "errorMessage": CAUSE}).encode()
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fasdl.contract.errors import RunExists
-from fasdl.contract.plan import Plan
+from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.run_owner import RunOwner
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS, EXCHANGE, RESULTS, deployed_env
@@ -46,9 +46,13 @@ def s3_objects() -> dict[tuple[str, str], bytes]:
             (DATASETS, f"{prefix}/y.npy"): _npy(np.arange(100, dtype=np.int64) % 3)}
 
 
-def start(event_input: dict[str, Any], execution: str) -> dict[str, Any]:
-    return trigger.handler({"action": "start", "input": event_input, "execution": execution},
-                           FakeLambdaContext())
+STARTED = "2026-08-01T09:00:00.000Z"  # $$.Execution.StartTime of the tests' executions
+
+
+def start(event_input: dict[str, Any], execution: str,
+          started: str = STARTED) -> dict[str, Any]:
+    return trigger.handler({"action": "start", "input": event_input, "execution": execution,
+                            "execution_started": started}, FakeLambdaContext())
 
 
 def run_objects(s3: Any, run_id: str) -> dict[str, bytes]:
@@ -74,7 +78,7 @@ def test_the_owners_retried_start_goes_on_with_its_own_plan(s3: Any) -> None:
     assert again["plan_key"] == first["plan_key"] and again["segment"] == first["segment"]
     assert run_objects(s3, "mine")["runs/mine/plan.json"] == plan_before
     frozen = Plan.from_json(plan_before.decode())
-    assert frozen.run == RunOwner(run_id="mine", execution="exec-a")
+    assert frozen.run == RunOwner(run_id="mine", execution="exec-a", started=STARTED)
     assert frozen.training.epochs == 2
 
 
@@ -104,10 +108,31 @@ def test_the_plans_conditional_create_refuses_even_without_a_fence(s3: Any) -> N
     assert run_objects(s3, "race") == {"runs/race/plan.json": body}
 
 
-def failed(state: dict[str, Any], execution: str) -> dict[str, Any]:
+def test_an_execution_name_reused_after_90_days_does_not_take_over_the_run(s3: Any) -> None:
+    """Step Functions lets a name be used again 90 days after its execution: the later one,
+    started at another time, is another execution (refused, nothing touched), as the earlier
+    run's own retried start (same time) is not."""
+    start({"run_id": "exec-old", "epochs": 2}, "exec-old")  # the run id defaults to the name
+    before = run_objects(s3, "exec-old")
+    with pytest.raises(RunExists, match=rf"'exec-old' \(started {STARTED}\)"):
+        start({"epochs": 5}, "exec-old", started="2026-11-29T07:00:00.000Z")
+    assert run_objects(s3, "exec-old") == before
+    assert start({"epochs": 2}, "exec-old")["segment"]["epoch"] == 1  # its own retry
+    out = failed({"input": {"epochs": 5}, "error": {"Error": "RunExists", "Cause": "..."}},
+                 "exec-old", started="2026-11-29T07:00:00.000Z")
+    assert out["failure_key"] is None and "not this one" in out["not_recorded"]
+    assert run_objects(s3, "exec-old") == before
+
+
+def test_a_start_time_that_is_not_iso_8601_is_refused_by_field() -> None:
+    with pytest.raises(PlanError, match=r"run\.started"):
+        RunOwner(run_id="r", execution="e", started="yesterday").validate()
+
+
+def failed(state: dict[str, Any], execution: str, started: str = STARTED) -> dict[str, Any]:
     arn = f"arn:aws:states:us-east-1:1:execution:m:{execution}"
-    return dict(finalize.handler({"action": "failed", "state": state, "execution": arn},
-                                 FakeLambdaContext()))
+    return dict(finalize.handler({"action": "failed", "state": state, "execution": arn,
+                                  "execution_started": started}, FakeLambdaContext()))
 
 
 def test_finalize_failed_leaves_another_executions_run_alone(s3: Any) -> None:

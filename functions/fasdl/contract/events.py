@@ -14,7 +14,9 @@ State of one execution (``$``)::
 Trigger (``handlers.trigger``), four run actions, each returns a complete :class:`RunState`,
 and ``outcome``:
 
-* ``start``   ``{"action": "start", "input": ExecutionInput, "execution": <execution name>}``
+* ``start``   ``{"action": "start", "input": ExecutionInput, "execution": <execution name>,
+  "execution_started": <its ISO 8601 start time>}`` (a name is reused after 90 days, the
+  pair is one execution)
   Without ``input.resume``: apply the overrides to the deployed plan (env ``FASDL_PLAN``) or to
   ``input.plan`` (its deployment must equal env ``FASDL_DEPLOYMENT``), validate, write it to
   ``runs/<run_id>/plan.json`` in the results bucket and return segment 0. With
@@ -82,7 +84,8 @@ Finalize (``handlers.finalize``), two actions:
 * ``succeeded`` ``{"action": "succeeded", "run": RunState, "execution": <execution ARN>}``;
   its return value (:class:`FinalizeResult`) is the execution's output.
 * ``failed``    ``{"action": "failed", "state": <the whole state $, run may be absent>,
-  "execution": <execution ARN>}``: record ``state.error`` (``runs/<run_id>/failure.json``)
+  "execution": <execution ARN>, "execution_started": <its start time>}``: record
+  ``state.error`` (``runs/<run_id>/failure.json``)
   and delete ``exchange/<run_id>/`` in the exchange bucket; the return value is discarded.
 """
 

@@ -312,15 +312,17 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     check_dataset(plan, s3_ranges(s3, datasets_bucket), s3_sizes(s3, datasets_bucket))
     plan_key = f"{runs_prefix}{keys.plan_key(run_id)}"
     execution = str(event.get("execution", ""))
-    frozen = dataclasses.replace(plan, run=RunOwner(run_id=run_id, execution=execution))
+    started = str(event.get("execution_started", ""))  # names are reused after 90 days
+    frozen = dataclasses.replace(plan, run=RunOwner(run_id=run_id, execution=execution,
+                                                    started=started))
     # The plan's conditional create claims the run (fasdl.run.run_claim); a refused start
     # writes nothing, so partitions and fence come after it.
     run_claim.check_fence_is_ours(s3, results_bucket, plan_key=plan_key, run_id=run_id,
                                   fence_key=f"{runs_prefix}{keys.fence_key(run_id)}",
-                                  execution=execution)
+                                  execution=execution, started=started)
     claimed = Plan.from_json(run_claim.claim_plan(
         s3, results_bucket, plan_key, frozen.to_json().encode(), run_id=run_id,
-        execution=execution).decode())
+        execution=execution, started=started).decode())
     s3.put_object(Bucket=results_bucket, Key=f"{runs_prefix}{keys.partitions_key(run_id)}",
                   Body=json.dumps(partition_layout(claimed)).encode(),
                   ContentType="application/json")
