@@ -279,27 +279,11 @@ class TrainingWorkflow(Construct):
         continue_as_new = self._build_continue()
         continued = sfn.Succeed(self, CONTINUED, state_name=CONTINUED)
 
-        # Another execution owns the run id: fail with the trigger's message and never reach
-        # finalize, whose cleanup and failure.json would be the owner's run's (issue 41).
-        # Before the catch-all: the first matching Catch wins (concepts-error-handling.html).
-        plan_run.add_catch(sfn.Fail(self, RUN_EXISTS, state_name=RUN_EXISTS,
-                                    error=RunExists.__name__,
-                                    cause_path=sfn.JsonPath.string_at("$.error.Cause")),
-                           errors=[RunExists.__name__], result_path="$.error")
+        self._catch_run_exists(plan_run)
         catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
-            plan_run, train, plan_next, shorten, retry, finalize, continue_as_new]
-        if self._distributed:
-            summarize = self._invoke(SUMMARIZE_SEGMENT, self._trigger, summary_payload(),
-                                     result_path=OUTCOME_PATH)
-            catching.append(summarize)
-            train.next(summarize).next(outcome_choice(
-                self, memory_mb=self._memory_mb, ok=plan_next,
-                actions={"shorten": shorten, "retry": retry, "fail": record_failure}))
-        else:
-            for kind, action in ((TIMED_OUT, shorten), (CRASHED, retry)):
-                train.add_catch(action, errors=[kind.error, *kind.caught],
-                                result_path="$.error")
-            train.next(plan_next)
+            plan_run, train, plan_next, shorten, retry, finalize, continue_as_new,
+            *self._wire_outcome(train, ok=plan_next, shorten=shorten, retry=retry,
+                                fail=record_failure)]
         for state in catching:
             for error in FAILURE_ERRORS:
                 state.add_catch(record_failure, errors=[error], result_path="$.error")
@@ -315,6 +299,32 @@ class TrainingWorkflow(Construct):
         retry.next(count)
         count.next(more)
         return initialize.next(plan_run).next(more)
+
+    def _catch_run_exists(self, plan_run: tasks.LambdaInvoke) -> None:
+        """Another execution owns the run id: fail with the trigger's message and never reach
+        finalize, whose cleanup and failure.json would be the owner's run's (issue 41).
+        Before the catch-all: the first matching Catch wins (concepts-error-handling.html)."""
+        plan_run.add_catch(sfn.Fail(self, RUN_EXISTS, state_name=RUN_EXISTS,
+                                    error=RunExists.__name__,
+                                    cause_path=sfn.JsonPath.string_at("$.error.Cause")),
+                           errors=[RunExists.__name__], result_path="$.error")
+
+    def _wire_outcome(self, train: sfn.Map | sfn.DistributedMap, *, ok: sfn.IChainable,
+                      shorten: sfn.IChainable, retry: sfn.IChainable,
+                      fail: sfn.IChainable) -> list[tasks.LambdaInvoke]:
+        """The segment's outcome: a distributed Map's results summarized by the trigger (its
+        task returned, to be caught like the others); an inline Map's errors caught."""
+        if self._distributed:
+            summarize = self._invoke(SUMMARIZE_SEGMENT, self._trigger, summary_payload(),
+                                     result_path=OUTCOME_PATH)
+            train.next(summarize).next(outcome_choice(
+                self, memory_mb=self._memory_mb, ok=ok,
+                actions={"shorten": shorten, "retry": retry, "fail": fail}))
+            return [summarize]
+        for kind, action in ((TIMED_OUT, shorten), (CRASHED, retry)):
+            train.add_catch(action, errors=[kind.error, *kind.caught], result_path="$.error")
+        train.next(ok)
+        return []
 
     def _build_state_machine(self, definition: sfn.IChainable) -> sfn.StateMachine:
         return sfn.StateMachine(
