@@ -17,17 +17,16 @@ from tests.bench.smoke_run import docs_untouched, run_smoke
 __all__ = ["docs_untouched"]  # the fixture, used by name
 
 
+# both pay a whole local run (servers, synth, sandboxes), each within ten minutes
+pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("docs_untouched"),
+              pytest.mark.e2e, pytest.mark.servers, pytest.mark.synth, pytest.mark.sandbox]
+
+
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("profiles")
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.usefixtures("docs_untouched")
-@pytest.mark.e2e
-@pytest.mark.servers
-@pytest.mark.synth
-@pytest.mark.sandbox
 def test_prediction_smoke(profiles: Path) -> None:
     summary, stdout = run_smoke("prediction", "--profile-dir", str(profiles), timeout_s=540)
     assert {"bench", "configs", "mean_abs_error", "max_abs_error", "goal_mean", "goal_max",
@@ -38,12 +37,6 @@ def test_prediction_smoke(profiles: Path) -> None:
     assert "prediction writes what it would write under docs/" in stdout
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.usefixtures("docs_untouched")
-@pytest.mark.e2e
-@pytest.mark.servers
-@pytest.mark.synth
-@pytest.mark.sandbox
 def test_patterns_smoke(profiles: Path) -> None:
     summary, stdout = run_smoke("patterns", "--profile-dir", str(profiles), timeout_s=540)
     assert {"bench", "channel", "rows", "verdicts", "goal", "met"} <= set(summary)
