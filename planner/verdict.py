@@ -93,7 +93,11 @@ def verdict(lambda_best: Option | None, runs: Sequence[InstanceRun], deadline_s:
     best = min(within, key=lambda o: o.cost_usd) if within else None
     fastest = min(options, key=lambda o: o.time_s)
     limit = f"{deadline_s:,.0f}-s deadline ({duration(deadline_s)})"
-    if best is not None:
+    if best is not None and not runs:  # one side only: no claim about instances
+        sentences = [f"Verdict: {best.name} meets the {limit}: {_said(best)}; compared with "
+                     "Lambda configurations only (no instance row: give --instance, or see "
+                     "docs/reference.md)."]
+    elif best is not None:
         sentences = [f"Verdict: {best.name} is the cheapest way to meet the {limit}: "
                      f"{_said(best)}."]
     else:

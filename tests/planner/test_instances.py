@@ -215,3 +215,13 @@ def test_the_verdict_when_nothing_meets_the_deadline_or_lambda_has_no_plan() -> 
     assert "one slow-box" in text and "No Lambda configuration fits (deadline: too short)" in text
     assert judged["cheapest_within_deadline"] is None
     assert math.isclose(judged["cheapest"]["cost_usd"], slow.cost_usd)
+
+
+def test_without_an_instance_row_the_verdict_claims_nothing_about_instances() -> None:
+    """Issue 43: "the cheapest way" needs something to be cheaper than."""
+    lam = Option("lambda", "Lambda (K-REDUCE, 2 x 768 MB)", 2900.0, 0.04, True,
+                 detail="K-REDUCE, 2 x 768 MB")
+    text = verdict(lam, [], 3000)["text"].replace("\n", " ")
+    assert text.startswith("Verdict: Lambda (K-REDUCE, 2 x 768 MB) meets the 3,000-s deadline")
+    assert "compared with Lambda configurations only" in text
+    assert "cheapest way" not in text
