@@ -164,10 +164,10 @@ def test_zombies_writing_after_the_cleanup_leave_nothing_behind(
     _only_the_live_epoch(capped_valkey, run)
 
 
-# The soak's size: the suite runs 6 segments (two zombie episodes); issue 41's claim is 24
+# The soak's size: the suite runs 4 segments (two zombie episodes); issue 41's claim is 24
 # (FASDL_SOAK_SEGMENTS=24, docs/results.md). Four iterations a segment, one second each for
 # the zombies: they still train when the retry's worker 0 cleans their epoch.
-SOAK_SEGMENTS = int(os.environ.get("FASDL_SOAK_SEGMENTS", "6"))
+SOAK_SEGMENTS = int(os.environ.get("FASDL_SOAK_SEGMENTS", "4"))
 SOAK_ZOMBIE_ENV = {**ZOMBIE_ENV, "FASDL_TEST_ITERATION_DELAY_S": "1.0"}
 
 
