@@ -15,8 +15,8 @@ JSON summary ``{"trials", "identical", "clean_failures", "wrong", "faults"}``; t
 ``wrong == 0`` always. Only the channels the schedule and the references use are synthesized.
 
 ``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): one trial of W = 2 and one epoch in one
-segment (tests/local/test_chaos.py's job), seed 22: a stale and a torn frame planted on S3, the
-reference on S3 only.
+segment (tests/local/test_chaos.py's job), seed 290: a torn frame planted and a second execution
+started with the run id, on S3; the reference on S3 only.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from local.template import synthesize
 OUTCOMES = ("identical", "clean_failure", "wrong")
 EVICTED = "WARNING: the cache evicted"  # local/run_servers.py's cache_report
 RUN_TIMEOUT_S = 300
-SMOKE_SEED = 22  # its one trial: stale_frame + truncated_frame on S3, no retry to wait for
+SMOKE_SEED = 290  # its one trial on S3: a torn frame and a second start, no retry to wait for
 Say = Callable[[str], None]
 
 

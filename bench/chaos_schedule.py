@@ -164,7 +164,8 @@ def draw_trials(count: int, seed: int, shape: Shape) -> list[Trial]:
     rng = random.Random(seed)
     dealt = list(FAULTS)
     rng.shuffle(dealt)
-    kinds: list[list[str]] = [dealt[i::count][:3] for i in range(count)]
+    per_trial = 3 if count * 3 >= len(FAULTS) else 2  # three only where needed to cover all
+    kinds: list[list[str]] = [dealt[i::count][:per_trial] for i in range(count)]
     for chosen in kinds:
         if not chosen:
             chosen.append(rng.choice(FAULTS))

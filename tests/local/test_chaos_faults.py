@@ -65,6 +65,9 @@ def test_schedules_are_seeded_and_five_trials_cover_every_fault() -> None:
     assert stalled and all(
         f"trigger:FASDL_TEST_FENCE_STALL=15:{Path('r')}.fence-stall" in t.options(Path("r"))
         for t in stalled)
+    # three kinds in a trial only where fewer could not cover them all (the smoke's one: two)
+    assert all(len(t.faults) <= 2 for seed in range(20) for t in draw_trials(1, seed,
+                                                                              ONE_SEGMENT))
     again = draw_trials(TRIALS, SEED, ONE_SEGMENT)
     assert [t.options(Path("r")) for t in trials] == [t.options(Path("r")) for t in again]
 
