@@ -58,3 +58,16 @@ def test_a_missing_variable_is_named() -> None:
     with pytest.raises(SettingsError, match="FASDL_RESULTS_BUCKET is not set"):
         Settings.from_env(Settings.to_env(channel="s3", datasets_bucket="d",
                                           exchange_bucket="e"))
+
+
+def test_every_results_key_takes_the_runs_prefix_once() -> None:
+    """Settings' keys and the trigger's (fasdl.run.run_state, given the prefix alone) go
+    through keys.results_key: the prefix is added once, never twice or not at all."""
+    from fasdl.contract import keys
+
+    settings = Settings(stack="s", channel="s3", deployment="d", datasets_bucket="d",
+                        results_bucket="r", exchange_bucket="e", runs_prefix="r/")
+    assert settings.plan_key("run1") == "r/" + keys.plan_key("run1")
+    assert settings.fence_object_key("run1") == "r/" + keys.fence_key("run1")
+    assert settings.results_key(keys.plan_key("run1")) == settings.plan_key("run1")
+    assert keys.results_key("r/", keys.plan_key("run1")) == settings.plan_key("run1")

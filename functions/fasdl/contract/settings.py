@@ -236,29 +236,33 @@ class Settings:
         return dataclasses.replace(self, cache_endpoint=str(endpoint["address"]),
                                    cache_port=int(endpoint["port"]))
 
-    # ---- keys: contract/keys.py builds them; the settings add the bucket's prefix ----------
+    # ---- keys: contract/keys.py builds them; results_key adds the bucket's runs prefix ---
+    def results_key(self, key: str) -> str:
+        """A run's key (contract/keys.py) in the results bucket, under ``runs_prefix``."""
+        return keys.results_key(self.runs_prefix, key)
+
     def plan_key(self, run_id: str) -> str:
-        return f"{self.runs_prefix}{keys.plan_key(run_id)}"
+        return self.results_key(keys.plan_key(run_id))
 
     def segments_prefix(self, run_id: str) -> str:
         """Where the workers' segment results are (fasdl.run.results reads them)."""
-        return f"{self.runs_prefix}{keys.segments_prefix(run_id)}"
+        return self.results_key(keys.segments_prefix(run_id))
 
     def segment_result_key(self, run_id: str, index: int, attempt: int, worker: int) -> str:
-        return f"{self.runs_prefix}{keys.segment_result_key(run_id, index, attempt, worker)}"
+        return self.results_key(keys.segment_result_key(run_id, index, attempt, worker))
 
     def summary_key(self, run_id: str) -> str:
-        return f"{self.runs_prefix}{keys.summary_key(run_id)}"
+        return self.results_key(keys.summary_key(run_id))
 
     def failure_key(self, run_id: str) -> str:
-        return f"{self.runs_prefix}{keys.failure_key(run_id)}"
+        return self.results_key(keys.failure_key(run_id))
 
     def final_key(self, run_id: str, name: str) -> str:
-        return f"{self.runs_prefix}{keys.final_key(run_id, name)}"
+        return self.results_key(keys.final_key(run_id, name))
 
     def fence_object_key(self, run_id: str) -> str:
         """The run's fence (fasdl.run.fencing) in the results bucket."""
-        return f"{self.runs_prefix}{keys.fence_key(run_id)}"
+        return self.results_key(keys.fence_key(run_id))
 
     def exchange_run_prefix(self, run_id: str) -> str:
         """Every exchange key of the run, of every epoch, starts with this."""
