@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fasdl.contract.settings import USER_MODULES_ENV
+from fasdl.contract.settings import Settings
 from fasdl.contract.user_code import UserCodeError, code_location
 from fasdl.contract.workload import code_reference
 
@@ -25,7 +23,7 @@ def _module_name(file: str, reference: str, field: str) -> str:
         if str(location.root) not in sys.path:
             sys.path.insert(0, str(location.root))
         return location.module
-    shipped = json.loads(os.environ.get(USER_MODULES_ENV) or "{}")
+    shipped = Settings.user_module_map(Settings.read_one("user_modules"))
     if reference in shipped:
         return str(shipped[reference])
     raise UserCodeError(field, f"file {file} not found (paths are relative to the folder the "
