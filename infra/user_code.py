@@ -14,6 +14,7 @@ from fasdl.contract.plan import Plan
 from fasdl.contract.settings import USER_MODULES_ENV
 from fasdl.contract.user_code import code_location
 from fasdl.contract.workload import code_reference
+from infra.lambda_runtime import tree_bytes
 
 # Lambda's limit on a function's unzipped code and layers together; the user's code is small,
 # but a folder the user did not mean to ship (data beside the model file) is refused here.
@@ -41,11 +42,6 @@ def _references(plan: Plan) -> list[tuple[str, str]]:
     return [(field, value) for field, value in named if code_reference(value) is not None]
 
 
-def _size(path: Path) -> int:
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-    return sum(file.stat().st_size for file in files)
-
-
 def stage_user_code(plan: Plan) -> UserCode | None:
     """Copy the plan's own code into a staging folder for the layer; None without any.
     Raises fasdl.contract.user_code.UserCodeError naming the field."""
@@ -59,7 +55,7 @@ def stage_user_code(plan: Plan) -> UserCode | None:
     for field, reference in references:
         file, _ = code_reference(reference)  # type: ignore[misc]
         location = code_location(Path(file), field)
-        if _size(location.shipped) > MAX_USER_CODE_BYTES:
+        if tree_bytes(location.shipped) > MAX_USER_CODE_BYTES:
             raise ValueError(f"{field}: {location.shipped} holds more than "
                              f"{MAX_USER_CODE_BYTES // 2**20} MB; ship only the code")
         destination = target / location.shipped.name
