@@ -1,10 +1,11 @@
 """The plan's ``workload``: what is trained, on what data, from which initial weights.
 
 ``model`` is a model of the registry (fasdl.training.networks) or a reference to the user's own
-code, ``path/to/file.py:function``: a builder ``function(num_classes, input_shape) ->
-torch.nn.Module`` (fasdl.training.user_code imports it; infra ships the file, and its package
-if it is one, with the functions). A referenced model needs ``input_shape`` and ``classes``,
-so that the planner and the synth can build it before anything is deployed.
+code, ``path/to/file.py:function`` (both parsed by fasdl.contract.user_code.ModelRef): a
+builder ``function(num_classes, input_shape) -> torch.nn.Module`` (fasdl.training.user_code
+imports it; infra ships the file, and its package if it is one, with the functions). A
+referenced model needs ``input_shape`` and ``classes``, so that the planner and the synth can
+build it before anything is deployed.
 ``loss`` is ``cross_entropy`` (default), ``mse`` or ``bce`` (on one-hot targets), or a reference
 ``file.py:function`` to ``function() -> torch.nn.Module`` called as ``loss(logits, labels)``.
 ``initial_weights``: a safetensors file's key in the datasets bucket (fine-tuning).
@@ -26,23 +27,19 @@ from fasdl.contract.fields import (
     IDENTIFIER,
     PlanError,
     is_number,
-    require_choice,
     require_dataset_key,
     require_float,
     require_int,
     require_pattern,
     show,
 )
+from fasdl.contract.user_code import ModelRef
 
 # fasdl.training.augment: none; cifar (crop, flip, CIFAR-10's statistics); images (crop, flip,
 # the dataset's own statistics); normalize (the dataset's statistics only)
 AUGMENTATIONS: tuple[str, ...] = ("none", "cifar", "images", "normalize")
 NEEDS_NORMALIZATION: tuple[str, ...] = ("images", "normalize")
 LOSSES: tuple[str, ...] = ("cross_entropy", "mse", "bce")
-# path/to/file.py:function; a path of letters, digits, '_', '.', '-' and '/' (absolute or
-# relative to where the planner, the synth and the local runner are started)
-CODE_REFERENCE = re.compile(r"^(?P<path>/?[A-Za-z0-9_.\-/]{1,255}\.py):"
-                            r"(?P<function>[A-Za-z_][A-Za-z0-9_]{0,63})\Z")
 # path/to/requirements.txt, with the same path rules as a code reference
 REQUIREMENTS_FILE = re.compile(r"^/?[A-Za-z0-9_.\-/]{1,255}\.txt\Z")
 MAX_INPUT_DIMS = 4
@@ -51,28 +48,6 @@ MAX_INPUT_DIMS = 4
 USER_FIELDS: tuple[str, ...] = ("input_shape", "classes", "loss", "initial_weights",
                                 "normalization", "requirements")
 MAX_CLASSES = 100_000
-
-
-def code_reference(value: str) -> tuple[str, str] | None:
-    """(file, function) of a ``file.py:function`` reference, None for a registry name."""
-    match = CODE_REFERENCE.fullmatch(value)
-    if match is None:
-        return None
-    return match["path"], match["function"]
-
-
-def _require_no_parent(path: str, file: str, value: object) -> None:
-    if ".." in file.split("/"):
-        raise PlanError(path, f"the file's path must not contain '..', got {show(value)}")
-
-
-def _require_model(path: str, value: object) -> str:
-    if isinstance(value, str) and code_reference(value) is not None:
-        _require_no_parent(path, code_reference(value)[0], value)  # type: ignore[index]
-        return value
-    return require_pattern(path, value, IDENTIFIER,
-                           "a model registry name (1-64 letters, digits, '_', '.', '-') or "
-                           "path/to/file.py:function")
 
 
 def _require_weights_key(path: str, value: object) -> None:
@@ -85,7 +60,8 @@ def _require_weights_key(path: str, value: object) -> None:
 def _require_requirements(path: str, value: object) -> None:
     file = require_pattern(path, value, REQUIREMENTS_FILE,
                            "the path of a pip requirements .txt file")
-    _require_no_parent(path, file, value)
+    if ".." in file.split("/"):
+        raise PlanError(path, f"the file's path must not contain '..', got {show(value)}")
 
 
 def _require_shape(path: str, value: object) -> list[int]:
@@ -140,7 +116,7 @@ class Workload:
     def validate(self) -> None:
         require_pattern("workload.name", self.name, IDENTIFIER,
                         "an identifier of 1-64 letters, digits, '_', '.', '-'")
-        _require_model("workload.model", self.model)
+        ModelRef.parse(self.model, "workload.model")
         require_dataset_key("workload.dataset", self.dataset)
         require_int("workload.samples", self.samples, 1, 10**10)
         require_float("workload.dataset_mb", self.dataset_mb, 0.0, 1e7, open_low=True)
@@ -152,13 +128,12 @@ class Workload:
             _require_shape("workload.input_shape", self.input_shape)
         if self.classes is not None:
             require_int("workload.classes", self.classes, 2, MAX_CLASSES)
-        if self.user_model is not None:
+        if self.model_ref.code is not None:
             for name in ("input_shape", "classes"):
                 if getattr(self, name) is None:
                     raise PlanError(f"workload.{name}", f"is required for a model of your own "
                                                         f"({self.model})")
-        if code_reference(self.loss) is None:
-            require_choice("workload.loss", self.loss, LOSSES)
+        ModelRef.parse(self.loss, "workload.loss", names=LOSSES)
         if self.initial_weights is not None:
             _require_weights_key("workload.initial_weights", self.initial_weights)
         if self.normalization is not None:
@@ -177,10 +152,11 @@ class Workload:
         return data
 
     @property
-    def user_model(self) -> tuple[str, str] | None:
-        """(file, function) when the model is the user's own code."""
-        return code_reference(self.model)
+    def model_ref(self) -> ModelRef:
+        """The model, parsed (a registry name or the user's ``file.py:function``)."""
+        return ModelRef.parse(self.model, "workload.model")
 
     @property
-    def user_loss(self) -> tuple[str, str] | None:
-        return code_reference(self.loss)
+    def loss_ref(self) -> ModelRef:
+        """The loss, parsed (one of LOSSES or the user's ``file.py:function``)."""
+        return ModelRef.parse(self.loss, "workload.loss", names=LOSSES)
