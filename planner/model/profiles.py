@@ -26,16 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.contract.fields import (
-    ProfileError,
-    bad,
-    construct,
-    number,
-    read_profile_json,
-    require_choice,
-    require_pattern,
-    set_field,
-)
+from fasdl.contract.fields import require_choice, require_pattern
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS, REGION, PlanError, Workload
 from fasdl.contract.workload import USER_FIELDS
 from planner.model.compute import predict_train_time
@@ -49,6 +40,14 @@ from planner.model.platform_profile import (
     PlatformProfile,
     lambda_vcpus,
     sizes,
+)
+from planner.model.profile_fields import (
+    ProfileError,
+    bad,
+    construct,
+    number,
+    read_profile_json,
+    set_field,
 )
 from planner.model.provenance import (
     WORKLOAD_GROUPS,
