@@ -161,7 +161,7 @@ def check_model(workload: WorkloadProfile) -> None:
     from fasdl.training.model_check import check_workload
 
     try:
-        check_workload(workload.to_workload())
+        check_workload(workload.workload)
     except (PlanError, UserCodeError) as error:
         raise CliError("--workload", f"workload {workload.name}: {error}") from error
 

@@ -6,10 +6,11 @@ ship in no Lambda asset."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fasdl.contract.fields import FieldError, is_number, show
 from fasdl.contract.json_input import (
@@ -73,19 +74,25 @@ _Profile = TypeVar("_Profile", bound="DataclassInstance")
 def construct(kind: type[_Profile], data: object) -> _Profile:
     """Build a profile from a JSON object: unknown and missing fields are named, then the
     dataclass's own validation names any bad value."""
-    if not isinstance(data, dict):
-        raise ProfileError(f"a {kind.__name__} must be a JSON object, got {type(data).__name__}",
-                           "<root>")
-    known = [f.name for f in fields(kind)]
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise bad(str(unknown[0]), unknown_field_message(str(unknown[0]), known))
     required = [f.name for f in fields(kind)
                 if f.default is MISSING and f.default_factory is MISSING]
+    return kind(**check_names(kind.__name__, data, [f.name for f in fields(kind)], required))
+
+
+def check_names(kind: str, data: object, known: Sequence[str],
+                required: Sequence[str]) -> dict[str, Any]:
+    """``data`` as a JSON object of only ``known`` fields and every ``required`` one, or a
+    ProfileError naming the first unknown or missing field."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"a {kind} must be a JSON object, got {type(data).__name__}",
+                           "<root>")
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise bad(str(unknown[0]), unknown_field_message(str(unknown[0]), list(known)))
     missing = [name for name in required if name not in data]
     if missing:
         raise bad(missing[0], f"is missing; required fields: {', '.join(required)}")
-    return kind(**data)
+    return data
 
 
 # Profiles are a few KB (a platform profile lists some memories); the limits stop hostile or

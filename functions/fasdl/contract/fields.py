@@ -100,19 +100,20 @@ class PlanError(FieldError):
         super().__init__(f"plan field '{field_path}': {message}", field_path, message)
 
 
-def require_int(path: str, value: object, low: int, high: int | None = None) -> int:
+def require_int(path: str, value: object, low: int, high: int | None = None, *,
+                fail: Fail = PlanError) -> int:
     bound = f"[{low}, {high}]" if high is not None else f">= {low}"
     if not is_int(value):
-        raise PlanError(path, f"must be an integer {bound}, got {show(value)}")
+        raise fail(path, f"must be an integer {bound}, got {show(value)}")
     if value < low or (high is not None and value > high):
-        raise PlanError(path, f"must be in {bound}, got {show(value)}")
+        raise fail(path, f"must be in {bound}, got {show(value)}")
     return value
 
 
 def require_float(path: str, value: object, low: float, high: float, *, open_low: bool = False,
-                  open_high: bool = False) -> float:
+                  open_high: bool = False, fail: Fail = PlanError) -> float:
     if not is_number(value):
-        raise PlanError(path, f"must be a number, got {show(value)}")
+        raise fail(path, f"must be a number, got {show(value)}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond the double range
@@ -122,7 +123,7 @@ def require_float(path: str, value: object, low: float, high: float, *, open_low
     if below or above or number != number:  # NaN fails every comparison
         left = "(" if open_low else "["
         right = ")" if open_high else "]"
-        raise PlanError(path, f"must be in {left}{low}, {high}{right}, got {show(value)}")
+        raise fail(path, f"must be in {left}{low}, {high}{right}, got {show(value)}")
     return number
 
 
@@ -141,13 +142,13 @@ def require_pattern(path: str, value: object, pattern: re.Pattern[str] | None, w
     return value
 
 
-def require_dataset_key(path: str, value: object) -> str:
+def require_dataset_key(path: str, value: object, fail: Fail = PlanError) -> str:
     """An S3 key prefix: the pattern, and no empty, '.' or '..' segment (no escaping the
     datasets prefix, no '//' keys)."""
     key = require_pattern(path, value, DATASET_KEY,
-                          "an S3 key prefix of 1-256 letters, digits, '_', '.', '-', '/'")
+                          "an S3 key prefix of 1-256 letters, digits, '_', '.', '-', '/'", fail)
     if any(part in ("", ".", "..") for part in key.split("/")):
-        raise PlanError(path, "must be '/'-separated names without empty, '.' or '..' "
+        raise fail(path, "must be '/'-separated names without empty, '.' or '..' "
                               f"segments, got {show(value)}")
     return key
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fasdl.contract.fields import IDENTIFIER, PlanError, require_choice, show
+from fasdl.contract.fields import IDENTIFIER, Fail, PlanError, require_choice, show
 
 # Top-level names a user module must not take: they would shadow the runtime's own.
 RESERVED_MODULES = frozenset({"fasdl", "handlers", "torch", "numpy", "boto3", "botocore",
@@ -47,21 +47,21 @@ class ModelRef:
     function: str | None = None
 
     @classmethod
-    def parse(cls, value: object, field: str, *,
-              names: tuple[str, ...] | None = None) -> ModelRef:
-        """The reference in ``value``, or a PlanError naming ``field``: a ``file.py:function``
-        whose path has no '..' part, else a registry name: one of ``names`` when given (the
-        losses), else an identifier (the model registry is the runtime's, checked there)."""
+    def parse(cls, value: object, field: str, *, names: tuple[str, ...] | None = None,
+              fail: Fail = PlanError) -> ModelRef:
+        """The reference in ``value``, or an error naming ``field`` (``fail``'s: a PlanError,
+        a profile's ProfileError): a ``file.py:function`` whose path has no '..' part, else a
+        registry name: one of ``names`` when given (the losses), else an identifier (the model
+        registry is the runtime's, checked there)."""
         match = CODE_REFERENCE.fullmatch(value) if isinstance(value, str) else None
         if match is not None:
             if ".." in match["path"].split("/"):
-                raise PlanError(field, f"the file's path must not contain '..', got "
-                                       f"{show(value)}")
+                raise fail(field, f"the file's path must not contain '..', got {show(value)}")
             return cls(match.string, match["path"], match["function"])
         if names is not None:
-            return cls(require_choice(field, value, names))
+            return cls(require_choice(field, value, names, fail))
         if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
-            raise PlanError(field, f"must be {REGISTRY_OR_CODE}, got {show(value)}")
+            raise fail(field, f"must be {REGISTRY_OR_CODE}, got {show(value)}")
         return cls(value)
 
     @property
