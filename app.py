@@ -64,7 +64,7 @@ def check_own_code(settings: SynthSettings) -> None:
     on the meta device; a registry name is looked up), so an unknown name or a wrong file,
     function, signature or shape fails the synth, not a run."""
     workload = settings.plan.workload
-    own_code = workload.user_model is not None or workload.user_loss is not None
+    own_code = workload.model_ref.code is not None or workload.loss_ref.code is not None
     if own_code and settings.worker_packaging == "image":
         raise SynthSettingsError("context 'worker_packaging': image does not ship your own "
                                  "model code yet; use zip (the default)")

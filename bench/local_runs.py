@@ -16,7 +16,7 @@ import re
 import statistics
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,7 @@ def write_plan(problem: Problem, choice: Choice, path: Path, *, channel: str) ->
 
 def local_workload(workload: WorkloadProfile) -> WorkloadProfile:
     """The profile with the digits train split's sample count (what the local run trains)."""
-    return replace(workload, samples=DIGITS_TRAIN_SAMPLES)
+    return workload.with_workload(samples=DIGITS_TRAIN_SAMPLES)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ repeat; one large search (B^g_max 8,192, align) in its child process.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import subprocess
@@ -70,8 +69,8 @@ def large_problem(name: str, cap: int, channel: str) -> Problem:
     workload_name, dataset, deadline, epochs = LARGE[name]
     workload = load_workload(workload_name)
     if dataset is not None:
-        workload = dataclasses.replace(workload, name=name, samples=dataset[0],
-                                       dataset_mb=dataset[1])
+        workload = workload.with_workload(name=name, samples=dataset[0],
+                                          dataset_mb=dataset[1])
     return Problem(workload=workload, platform=load_platform(channel), prices=load_prices(),
                    epochs=epochs, deadline_s=deadline, max_global_batch=cap)
 

@@ -26,7 +26,9 @@ Sources (AWS documentation):
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 PYTHON_RUNTIME = "python3.12"
 
@@ -121,6 +123,40 @@ def image_tag(runtime: str = PYTHON_RUNTIME) -> str:
 
 # Lambda's limit on a function's code and all its layers, unzipped (bytes)
 UNZIPPED_CODE_LIMIT = 262_144_000
+
+
+def tree_bytes(root: Path) -> int:
+    """The bytes a file or folder adds to UNZIPPED_CODE_LIMIT: the one rule of the synth's
+    check (infra/settings.py), the user code's cap (infra/user_code.py) and the layer scan
+    (layers/torch/lambda_scan.py, build.py, requirements_layer.py).
+
+    * each file's apparent size (``st_size``): Lambda counts unzipped bytes, not disk blocks;
+    * symbolic links are followed, to files and folders: CDK's asset zip stores a link's
+      target, not the link (aws-cdk#1318), and the user's code is copied the same way
+      (shutil.copytree); a dangling link ships nothing, and a link back to a folder it sits
+      in (a cycle) adds nothing;
+    * ``__pycache__`` folders are skipped: no asset of the stack ships them (ASSET_EXCLUDES
+      and the layers' excludes in infra/compute.py, the user code's SKIPPED), while a local
+      run or pip leaves them beside the sources.
+    """
+    if root.is_file():
+        return root.stat().st_size
+    return _folder_bytes(root, frozenset())
+
+
+def _folder_bytes(folder: Path, above: frozenset[str]) -> int:
+    real = os.path.realpath(folder)
+    if real in above:  # a link cycle: this folder is already being counted
+        return 0
+    total = 0
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir():  # is_dir, is_file and stat follow links
+                if entry.name != "__pycache__":
+                    total += _folder_bytes(Path(entry.path), above | {real})
+            elif entry.is_file():
+                total += entry.stat().st_size
+    return total
 # Written last by layers/torch/requirements_layer.py: what the synth checks the layer against
 REQUIREMENTS_MANIFEST = "requirements.json"
 

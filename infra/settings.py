@@ -57,6 +57,7 @@ from infra.lambda_runtime import (
     TORCH_TMP_RESERVE_MB,
     UNZIPPED_CODE_LIMIT,
     lambda_target,
+    tree_bytes,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -299,17 +300,12 @@ def _requirements_layer(plan: Plan, layer_dir: Path, torch_layer_dir: Path) -> P
         raise SynthSettingsError(f"workload.requirements: the layer in {layer_dir} is for "
                                  f"{built}, the torch layer for {torch}; re"
                                  f"{build.removeprefix('b')}")
-    total = sum(_tree_bytes(folder) for folder in (layer_dir, torch_layer_dir, FUNCTIONS_DIR))
+    total = sum(tree_bytes(folder) for folder in (layer_dir, torch_layer_dir, FUNCTIONS_DIR))
     if total > UNZIPPED_CODE_LIMIT:
         raise SynthSettingsError(f"workload.requirements: the layers and the function code "
                                  f"take {total:,} bytes unzipped, over Lambda's limit of "
                                  f"{UNZIPPED_CODE_LIMIT:,}; ship fewer packages")
     return layer_dir
-
-
-def _tree_bytes(root: Path) -> int:
-    return sum(path.stat().st_size for path in root.rglob("*")
-               if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts)
 
 
 __all__ = ["PlanError", "SynthSettings", "SynthSettingsError", "load_settings"]

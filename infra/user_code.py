@@ -12,8 +12,8 @@ from pathlib import Path
 
 from fasdl.contract.plan import Plan
 from fasdl.contract.settings import USER_MODULES_ENV
-from fasdl.contract.user_code import code_location
-from fasdl.contract.workload import code_reference
+from fasdl.contract.user_code import ModelRef, code_location
+from infra.lambda_runtime import tree_bytes
 
 # Lambda's limit on a function's unzipped code and layers together; the user's code is small,
 # but a folder the user did not mean to ship (data beside the model file) is refused here.
@@ -35,15 +35,11 @@ class UserCode:
         return {USER_MODULES_ENV: json.dumps(self.modules, sort_keys=True)}
 
 
-def _references(plan: Plan) -> list[tuple[str, str]]:
+def _references(plan: Plan) -> list[tuple[str, ModelRef]]:
     """(field, reference) of every ``file.py:function`` the plan names."""
-    named = [("workload.model", plan.workload.model), ("workload.loss", plan.workload.loss)]
-    return [(field, value) for field, value in named if code_reference(value) is not None]
-
-
-def _size(path: Path) -> int:
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-    return sum(file.stat().st_size for file in files)
+    named = [("workload.model", plan.workload.model_ref),
+             ("workload.loss", plan.workload.loss_ref)]
+    return [(field, ref) for field, ref in named if ref.code is not None]
 
 
 def stage_user_code(plan: Plan) -> UserCode | None:
@@ -57,9 +53,9 @@ def stage_user_code(plan: Plan) -> UserCode | None:
     target.mkdir()
     modules: dict[str, str] = {}
     for field, reference in references:
-        file, _ = code_reference(reference)  # type: ignore[misc]
-        location = code_location(Path(file), field)
-        if _size(location.shipped) > MAX_USER_CODE_BYTES:
+        assert reference.file is not None  # _references keeps the user's code only
+        location = code_location(Path(reference.file), field)
+        if tree_bytes(location.shipped) > MAX_USER_CODE_BYTES:
             raise ValueError(f"{field}: {location.shipped} holds more than "
                              f"{MAX_USER_CODE_BYTES // 2**20} MB; ship only the code")
         destination = target / location.shipped.name
@@ -67,5 +63,5 @@ def stage_user_code(plan: Plan) -> UserCode | None:
             shutil.copytree(location.shipped, destination, ignore=SKIPPED, dirs_exist_ok=True)
         else:
             shutil.copy2(location.shipped, destination)
-        modules[reference] = location.module
+        modules[reference.name] = location.module
     return UserCode(staging=staging, modules=modules)

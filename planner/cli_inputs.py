@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fasdl.contract.fields import FieldError, read_profile_json
+from fasdl.contract.fields import FieldError
 from fasdl.contract.limits import BUDGET_FACTOR, DEADLINE_SLACK, MAX_BUDGET_USD, MAX_DEADLINE_S
 from fasdl.contract.plan import PlanError
 from planner.model.instance.options import (
@@ -27,6 +27,7 @@ from planner.model.instance.options import (
 )
 from planner.model.instance.shipped import billing_rule, default_user_startup_s, shipped_options
 from planner.model.problem import ModelInputError, Problem
+from planner.model.profile_fields import read_profile_json
 from planner.model.profiles import (
     Prices,
     ProfileError,
@@ -160,7 +161,7 @@ def check_model(workload: WorkloadProfile) -> None:
     from fasdl.training.model_check import check_workload
 
     try:
-        check_workload(workload.to_workload())
+        check_workload(workload.workload)
     except (PlanError, UserCodeError) as error:
         raise CliError("--workload", f"workload {workload.name}: {error}") from error
 

@@ -30,7 +30,7 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
     """The plan for ``choice``; the segment length is the model's, capped at the run's length,
     and the training recipe the workload's (planner.model.recipe). ``quotas``, the account quotas
     the search respected, go into the plan's ``quotas`` section."""
-    workload = problem.workload.to_workload()
+    workload = problem.workload.workload
     iterations_per_epoch = workload.samples // choice.global_batch
     total_iterations = max(1, iterations_per_epoch * problem.epochs)
     segment_iterations = max(1, min(choice.segment_iterations, total_iterations))

@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fasdl.contract.errors import DatasetError
 from fasdl.training.augment import AugmentationError, check_rows
-from fasdl.training.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES, DatasetError
+from fasdl.training.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES
 from fasdl.training.evaluation import Progress, confusion_of
 from fasdl.training.export import (
     ExportError,

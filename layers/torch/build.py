@@ -38,7 +38,7 @@ import zstandard
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [p for p in (str(HERE), str(HERE.parents[1]), str(HERE.parents[1] / "functions"))
                 if p not in sys.path]
-from lambda_scan import ARCHIVE, LIMIT, Report, scan, summary, tree_bytes  # noqa: E402
+from lambda_scan import ARCHIVE, LIMIT, Report, scan, summary  # noqa: E402
 from runtime_deps import install_runtime_deps, read_requirements  # noqa: E402
 from target_python import NO_PYC_COST, find_target_python, precompile  # noqa: E402
 from target_wheel import (  # noqa: E402
@@ -50,7 +50,12 @@ from target_wheel import (  # noqa: E402
     manylinux_platforms,
 )
 
-from infra.lambda_runtime import PYTHON_RUNTIME, LambdaTarget, lambda_target  # noqa: E402
+from infra.lambda_runtime import (  # noqa: E402
+    PYTHON_RUNTIME,
+    LambdaTarget,
+    lambda_target,
+    tree_bytes,
+)
 
 ZSTANDARD_VERSION = "0.25.0"
 LOADER = HERE / "loader" / "fasdl_torch_loader.py"
@@ -218,8 +223,9 @@ def pack(stage: Path, dest: Path, level: int) -> tuple[int, int]:
     for dirpath, dirs, files in os.walk(stage):
         dirs.sort()
         entries += [Path(dirpath, d) for d in dirs] + [Path(dirpath, f) for f in sorted(files)]
-    total = tree_bytes(stage)
-    nfiles = sum(1 for p in entries if not p.is_dir())
+    members = [p for p in entries if not p.is_dir()]
+    total = sum(p.lstat().st_size for p in members)  # the tar's bytes, .pyc too: progress only
+    nfiles = len(members)
     log(f"packing {nfiles} files ({mb(total)}) at zstd -{level}, {os.cpu_count()} threads")
     cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True)
     part = dest.with_name(dest.name + ".part")

@@ -53,6 +53,7 @@ from infra.lambda_runtime import (  # noqa: E402
     UNZIPPED_CODE_LIMIT,
     LambdaTarget,
     lambda_target,
+    tree_bytes,
 )
 
 LIMIT = UNZIPPED_CODE_LIMIT  # Lambda: function code + all layers, unzipped
@@ -128,15 +129,6 @@ def is_cuda_library(name: str) -> bool:
     """``libcudart.so.12`` and friends, by file name (also DT_NEEDED entries)."""
     base = name.rsplit("/", 1)[-1]
     return base.startswith(CUDA_PREFIXES) and ".so" in base
-
-
-def tree_bytes(root: Path) -> int:
-    """Apparent size, as Lambda counts it (sum of file sizes, unzipped)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total
 
 
 def vstr(version: Version | None) -> str:

@@ -30,7 +30,7 @@ from typing import NoReturn
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [p for p in (str(HERE), str(ROOT), str(ROOT / "functions")) if p not in sys.path]
-from lambda_scan import LIMIT, MANIFEST, evaluate, inventory, summary, tree_bytes  # noqa: E402
+from lambda_scan import LIMIT, MANIFEST, evaluate, inventory, summary  # noqa: E402
 from packaging.requirements import InvalidRequirement, Requirement  # noqa: E402
 from runtime_deps import pip_install  # noqa: E402
 
@@ -41,7 +41,12 @@ from fasdl.contract.requirements import (  # noqa: E402
     requirements_digest,
     user_pins,
 )
-from infra.lambda_runtime import REQUIREMENTS_MANIFEST, LambdaTarget, lambda_target  # noqa: E402
+from infra.lambda_runtime import (  # noqa: E402
+    REQUIREMENTS_MANIFEST,
+    LambdaTarget,
+    lambda_target,
+    tree_bytes,
+)
 
 DEFAULT_OUT = ROOT / "layers" / "requirements" / "dist"
 DEFAULT_TORCH_LAYER = ROOT / "layers" / "torch" / "dist"

@@ -165,7 +165,7 @@ def workload_profile(fit: WorkloadFit, *, name: str, dataset: str, samples: int,
                      **fields: Any) -> WorkloadProfile:
     """The fitted profile; ``fields``: the workload's own (a model of one's own needs its
     input_shape and classes; its loss, statistics and recipe go along)."""
-    return WorkloadProfile(**{
+    return WorkloadProfile.from_dict({
         "name": name, "model": fit.model, "dataset": dataset, "samples": samples,
         "dataset_mb": dataset_mb, "model_mb": model_mb, "notes": notes,
         "cpu_step_s": fit.cpu_step_s, "cpu_sample_s": fit.cpu_sample_s, **fields,

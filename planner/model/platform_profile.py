@@ -16,17 +16,9 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.contract.fields import (
-    ProfileError,
-    bad,
-    construct,
-    number,
-    require_choice,
-    require_pattern,
-    series,
-    set_field,
-)
+from fasdl.contract.fields import require_choice, require_pattern
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS, IDENTIFIER
+from planner.model.profile_fields import ProfileError, bad, construct, number, series, set_field
 from planner.model.provenance import (
     PLATFORM_GROUPS,
     Provenance,

@@ -12,9 +12,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fasdl.contract.cache import MAX_ECPU_PER_SECOND, MIN_ECPU_PER_SECOND
-from fasdl.contract.fields import FieldError, ProfileError, is_integral, is_real
+from fasdl.contract.fields import FieldError, is_integral, is_real
 from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
 from fasdl.contract.plan import EXCHANGE_DTYPES, MAX_EXCHANGE_CHUNKS, UPLOAD_BYTES_PER_VALUE
+from planner.model.profile_fields import ProfileError
 from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile
 
 FloatArray = NDArray[np.float64]

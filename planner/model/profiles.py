@@ -16,7 +16,7 @@ path. Every invalid field raises :class:`ProfileError` naming the field.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -26,16 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.contract.fields import (
-    ProfileError,
-    bad,
-    construct,
-    number,
-    read_profile_json,
-    require_choice,
-    require_pattern,
-    set_field,
-)
+from fasdl.contract.fields import require_choice, require_pattern
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS, REGION, PlanError, Workload
 from fasdl.contract.workload import USER_FIELDS
 from planner.model.compute import predict_train_time
@@ -49,6 +40,15 @@ from planner.model.platform_profile import (
     PlatformProfile,
     lambda_vcpus,
     sizes,
+)
+from planner.model.profile_fields import (
+    ProfileError,
+    bad,
+    check_names,
+    construct,
+    number,
+    read_profile_json,
+    set_field,
 )
 from planner.model.provenance import (
     WORKLOAD_GROUPS,
@@ -64,16 +64,17 @@ _DATA: Traversable = resources.files("planner") / "data"
 # Lambda's largest function memory: m <= -10240 leaves M + m <= 0, no compute, at every memory.
 LAMBDA_MAX_MEMORY_MB = 10240.0
 
-# (field, low, low excluded, high) of WorkloadProfile's numbers. b > -1 keeps a·(B+b) > 0 for
-# every batch B >= 1; m may be below -M for small M (a fit of a tiny model whose time is flat in
-# M: the searches mark M + m <= 0 infeasible) but not at every memory Lambda has (the fit's own
-# floor is -0.999 x its smallest profiled memory); k >= 1e-9 MB, the fit's own bound, keeps
-# B_M = (M - c)/k <= 1e13 in int64.
+# (field, low, low excluded, high) of WorkloadProfile's numbers (dataset_mb and model_mb are
+# its workload's). b > -1 keeps a·(B+b) > 0 for every batch B >= 1; m may be below -M for small
+# M (a fit of a tiny model whose time is flat in M: the searches mark M + m <= 0 infeasible) but
+# not at every memory Lambda has (the fit's own floor is -0.999 x its smallest profiled memory);
+# k >= 1e-9 MB, the fit's own bound, keeps B_M = (M - c)/k <= 1e13 in int64.
 # The upper bounds are far beyond any real workload and keep every product finite.
 _WORKLOAD_NUMBERS: tuple[tuple[str, float, bool, float], ...] = (
     ("dataset_mb", 0.0, True, 1e7), ("model_mb", 0.0, True, 1e5), ("a", 0.0, True, 1e6),
     ("b", -1.0, True, 1e6), ("m", -LAMBDA_MAX_MEMORY_MB, True, 1e6), ("k", 1e-9, False, 1e5),
     ("c", 0.0, False, 1e6), ("cpu_step_s", 0.0, False, 1e6), ("cpu_sample_s", 0.0, False, 1e6))
+_SIZES = ("dataset_mb", "model_mb")  # the workload's numbers among them
 # Why a bound is what it is, where the range alone does not say.
 _WORKLOAD_REASONS = {
     "m": f"T = a·(B+b)/(M+m) needs M + m > 0 at some memory M <= {LAMBDA_MAX_MEMORY_MB:.0f} MB",
@@ -83,15 +84,12 @@ _WORKLOAD_REASONS = {
 
 @dataclass(frozen=True)
 class WorkloadProfile:
-    """A model + dataset: sizes, compute model (a, b, m), memory model (k, c) and how to
-    train it (planner.model.recipe; its optimizer adds to c)."""
+    """A model + dataset: ``workload``, the plan's own section (name, model, dataset, sizes and
+    the user's fields, checked by the plan's rules), its compute model (a, b, m), memory model
+    (k, c) and how to train it (planner.model.recipe; its optimizer adds to c). Its file is
+    flat: the workload's fields beside the profile's own (from_dict, to_dict)."""
 
-    name: str
-    model: str
-    dataset: str
-    samples: int
-    dataset_mb: float
-    model_mb: float
+    workload: Workload
     a: float
     b: float
     m: float
@@ -103,14 +101,6 @@ class WorkloadProfile:
     # measured, and T_train stands for it): planner/model/client_cpu.py's bound charges it
     cpu_step_s: float = 0.0
     cpu_sample_s: float = 0.0
-    # the plan's optional workload fields (fasdl.contract.workload): a model of your own, its
-    # loss, initial weights, the dataset's statistics
-    input_shape: list[int] | None = None
-    classes: int | None = None
-    loss: str = "cross_entropy"
-    initial_weights: str | None = None
-    normalization: dict[str, Any] | None = None
-    requirements: str | None = None
     # [smallest, largest] M the profiler measured (None: the paper's or a hand-made profile);
     # a plan outside it extrapolates the fit, and says so
     profiled_memory_mb: list[float] | None = None
@@ -119,26 +109,56 @@ class WorkloadProfile:
     provenance: Mapping[str, Provenance] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.workload, Workload):
+            raise ProfileError(f"a WorkloadProfile's workload must be a Workload, got "
+                               f"{type(self.workload).__name__}", "workload")
         for name, low, above, high in _WORKLOAD_NUMBERS:
+            owner: object = self.workload if name in _SIZES else self
             try:
-                value = number(name, getattr(self, name), low=low, above=above, high=high)
+                value = number(name, getattr(owner, name), low=low, above=above, high=high)
             except ProfileError as error:
                 reason = _WORKLOAD_REASONS.get(name)
                 if reason is None:
                     raise
                 raise bad(name, f"{error.detail} ({reason})") from error
-            set_field(self, name, value)
+            set_field(owner, name, value)  # as a float (the workload's sizes too)
         require_pattern("notes", self.notes, None, "a string", bad)
         set_field(self, "provenance", parse_provenance(self.provenance, WORKLOAD_GROUPS))
         try:
             set_field(self, "recipe", Recipe.from_value(self.recipe))
-        except PlanError as error:
-            raise bad(error.field, str(error).split("': ", 1)[-1]) from error
-        try:  # name, model, dataset, samples and the sizes: the plan's own rules
-            self.to_workload()
-        except PlanError as error:
-            raise bad(error.field.removeprefix("workload."),
-                      str(error).split("': ", 1)[-1]) from error
+        except PlanError as error:  # the recipe's field, as the plan names it
+            raise bad(error.field, error.detail) from error
+        self.workload.validate(prefix="", fail=bad)  # the plan's rules, the file's names
+
+    # The workload's names and sizes, read on every evaluation (D, S_d, S_m): views of
+    # ``workload``, not copies.
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    @property
+    def model(self) -> str:
+        return self.workload.model
+
+    @property
+    def dataset(self) -> str:
+        return self.workload.dataset
+
+    @property
+    def samples(self) -> int:
+        return self.workload.samples
+
+    @property
+    def dataset_mb(self) -> float:
+        return self.workload.dataset_mb
+
+    @property
+    def model_mb(self) -> float:
+        return self.workload.model_mb
+
+    def with_workload(self, **changes: Any) -> WorkloadProfile:
+        """This profile with some of its workload's fields changed (checked again)."""
+        return replace(self, workload=replace(self.workload, **changes))
 
     def train_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
         """Seconds per training iteration (planner/model/compute.py)."""
@@ -164,21 +184,18 @@ class WorkloadProfile:
         """c' = c plus the optimizer state c does not hold (AdamW's second vector)."""
         return self.c + self.recipe.extra_state_mb(self.model_mb)
 
-    def to_workload(self) -> Workload:
-        workload = Workload(name=self.name, model=self.model, dataset=self.dataset,
-                            samples=self.samples, dataset_mb=self.dataset_mb,
-                            model_mb=self.model_mb,
-                            **{name: getattr(self, name) for name in USER_FIELDS})
-        workload.validate()
-        return workload
-
     @property
     def cpu_profiled(self) -> bool:
         """Whether the profiler measured a training iteration's CPU (else both are 0)."""
         return bool(self.cpu_step_s or self.cpu_sample_s)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The flat file, in the shipped files' order: the workload's fields among the
+        profile's own, optional ones only where set."""
+        own = asdict(self)
+        workload = own.pop("workload")
+        data = {name: workload[name] if name in workload else own[name]
+                for name in PROFILE_FIELDS}
         data["provenance"] = provenance_dict(self.provenance)  # {}: not recorded, left out
         if not self.cpu_profiled:
             del data["cpu_step_s"], data["cpu_sample_s"]  # not profiled: files stay as they were
@@ -191,9 +208,22 @@ class WorkloadProfile:
     def from_dict(cls, data: object) -> WorkloadProfile:
         if isinstance(data, dict) and not any(name in data for name in COMPUTE_FIELDS):
             raise ProfileError(unprofiled_message(str(data.get("name", "?"))))
-        return construct(cls, data)
+        given = check_names(cls.__name__, data, PROFILE_FIELDS, _REQUIRED_FIELDS)
+        workload = {name: value for name, value in given.items() if name in _WORKLOAD_FIELDS}
+        own = {name: value for name, value in given.items() if name not in _WORKLOAD_FIELDS}
+        return cls(workload=Workload(**workload), **own)
 
 
+_WORKLOAD_FIELDS = frozenset(item.name for item in fields(Workload))
+# The file's fields, in the order the shipped files have them
+PROFILE_FIELDS: tuple[str, ...] = (
+    *(name for name in Workload.__dataclass_fields__ if name not in USER_FIELDS),
+    *(item.name for item in fields(WorkloadProfile)
+      if item.name not in ("workload", "profiled_memory_mb", "provenance")),
+    *USER_FIELDS, "profiled_memory_mb", "provenance")
+_REQUIRED_FIELDS: tuple[str, ...] = tuple(
+    item.name for kind in (Workload, WorkloadProfile) for item in fields(kind)
+    if item.name != "workload" and item.default is MISSING and item.default_factory is MISSING)
 _OPTIONAL_WORKLOAD_FIELDS: dict[str, object] = {
     **{name: Workload.__dataclass_fields__[name].default for name in USER_FIELDS},
     "profiled_memory_mb": None, "provenance": {}}

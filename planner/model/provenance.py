@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from fasdl.contract.fields import IDENTIFIER, ProfileError, bad, number
+from fasdl.contract.fields import IDENTIFIER
+from planner.model.profile_fields import ProfileError, bad, number
 
 KINDS: tuple[str, ...] = ("measured", "paper", "chosen", "provisional")
 WORKLOAD_GROUPS: tuple[str, ...] = ("compute", "memory")

@@ -24,7 +24,7 @@ import pytest
 import zstandard
 from lambda_scan import LIMIT, Inventory, evaluate, scan
 
-from infra.lambda_runtime import TORCH_TMP_RESERVE_MB, LambdaTarget, lambda_target
+from infra.lambda_runtime import TORCH_TMP_RESERVE_MB, LambdaTarget, lambda_target, tree_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -255,3 +255,19 @@ def test_built_layer_fits_cp311_on_al2023(layer: dict[str, Any],
     assert report.unpacked_bytes == layer["manifest"]["unpacked_bytes"]
     assert report.extension_modules > 10
     assert "result         OK: compatible" in layer["stdout"]  # the build ran the scan too
+
+
+def test_tree_bytes_follows_links_and_skips_pycache(tmp_path: Path) -> None:
+    """infra.lambda_runtime.tree_bytes, the one rule of every check against Lambda's unzipped
+    limit: a link ships its target's bytes (CDK's zip follows it), __pycache__ ships not, a
+    link cycle is walked once and a dangling link ships nothing."""
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "mod.py").write_bytes(b"x" * 100)
+    (tmp_path / "pkg" / "__pycache__" / "mod.cpython-312.pyc").write_bytes(b"y" * 1000)
+    (tmp_path / "big.bin").write_bytes(b"z" * 10)
+    (tmp_path / "pkg" / "link.bin").symlink_to(tmp_path / "big.bin")
+    (tmp_path / "pkg" / "loop").symlink_to(tmp_path / "pkg")
+    (tmp_path / "pkg" / "gone").symlink_to(tmp_path / "missing")
+    assert tree_bytes(tmp_path / "pkg" / "mod.py") == 100
+    assert tree_bytes(tmp_path / "pkg") == 100 + 10  # mod.py and link.bin's target
+    assert tree_bytes(tmp_path) == 10 + 100 + 10

@@ -25,6 +25,7 @@ import pytest
 import runtime_deps
 import zstandard
 
+from infra.lambda_runtime import tree_bytes
 from tests.layer.wheels import make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,10 +40,6 @@ def load_loader(path: Path = LOADER, name: str = "fasdl_torch_loader_under_test"
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
-
-
-def tree_bytes(root: Path) -> int:
-    return sum(p.lstat().st_size for p in root.rglob("*") if not p.is_dir())
 
 
 # --- fast: loader logic against a tiny archive ------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from fasdl.contract.workload import Workload
 from planner.model.problem import Problem
 from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
 
@@ -23,9 +24,9 @@ def workloads(draw: Any, train_cpu: bool = False) -> WorkloadProfile:
                                                           st.floats(0.0, 0.01))))
            if train_cpu else (0.0, 0.0))
     return WorkloadProfile(
-        name="synthetic", model="mlp", dataset="datasets/synthetic",
-        samples=draw(st.integers(2_000, 100_000)),
-        dataset_mb=draw(st.floats(1.0, 500.0)), model_mb=model_mb,
+        workload=Workload(name="synthetic", model="mlp", dataset="datasets/synthetic",
+                          samples=draw(st.integers(2_000, 100_000)),
+                          dataset_mb=draw(st.floats(1.0, 500.0)), model_mb=model_mb),
         a=draw(st.floats(0.5, 3000.0)), b=draw(st.floats(0.0, 40.0)),
         m=draw(st.floats(-120.0, 1200.0)), k=draw(st.floats(0.5, 20.0)),
         c=300.0 + 3.0 * model_mb, cpu_step_s=cpu[0], cpu_sample_s=cpu[1])

@@ -59,8 +59,8 @@ def test_ecpus_per_iteration_are_a_kb_each_of_3w_minus_2_models(problem: Problem
 
 
 def test_tiny_requests_cost_one_ecpu_each(problem_valkey: Problem) -> None:
-    tiny = _valkey(problem_valkey, workload=dataclasses.replace(problem_valkey.workload,
-                                                                model_mb=1e-4))
+    tiny = _valkey(problem_valkey, workload=problem_valkey.workload.with_workload(
+        model_mb=1e-4))
     assert float(ecpus_per_iteration(tiny, 10, 5)[()]) == 5 * (3 * 10 - 2)
     assert float(ecpus_per_iteration(tiny, 1, 1)[()]) == 0.0
 

@@ -189,7 +189,7 @@ def test_calibrate_on_an_emulated_local_run_brings_a_30_percent_off_profile_unde
     from fasdl.contract.plan import Deployment, Plan, Training
     from infra.settings import REPO_ROOT
 
-    plan = Plan(workload=TRUE.to_workload(),
+    plan = Plan(workload=TRUE.workload,
                 deployment=Deployment(channel="s3", arch="x86_64", memory_mb=1024, workers=2),
                 training=Training(aggregators=1, batch_aggregator=16, batch_non_aggregator=128,
                                   max_global_batch=144, epochs=3, segment_iterations=1000))

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from fasdl.contract.fields import ProfileError
 from planner.fit.client_cpu import fit_client_cpu
 from planner.fit.profiler import fit_workload
 from planner.fit.samples import SampleError, TrainSample, TransferRecord, read_samples
 from planner.model.client_cpu import exchange_cpu_bounds
 from planner.model.cost_model import evaluate
 from planner.model.problem import Problem
+from planner.model.profile_fields import ProfileError
 from planner.model.profiles import (
     CPU_FIELDS,
     PlatformProfile,

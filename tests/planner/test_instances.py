@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -160,14 +159,14 @@ def test_an_unmeasured_model_gets_no_shipped_row_and_the_reason() -> None:
 
 def test_a_workload_of_ones_own_maps_by_model_and_input_shape() -> None:
     resnet = load_workload("resnet50-cifar10")
-    photos = replace(resnet, name="my-photos", input_shape=[3, 224, 224], classes=10)
+    photos = resnet.with_workload(name="my-photos", input_shape=[3, 224, 224], classes=10)
     assert workload_key(photos) == ("resnet50", "3x224x224")
     offers = shipped_options(photos, 1024)
     rows_224 = [m for m in measurements() if (m.model, m.input) == ("resnet50", "3x224x224")]
     assert offers.options and all(o.batch in {m.batch for m in rows_224}
                                   for o in offers.options)
     # the paper's name with another model is not the paper's workload
-    assert workload_key(replace(resnet, model="squeezenet")) is None
+    assert workload_key(resnet.with_workload(model="squeezenet")) is None
 
 
 # ---- the verdict ----------------------------------------------------------------------------

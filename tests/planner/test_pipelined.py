@@ -279,8 +279,8 @@ def test_plan_considers_the_pipelined_pattern_by_default(
 
 def test_a_toy_model_gets_a_clean_reason() -> None:
     problem = paper("squeezenet-cifar10", 3000, 384, 20)
-    tiny = dataclasses.replace(problem, workload=dataclasses.replace(problem.workload,
-                                                                     model_mb=1e-5))
+    tiny = dataclasses.replace(problem, workload=problem.workload.with_workload(
+        model_mb=1e-5))
     result = exact(tiny, PIPELINED)
     assert result.choice is None and "exchange-chunks" in (result.reason or "")
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fasdl.contract.batches import global_batch, partition_sizes
 from fasdl.contract.plan import Plan, PlanError
+from fasdl.contract.training import global_batch, partition_sizes
 from tests.planner.resnet_plan import make_plan
 
 

@@ -49,7 +49,7 @@ def test_every_shipped_workload_loads_and_round_trips(name: str) -> None:
     assert profile.name == name
     assert profile.notes  # every shipped coefficient is explained
     assert WorkloadProfile.from_dict(json.loads(json.dumps(profile.to_dict()))) == profile
-    workload = profile.to_workload()
+    workload = profile.workload
     assert isinstance(workload, Workload)
     assert (workload.samples, workload.model_mb) == (profile.samples, profile.model_mb)
 
@@ -318,3 +318,30 @@ def test_throughput_is_monotone_in_size(channel: str, direction: str, memory: fl
     assert 0 <= tp_small <= tp_large
     times = profile.transfer_time(direction, memory, [small, large])  # type: ignore[arg-type]
     assert np.all(np.isfinite(times)) and np.all(times > 0)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"samples": 0}, r"^profile field 'samples': must be in \[1, 10000000000\], got 0$"),
+    ({"model": "../net.py:build"}, r"^profile field 'model': the file's path must not "),
+    ({"loss": "hinge"}, r"^profile field 'loss': must be one of cross_entropy, mse, bce"),
+    ({"input_shape": [3, 0]}, r"^profile field 'input_shape\[1\]': must be in \[1, 100000\]"),
+    ({"dataset": "a//b"}, r"^profile field 'dataset': must be '/'-separated names"),
+])
+def test_a_profiles_workload_fields_are_checked_by_the_plans_rules(
+        changes: dict[str, object], message: str) -> None:
+    """WorkloadProfile holds the plan's Workload (issue 40): its fields are checked once, by
+    Workload.validate, and the error is a ProfileError naming the file's own field."""
+    data = {**load_workload("cnn-digits").to_dict(), **changes}
+    with pytest.raises(ProfileError, match=message) as raised:
+        WorkloadProfile.from_dict(data)
+    assert raised.value.field == message.split("'")[1].replace("\\", "")
+
+
+def test_a_profile_holds_its_workload_once() -> None:
+    profile = load_workload("cnn-digits")
+    assert isinstance(profile.workload, Workload)
+    assert (profile.name, profile.samples) == (profile.workload.name, profile.workload.samples)
+    fewer = profile.with_workload(samples=100)
+    assert fewer.samples == fewer.workload.samples == 100 and fewer.a == profile.a
+    assert list(fewer.to_dict())[:7] == ["name", "model", "dataset", "samples", "dataset_mb",
+                                         "model_mb", "a"]

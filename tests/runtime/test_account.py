@@ -156,7 +156,7 @@ def test_failed_is_a_clean_failure_with_the_reason(client: Any, stub: Stubber) -
 
 
 def test_no_worker_function_in_the_environment_checks_nothing() -> None:
-    assert account.before_first_map(4, None, environ={}) is None
+    assert account.before_first_map(4, None, "") is None
 
 
 def test_time_left_comes_from_the_lambda_context() -> None:

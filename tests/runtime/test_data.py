@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fasdl.contract.errors import DatasetError
 from fasdl.datasets import build_digits, import_cifar10_binary
 from fasdl.datasets.cifar10 import RECORD_BYTES
 from fasdl.training.data import (
     BatchStream,
     DataCursor,
-    DatasetError,
     LocalFiles,
     Partition,
     epoch_order,

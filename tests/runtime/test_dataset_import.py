@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fasdl.contract.errors import DatasetError
 from fasdl.datasets import build_digits, import_cifar10_binary
 from fasdl.datasets.__main__ import main
 from fasdl.datasets.cifar10 import RECORD_BYTES
 from fasdl.datasets.output import OutputFolderError
-from fasdl.training.data import DatasetError
 from tests.runtime.cifar_archive import cifar_archive
 
 

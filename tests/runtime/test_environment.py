@@ -58,3 +58,33 @@ def test_a_missing_variable_is_named() -> None:
     with pytest.raises(SettingsError, match="FASDL_RESULTS_BUCKET is not set"):
         Settings.from_env(Settings.to_env(channel="s3", datasets_bucket="d",
                                           exchange_bucket="e"))
+
+
+def test_every_results_key_takes_the_runs_prefix_once() -> None:
+    """Settings' keys and the trigger's (fasdl.run.run_state, given the prefix alone) go
+    through keys.results_key: the prefix is added once, never twice or not at all."""
+    from fasdl.contract import keys
+
+    settings = Settings(stack="s", channel="s3", deployment="d", datasets_bucket="d",
+                        results_bucket="r", exchange_bucket="e", runs_prefix="r/")
+    assert settings.plan_key("run1") == "r/" + keys.plan_key("run1")
+    assert settings.fence_object_key("run1") == "r/" + keys.fence_key("run1")
+    assert settings.results_key(keys.plan_key("run1")) == settings.plan_key("run1")
+    assert keys.results_key("r/", keys.plan_key("run1")) == settings.plan_key("run1")
+
+
+def test_the_one_reader_variables_are_settings_too() -> None:
+    """FASDL_WORKER_FUNCTION, _WORKER_LOG_GROUP, _TORCH_LAYER_STUB and _USER_MODULES are read
+    through Settings (issue 40): from_env for the handlers, read_one where no stack is."""
+    environ = {"FASDL_STACK": "s", "FASDL_CHANNEL": "s3", "FASDL_DEPLOYMENT": "d",
+               "FASDL_DATASETS_BUCKET": "d", "FASDL_RESULTS_BUCKET": "r",
+               "FASDL_EXCHANGE_BUCKET": "e", "FASDL_WORKER_FUNCTION": "fn",
+               "FASDL_WORKER_LOG_GROUP": "/aws/lambda/fn", "FASDL_TORCH_LAYER_STUB": "1",
+               "FASDL_USER_MODULES": '{"net.py:build": "net"}'}
+    settings = Settings.from_env(environ)
+    assert (settings.worker_function, settings.worker_log_group) == ("fn", "/aws/lambda/fn")
+    assert Settings.read_one("torch_layer_stub", environ) == settings.torch_layer_stub == "1"
+    assert Settings.user_module_map(settings.user_modules) == {"net.py:build": "net"}
+    assert Settings.user_module_map("") == {}
+    with pytest.raises(SettingsError, match="FASDL_USER_MODULES: expected a JSON object"):
+        Settings.user_module_map("[1]")

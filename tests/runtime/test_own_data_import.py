@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from fasdl.contract.errors import DatasetError
 from fasdl.datasets import build_digits, import_cifar10_binary
 from fasdl.datasets.__main__ import main
 from fasdl.datasets.cifar10 import CLASS_NAMES
 from fasdl.datasets.meta import STD_FLOOR, read_meta, write_splits
 from fasdl.datasets.output import staged_output
-from fasdl.training.data import DatasetError, write_dataset
+from fasdl.training.data import write_dataset
 from tests.runtime.cifar_archive import cifar_archive
 
 CLASSES = {"cat": 5, "dog": 6, "eel": 4}  # images per class folder

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fasdl.contract.errors import DatasetError
 from fasdl.contract.plan import Plan, PlanError
-from fasdl.run.dataset_check import DatasetError, check_dataset, npy_shape
+from fasdl.run.dataset_check import check_dataset, npy_shape
 from fasdl.run.run_state import (
     MAX_ATTEMPTS,
     MAX_RETRIES,

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from fasdl.contract.settings import USER_MODULES_ENV
-from fasdl.contract.user_code import UserCodeError, code_location
+from fasdl.contract.user_code import ModelRef, UserCodeError, code_location
 from fasdl.contract.workload import Workload
 from fasdl.training.losses import build_loss
 from fasdl.training.networks import build_model
@@ -83,7 +83,8 @@ def test_bad_user_code_is_named(tmp_path: Path, source: str, reference: str,
     name = reference.split("/")[-1].split(":")[0]
     (tmp_path / name).write_text(source)
     with pytest.raises(UserCodeError, match=r"^workload\.model: ") as raised:
-        load_function(reference.format(dir=tmp_path), "workload.model")
+        load_function(ModelRef.parse(reference.format(dir=tmp_path), "workload.model"),
+                      "workload.model")
     assert message.format(dir=tmp_path) in str(raised.value)
 
 

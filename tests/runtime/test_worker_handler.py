@@ -14,7 +14,7 @@ import pytest
 
 from fasdl.aws import torch_setup
 from fasdl.aws.metrics import StepMetrics
-from fasdl.contract.settings import Settings
+from fasdl.contract.settings import STUB_ENV, Settings
 from fasdl.run.segment_runner import (
     SegmentTooLong,
     TimeGuard,
@@ -69,7 +69,7 @@ def test_peer_wait_is_bounded_by_iteration_time_and_time_left() -> None:
 def test_stub_layer_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     assert torch_setup.prepare_torch() is None  # torch is installed here
     monkeypatch.setattr(torch_setup.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setenv(torch_setup.STUB_ENV, "1")
+    monkeypatch.setenv(STUB_ENV, "1")
     assert "make layer" in (torch_setup.prepare_torch() or "")
 
 
@@ -104,7 +104,7 @@ def test_stub_layer_fails_each_invocation_with_the_reason(
     from handlers import profiler, worker
 
     monkeypatch.setattr(torch_setup.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setenv(torch_setup.STUB_ENV, "1")
+    monkeypatch.setenv(STUB_ENV, "1")
     for _ in range(2):  # the first call finds the stub, the second gets the cached verdict
         with pytest.raises(torch_setup.TorchUnavailable, match="make layer"):
             worker.handler({}, FakeLambdaContext())

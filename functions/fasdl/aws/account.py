@@ -39,7 +39,6 @@ https://repost.aws/knowledge-center/lambda-concurrency-limit-increase (raising i
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -47,7 +46,6 @@ from typing import Any
 
 from fasdl.contract.errors import WorkerNotReady
 from fasdl.contract.lambda_quotas import EXECUTIONS_PER_WORKER, QUOTA_CODE, QUOTA_NAME
-from fasdl.contract.settings import WORKER_FUNCTION_ENV
 
 POLL_S = 5.0  # botocore's function_active waiter polls GetFunctionConfiguration every 5 s
 MAX_WAIT_S = 90.0  # per trigger invocation; WorkerNotReady hands the rest to a Retry
@@ -210,11 +208,10 @@ def seconds_left(context: Any) -> float:
     return float(context.get_remaining_time_in_millis()) / 1000.0
 
 
-def before_first_map(workers: int, context: Any,
-                     environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """Check concurrency, then wait for an Active worker; returns what was found (for the
-    log), or None when the environment names no worker function (unit tests, old stacks)."""
-    function = (os.environ if environ is None else environ).get(WORKER_FUNCTION_ENV, "")
+def before_first_map(workers: int, context: Any, function: str) -> dict[str, Any] | None:
+    """Check concurrency, then wait for an Active worker ``function`` (the trigger's
+    ``Settings.worker_function``); returns what was found (for the log), or None when the
+    environment names no worker function (unit tests, old stacks)."""
     if not function:
         return None
     client = lambda_client()

@@ -19,12 +19,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import os
 import threading
 import time
 from dataclasses import dataclass
 
-from fasdl.contract.settings import STUB_ENV
+from fasdl.contract.settings import Settings
 
 
 class TorchUnavailable(RuntimeError):
@@ -57,7 +56,7 @@ def _prepare() -> tuple[str | None, str]:
     """(problem, outcome): the problem is None when ``import torch`` will work."""
     if importlib.util.find_spec("torch") is not None:
         return None, "importable"
-    if os.environ.get(STUB_ENV) == "1":
+    if Settings.read_one("torch_layer_stub") == "1":
         return ("this function was deployed with the stand-in torch layer "
                 "(FASDL_TORCH_LAYER_STUB=1): build the real layer with `make layer` and "
                 "deploy again"), "unavailable"

@@ -1,6 +1,6 @@
 """The errors the state machine matches by name (its Retry and Catch rules, infra/), raised by
-the handlers, and the advice an out-of-memory failure carries. Infra imports these names from
-here, so a rename breaks the synth, not a run."""
+the handlers, the runtime's one dataset error, and the advice an out-of-memory failure carries.
+Infra imports these names from here, so a rename breaks the synth, not a run."""
 
 from __future__ import annotations
 
@@ -40,6 +40,12 @@ class CacheMissing(RuntimeError):
 
 class CacheNotReady(RuntimeError):
     """The exchange cache is being created or modified: the state machine retries later."""
+
+
+class DatasetError(ValueError):
+    """A dataset file or object is missing, malformed or does not match its partner; the
+    message names it. One class for the trigger's header check (fasdl.run.dataset_check, stdlib
+    only), the workers' reader and the importers (fasdl.training.data, fasdl.datasets)."""
 
 
 def next_memory_mb(memory_mb: int) -> int:

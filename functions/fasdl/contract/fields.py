@@ -1,6 +1,9 @@
-"""Field checking for every input this project reads: the plan (``PlanError``), the planner's
-profiles (``ProfileError``), events, settings and command-line values. Each check names the
-field, the value (cut short) and the allowed range. Stdlib only: the trigger imports it.
+"""Field checking, the one vocabulary of the contract: ``FieldError`` (a field and what is
+wrong with it), the plan's ``PlanError`` and its ``require_*`` checks, used for the plan, the
+workload, events, settings and command-line values. Each check names the field, the value
+(cut short) and the allowed range. Stdlib only: the trigger imports it. A ``require_*`` check
+takes a ``fail`` where another door raises its own FieldError (the planner's profiles:
+planner/model/profile_fields.py).
 
 What counts as an integer or a number: Python's ``bool`` is an ``int`` subclass, so ``True``
 would pass ``isinstance(value, int)``; it is never a count or a size here.
@@ -13,20 +16,8 @@ import math
 import numbers
 import re
 from collections.abc import Callable
-from dataclasses import MISSING, fields
-from importlib.resources.abc import Traversable
-from pathlib import Path
-from typing import TYPE_CHECKING, TypeGuard, TypeVar
+from typing import TypeGuard
 
-from fasdl.contract.json_input import (
-    JsonInputError,
-    load_json_bytes,
-    read_json_file,
-    unknown_field_message,
-)
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
 
 class FieldError(ValueError):
     """Bad input that names where: ``field`` (a dotted path; None when the input as a whole
@@ -67,7 +58,7 @@ def is_int_in(value: object, low: int, high: int) -> TypeGuard[int]:
     """An integer in [low, high]."""
     return is_int(value) and low <= value <= high
 
-# (field, detail) -> the error to raise: PlanError, or the profile checks' ``bad``
+# (field, detail) -> the error to raise: PlanError, or another door's own FieldError
 Fail = Callable[[str, str], FieldError]
 
 
@@ -109,19 +100,20 @@ class PlanError(FieldError):
         super().__init__(f"plan field '{field_path}': {message}", field_path, message)
 
 
-def require_int(path: str, value: object, low: int, high: int | None = None) -> int:
+def require_int(path: str, value: object, low: int, high: int | None = None, *,
+                fail: Fail = PlanError) -> int:
     bound = f"[{low}, {high}]" if high is not None else f">= {low}"
     if not is_int(value):
-        raise PlanError(path, f"must be an integer {bound}, got {show(value)}")
+        raise fail(path, f"must be an integer {bound}, got {show(value)}")
     if value < low or (high is not None and value > high):
-        raise PlanError(path, f"must be in {bound}, got {show(value)}")
+        raise fail(path, f"must be in {bound}, got {show(value)}")
     return value
 
 
 def require_float(path: str, value: object, low: float, high: float, *, open_low: bool = False,
-                  open_high: bool = False) -> float:
+                  open_high: bool = False, fail: Fail = PlanError) -> float:
     if not is_number(value):
-        raise PlanError(path, f"must be a number, got {show(value)}")
+        raise fail(path, f"must be a number, got {show(value)}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond the double range
@@ -131,7 +123,7 @@ def require_float(path: str, value: object, low: float, high: float, *, open_low
     if below or above or number != number:  # NaN fails every comparison
         left = "(" if open_low else "["
         right = ")" if open_high else "]"
-        raise PlanError(path, f"must be in {left}{low}, {high}{right}, got {show(value)}")
+        raise fail(path, f"must be in {left}{low}, {high}{right}, got {show(value)}")
     return number
 
 
@@ -150,13 +142,13 @@ def require_pattern(path: str, value: object, pattern: re.Pattern[str] | None, w
     return value
 
 
-def require_dataset_key(path: str, value: object) -> str:
+def require_dataset_key(path: str, value: object, fail: Fail = PlanError) -> str:
     """An S3 key prefix: the pattern, and no empty, '.' or '..' segment (no escaping the
     datasets prefix, no '//' keys)."""
     key = require_pattern(path, value, DATASET_KEY,
-                          "an S3 key prefix of 1-256 letters, digits, '_', '.', '-', '/'")
+                          "an S3 key prefix of 1-256 letters, digits, '_', '.', '-', '/'", fail)
     if any(part in ("", ".", "..") for part in key.split("/")):
-        raise PlanError(path, "must be '/'-separated names without empty, '.' or '..' "
+        raise fail(path, "must be '/'-separated names without empty, '.' or '..' "
                               f"segments, got {show(value)}")
     return key
 
@@ -193,89 +185,3 @@ def require_number_map(path: str, value: object) -> dict[str, float]:
                         "keyed by identifiers of 1-64 letters, digits, '_', '.', '-'")
         require_float(f"{path}.{key}", number, -1e15, 1e15)
     return dict(value)
-
-
-
-# ---- the planner's profiles ----------------------------------------------------------------
-class ProfileError(FieldError):
-    """An invalid or unknown profile. ``field`` names the offending field when there is one,
-    ``detail`` what is wrong with it (the message without the field's name), so a caller can
-    say where the field came from (a file, a fitted value)."""
-
-    def __init__(self, message: str, field: str | None = None,
-                 detail: str | None = None) -> None:
-        super().__init__(message, field, detail if detail is not None else message)
-
-
-def bad(field_name: str, message: str) -> ProfileError:
-    """The profile checks' ``fail``."""
-    return ProfileError(f"profile field '{field_name}': {message}", field_name, message)
-
-
-def number(field_name: str, value: object, *, low: float = -math.inf, above: bool = False,
-           high: float = math.inf) -> float:
-    """A finite real in [low, high] ((low, high] when ``above``); bools are rejected although
-    they are ints."""
-    relation = ">" if above else ">="
-    bound = "" if low == -math.inf else f" {relation} {low}"
-    bound += "" if high == math.inf else f"{' and' if bound else ''} <= {high}"
-    try:
-        finite = is_number(value) and math.isfinite(value)
-    except OverflowError:  # an int beyond the double range
-        finite = False
-    if not finite or not is_number(value):
-        raise bad(field_name, f"must be a finite number{bound}, got {show(value)}")
-    if value < low or (above and value == low) or value > high:
-        raise bad(field_name, f"must be{bound}, got {show(value)}")
-    return float(value)
-
-
-def set_field(instance: object, name: str, value: object) -> None:
-    object.__setattr__(instance, name, value)  # normalising a frozen dataclass in __post_init__
-
-
-def series(field_name: str, values: object, *, positive: bool) -> tuple[float, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
-        raise bad(field_name, f"must be a non-empty list of numbers, got {show(values)}")
-    return tuple(number(f"{field_name}[{index}]", value, low=0.0, above=positive)
-                 for index, value in enumerate(values))
-
-
-_Profile = TypeVar("_Profile", bound="DataclassInstance")
-
-
-def construct(kind: type[_Profile], data: object) -> _Profile:
-    """Build a profile from a JSON object: unknown and missing fields are named, then the
-    dataclass's own validation names any bad value."""
-    if not isinstance(data, dict):
-        raise ProfileError(f"a {kind.__name__} must be a JSON object, got {type(data).__name__}",
-                           "<root>")
-    known = [f.name for f in fields(kind)]
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise bad(str(unknown[0]), unknown_field_message(str(unknown[0]), known))
-    required = [f.name for f in fields(kind)
-                if f.default is MISSING and f.default_factory is MISSING]
-    missing = [name for name in required if name not in data]
-    if missing:
-        raise bad(missing[0], f"is missing; required fields: {', '.join(required)}")
-    return kind(**data)
-
-
-# Profiles are a few KB (a platform profile lists some memories); the limits stop hostile or
-# broken files before they cost memory or a traceback.
-PROFILE_MAX_BYTES = 1024 * 1024
-PROFILE_MAX_DEPTH = 4  # a platform profile's lists are at depth 2
-
-
-def read_profile_json(resource: Traversable | Path, what: str) -> object:
-    try:
-        if isinstance(resource, Path):
-            return read_json_file(resource, what=what, max_bytes=PROFILE_MAX_BYTES,
-                                  max_depth=PROFILE_MAX_DEPTH)
-        return load_json_bytes(resource.read_bytes(), what=f"{what} {resource}",
-                               max_bytes=PROFILE_MAX_BYTES, max_depth=PROFILE_MAX_DEPTH)
-    except OSError as error:
-        raise ProfileError(f"cannot read {what} {resource}: {error}", "<file>") from error
-    except JsonInputError as error:
-        raise ProfileError(str(error), "<file>") from error

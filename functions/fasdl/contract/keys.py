@@ -38,6 +38,13 @@ class KeyFormatError(ValueError):
     """A key component is outside its allowed range or alphabet."""
 
 
+def results_key(runs_prefix: str, key: str) -> str:
+    """A run's key of this module (``{run}/...``) in the results bucket: under the stack's
+    runs prefix (``FASDL_RUNS_PREFIX``, fasdl.contract.settings). The one place that prefix is
+    added; ``Settings.results_key`` passes its own."""
+    return f"{runs_prefix}{key}"
+
+
 def _check_run(run: str) -> str:
     if not _RUN_ID.fullmatch(run):
         raise KeyFormatError(f"run id must be 1-128 letters, digits, '_', '.', '-', got {run!r}")

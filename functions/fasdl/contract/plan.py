@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from fasdl.contract.batches import global_batch, partition_sizes
 from fasdl.contract.fields import DATASET_KEY as DATASET_KEY
 from fasdl.contract.fields import IDENTIFIER as IDENTIFIER
 from fasdl.contract.fields import REGION as REGION
@@ -59,6 +58,7 @@ from fasdl.contract.training import OPTIMIZERS as OPTIMIZERS
 from fasdl.contract.training import SYNC_MODES as SYNC_MODES
 from fasdl.contract.training import UPLOAD_BYTES_PER_VALUE as UPLOAD_BYTES_PER_VALUE
 from fasdl.contract.training import Training as Training
+from fasdl.contract.training import global_batch, partition_sizes
 from fasdl.contract.workload import NEEDS_NORMALIZATION
 from fasdl.contract.workload import Workload as Workload  # the plan's section, re-exported
 

@@ -28,6 +28,7 @@ Besides the contract's variables, local runs and tests may set:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -42,7 +43,9 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 DEFAULT_FENCE_CHECK_S = 10.0  # one small GET per worker per 10 s: a zombie stops within it
 DEFAULT_KEEP_CHECKPOINTS = 2
 MAX_KEEP_CHECKPOINTS = 1000
-# Variables outside Settings: each is read by one function only.
+# Variables of one reader each (infra and local/template.py render them by these names); read
+# like every other through Settings: from_env, or Settings.read_one where no stack environment
+# is (the planner's and the synth's model builds; the torch check before a handler's settings).
 WORKER_LOG_GROUP_ENV = "FASDL_WORKER_LOG_GROUP"  # the trigger's: the worker's log group
 WORKER_FUNCTION_ENV = "FASDL_WORKER_FUNCTION"  # the trigger's: the worker function's name
 STUB_ENV = "FASDL_TORCH_LAYER_STUB"  # tests: a layer without torch (fasdl.aws.torch_setup)
@@ -78,6 +81,10 @@ ENV_NAMES: Mapping[str, str] = MappingProxyType({
     "keep_checkpoints": "FASDL_KEEP_CHECKPOINTS",
     "plan_json": "FASDL_PLAN",
     "exchange_inflight_mb": "FASDL_EXCHANGE_INFLIGHT_MB",
+    "worker_log_group": WORKER_LOG_GROUP_ENV,
+    "worker_function": WORKER_FUNCTION_ENV,
+    "torch_layer_stub": STUB_ENV,
+    "user_modules": USER_MODULES_ENV,
 })
 
 
@@ -146,6 +153,10 @@ class Settings:
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
     plan_json: str | None = None  # FASDL_PLAN, the trigger only
     exchange_inflight_mb: float = 0.0  # 0: derived from the plan (exchange_inflight_bytes)
+    worker_log_group: str = ""  # the trigger's ("": no REPORT lines to read, in-process tests)
+    worker_function: str = ""  # the trigger's ("": no concurrency check, unit tests)
+    torch_layer_stub: str = ""  # "1": deployed with the stand-in torch layer
+    user_modules: str = ""  # JSON {reference: module}: read with user_module_map
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -197,6 +208,10 @@ class Settings:
                                     DEFAULT_KEEP_CHECKPOINTS),
             plan_json=text("plan_json") or None,
             exchange_inflight_mb=number("exchange_inflight_mb"),
+            worker_log_group=text("worker_log_group"),
+            worker_function=text("worker_function"),
+            torch_layer_stub=text("torch_layer_stub"),
+            user_modules=text("user_modules"),
         )
         settings._check()
         return settings
@@ -219,6 +234,25 @@ class Settings:
                                 "channel needs one)")
 
     @staticmethod
+    def read_one(field: str, environ: Mapping[str, str] | None = None) -> str:
+        """One setting's variable as text ("" when unset), for a reader that runs where the
+        stack's required variables are not set (from_env would refuse)."""
+        return (os.environ if environ is None else environ).get(ENV_NAMES[field], "")
+
+    @staticmethod
+    def user_module_map(text: str) -> dict[str, str]:
+        """``FASDL_USER_MODULES``: the synth's {``file.py:function``: module} map ({} unset)."""
+        try:
+            shipped = json.loads(text or "{}")
+        except ValueError:
+            shipped = None
+        if not isinstance(shipped, dict) or not all(
+                isinstance(value, str) for value in shipped.values()):
+            raise SettingsError(f"environment variable {USER_MODULES_ENV}: expected a JSON "
+                                f"object of module names, got {text[:80]!r}")
+        return shipped
+
+    @staticmethod
     def to_env(**fields: str | int | float | bool) -> dict[str, str]:
         """Settings fields as the environment variables :meth:`from_env` reads (booleans as
         ``1``/``0``), in the order given: what a stack or a local run sets."""
@@ -236,29 +270,33 @@ class Settings:
         return dataclasses.replace(self, cache_endpoint=str(endpoint["address"]),
                                    cache_port=int(endpoint["port"]))
 
-    # ---- keys: contract/keys.py builds them; the settings add the bucket's prefix ----------
+    # ---- keys: contract/keys.py builds them; results_key adds the bucket's runs prefix ---
+    def results_key(self, key: str) -> str:
+        """A run's key (contract/keys.py) in the results bucket, under ``runs_prefix``."""
+        return keys.results_key(self.runs_prefix, key)
+
     def plan_key(self, run_id: str) -> str:
-        return f"{self.runs_prefix}{keys.plan_key(run_id)}"
+        return self.results_key(keys.plan_key(run_id))
 
     def segments_prefix(self, run_id: str) -> str:
         """Where the workers' segment results are (fasdl.run.results reads them)."""
-        return f"{self.runs_prefix}{keys.segments_prefix(run_id)}"
+        return self.results_key(keys.segments_prefix(run_id))
 
     def segment_result_key(self, run_id: str, index: int, attempt: int, worker: int) -> str:
-        return f"{self.runs_prefix}{keys.segment_result_key(run_id, index, attempt, worker)}"
+        return self.results_key(keys.segment_result_key(run_id, index, attempt, worker))
 
     def summary_key(self, run_id: str) -> str:
-        return f"{self.runs_prefix}{keys.summary_key(run_id)}"
+        return self.results_key(keys.summary_key(run_id))
 
     def failure_key(self, run_id: str) -> str:
-        return f"{self.runs_prefix}{keys.failure_key(run_id)}"
+        return self.results_key(keys.failure_key(run_id))
 
     def final_key(self, run_id: str, name: str) -> str:
-        return f"{self.runs_prefix}{keys.final_key(run_id, name)}"
+        return self.results_key(keys.final_key(run_id, name))
 
     def fence_object_key(self, run_id: str) -> str:
         """The run's fence (fasdl.run.fencing) in the results bucket."""
-        return f"{self.runs_prefix}{keys.fence_key(run_id)}"
+        return self.results_key(keys.fence_key(run_id))
 
     def exchange_run_prefix(self, run_id: str) -> str:
         """Every exchange key of the run, of every epoch, starts with this."""

@@ -1,16 +1,45 @@
 """The plan's ``training`` section: how a run proceeds (read by the trigger and the workers):
-aggregators K, batch sizes B^a/B^n, epochs, segment length and the recipe. Pure Python, like
-fasdl.contract.plan, which re-exports every name here."""
+aggregators K, batch sizes B^a/B^n and their arithmetic (the global batch, each worker's share
+of the data), epochs, segment length and the recipe. Pure Python, like fasdl.contract.plan,
+which re-exports every name here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fasdl.contract.batches import global_batch
 from fasdl.contract.fields import PlanError, require_choice, require_float, require_int
 from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
 from fasdl.contract.lr_scaling import require_scaled_rate
 from fasdl.contract.workload import AUGMENTATIONS
+
+
+# ---- batch arithmetic of a K-REDUCE run (the plan and the planner) ----------------------
+def global_batch(workers: int, aggregators: int, batch_aggregator: int,
+                 batch_non_aggregator: int) -> int:
+    """B^g = K·B^a + (W−K)·B^n  (FasDL Eq. 6)."""
+    return aggregators * batch_aggregator + (workers - aggregators) * batch_non_aggregator
+
+
+def partition_sizes(samples: int, workers: int, aggregators: int, batch_aggregator: int,
+                    batch_non_aggregator: int) -> list[int]:
+    """Samples per worker, proportional to its batch (thesis Eq. 4-3/4-4, corrected).
+
+    Aggregators get D^a = floor(D·B^a/B^g); the non-aggregators share the rest as evenly as
+    possible, so the sizes always sum to D and every worker holds at least
+    floor(D/B^g)·B_i samples, enough for the epoch's iterations.
+    """
+    batch = global_batch(workers, aggregators, batch_aggregator, batch_non_aggregator)
+    per_aggregator = samples * batch_aggregator // batch
+    sizes = [per_aggregator] * aggregators
+    rest = samples - per_aggregator * aggregators
+    receivers = workers - aggregators
+    if receivers == 0:  # ScatterReduce: spread the remainder over the aggregators
+        for index in range(rest):
+            sizes[index % workers] += 1
+        return sizes
+    base, extra = divmod(rest, receivers)
+    return sizes + [base + (1 if index < extra else 0) for index in range(receivers)]
+
 
 SYNC_MODES: tuple[str, ...] = ("hap", "bsp")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")  # fasdl.training.optimizers

@@ -1,10 +1,11 @@
 """The plan's ``workload``: what is trained, on what data, from which initial weights.
 
 ``model`` is a model of the registry (fasdl.training.networks) or a reference to the user's own
-code, ``path/to/file.py:function``: a builder ``function(num_classes, input_shape) ->
-torch.nn.Module`` (fasdl.training.user_code imports it; infra ships the file, and its package
-if it is one, with the functions). A referenced model needs ``input_shape`` and ``classes``,
-so that the planner and the synth can build it before anything is deployed.
+code, ``path/to/file.py:function`` (both parsed by fasdl.contract.user_code.ModelRef): a
+builder ``function(num_classes, input_shape) -> torch.nn.Module`` (fasdl.training.user_code
+imports it; infra ships the file, and its package if it is one, with the functions). A
+referenced model needs ``input_shape`` and ``classes``, so that the planner and the synth can
+build it before anything is deployed.
 ``loss`` is ``cross_entropy`` (default), ``mse`` or ``bce`` (on one-hot targets), or a reference
 ``file.py:function`` to ``function() -> torch.nn.Module`` called as ``loss(logits, labels)``.
 ``initial_weights``: a safetensors file's key in the datasets bucket (fine-tuning).
@@ -24,25 +25,22 @@ from typing import Any
 from fasdl.contract.fields import (
     DATASET_KEY,
     IDENTIFIER,
+    Fail,
     PlanError,
     is_number,
-    require_choice,
     require_dataset_key,
     require_float,
     require_int,
     require_pattern,
     show,
 )
+from fasdl.contract.user_code import ModelRef
 
 # fasdl.training.augment: none; cifar (crop, flip, CIFAR-10's statistics); images (crop, flip,
 # the dataset's own statistics); normalize (the dataset's statistics only)
 AUGMENTATIONS: tuple[str, ...] = ("none", "cifar", "images", "normalize")
 NEEDS_NORMALIZATION: tuple[str, ...] = ("images", "normalize")
 LOSSES: tuple[str, ...] = ("cross_entropy", "mse", "bce")
-# path/to/file.py:function; a path of letters, digits, '_', '.', '-' and '/' (absolute or
-# relative to where the planner, the synth and the local runner are started)
-CODE_REFERENCE = re.compile(r"^(?P<path>/?[A-Za-z0-9_.\-/]{1,255}\.py):"
-                            r"(?P<function>[A-Za-z_][A-Za-z0-9_]{0,63})\Z")
 # path/to/requirements.txt, with the same path rules as a code reference
 REQUIREMENTS_FILE = re.compile(r"^/?[A-Za-z0-9_.\-/]{1,255}\.txt\Z")
 MAX_INPUT_DIMS = 4
@@ -53,69 +51,49 @@ USER_FIELDS: tuple[str, ...] = ("input_shape", "classes", "loss", "initial_weigh
 MAX_CLASSES = 100_000
 
 
-def code_reference(value: str) -> tuple[str, str] | None:
-    """(file, function) of a ``file.py:function`` reference, None for a registry name."""
-    match = CODE_REFERENCE.fullmatch(value)
-    if match is None:
-        return None
-    return match["path"], match["function"]
-
-
-def _require_no_parent(path: str, file: str, value: object) -> None:
-    if ".." in file.split("/"):
-        raise PlanError(path, f"the file's path must not contain '..', got {show(value)}")
-
-
-def _require_model(path: str, value: object) -> str:
-    if isinstance(value, str) and code_reference(value) is not None:
-        _require_no_parent(path, code_reference(value)[0], value)  # type: ignore[index]
-        return value
-    return require_pattern(path, value, IDENTIFIER,
-                           "a model registry name (1-64 letters, digits, '_', '.', '-') or "
-                           "path/to/file.py:function")
-
-
-def _require_weights_key(path: str, value: object) -> None:
-    key = require_dataset_key(path, value)
+def _require_weights_key(path: str, value: object, fail: Fail) -> None:
+    key = require_dataset_key(path, value, fail)
     if not key.endswith(".safetensors") or not DATASET_KEY.fullmatch(key):
-        raise PlanError(path, f"must be the datasets bucket key of a .safetensors file, got "
+        raise fail(path, f"must be the datasets bucket key of a .safetensors file, got "
                               f"{show(key)}")
 
 
-def _require_requirements(path: str, value: object) -> None:
+def _require_requirements(path: str, value: object, fail: Fail) -> None:
     file = require_pattern(path, value, REQUIREMENTS_FILE,
-                           "the path of a pip requirements .txt file")
-    _require_no_parent(path, file, value)
+                           "the path of a pip requirements .txt file", fail)
+    if ".." in file.split("/"):
+        raise fail(path, f"the file's path must not contain '..', got {show(value)}")
 
 
-def _require_shape(path: str, value: object) -> list[int]:
+def _require_shape(path: str, value: object, fail: Fail) -> list[int]:
     if not isinstance(value, list | tuple) or not 1 <= len(value) <= MAX_INPUT_DIMS:
-        raise PlanError(path, f"must be a list of 1-{MAX_INPUT_DIMS} sizes, e.g. [3, 32, 32], "
+        raise fail(path, f"must be a list of 1-{MAX_INPUT_DIMS} sizes, e.g. [3, 32, 32], "
                               f"got {show(value)}")
-    return [require_int(f"{path}[{index}]", size, 1, 100_000)
+    return [require_int(f"{path}[{index}]", size, 1, 100_000, fail=fail)
             for index, size in enumerate(value)]
 
 
-def _require_normalization(path: str, value: object, shape: list[int] | None) -> None:
+def _require_normalization(path: str, value: object, shape: list[int] | None,
+                           fail: Fail) -> None:
     """Per-channel statistics: one per channel of C x H x W rows, one for feature vectors."""
     if not isinstance(value, dict) or set(value) != {"mean", "std"}:
-        raise PlanError(path, f"must be an object with 'mean' and 'std' lists, got "
+        raise fail(path, f"must be an object with 'mean' and 'std' lists, got "
                               f"{show(value)}")
     for name in ("mean", "std"):
         numbers = value[name]
         if not isinstance(numbers, list) or not 1 <= len(numbers) <= 64 or not all(
                 is_number(number) for number in numbers):
-            raise PlanError(f"{path}.{name}", f"must be a list of 1-64 numbers, got "
+            raise fail(f"{path}.{name}", f"must be a list of 1-64 numbers, got "
                                               f"{show(numbers)}")
         low = 1e-6 if name == "std" else -1e6
         for index, number in enumerate(numbers):
-            require_float(f"{path}.{name}[{index}]", number, low, 1e6)
+            require_float(f"{path}.{name}[{index}]", number, low, 1e6, fail=fail)
     if len(value["mean"]) != len(value["std"]):
-        raise PlanError(f"{path}.std", f"must have as many entries as mean "
+        raise fail(f"{path}.std", f"must have as many entries as mean "
                                        f"({len(value['mean'])}), got {len(value['std'])}")
     wanted = None if shape is None else (1 if len(shape) == 1 else shape[0])
     if wanted is not None and len(value["mean"]) != wanted:
-        raise PlanError(f"{path}.mean", f"must have {wanted} entries (one per channel of "
+        raise fail(f"{path}.mean", f"must have {wanted} entries (one per channel of "
                                         f"input_shape {shape}; one for feature vectors), got "
                                         f"{len(value['mean'])}")
 
@@ -137,35 +115,38 @@ class Workload:
     normalization: dict[str, Any] | None = None
     requirements: str | None = None
 
-    def validate(self) -> None:
-        require_pattern("workload.name", self.name, IDENTIFIER,
-                        "an identifier of 1-64 letters, digits, '_', '.', '-'")
-        _require_model("workload.model", self.model)
-        require_dataset_key("workload.dataset", self.dataset)
-        require_int("workload.samples", self.samples, 1, 10**10)
-        require_float("workload.dataset_mb", self.dataset_mb, 0.0, 1e7, open_low=True)
-        require_float("workload.model_mb", self.model_mb, 0.0, 1e5, open_low=True)
-        self._validate_user_fields()
+    def validate(self, prefix: str = "workload.", fail: Fail = PlanError) -> None:
+        """Every field by the plan's rules; an error names ``prefix`` + the field (the plan's
+        ``workload.samples``; a profile's own ``samples``) and is ``fail``'s (PlanError; a
+        profile's ProfileError)."""
+        require_pattern(f"{prefix}name", self.name, IDENTIFIER,
+                        "an identifier of 1-64 letters, digits, '_', '.', '-'", fail)
+        ModelRef.parse(self.model, f"{prefix}model", fail=fail)
+        require_dataset_key(f"{prefix}dataset", self.dataset, fail)
+        require_int(f"{prefix}samples", self.samples, 1, 10**10, fail=fail)
+        require_float(f"{prefix}dataset_mb", self.dataset_mb, 0.0, 1e7, open_low=True,
+                      fail=fail)
+        require_float(f"{prefix}model_mb", self.model_mb, 0.0, 1e5, open_low=True, fail=fail)
+        self._validate_user_fields(prefix, fail)
 
-    def _validate_user_fields(self) -> None:
+    def _validate_user_fields(self, prefix: str, fail: Fail) -> None:
         if self.input_shape is not None:
-            _require_shape("workload.input_shape", self.input_shape)
+            _require_shape(f"{prefix}input_shape", self.input_shape, fail)
         if self.classes is not None:
-            require_int("workload.classes", self.classes, 2, MAX_CLASSES)
-        if self.user_model is not None:
+            require_int(f"{prefix}classes", self.classes, 2, MAX_CLASSES, fail=fail)
+        if ModelRef.parse(self.model, f"{prefix}model", fail=fail).code is not None:
             for name in ("input_shape", "classes"):
                 if getattr(self, name) is None:
-                    raise PlanError(f"workload.{name}", f"is required for a model of your own "
-                                                        f"({self.model})")
-        if code_reference(self.loss) is None:
-            require_choice("workload.loss", self.loss, LOSSES)
+                    raise fail(f"{prefix}{name}", f"is required for a model of your own "
+                                                  f"({self.model})")
+        ModelRef.parse(self.loss, f"{prefix}loss", names=LOSSES, fail=fail)
         if self.initial_weights is not None:
-            _require_weights_key("workload.initial_weights", self.initial_weights)
+            _require_weights_key(f"{prefix}initial_weights", self.initial_weights, fail)
         if self.normalization is not None:
-            _require_normalization("workload.normalization", self.normalization,
-                                   self.input_shape)
+            _require_normalization(f"{prefix}normalization", self.normalization,
+                                   self.input_shape, fail)
         if self.requirements is not None:
-            _require_requirements("workload.requirements", self.requirements)
+            _require_requirements(f"{prefix}requirements", self.requirements, fail)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, the optional ones only where set: a plan without them reads (and
@@ -177,10 +158,11 @@ class Workload:
         return data
 
     @property
-    def user_model(self) -> tuple[str, str] | None:
-        """(file, function) when the model is the user's own code."""
-        return code_reference(self.model)
+    def model_ref(self) -> ModelRef:
+        """The model, parsed (a registry name or the user's ``file.py:function``)."""
+        return ModelRef.parse(self.model, "workload.model")
 
     @property
-    def user_loss(self) -> tuple[str, str] | None:
-        return code_reference(self.loss)
+    def loss_ref(self) -> ModelRef:
+        """The loss, parsed (one of LOSSES or the user's ``file.py:function``)."""
+        return ModelRef.parse(self.loss, "workload.loss", names=LOSSES)

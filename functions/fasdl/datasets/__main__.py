@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from fasdl.contract.errors import DatasetError
 from fasdl.datasets import build_digits, import_cifar10_binary
 from fasdl.datasets.arrays import import_arrays
 from fasdl.datasets.cola import import_cola
@@ -29,7 +30,6 @@ from fasdl.datasets.split import DEFAULT_TEST_FRACTION
 from fasdl.datasets.text import import_text
 from fasdl.datasets.textset import write_textset
 from fasdl.datasets.tokens import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE
-from fasdl.training.data import DatasetError
 
 EXIT_BAD_INPUT = 2
 Commands = Any  # argparse's private _SubParsersAction

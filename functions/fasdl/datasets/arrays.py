@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fasdl.contract.errors import DatasetError
 from fasdl.datasets.meta import write_splits
 from fasdl.datasets.output import staged_output
 from fasdl.datasets.split import (
@@ -25,7 +26,7 @@ from fasdl.datasets.split import (
     check_test_fraction,
     stratified_split,
 )
-from fasdl.training.data import ALLOWED_X_DTYPES, X_DTYPE_NAMES, DatasetError, input_shape_of
+from fasdl.training.data import ALLOWED_X_DTYPES, X_DTYPE_NAMES, input_shape_of
 
 USAGE = "X.npy Y.npy OUT or DATA.npz OUT"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fasdl.contract.errors import DatasetError
 from fasdl.datasets.meta import write_splits
 from fasdl.datasets.output import staged_output
-from fasdl.training.data import DatasetError
 
 RECORD_BYTES = 1 + 3 * 32 * 32
 TRAIN_FILES = tuple(f"data_batch_{index}.bin" for index in range(1, 6))

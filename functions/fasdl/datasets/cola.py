@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fasdl.contract.errors import DatasetError
 from fasdl.datasets.meta import write_splits
 from fasdl.datasets.output import staged_output
 from fasdl.datasets.tokens import (
@@ -31,7 +32,6 @@ from fasdl.datasets.tokens import (
     check_sizes,
     tokenize_splits,
 )
-from fasdl.training.data import DatasetError
 
 SPLIT_FILES = {"train": "train.tsv", "test": "dev.tsv"}  # runtime split <- CoLA file
 CLASS_NAMES = ("unacceptable", "acceptable")

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fasdl.contract.errors import DatasetError
 from fasdl.datasets.meta import write_splits
 from fasdl.datasets.output import staged_output
 from fasdl.datasets.split import DEFAULT_TEST_FRACTION, check_test_fraction, stratified_split
-from fasdl.training.data import DatasetError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 FORMATS = ("JPEG", "PNG")

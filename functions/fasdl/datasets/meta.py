@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from fasdl.training.data import TEXT_DTYPE, DatasetError, write_dataset
+from fasdl.contract.errors import DatasetError
+from fasdl.training.data import TEXT_DTYPE, write_dataset
 
 META_FILE = "meta.json"
 META_FORMAT = 1

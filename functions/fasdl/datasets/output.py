@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fasdl.training.data import DatasetError
+from fasdl.contract.errors import DatasetError
 
 SPLITS = ("train", "test")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fasdl.training.data import DatasetError
+from fasdl.contract.errors import DatasetError
 
 DEFAULT_TEST_FRACTION = 0.2
 MAX_CLASSES = 100_000  # fasdl.contract.workload's limit on workload.classes

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fasdl.contract.errors import DatasetError
 from fasdl.datasets.meta import write_splits
 from fasdl.datasets.output import staged_output
 from fasdl.datasets.split import (
@@ -37,7 +38,6 @@ from fasdl.datasets.tokens import (
     check_sizes,
     tokenize_splits,
 )
-from fasdl.training.data import DatasetError
 
 DELIMITERS = {".tsv": "\t", ".csv": ","}
 MAX_FILE_BYTES = 2**30

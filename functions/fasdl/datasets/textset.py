@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fasdl.training.data import DatasetError
+from fasdl.contract.errors import DatasetError
 
 SOURCE = "fasdl-textset"  # CoLA's first column names the sentence's source
 # (singular, plural) nouns and (3rd person singular, base, past) verbs. The lexicon is

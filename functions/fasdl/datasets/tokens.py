@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fasdl.training.data import TEXT_DTYPE, DatasetError
+from fasdl.contract.errors import DatasetError
+from fasdl.training.data import TEXT_DTYPE
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 DEFAULT_MAX_LENGTH = 64  # CoLA's longest sentences are ~45 words; few need more pieces

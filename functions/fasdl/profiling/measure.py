@@ -59,9 +59,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fasdl.contract.fields import is_int_at_least, is_number
+from fasdl.contract.fields import PlanError, is_int_at_least, is_number
 from fasdl.contract.keys import profile_memory_key, profile_samples_key, profile_transfer_prefix
-from fasdl.contract.workload import MAX_INPUT_DIMS, code_reference
+from fasdl.contract.user_code import ModelRef
+from fasdl.contract.workload import MAX_INPUT_DIMS
 from fasdl.exchange.channel.base import Channel
 from fasdl.profiling.transfers import duplex_size_mb, measure_duplex, measure_transfers
 
@@ -130,9 +131,13 @@ class ProfileRequest:
 def _model_field(model: object) -> dict[str, Any]:
     from fasdl.training.networks import MODELS
 
-    if isinstance(model, str) and code_reference(model) is not None:
+    try:
+        ref: ModelRef | None = ModelRef.parse(model, "model")
+    except PlanError:
+        ref = None
+    if ref is not None and ref.code is not None:
         return {"model": model}  # the user's own builder: imported when measured
-    if model not in MODELS:
+    if ref is None or ref.name not in MODELS:
         raise _bad("model", f"must be one of {', '.join(sorted(MODELS))} or "
                             f"path/to/file.py:function, got {model!r}")
     return {"model": model}

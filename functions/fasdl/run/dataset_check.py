@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fasdl.aws.s3_errors import is_missing
+from fasdl.contract.errors import DatasetError
 from fasdl.contract.keys import DATASET_ARRAYS, TEST_SPLIT, dataset_array_key
 from fasdl.contract.plan import Plan, PlanError
 
@@ -22,10 +23,6 @@ RangeReader = Callable[[str, int, int], bytes]
 SizeOf = Callable[[str], int | None]  # an object's size in bytes, None when it is missing
 _ITEM_BYTES = {"|u1": 1, "<f4": 4, "<i4": 4, "<i8": 8}
 _TEXT = "<i4"  # int32 text rows N x 2 x L: token ids, attention mask (fasdl.training.data)
-
-
-class DatasetError(ValueError):
-    """A dataset object is not a usable .npy array; the message names the object."""
 
 
 @dataclass(frozen=True)

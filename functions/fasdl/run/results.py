@@ -132,13 +132,13 @@ def final_model(s3: Any, settings: Settings, run_id: str, resume_iteration: int,
     Reads fasdl.run.checkpoint's manifest format with the stdlib only, so finalize needs neither
     torch nor numpy (tests check it agrees with fasdl.run.checkpoint's writer).
     """
-    key = f"{settings.runs_prefix}{manifest_key(run_id, resume_iteration, epoch)}"
+    key = settings.results_key(manifest_key(run_id, resume_iteration, epoch))
     try:
         body = s3.get_object(Bucket=settings.results_bucket, Key=key)["Body"].read()
         manifest = json.loads(body)
         record = manifest["objects"]["model"]
         data: bytes = s3.get_object(Bucket=settings.results_bucket,
-                                    Key=settings.runs_prefix + record["key"])["Body"].read()
+                                    Key=settings.results_key(record["key"]))["Body"].read()
     except Exception as error:
         raise ResultError(f"run {run_id!r}: no complete checkpoint at iteration "
                           f"{resume_iteration} (s3://{settings.results_bucket}/{key}): "
@@ -157,7 +157,7 @@ def final_object(s3: Any, settings: Settings, run_id: str, manifest: Mapping[str
         return None
     try:
         data: bytes = s3.get_object(Bucket=settings.results_bucket,
-                                    Key=settings.runs_prefix + record["key"])["Body"].read()
+                                    Key=settings.results_key(record["key"]))["Body"].read()
     except Exception as error:
         raise ResultError(f"run {run_id!r}: final checkpoint object {record.get('key')!r} "
                           f"listed in the manifest cannot be read: {error}") from error

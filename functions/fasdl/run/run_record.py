@@ -71,8 +71,8 @@ def guard_stop(s3: Any, settings: Settings, state: Mapping[str, Any],
     if totals is not None:  # the resumed run goes on counting from here, pause excluded
         following["usage"] = {**totals, usage.STOPPED_AT: round(time.time(), 3)}
     segment = following["segment"]
-    checkpoint = settings.runs_prefix + manifest_key(
-        finished["run_id"], segment["start_iteration"], segment["resume_epoch"])
+    checkpoint = settings.results_key(manifest_key(
+        finished["run_id"], segment["start_iteration"], segment["resume_epoch"]))
     resume_input: dict[str, Any] = {"resume": following}
     limits = guards.run_limits(plan, finished)
     if limits is not None and totals is not None:

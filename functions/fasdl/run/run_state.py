@@ -270,7 +270,7 @@ def check_resume(run: Mapping[str, Any], s3: Any, *, results_bucket: str,
     """A console ``resume`` must be the state of an existing run, consistent with its plan,
     its checkpoints and its fence; anything else could mix keys or train past the plan."""
     run_id = resolve_run_id({"run_id": run["run_id"]}, None)
-    own_plan = f"{runs_prefix}{keys.plan_key(run_id)}"
+    own_plan = keys.results_key(runs_prefix, keys.plan_key(run_id))
     if run["plan_key"] != own_plan:
         raise RunStateError(f"input field 'resume.plan_key': must be run {run_id!r}'s own plan "
                             f"{own_plan}, got {run['plan_key']!r}")
@@ -284,7 +284,8 @@ def check_resume(run: Mapping[str, Any], s3: Any, *, results_bucket: str,
         raise RunStateError(f"input field 'resume.workers': the plan has W="
                             f"{plan.deployment.workers}, the state {len(run['workers'])}")
     if seg["start_iteration"] > 0:
-        key = f"{runs_prefix}{manifest_key(run_id, seg['start_iteration'], seg['resume_epoch'])}"
+        key = keys.results_key(runs_prefix, manifest_key(run_id, seg["start_iteration"],
+                                                         seg["resume_epoch"]))
         if s3_sizes(s3, results_bucket)(key) is None:
             raise RunStateError(f"input field 'resume.segment': run {run_id!r} has no checkpoint "
                                 f"of epoch {seg['resume_epoch']} at iteration "
@@ -310,7 +311,7 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     run_id = resolve_run_id(execution_input, event.get("execution"))
     plan = resolve_plan(execution_input, deployed_json, fingerprint)
     check_dataset(plan, s3_ranges(s3, datasets_bucket), s3_sizes(s3, datasets_bucket))
-    plan_key = f"{runs_prefix}{keys.plan_key(run_id)}"
+    plan_key = keys.results_key(runs_prefix, keys.plan_key(run_id))
     execution = str(event.get("execution", ""))
     started = str(event.get("execution_started", ""))  # names are reused after 90 days
     frozen = dataclasses.replace(plan, run=RunOwner(run_id=run_id, execution=execution,
@@ -318,12 +319,13 @@ def start_run(event: Mapping[str, Any], s3: Any, *, datasets_bucket: str, result
     # The plan's conditional create claims the run (fasdl.run.run_claim); a refused start
     # writes nothing, so partitions and fence come after it.
     run_claim.check_fence_is_ours(s3, results_bucket, plan_key=plan_key, run_id=run_id,
-                                  fence_key=f"{runs_prefix}{keys.fence_key(run_id)}",
+                                  fence_key=keys.results_key(runs_prefix, keys.fence_key(run_id)),
                                   execution=execution, started=started)
     claimed = Plan.from_json(run_claim.claim_plan(
         s3, results_bucket, plan_key, frozen.to_json().encode(), run_id=run_id,
         execution=execution, started=started).decode())
-    s3.put_object(Bucket=results_bucket, Key=f"{runs_prefix}{keys.partitions_key(run_id)}",
+    s3.put_object(Bucket=results_bucket,
+                  Key=keys.results_key(runs_prefix, keys.partitions_key(run_id)),
                   Body=json.dumps(partition_layout(claimed)).encode(),
                   ContentType="application/json")
     return first_state(claimed, run_id, plan_key, epoch=issue_epoch(

@@ -10,7 +10,6 @@ redis: the trigger's bundle has none.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,7 +19,7 @@ from fasdl.aws.metrics import get_logger
 from fasdl.contract import keys
 from fasdl.contract.cache import CacheEndpoint
 from fasdl.contract.events import RunState
-from fasdl.contract.settings import WORKER_LOG_GROUP_ENV, Settings
+from fasdl.contract.settings import Settings
 from fasdl.exchange import stores
 from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.run import fault_hooks, fencing, guards, results, retention, run_state, usage
@@ -54,7 +53,8 @@ def start_run(event: Mapping[str, Any], settings: Settings, s3: Any,
         deployed_json=settings.plan_json, fingerprint=settings.deployment,
         issue_epoch=issue_epoch)
     # Before any worker starts: 2·W concurrency and an Active worker (fasdl/aws/account.py).
-    ready = account.before_first_map(len(run["workers"]), context)
+    ready = account.before_first_map(len(run["workers"]), context,
+                                     settings.worker_function)
     logger.info("worker function ready", extra={"ready": ready})
     # a fresh run starts its totals; a resumed one keeps them (its pause not counted)
     run["usage"] = usage.resume_clock(run, time.time()) or usage.new_usage(time.time())
@@ -179,7 +179,7 @@ def _prune_checkpoints(store: S3Channel, finished: RunState, keep: int) -> None:
 def _check_memory_of_failed_attempt(settings: Settings) -> None:
     """A crash may be an out-of-memory kill Lambda reported as Runtime.ExitError: read the
     workers' REPORT lines (fasdl.aws.memory_report) and fail now rather than die again."""
-    log_group = os.environ.get(WORKER_LOG_GROUP_ENV)
+    log_group = settings.worker_log_group
     if not log_group:  # in-process tests without a log group: nothing to read
         return
     import boto3

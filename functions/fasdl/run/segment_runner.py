@@ -39,7 +39,7 @@ from botocore.exceptions import ClientError
 from fasdl.aws.metrics import StepMetrics
 from fasdl.aws.s3_errors import is_missing
 from fasdl.contract import keys
-from fasdl.contract.errors import WorkerFenced
+from fasdl.contract.errors import DatasetError, WorkerFenced
 from fasdl.contract.plan import Plan
 from fasdl.contract.settings import Settings
 from fasdl.contract.worker_event import WorkerEvent, WorkerEventError
@@ -70,7 +70,6 @@ from fasdl.training.classification import Confusion
 from fasdl.training.data import (
     BatchStream,
     DataCursor,
-    DatasetError,
     RangeReader,
     class_count,
     input_shape_of,

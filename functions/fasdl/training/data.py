@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from fasdl.contract import keys
+from fasdl.contract.errors import DatasetError
 from fasdl.contract.plan import Plan
 
 # read_range(key, start, end) -> the bytes [start, end) of the object (end exclusive)
@@ -34,10 +35,6 @@ ALLOWED_X_DTYPES = (np.dtype(np.uint8), np.dtype("<f4"), TEXT_DTYPE)
 X_DTYPE_NAMES = "uint8/float32 (images) or int32 (text)"
 LABEL_DTYPE = np.dtype("<i8")
 _NPY_PREAMBLE = 12  # magic (6) + version (2) + header length (2 in v1, 4 in v2/v3)
-
-
-class DatasetError(ValueError):
-    """A dataset file is missing, malformed or does not match its partner."""
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,14 @@ from typing import Any
 
 import torch
 
-from fasdl.contract.fields import is_int_at_least, is_number
+from fasdl.contract.fields import PlanError, is_int_at_least, is_number
 from fasdl.contract.keys import EXPORT_OBJECTS
+from fasdl.contract.user_code import ModelRef
 from fasdl.contract.workload import (
     AUGMENTATIONS,
     MAX_INPUT_DIMS,
     NEEDS_NORMALIZATION,
     Workload,
-    code_reference,
 )
 from fasdl.training import augment, safetensors_io
 from fasdl.training.networks import MODELS, InputShape, build_seeded_model
@@ -117,8 +117,12 @@ class ExportMeta:
 
 
 def _model(value: object, source: str) -> str:
-    if isinstance(value, str) and (value in MODELS or code_reference(value) is not None):
-        return value
+    try:
+        ref = ModelRef.parse(value, "model")
+    except PlanError:
+        ref = None
+    if ref is not None and (ref.code is not None or ref.name in MODELS):
+        return ref.name
     raise ExportError(f"{source}: field 'model' must be a registry model "
                       f"({', '.join(sorted(MODELS))}) or path/to/file.py:function, got "
                       f"{value!r}")

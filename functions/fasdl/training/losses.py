@@ -34,8 +34,8 @@ class _OneHot(nn.Module):
 
 
 def build_loss(workload: Workload) -> Loss:
-    if workload.user_loss is not None:
-        factory = load_function(workload.loss, "workload.loss")
+    if workload.loss_ref.code is not None:
+        factory = load_function(workload.loss_ref, "workload.loss")
         check_signature(factory, (), "workload.loss", "function() -> torch.nn.Module")
         loss = factory()
         if not callable(loss):

@@ -33,7 +33,7 @@ def build_on_meta(workload: Workload) -> nn.Module:
     if workload.input_shape is None or workload.classes is None:
         raise PlanError("workload.input_shape", "is required to build the model")
     with torch.device("meta"):
-        return build_model(workload.model, workload.classes, tuple(workload.input_shape))
+        return build_model(workload.model_ref, workload.classes, tuple(workload.input_shape))
 
 
 def _check_output(model: nn.Module, workload: Workload) -> None:
@@ -53,9 +53,9 @@ def _check_output(model: nn.Module, workload: Workload) -> None:
 
 
 def check_loss(workload: Workload) -> None:
-    if workload.user_loss is None:
+    if workload.loss_ref.code is None:
         return
-    factory = load_function(workload.loss, "workload.loss")
+    factory = load_function(workload.loss_ref, "workload.loss")
     check_signature(factory, (), "workload.loss", "function() -> torch.nn.Module")
     if not callable(factory()):
         raise UserCodeError("workload.loss", f"{workload.loss} must return a callable "
@@ -78,7 +78,7 @@ def check_workload(workload: Workload) -> float | None:
     check_loss(workload)
     if workload.requirements is not None:
         check_requirements(Path(workload.requirements))
-    if workload.user_model is None:
+    if workload.model_ref.code is None:
         if workload.model not in MODELS:
             raise PlanError("workload.model", f"unknown model {workload.model!r}; known: "
                                               f"{', '.join(sorted(MODELS))}, or "

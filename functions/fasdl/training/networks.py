@@ -28,8 +28,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from fasdl.contract.user_code import UserCodeError
-from fasdl.contract.workload import code_reference
+from fasdl.contract.user_code import ModelRef, UserCodeError
 from fasdl.training.text_networks import TEXT_MODELS, build_text_model
 from fasdl.training.user_code import check_signature, load_function
 
@@ -214,7 +213,8 @@ MODELS: dict[str, Builder] = {
 USER_BUILDER = "function(num_classes, input_shape) -> torch.nn.Module"
 
 
-def build_user_model(reference: str, num_classes: int, input_shape: InputShape) -> nn.Module:
+def build_user_model(reference: ModelRef, num_classes: int,
+                     input_shape: InputShape) -> nn.Module:
     """The user's own model: ``file.py:function`` called as function(num_classes, input_shape)."""
     builder = load_function(reference, "workload.model")
     check_signature(builder, (num_classes, tuple(input_shape)), "workload.model", USER_BUILDER)
@@ -225,12 +225,14 @@ def build_user_model(reference: str, num_classes: int, input_shape: InputShape) 
     return model
 
 
-def build_model(name: str, num_classes: int = 10,
+def build_model(model: str | ModelRef, num_classes: int = 10,
                 input_shape: InputShape = (3, 32, 32)) -> nn.Module:
     """A freshly initialised model (seed torch before calling for identical replicas): a
     registry name, or the user's ``file.py:function``."""
-    if code_reference(name) is not None:
-        return build_user_model(name, num_classes, input_shape)
+    ref = model if isinstance(model, ModelRef) else ModelRef.parse(model, "workload.model")
+    if ref.code is not None:
+        return build_user_model(ref, num_classes, input_shape)
+    name = ref.name
     builder = MODELS.get(name)
     if builder is None:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}, or "

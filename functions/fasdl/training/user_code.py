@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fasdl.contract.settings import USER_MODULES_ENV
-from fasdl.contract.user_code import UserCodeError, code_location
-from fasdl.contract.workload import code_reference
+from fasdl.contract.settings import Settings
+from fasdl.contract.user_code import ModelRef, UserCodeError, code_location
 
 
 def _module_name(file: str, reference: str, field: str) -> str:
@@ -25,20 +22,19 @@ def _module_name(file: str, reference: str, field: str) -> str:
         if str(location.root) not in sys.path:
             sys.path.insert(0, str(location.root))
         return location.module
-    shipped = json.loads(os.environ.get(USER_MODULES_ENV) or "{}")
+    shipped = Settings.user_module_map(Settings.read_one("user_modules"))
     if reference in shipped:
         return str(shipped[reference])
     raise UserCodeError(field, f"file {file} not found (paths are relative to the folder the "
                                f"command runs in; on AWS the synth ships the plan's own files)")
 
 
-def load_function(reference: str, field: str) -> Callable[..., Any]:
+def load_function(reference: ModelRef, field: str) -> Callable[..., Any]:
     """The function a ``file.py:function`` reference names."""
-    parsed = code_reference(reference)
-    if parsed is None:
-        raise UserCodeError(field, f"must be path/to/file.py:function, got {reference!r}")
-    file, name = parsed
-    module_name = _module_name(file, reference, field)
+    if reference.code is None:
+        raise UserCodeError(field, f"must be path/to/file.py:function, got {reference.name!r}")
+    file, name = reference.code
+    module_name = _module_name(file, reference.name, field)
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # the user's module failed on import: say which and why

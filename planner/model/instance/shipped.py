@@ -79,8 +79,8 @@ def billing_rule() -> str:
 
 def workload_key(workload: WorkloadProfile) -> tuple[str, str] | None:
     """(model, input) of the table this workload trains, or None if nothing says which."""
-    shape = ("x".join(str(n) for n in workload.input_shape)
-             if workload.input_shape is not None else None)
+    shape = ("x".join(str(n) for n in workload.workload.input_shape)
+             if workload.workload.input_shape is not None else None)
     named = instance_table()["workloads"].get(workload.name)
     if named is not None and named["model"] == workload.model and shape in (None,
                                                                             named["input"]):
@@ -131,8 +131,8 @@ def _unmeasured(workload: WorkloadProfile) -> str:
         if m.model not in measured[m.input]:
             measured[m.input].append(m.model)
     listing = "; ".join(f"{', '.join(models)} at {shape}" for shape, models in measured.items())
-    shape = ("" if workload.input_shape is None
-             else " at " + "x".join(str(n) for n in workload.input_shape))
+    shape = ("" if workload.workload.input_shape is None
+             else " at " + "x".join(str(n) for n in workload.workload.input_shape))
     return (f"no shipped instance row: workload {workload.name} (model {workload.model}{shape}) "
             f"has no instance measurement (measured: {listing}); compare with your own: "
             "--instance NAME:USD_PER_HOUR:SECONDS_PER_EPOCH")
