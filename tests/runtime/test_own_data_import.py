@@ -17,7 +17,7 @@ from fasdl.contract.errors import DatasetError
 from fasdl.datasets import build_digits, import_cifar10_binary
 from fasdl.datasets.__main__ import main
 from fasdl.datasets.cifar10 import CLASS_NAMES
-from fasdl.datasets.meta import STD_FLOOR, read_meta, write_splits
+from fasdl.datasets.meta import PER_FEATURE_MAX, STD_FLOOR, read_meta, write_splits
 from fasdl.datasets.output import staged_output
 from fasdl.training.data import write_dataset
 from tests.runtime.cifar_archive import cifar_archive
@@ -53,8 +53,10 @@ def _load(out: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _expected_statistics(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel of images, per feature of narrow feature rows, else over everything."""
     values = x.astype(np.float64) / (255.0 if x.dtype == np.uint8 else 1.0)
-    axes = (0, 2, 3) if x.ndim == 4 else None
+    axes = ((0, 2, 3) if x.ndim == 4 else 0 if x.ndim == 2 and x.shape[1] <= PER_FEATURE_MAX
+            else None)
     return values.mean(axis=axes), np.maximum(values.std(axis=axes), STD_FLOOR)
 
 
@@ -165,14 +167,16 @@ def test_bad_sizes_and_fractions_name_the_argument(tmp_path: Path,
 
 def test_feature_rows_from_two_npy_files(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    x = (rng.normal(3.0, 2.0, (50, 5))).astype(np.float32)
+    # features on scales 1,000x apart (issue 43): each gets its own mean and std
+    x = (rng.normal(3.0, 2.0, (50, 5)) * np.array([1, 10, 100, 1000, 0.001])).astype(np.float32)
     y = np.repeat(np.arange(3, dtype=np.int16), [20, 20, 10])  # any integer dtype
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     assert main(["arrays", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"),
                  str(tmp_path / "out")]) == 0
     meta = _check_meta(tmp_path / "out", "arrays", names=None, classes=3)
-    assert meta["input_shape"] == [5] and len(meta["mean"]) == 1  # one value over all features
+    assert meta["input_shape"] == [5] and len(meta["mean"]) == 5  # one pair per feature
+    assert meta["std"][3] / meta["std"][0] > 500
     train, test = _load(tmp_path / "out", "train"), _load(tmp_path / "out", "test")
     assert train[0].dtype == np.float32 and train[1].dtype == np.int64
     assert np.bincount(test[1]).tolist() == [4, 4, 2]
@@ -181,6 +185,15 @@ def test_feature_rows_from_two_npy_files(tmp_path: Path) -> None:
     np.testing.assert_array_equal(together[order], x[np.lexsort(x.T)])
     labels = np.concatenate([train[1], test[1]])[order]
     np.testing.assert_array_equal(labels, y[np.lexsort(x.T)])
+
+
+def test_wide_feature_rows_get_one_pair_that_fits_the_plan(tmp_path: Path) -> None:
+    """Past PER_FEATURE_MAX features the pairs would not fit the trigger's 3 KiB plan."""
+    x = np.random.default_rng(1).normal(size=(40, PER_FEATURE_MAX + 1)).astype(np.float32)
+    np.savez(tmp_path / "wide.npz", x=x, y=np.arange(40) % 2)
+    assert main(["arrays", str(tmp_path / "wide.npz"), str(tmp_path / "out")]) == 0
+    meta = _check_meta(tmp_path / "out", "arrays", names=None, classes=2)
+    assert len(meta["mean"]) == len(meta["std"]) == 1
 
 
 def test_image_rows_and_text_rows_from_an_npz(tmp_path: Path,

@@ -6,8 +6,8 @@ N×F feature vectors (input shape [F], for a model of your own), or int32 N×2×
 (token ids; attention mask); float32 values must be finite. y holds integer labels 0..n-1,
 every class present (stored as int64). Files are read without pickle (``allow_pickle=False``).
 The train/test split is a seeded stratified shuffle (fasdl.datasets.split); ``train/meta.json``
-(fasdl.datasets.meta) has the training split's mean and std (per channel for N×C×H×W, one
-value for N×F, null for text).
+(fasdl.datasets.meta) has the training split's mean and std (per channel for N×C×H×W, per
+feature for N×F up to 32 features and one value past that, null for text).
 """
 
 from __future__ import annotations

@@ -9,9 +9,12 @@ output, fasdl.datasets.output)::
 
 ``input_shape`` is one row's shape (C, H, W; F; or 2, L for text). ``mean`` and ``std`` are
 the training split's statistics as the workers see the rows (uint8 scaled to [0, 1] like
-fasdl.training.data.to_tensors; float32 as is): per channel (axis 1) for N×C×H×W rows, one
-value over all features for N×F rows; population std (ddof 0), accumulated in float64, at
-least 1e-6; null for text. They are what ``workload.normalization`` takes (the ``images``
+fasdl.training.data.to_tensors; float32 as is): per channel (axis 1) for N×C×H×W rows, per
+feature for N×F rows of at most :data:`PER_FEATURE_MAX` features (tabular features differ in
+scale, as scikit-learn's StandardScaler has one pair each), one value over all features for
+wider rows (their pairs would not fit the 3 KiB plan the trigger carries in its environment,
+fasdl.contract.plan); population std (ddof 0), accumulated in float64, at least 1e-6; null
+for text. They are what ``workload.normalization`` takes (the ``images``
 and ``normalize`` augmentations, fasdl.training.augment).
 """
 
@@ -31,11 +34,17 @@ META_FILE = "meta.json"
 META_FORMAT = 1
 KINDS = ("images", "arrays", "text")
 STD_FLOOR = 1e-6
+# 2 × 32 values of ~20 characters, about 1.3 KB, beside a planned plan's own ~1.3 KB
+# (tests/infra/plans/valkey_arm64.json) inside the 3 KiB the trigger's environment holds
+PER_FEATURE_MAX = 32
 _CHUNK_VALUES = 1 << 22  # float64 values per chunk: 32 MiB, whatever the dataset's size
 
 
 def _channels(x: np.ndarray) -> np.ndarray:
-    """``x`` viewed as N × C × values (N×F rows: one channel of F values)."""
+    """``x`` viewed as N × C × values (N×F rows: F channels of one value each, or one channel
+    of F values past :data:`PER_FEATURE_MAX`)."""
+    if x.ndim == 2 and x.shape[1] <= PER_FEATURE_MAX:
+        return x.reshape(len(x), x.shape[1], 1)
     channels = x.shape[1] if x.ndim > 2 else 1
     return x.reshape(len(x), channels, -1)
 

@@ -64,7 +64,7 @@ def check_rows(augmentation: str, row_shape: tuple[int, ...], dtype: np.dtype,
                normalization: Normalization | None = None) -> None:
     """``cifar`` needs 3-channel images (the normalisation has three channels); ``images``
     C×H×W images and ``normalize`` uint8/float32 rows, both with C = len(mean) channels on
-    axis 1 (``normalize``: or N×F rows with one mean and std)."""
+    axis 1 (``normalize``: N×F rows have one per feature, or one for all)."""
     if augmentation == "cifar" and (len(row_shape) != 3 or row_shape[0] != 3
                                     or dtype == TEXT_DTYPE):
         raise AugmentationError(f"training.augmentation 'cifar' needs 3 x H x W image rows, "
