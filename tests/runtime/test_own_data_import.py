@@ -272,3 +272,41 @@ def test_meta_that_disagrees_with_the_rows_is_never_published(tmp_path: Path) ->
         write_splits(stage, "images", (x, y), (x[:2], y[:2]))
         write_dataset(stage / "test", x[:1], y[:1])  # a test split changed after the meta
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# ---- table: a numeric CSV ----------------------------------------------------------------------
+def test_a_numeric_csv_becomes_feature_rows_with_named_classes(tmp_path: Path) -> None:
+    """Issue 43: tabular data without numpy: features on scales 1,000x apart, named labels."""
+    rng = np.random.default_rng(2)
+    lines = ["age,income,species,ratio"]
+    for row in range(60):
+        lines.append(f"{rng.integers(18, 90)},{rng.normal(50_000, 9_000):.2f},"
+                     f"{'cat' if row % 3 else 'dog'},{rng.random():.4f}")
+    (tmp_path / "data.csv").write_text("\n".join(lines) + "\n\n")  # a trailing blank line
+    assert main(["table", str(tmp_path / "data.csv"), str(tmp_path / "out"),
+                 "--label-column", "species"]) == 0
+    meta = _check_meta(tmp_path / "out", "arrays", names=["cat", "dog"], classes=2)
+    assert meta["input_shape"] == [3] and len(meta["mean"]) == 3
+    assert 18 < meta["mean"][0] < 90 and 40_000 < meta["mean"][1] < 60_000  # each its own
+    train, test = _load(tmp_path / "out", "train"), _load(tmp_path / "out", "test")
+    assert train[0].dtype == np.float32 and len(train[1]) + len(test[1]) == 60
+    assert set(np.concatenate([train[1], test[1]]).tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a,b\n1,2\n", "--label-column 'label' is not a column of the header (columns: a, b)"),
+    ("label\n1\n0\n", "no column besides the label"),
+    ("a,label\n1,0\nx,1\n", "line 3: column 'a': 'x' is not a finite number"),
+    ("a,label\n1,0\nnan,1\n", "line 3: column 'a': 'nan' is not a finite number"),
+    ("a,label\n1,0\n,1\n", "line 3: column 'a': '' is not a finite number"),
+    ("a,label\n1,0\n2\n", "line 3: 1 columns, the header has 2"),
+    ("a,label\n1,0\n2,\n", "line 3: empty label"),
+    ("a,label\n", "no rows after the header"),
+])
+def test_a_bad_table_exits_2_naming_the_line_and_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
+    (tmp_path / "bad.csv").write_text(text)
+    assert main(["table", str(tmp_path / "bad.csv"), str(tmp_path / "out"),
+                 "--label-column", "label"]) == 2
+    assert message in _one_line_error(capsys)
+    assert not (tmp_path / "out").exists()

@@ -1,9 +1,10 @@
 """CLI: ``python -m fasdl.datasets digits OUT``, ``... cifar10 TAR OUT``, ``... cola GLUE_COLA_DIR
 OUT [--vocab vocab.txt] [--max-length 64] [--vocab-size 1024]``, ``... textset OUT_DIR
 [--seed S] [--sentences N]``; your own data: ``... images SRC OUT --size H W``, ``... arrays
-X.npy Y.npy OUT`` or ``... arrays DATA.npz OUT``, ``... text SRC.tsv|csv OUT --text-column
-NAME --label-column NAME [--dev FILE] [--max-length L] [--vocab vocab.txt]`` (digits, images,
-arrays and text: ``[--test-fraction 0.2] [--seed 0]`` for the stratified split).
+X.npy Y.npy OUT`` or ``... arrays DATA.npz OUT``, ``... table SRC.csv|tsv OUT --label-column
+NAME`` (numeric features), ``... text SRC.tsv|csv OUT --text-column NAME --label-column NAME
+[--dev FILE] [--max-length L] [--vocab vocab.txt]`` (digits, images, arrays, table and text:
+``[--test-fraction 0.2] [--seed 0]`` for the stratified split).
 
 The importers write ``OUT/train`` (with ``meta.json``: fasdl.datasets.meta) and ``OUT/test``
 (cola, text: and ``OUT/vocab.txt``) together or not at all; a non-empty OUT is refused unless
@@ -27,6 +28,7 @@ from fasdl.datasets.cola import import_cola
 from fasdl.datasets.images import import_images
 from fasdl.datasets.meta import read_meta
 from fasdl.datasets.split import DEFAULT_TEST_FRACTION
+from fasdl.datasets.table import import_table
 from fasdl.datasets.text import import_text
 from fasdl.datasets.textset import write_textset
 from fasdl.datasets.tokens import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE
@@ -78,6 +80,11 @@ def _own_data_commands(commands: Commands) -> list[argparse.ArgumentParser]:
     arrays = commands.add_parser("arrays", help="import x.npy + y.npy, or an .npz with x and y")
     arrays.add_argument("paths", nargs="+", metavar="PATH",
                         help="X.npy Y.npy OUT, or DATA.npz OUT")
+    table = commands.add_parser("table", help="import a CSV/TSV file of numeric features and "
+                                              "a label column")
+    table.add_argument("source", help="a .csv or .tsv file with a header row")
+    table.add_argument("out")
+    table.add_argument("--label-column", required=True, help="the header's name of the labels")
     text = commands.add_parser("text", help="import a TSV/CSV file of labelled texts")
     text.add_argument("source", help="a .tsv or .csv file with a header row")
     text.add_argument("out")
@@ -86,9 +93,9 @@ def _own_data_commands(commands: Commands) -> list[argparse.ArgumentParser]:
     text.add_argument("--dev", help="a file with the same columns: the test split "
                                     "(default: split SOURCE)")
     _token_options(text)
-    for command in (images, arrays, text):
+    for command in (images, arrays, table, text):
         _split_options(command)
-    return [images, arrays, text]
+    return [images, arrays, table, text]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -129,6 +136,9 @@ RUNS: dict[str, Callable[[argparse.Namespace], dict[str, object]]] = {
                                                test_fraction=a.test_fraction, seed=a.seed,
                                                force=a.force)},
     "arrays": _arrays,
+    "table": lambda a: {"rows": import_table(a.source, a.out, label_column=a.label_column,
+                                             test_fraction=a.test_fraction, seed=a.seed,
+                                             force=a.force)},
     "text": lambda a: _tokens(a, import_text(
         a.source, a.out, text_column=a.text_column, label_column=a.label_column, dev=a.dev,
         max_length=a.max_length, vocab=a.vocab, vocab_size=a.vocab_size,

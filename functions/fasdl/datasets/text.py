@@ -41,7 +41,7 @@ from fasdl.datasets.tokens import (
 
 DELIMITERS = {".tsv": "\t", ".csv": ","}
 MAX_FILE_BYTES = 2**30
-_INTEGER = re.compile(r"[+-]?[0-9]+")
+INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Table:
     lines: list[int]
 
 
-def _read_text(path: Path) -> tuple[str, str]:
+def read_text(path: Path) -> tuple[str, str]:
     """The file's text and its delimiter."""
     delimiter = DELIMITERS.get(path.suffix.lower())
     if delimiter is None:
@@ -86,7 +86,7 @@ def _columns(path: Path, header: list[str] | None, names: tuple[str, str]) -> tu
 
 def read_table(path: Path, text_column: str, label_column: str) -> Table:
     """The texts and labels of ``path``; errors name the file and the line."""
-    text, delimiter = _read_text(path)
+    text, delimiter = read_text(path)
     table = Table(path, [], [], [])
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter,
                         quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
@@ -122,7 +122,7 @@ def encode_labels(train: Table, test: Table | None
     """Labels as int64 0..n-1 (train; test or None) and the class names (None for integer
     labels). A test label must be one of the training file's."""
     tables = [train] if test is None else [train, test]
-    if all(_INTEGER.fullmatch(label) for table in tables for label in table.labels):
+    if all(INTEGER.fullmatch(label) for table in tables for label in table.labels):
         y = np.asarray([int(label) for label in train.labels], dtype=np.int64)
         classes = check_labels(f"{train.path}: --label-column", y)
         names: list[str] | None = None
