@@ -232,6 +232,21 @@ def test_dataset_checks_name_the_field() -> None:
         check_dataset(plan, _reader(labels), _sizes(labels))
 
 
+def test_a_plan_whose_input_shape_is_not_the_datasets_is_refused_at_the_start() -> None:
+    """Issue 43: a hand-edited workload.input_shape used to pass plan, synth and the run."""
+    plan = plan_with(samples=100)
+    prefix = plan.workload.dataset
+    objects = {f"{prefix}/x.npy": _npy(np.zeros((120, 1, 4, 4), np.uint8)),
+               f"{prefix}/y.npy": _npy(np.zeros(120, np.int64))}
+    shaped = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload,
+                                                                     input_shape=[1, 4, 4]))
+    check_dataset(shaped, _reader(objects), _sizes(objects))
+    wrong = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload,
+                                                                    input_shape=[3, 4, 4]))
+    with pytest.raises(PlanError, match=r"workload.input_shape.*\[3, 4, 4\].*\[1, 4, 4\]"):
+        check_dataset(wrong, _reader(objects), _sizes(objects))
+
+
 def test_partition_layout_tiles_the_samples() -> None:
     plan = plan_with(samples=103)
     layout = partition_layout(plan)

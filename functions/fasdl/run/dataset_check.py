@@ -108,6 +108,12 @@ def check_dataset(plan: Plan, read_range: RangeReader, size_of: SizeOf) -> Plan:
         raise PlanError("workload.samples",
                         f"the plan trains on {plan.workload.samples} samples but dataset "
                         f"{prefix!r} holds {x.shape[0]} rows")
+    shape = plan.workload.input_shape
+    if shape is not None and tuple(shape) != tuple(x.shape[1:]):  # the model is built for it
+        raise PlanError("workload.input_shape",
+                        f"the plan's model takes rows of shape {list(shape)} but dataset "
+                        f"{prefix!r} holds rows of {list(x.shape[1:])} (its meta.json's "
+                        "input_shape): fix the plan or import the data again")
     test = f"{prefix}/{TEST_SPLIT}"
     if any(size_of(dataset_array_key(prefix, name, test=True)) is not None
            for name in DATASET_ARRAYS):
