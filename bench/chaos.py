@@ -39,6 +39,7 @@ from bench.chaos_schedule import CHANNELS, FAULTS, Shape, Trial, draw_trials
 from bench.smoke import parse_args
 from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
+from infra.compute import TRIGGER_ID
 from infra.settings import REPO_ROOT
 from local.run_options import RunOptions
 from local.run_prep import prepare_dataset, prepare_plan
@@ -46,6 +47,8 @@ from local.template import synthesize
 
 OUTCOMES = ("identical", "clean_failure", "wrong")
 EVICTED = "WARNING: the cache evicted"  # local/run_servers.py's cache_report
+TRIGGER = TRIGGER_ID  # in the trigger function's name (its construct id)
+KILLED = "Runtime.ExitError"  # an invocation the emulator killed
 RUN_TIMEOUT_S = 300
 SMOKE_SEED = 290  # its one trial on S3: a torn frame and a second start, no retry to wait for
 Say = Callable[[str], None]
@@ -110,6 +113,10 @@ def broken_promise(trial: Trial, outcome: Outcome) -> str | None:
     retried = [s.get("attempt") for s in report.get("segments", []) if s.get("attempt")]
     if set(trial.faults) == {"late_trigger"} and retried:
         return f"the late trigger call cost the live segment a retry ({errors_of(report)})"
+    cut = [i for i in report.get("invocations", []) if TRIGGER in str(i.get("function"))
+           and i.get("error") == KILLED]
+    if "late_trigger" in trial.faults and cut:
+        return "the late trigger call was killed at the run's end, before it went on"
     return None
 
 

@@ -122,3 +122,7 @@ def test_a_broken_promise_is_wrong_even_with_the_right_weights() -> None:
                     late)[0] == "identical"
     verdict = classify(Outcome(0, "", retried, b"w", 1.0), b"w", late)
     assert verdict[0] == "wrong" and "'WorkerFenced': 1" in verdict[1]
+    killed = {"segments": [{"attempt": 0}],
+              "invocations": [{"function": "ComputeTrigger54C2BCAB", "error": "Runtime.ExitError"}]}
+    verdict = classify(Outcome(0, "", killed, b"w", 1.0), b"w", late)
+    assert verdict[0] == "wrong" and "killed at the run's end" in verdict[1]
