@@ -33,7 +33,7 @@ from local.interrupts import raise_if_interrupted
 if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
 
-    from local.emulator import Invocation
+    from local.invocation import Invocation
 
 SUPPORTED_MOTO_VERSION = "5.2.5"
 MOTO_CONFIG: dict[str, Any] = {"stepfunctions": {"execute_state_machine": True},

@@ -45,7 +45,7 @@ from local.loopback import LoopbackServer, Reply, Request
 from local.service_faults import KINDS, ServiceErrorKind
 
 if TYPE_CHECKING:
-    from local.emulator import Invocation
+    from local.invocation import Invocation
     from local.template import LocalTemplate
 
 DEFAULT_POLLS = 2

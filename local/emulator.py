@@ -35,13 +35,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from infra.lambda_errors import EXIT, OUT_OF_MEMORY, TIMEOUT
-from infra.lambda_runtime import PYTHON_RUNTIME
 from local.event_tags import action_of, log_tag, worker_of
+from local.invocation import FunctionSpec, Invocation
 from local.invoke import DEADLINE_ENV, PEAK_RSS_KEY, peak_before_call_kb
 from local.lambda_speed import LambdaEmulation
 from local.memory_watchdog import DEFAULT_TICK_S, MIB, MemoryWatchdog, report_lines
@@ -52,47 +52,6 @@ from local.throttle import CpuThrottle, available_cores
 # Inherited from this process so the child finds the venv and behaves; nothing AWS-specific.
 _PASSTHROUGH_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SYSTEMROOT")
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-@dataclass(frozen=True)
-class FunctionSpec:
-    """What the emulator needs of one Lambda function (read from the synthesized template)."""
-
-    name: str
-    handler: str  # module.function, relative to code_dir
-    code_dir: Path
-    timeout_s: float
-    memory_mb: int = 128
-    environment: Mapping[str, str] = field(default_factory=dict)
-    runtime: str = PYTHON_RUNTIME  # the template's Runtime; names the execution environment
-    python_path: tuple[Path, ...] = ()  # layers' python/ folders, after the code (as Lambda)
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """One finished invocation: the payload Step Functions receives and what happened."""
-
-    function: str
-    request_id: str
-    payload: bytes  # empty for a service error: the function never answered
-    function_error: str | None  # "Unhandled" when the payload is an error object
-    error_type: str | None  # the function error's errorType, or the service error's name
-    started: float  # time.time() at start
-    duration_s: float
-    log_path: Path | None
-    worker: int | None = None  # the event's "worker", for per-worker reports
-    memory_mb: int | None = None  # the function's memory size M
-    peak_rss_mb: float | None = None  # the process group's peak (MiB); None: nothing ran
-    cold_start: bool | None = None  # a new sandbox ran its Init; None: nothing ran
-    service_error: ServiceError | None = None  # injected: the Invoke call failed, nothing ran
-
-    @property
-    def timed_out(self) -> bool:
-        return self.error_type == TIMEOUT
-
-    @property
-    def out_of_memory(self) -> bool:
-        return self.error_type == OUT_OF_MEMORY
 
 
 @dataclass(frozen=True)

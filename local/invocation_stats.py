@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from local.emulator import Invocation
+from local.invocation import Invocation
 
 
 def annotate_report(report: dict[str, Any], invocations: Sequence[Invocation],

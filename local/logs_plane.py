@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from local.emulator import Invocation
+from local.invocation import Invocation
 from local.loopback import LoopbackServer, Reply, Request
 from local.template import LOCAL_WORKER_LOG_GROUP
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fasdl.contract.plan import Plan
-from local.emulator import FunctionSpec, LambdaEmulator
+from local.emulator import LambdaEmulator
+from local.invocation import FunctionSpec
 from local.layout import BUCKETS
 from local.profile_fit import ProfileRunError
 from local.run_servers import storage_servers

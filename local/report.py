@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fasdl.contract.plan import Plan
-from local.emulator import Invocation
+from local.invocation import Invocation
 from local.layout import LAYOUT
 
 # Worker time buckets, from the result's "time" map: exchange = upload + aggregate + download.

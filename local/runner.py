@@ -38,8 +38,9 @@ from fasdl.contract.plan import Plan, PlanError
 from local.adapter import LocalStepFunctions, emulator_router
 from local.chaos_faults import with_storage_faults
 from local.control_plane import WorkerFunction
-from local.emulator import FunctionSpec, LambdaEmulator
+from local.emulator import LambdaEmulator
 from local.faults import ROLES, InputError, restarting
+from local.invocation import FunctionSpec
 from local.lambda_speed import EmulationError, LambdaEmulation, load_emulation
 from local.layout import BUCKETS
 from local.reference import single_process_reference

@@ -25,7 +25,7 @@ from typing import Any
 
 from fasdl.contract.settings import ENV_NAMES, STUB_ENV, WORKER_LOG_GROUP_ENV, Settings
 from infra.user_code import REQUIREMENTS_LAYER_ID, USER_CODE_LAYER_ID
-from local.emulator import FunctionSpec
+from local.invocation import FunctionSpec
 from local.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
 LOCAL_WORKER_LOG_GROUP = "/aws/lambda/fasdl-local-worker"

@@ -16,7 +16,8 @@ import pytest
 
 from infra import lambda_errors
 from local.__main__ import build_parser
-from local.emulator import FunctionSpec, Invocation, LambdaEmulator
+from local.emulator import LambdaEmulator
+from local.invocation import FunctionSpec, Invocation
 from local.lambda_speed import LambdaEmulation
 from local.memory_watchdog import MIB, MemoryWatchdog, read_memory
 from local.run_options import RunOptions

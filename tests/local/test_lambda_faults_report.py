@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra import lambda_errors
-from local.emulator import Invocation
+from local.invocation import Invocation
 from local.invocation_stats import annotate_report, format_limits
 from local.service_faults import KINDS, ServiceError
 

@@ -15,8 +15,9 @@ import pytest
 from infra import lambda_errors
 from local.__main__ import main
 from local.adapter import LocalStepFunctions, emulator_router, service_error_response
-from local.emulator import FunctionSpec, Invocation, LambdaEmulator
+from local.emulator import LambdaEmulator
 from local.faults import InputError
+from local.invocation import FunctionSpec, Invocation
 from local.service_faults import (
     KINDS,
     OPTION,

@@ -20,7 +20,8 @@ from fasdl.exchange.channel import factory
 from fasdl.exchange.channel.base import Channel
 from infra.lambda_errors import TIMEOUT
 from local.__main__ import main
-from local.emulator import FunctionSpec, LambdaEmulator
+from local.emulator import LambdaEmulator
+from local.invocation import FunctionSpec
 from local.lambda_speed import (
     LAMBDA_MB_PER_VCPU,
     EmulationError,

@@ -10,7 +10,7 @@ import boto3
 import pytest
 
 from fasdl.aws.memory_report import REPORT_PATTERN, WorkerOutOfMemory, check_failed_attempt
-from local.emulator import Invocation
+from local.invocation import Invocation
 from local.logs_plane import LOG_GROUP, LocalLogs
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from fasdl.contract.plan import Plan
 from infra.settings import DEFAULT_PLAN_PATH
-from local.emulator import Invocation
+from local.invocation import Invocation
 from local.report import lambda_cost_usd, verdict
 from planner.model.profiles import load_prices
 

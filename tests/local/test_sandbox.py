@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from infra import lambda_errors
-from local.emulator import FunctionSpec, Invocation, LambdaEmulator
+from local.emulator import LambdaEmulator
+from local.invocation import FunctionSpec, Invocation
 from tests.local.conftest import STUBS
 
 # generous: an invocation's timeout counts its sandbox's cold start, which a loaded machine
