@@ -40,12 +40,12 @@ from bench.smoke import parse_args
 from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
 from infra.settings import REPO_ROOT
-from local.run_options import RunOptions
-from local.run_prep import prepare_dataset, prepare_plan
-from local.template import synthesize
+from local.aws.template import synthesize
+from local.run.run_options import RunOptions
+from local.run.run_prep import prepare_dataset, prepare_plan
 
 OUTCOMES = ("identical", "clean_failure", "wrong")
-EVICTED = "WARNING: the cache evicted"  # local/run_servers.py's cache_report
+EVICTED = "WARNING: the cache evicted"  # local/run/run_servers.py's cache_report
 RUN_TIMEOUT_S = 300
 SMOKE_SEED = 22  # its one trial: stale_frame + truncated_frame on S3, no retry to wait for
 Say = Callable[[str], None]

@@ -92,7 +92,7 @@ _PROGRAMS: dict[str, Cost] = {
 # python -m MODULE [FIRST ARGUMENT]; None: any first argument
 _MODULES: dict[tuple[str, str | None], Cost | None] = {
     ("pip", None): ((NETWORK,), "pip"),
-    ("local.invoke", None): ((SANDBOX,), "a Lambda emulator sandbox"),
+    ("local.lambda_.invoke", None): ((SANDBOX,), "a Lambda emulator sandbox"),
     ("local", "run"): ((E2E,), "a full local run"),
     ("local", "profile"): ((E2E,), "a full local profiling run"),
     # the benchmarks that start servers, synths, local runs or the layer build themselves

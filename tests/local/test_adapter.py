@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from infra import lambda_errors, segment_states, workflow
-from local import adapter
-from local.adapter import MotoAdapterError
-from local.template import LocalTemplate, function_arn
+from local.aws import adapter
+from local.aws.adapter import MotoAdapterError
+from local.aws.template import LocalTemplate, function_arn
 from tests.local.stub_workflow import (
     HANG_TIMEOUT_S,
     WORKER_TIMEOUT_S,

@@ -1,4 +1,4 @@
-"""local.cache_cap on a real Valkey (one-node cluster, as ElastiCache Serverless): data past
+"""local.servers.cache_cap on a real Valkey (one-node cluster, as ElastiCache Serverless): data past
 the cap is evicted; the buffers of many connections are not data and evict nothing."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from local.cache_cap import POLL_S, CacheCap, evicted_keys
-from local.servers import ValkeyServer
+from local.servers.cache_cap import POLL_S, CacheCap, evicted_keys
+from local.servers.servers import ValkeyServer
 
 FRAME = 50_000
 

@@ -1,4 +1,4 @@
-"""local/cache_plane.py through boto3's real ElastiCache client and fasdl/contract/cache.py:
+"""local/aws/cache_plane.py through boto3's real ElastiCache client and fasdl/contract/cache.py:
 the local answers parse as AWS's do, for each state of the cache stack."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from fasdl.aws.cache_lookup import locate
 from fasdl.contract.errors import CacheMissing, CacheNotReady
-from local.cache_plane import CacheStackState, LocalElastiCache
+from local.aws.cache_plane import CacheStackState, LocalElastiCache
 
 NAME = "fasdlstack-exchange"
 

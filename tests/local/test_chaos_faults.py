@@ -1,4 +1,4 @@
-"""The chaos trials' storage-fault options (local/chaos_faults.py), schedules
+"""The chaos trials' storage-fault options (local/faults/chaos_faults.py), schedules
 (bench/chaos_schedule.py) and verdicts (bench/chaos.py), without running anything."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from bench.chaos import Outcome, classify
 from bench.chaos_schedule import FAULTS, Shape, Trial, draw_trials
 from fasdl.exchange.wire import FrameError, decode_shard
 from local.__main__ import main
-from local.chaos_faults import bad_frame
+from local.faults.chaos_faults import bad_frame
 from tests.local.chaos_schedule import SEED, TRIALS
 
 

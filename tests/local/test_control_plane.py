@@ -14,14 +14,14 @@ from botocore.config import Config
 from fasdl.aws import account
 from fasdl.aws.account import ConcurrencyQuotaTooLow, WorkerFunctionFailed
 from fasdl.contract.errors import WorkerNotReady
-from local.control_plane import (
+from local.aws.control_plane import (
     AccountOptions,
     ControlPlane,
     WorkerFunction,
     parse_account,
 )
-from local.faults import InputError
-from local.template import FunctionResource, LocalTemplate
+from local.aws.template import FunctionResource, LocalTemplate
+from local.faults.faults import InputError
 
 WORKER = "ComputeWorker1A2B3C4D"
 

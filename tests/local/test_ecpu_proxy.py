@@ -1,5 +1,5 @@
-"""local.ecpu_proxy: the local cache metered in ECPUs and held to its ECPU/s maximum, with the
-exchange's own Valkey channel talking to a real Valkey cluster through it."""
+"""local.servers.ecpu_proxy: the local cache metered in ECPUs and held to its ECPU/s maximum, with
+the exchange's own Valkey channel talking to a real Valkey cluster through it."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from fasdl.exchange.channel.valkey import ValkeyChannel
-from local import ecpu_proxy
-from local.ecpu_proxy import BURST_S, KB, EcpuBucket, EcpuProxy, ecpus_of
-from local.servers import HOST, ValkeyServer
+from local.servers import ecpu_proxy
+from local.servers.ecpu_proxy import BURST_S, KB, EcpuBucket, EcpuProxy, ecpus_of
+from local.servers.servers import HOST, ValkeyServer
 from tests.local.fake_clock import FakeClock
 
 FRAME = 1024 * KB

@@ -1,4 +1,4 @@
-"""local.ecpu_proxy forwards each chunk at once: both legs of every relayed connection have
+"""local.servers.ecpu_proxy forwards each chunk at once: both legs of every relayed connection have
 Nagle's algorithm off. With it on, a value's short last chunk waited for the peer's (delayed)
 ACK of the chunk before: bench.prediction's Valkey rows measured 16-19 % slower than predicted,
 6-8 % with it off (docs/results.md)."""
@@ -11,8 +11,8 @@ import time
 import pytest
 
 from fasdl.exchange.channel.valkey import ValkeyChannel
-from local.ecpu_proxy import EcpuProxy
-from local.servers import HOST, ValkeyServer
+from local.servers.ecpu_proxy import EcpuProxy
+from local.servers.servers import HOST, ValkeyServer
 
 pytestmark = pytest.mark.servers
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from infra import lambda_errors
-from local.emulator import LambdaEmulator
-from local.invocation import FunctionSpec
+from local.lambda_.emulator import LambdaEmulator
+from local.lambda_.invocation import FunctionSpec
 from tests.local.conftest import STUBS
 
 TIMEOUT_S = 15  # counts the sandbox's cold start, which a loaded machine stretches

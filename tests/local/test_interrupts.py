@@ -1,4 +1,5 @@
-"""A Ctrl-C that a library swallowed is raised again at the run's next poll (local.interrupts)."""
+"""A Ctrl-C that a library swallowed is raised again at the run's next poll
+(local.aws.interrupts)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from local import interrupts
+from local.aws import interrupts
 
 
 @pytest.fixture

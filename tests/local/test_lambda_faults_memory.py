@@ -16,11 +16,11 @@ import pytest
 
 from infra import lambda_errors
 from local.__main__ import build_parser
-from local.emulator import LambdaEmulator
-from local.invocation import FunctionSpec, Invocation
-from local.lambda_speed import LambdaEmulation
-from local.memory_watchdog import MIB, MemoryWatchdog, read_memory
-from local.run_options import RunOptions
+from local.lambda_.emulator import LambdaEmulator
+from local.lambda_.invocation import FunctionSpec, Invocation
+from local.lambda_.lambda_speed import LambdaEmulation
+from local.lambda_.memory_watchdog import MIB, MemoryWatchdog, read_memory
+from local.run.run_options import RunOptions
 from tests.local.conftest import STUBS
 
 M = 128  # MB: a bare interpreter is ~10 MB of it

@@ -1,14 +1,15 @@
 """report.json and the printed summary expose each invocation's memory peak, the out-of-memory
-kills and the injected service errors (local/invocation_stats.py, used by local/runner.py)."""
+kills and the injected service errors (local/run/invocation_stats.py, used by
+local/run/runner.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from infra import lambda_errors
-from local.invocation import Invocation
-from local.invocation_stats import annotate_report, format_limits
-from local.service_faults import KINDS, ServiceError
+from local.faults.service_faults import KINDS, ServiceError
+from local.lambda_.invocation import Invocation
+from local.run.invocation_stats import annotate_report, format_limits
 
 ROLES = {"WorkerFn": "worker", "TriggerFn": "trigger"}
 

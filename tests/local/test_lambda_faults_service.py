@@ -14,11 +14,10 @@ import pytest
 
 from infra import lambda_errors
 from local.__main__ import main
-from local.adapter import LocalStepFunctions, emulator_router, service_error_response
-from local.emulator import LambdaEmulator
-from local.faults import InputError
-from local.invocation import FunctionSpec, Invocation
-from local.service_faults import (
+from local.aws.adapter import LocalStepFunctions, emulator_router, service_error_response
+from local.aws.template import function_arn
+from local.faults.faults import InputError
+from local.faults.service_faults import (
     KINDS,
     OPTION,
     SERVICE_EXCEPTION,
@@ -26,7 +25,8 @@ from local.service_faults import (
     ServiceFault,
     parse_service_fault,
 )
-from local.template import function_arn
+from local.lambda_.emulator import LambdaEmulator
+from local.lambda_.invocation import FunctionSpec, Invocation
 from tests.local.conftest import STUBS
 
 ARN = function_arn("Fn", "us-east-1")

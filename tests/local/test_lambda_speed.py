@@ -1,5 +1,6 @@
 """Lambda emulation: the CPU cap on real processes, bandwidth shaping on real servers, and both
-through the emulator and the CLI (local/lambda_speed.py, local/throttle.py, local/shaping.py)."""
+through the emulator and the CLI (local/lambda_/lambda_speed.py, local/lambda_/throttle.py,
+local/lambda_/shaping.py)."""
 
 from __future__ import annotations
 
@@ -20,18 +21,18 @@ from fasdl.exchange.channel import factory
 from fasdl.exchange.channel.base import Channel
 from infra.lambda_errors import TIMEOUT
 from local.__main__ import main
-from local.emulator import LambdaEmulator
-from local.invocation import FunctionSpec
-from local.lambda_speed import (
+from local.lambda_.emulator import LambdaEmulator
+from local.lambda_.invocation import FunctionSpec
+from local.lambda_.lambda_speed import (
     LAMBDA_MB_PER_VCPU,
     EmulationError,
     LambdaEmulation,
     install_shaping,
     load_emulation,
 )
-from local.servers import ValkeyServer
-from local.shaping import MB, VISIBLE_SUFFIX, BandwidthShaper, Link, ShapedChannel
-from local.throttle import CpuThrottle, available_cores
+from local.lambda_.shaping import MB, VISIBLE_SUFFIX, BandwidthShaper, Link, ShapedChannel
+from local.lambda_.throttle import CpuThrottle, available_cores
+from local.servers.servers import ValkeyServer
 from planner.model.profiles import Direction, PlatformProfile, load_platform
 from tests.local.emulation_measures import (
     HANDLERS,

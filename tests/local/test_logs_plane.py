@@ -1,5 +1,5 @@
-"""local/logs_plane.py through boto3's real CloudWatch Logs client and fasdl/aws/memory_report.py:
-the emulator's measurements come back as Lambda's REPORT lines."""
+"""local/aws/logs_plane.py through boto3's real CloudWatch Logs client and
+fasdl/aws/memory_report.py: the emulator's measurements come back as Lambda's REPORT lines."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import boto3
 import pytest
 
 from fasdl.aws.memory_report import REPORT_PATTERN, WorkerOutOfMemory, check_failed_attempt
-from local.invocation import Invocation
-from local.logs_plane import LOG_GROUP, LocalLogs
+from local.aws.logs_plane import LOG_GROUP, LocalLogs
+from local.lambda_.invocation import Invocation
 
 
 def _invocation(function: str, peak: float | None, started: float) -> Invocation:

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from local import profile, profile_run
-from local.profile import run_profile
-from local.profile_fit import (
+from local.aws.template import LocalTemplate
+from local.profile import profile, profile_run
+from local.profile.profile import run_profile
+from local.profile.profile_fit import (
     MAX_RELATIVE_ERROR,
     MIN_R_SQUARED,
     plan_command,
     quality_warnings,
 )
-from local.profile_run import ProfileOptions
-from local.template import LocalTemplate
+from local.profile.profile_run import ProfileOptions
 from planner.cli import main as planner_main
 from planner.model.profiles import (
     PlatformProfile,

@@ -1,4 +1,4 @@
-"""The single-process reference a local run is plotted against (local.reference)."""
+"""The single-process reference a local run is plotted against (local.run.reference)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from fasdl.contract.plan import Plan
 from fasdl.datasets.digits import build_digits
 from fasdl.training.data import Partition
 from infra.settings import DEFAULT_PLAN_PATH
-from local.reference import reference_curve, segment_ends, single_process_reference
-from local.report import format_summary, write_report
+from local.run.reference import reference_curve, segment_ends, single_process_reference
+from local.run.report import format_summary, write_report
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from local.report import segment_line
+from local.run.report import segment_line
 
 
 def _results(index: int) -> dict[int, dict[str, object]]:

@@ -1,4 +1,4 @@
-"""The local run report's cost line and verdict (local/report.py)."""
+"""The local run report's cost line and verdict (local/run/report.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from fasdl.contract.plan import Plan
 from infra.settings import DEFAULT_PLAN_PATH
-from local.invocation import Invocation
-from local.report import lambda_cost_usd, verdict
+from local.lambda_.invocation import Invocation
+from local.run.report import lambda_cost_usd, verdict
 from planner.model.profiles import load_prices
 
 

@@ -1,5 +1,5 @@
 """`python -m local run` of a Valkey plan against the states of FasdlCacheStack, as the
-trigger's real ``DescribeServerlessCaches`` call sees them (local/cache_plane.py answers with
+trigger's real ``DescribeServerlessCaches`` call sees them (local/aws/cache_plane.py answers with
 ElastiCache's XML): the synthesized state machine, real servers, one process per invocation.
 
 The cache has its own stack so that destroying it between runs stops its billing; the trigger
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from fasdl.contract.errors import CacheMissing, CacheNotReady
-from local.run_options import RunOptions
-from local.run_prep import prepare_dataset, prepare_plan
-from local.template import synthesize
+from local.aws.template import synthesize
+from local.run.run_options import RunOptions
+from local.run.run_prep import prepare_dataset, prepare_plan
 from tests.local.runs import Run, local_run
 
 EPOCHS = 1  # 22 iterations: one segment

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from infra import lambda_errors
-from local.template import synthesize
+from local.aws.template import synthesize
 from tests.local.fault_job import (
     FAST_PEER_WAIT,
     SEGMENT,

@@ -21,7 +21,7 @@ import pytest
 
 from fasdl.contract.limits import BUDGET_EXCEEDED, DEADLINE_EXCEEDED
 from infra import guard_states
-from local.template import LocalTemplate
+from local.aws.template import LocalTemplate
 from tests.local.fault_job import SEGMENT, fault_job_plan
 from tests.local.runs import Synthesized, local_run, synthesizer
 from tests.local.stub_workflow import run_stub_workflow, stub_calls, stub_emulator

@@ -10,7 +10,7 @@ import pytest
 
 from infra.settings import DEFAULT_PLAN_PATH
 from local.__main__ import main
-from local.template import LocalTemplate
+from local.aws.template import LocalTemplate
 
 
 def _plan(tmp_path: Path, **changes: dict[str, Any]) -> Path:

@@ -1,4 +1,4 @@
-"""`python -m local run` against the account the trigger sees (local/control_plane.py): the
+"""`python -m local run` against the account the trigger sees (local/aws/control_plane.py): the
 synthesized state machine, real servers, one process per invocation, the trigger's real Lambda
 API calls (fasdl/aws/account.py) answered over HTTP.
 
@@ -22,10 +22,10 @@ import pytest
 
 from fasdl.aws.account import POLL_S, ConcurrencyQuotaTooLow, WorkerFunctionFailed
 from infra import lambda_errors
-from local.run_options import RunOptions
-from local.run_prep import prepare_dataset, prepare_plan
-from local.runner import WORKER_HANDLER
-from local.template import load_template, synthesize
+from local.aws.template import load_template, synthesize
+from local.run.run_options import RunOptions
+from local.run.run_prep import prepare_dataset, prepare_plan
+from local.run.runner import WORKER_HANDLER
 from tests.local.runs import Run, local_run
 
 EPOCHS = 2  # 22 iterations per epoch: one segment

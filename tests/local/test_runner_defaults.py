@@ -10,9 +10,9 @@ import pytest
 
 from fasdl.contract.plan import Plan
 from infra.settings import DEFAULT_PLAN_PATH
-from local.jobs import LOCAL_JOBS, local_job
-from local.run_options import DEFAULT_SEGMENTS, RunOptions
-from local.run_prep import _planned_defaults, whole_epoch_segments
+from local.run.jobs import LOCAL_JOBS, local_job
+from local.run.run_options import DEFAULT_SEGMENTS, RunOptions
+from local.run.run_prep import _planned_defaults, whole_epoch_segments
 
 
 @pytest.mark.parametrize(("epochs", "epochs_per_segment"), [

@@ -1,4 +1,4 @@
-"""Warm sandboxes (local/sandbox.py): reused as Lambda reuses an execution environment."""
+"""Warm sandboxes (local/lambda_/sandbox.py): reused as Lambda reuses an execution environment."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from infra import lambda_errors
-from local.emulator import LambdaEmulator
-from local.invocation import FunctionSpec, Invocation
+from local.lambda_.emulator import LambdaEmulator
+from local.lambda_.invocation import FunctionSpec, Invocation
 from tests.local.conftest import STUBS
 
 # generous: an invocation's timeout counts its sandbox's cold start, which a loaded machine

@@ -1,12 +1,13 @@
-"""Duplex in the emulator: the link both directions share below full duplex (local/shaping.py)
-and the profiler's measurement of it through shaped real channels (fasdl/profiling/transfers.py)."""
+"""Duplex in the emulator: the link both directions share below full duplex
+(local/lambda_/shaping.py) and the profiler's measurement of it through shaped real channels
+(fasdl/profiling/transfers.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from fasdl.exchange.channel.base import Channel
-from local.shaping import MB, BandwidthShaper, ShapedChannel, SharedLink
+from local.lambda_.shaping import MB, BandwidthShaper, ShapedChannel, SharedLink
 from planner.model.pipelined import both_ways
 from planner.model.profiles import PlatformProfile, load_platform
 from tests.local.fake_clock import FakeClock

@@ -1,6 +1,6 @@
 """``$FASDL_SYNTH_CACHE``: the suite's runs synthesize the same few plans again and again, so
-local.template keeps one synth per distinct input (plan bytes, context, stack name) and copies it.
-The CLI itself is replaced by a recorder here: what is tested is the keying and the copy; every
+local.aws.template keeps one synth per distinct input (plan bytes, context, stack name) and copies
+it. The CLI itself is replaced by a recorder here: what is tested is the keying and the copy; every
 end-to-end test synthesizes through this path with the real CLI."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from local import template
+from local.aws import template
 
 MACHINE = {"Resources": {"M": {"Type": "AWS::StepFunctions::StateMachine"}}}
 
