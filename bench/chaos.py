@@ -15,8 +15,8 @@ JSON summary ``{"trials", "identical", "clean_failures", "wrong", "faults"}``; t
 ``wrong == 0`` always. Only the channels the schedule and the references use are synthesized.
 
 ``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): one trial of W = 2 and one epoch in one
-segment (tests/local/test_chaos.py's job), seed 22: a stale and a torn frame planted on S3, the
-reference on S3 only.
+segment (tests/local/faults/test_chaos.py's job), seed 22: a stale and a torn frame planted on S3,
+the reference on S3 only.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def _fail(what: str) -> MotoAdapterError:
     return MotoAdapterError(
         f"local/aws/adapter.py supports moto=={SUPPORTED_MOTO_VERSION} only: {what}. Pin "
         f"moto[server]=={SUPPORTED_MOTO_VERSION} (pyproject.toml) or port local/aws/adapter.py "
-        "to the new internals and rerun tests/local/test_adapter.py")
+        "to the new internals and rerun tests/local/aws/test_adapter.py")
 
 
 def _targets() -> tuple[type[Any], type[Any]]:

@@ -8,7 +8,7 @@ that keeps dying ends the run on the failure path with the error recorded.
 The job is planned and synthesized once (``--plan``/``--cdk-out``) to save a synth per run;
 a run on the other channel reuses one synth per deployment; the two Valkey faults (a restart,
 a VPC worker not ready then throttled) share one run, as do a killed worker and the service
-errors of an s3 run. The out-of-memory runs are in tests/local/test_run_out_of_memory.py.
+errors of an s3 run. The out-of-memory runs are in tests/local/run/test_run_out_of_memory.py.
 The Distributed Map path (W > 40 on AWS) runs the same W = 4 job from a template synthesized
 with ``-c inline_map_max_workers=2``.
 

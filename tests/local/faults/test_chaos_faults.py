@@ -51,7 +51,7 @@ def test_planted_frames_are_rejected_by_the_live_reader() -> None:
         decode_shard(torn, run=live, iteration=17, shard=0)
 
 
-ONE_SEGMENT = Shape(iterations=22, workers=2, segments=1)  # tests/local/test_chaos.py's job
+ONE_SEGMENT = Shape(iterations=22, workers=2, segments=1)  # tests/local/faults/test_chaos.py's job
 
 
 def test_schedules_are_seeded_and_five_trials_cover_every_fault() -> None:
