@@ -15,8 +15,8 @@ JSON summary ``{"trials", "identical", "clean_failures", "wrong", "faults"}``; t
 ``wrong == 0`` always. Only the channels the schedule and the references use are synthesized.
 
 ``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): one trial of W = 2 and one epoch in one
-segment (tests/local/test_chaos.py's job), seed 290: a torn frame planted and a second execution
-started with the run id, on S3; the reference on S3 only.
+segment (tests/local/faults/test_chaos.py's job), seed 290: a torn frame planted and a second
+execution started with the run id, on S3; the reference on S3 only.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
 from infra.compute import TRIGGER_ID
 from infra.settings import REPO_ROOT
-from local.run_options import RunOptions
-from local.run_prep import prepare_dataset, prepare_plan
-from local.template import synthesize
+from local.aws.template import synthesize
+from local.run.run_options import RunOptions
+from local.run.run_prep import prepare_dataset, prepare_plan
 
 OUTCOMES = ("identical", "clean_failure", "wrong")
-EVICTED = "WARNING: the cache evicted"  # local/run_servers.py's cache_report
+EVICTED = "WARNING: the cache evicted"  # local/run/run_servers.py's cache_report
 TRIGGER = TRIGGER_ID  # in the trigger function's name (its construct id)
 KILLED = "Runtime.ExitError"  # an invocation the emulator killed
 RUN_TIMEOUT_S = 300

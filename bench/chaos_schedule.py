@@ -8,7 +8,7 @@ the ``python -m local run`` options and worker or trigger environment that injec
 * ``valkey_restart`` / ``s3_restart``: the Valkey (its keys are lost) or SeaweedFS (its objects
   survive) server restarts once the exchange reaches a random iteration;
 * ``stale_frame``: a frame under an older epoch's identity planted where a live reader looks;
-* ``truncated_frame``: a torn frame planted there (local/chaos_faults.py);
+* ``truncated_frame``: a torn frame planted there (local/faults/chaos_faults.py);
 * ``trigger_retry``: the first trigger action's Invoke fails 10 s after it started, while the
   action, stalled 15 s between reading the fence and writing it, runs on: its retry issues
   the epoch, and the late write must fail rather than set the fence back (fasdl.run.fencing);
@@ -18,7 +18,7 @@ the ``python -m local run`` options and worker or trigger environment that injec
 * ``same_request_duplicate``: like ``duplicate``, but the retried Invoke runs under the first
   one's request id: only the claim's own nonce refuses the copy;
 * ``same_run_id``: a second execution with the running one's run id, started once the first
-  issued its epoch (``--start-twice``, local/second_start.py): it must fail with ``RunExists``
+  issued its epoch (``--start-twice``, local/run/second_start.py): it must fail with ``RunExists``
   and leave the first's run alone;
 * ``late_trigger``: the first ``next`` action (``start`` in a one-segment job) waits before it
   reads the fence while its Invoke fails after 10 s: the retry issues the epoch and the
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fasdl.run.fault_hooks import FENCE_STALL_ENV, LATE_CALL_ENV
-from local.chaos_faults import AHEAD
+from local.faults.chaos_faults import AHEAD
 
 FAULTS = ("killed", "zombie", "duplicate", "valkey_restart", "s3_restart", "stale_frame",
           "truncated_frame", "trigger_retry", "cache_full", "same_request_duplicate",

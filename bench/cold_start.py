@@ -6,7 +6,7 @@ init does not finish, Lambda retries it at the first invocation under the functi
 M MB gets M/1769 vCPU. The torch layer unpacks ``torch.tar.zst`` (~100 MB -> 483 MB) into /tmp
 and then imports torch; this measures both in fresh ``python -I -S`` processes that see only the
 stdlib and the layer's ``python/`` dir (no site-packages), each held to M/1769 vCPU by the local
-emulation's CPU cap (local/throttle.py, the same one ``--emulate-lambda`` uses):
+emulation's CPU cap (local/lambda_/throttle.py, the same one ``--emulate-lambda`` uses):
 
 * cold: ``fasdl_torch_loader.ensure_torch(target)`` into an empty target, then ``import torch``;
 * warm: the tree is already there (``reused``), then ``import torch``.
@@ -57,8 +57,8 @@ from bench.cold_start_stats import (
     summarize,
 )
 from bench.smoke import parse_args, smoke_folder
-from local.lambda_speed import LambdaEmulation
-from local.throttle import CpuThrottle, available_cores
+from local.lambda_.lambda_speed import LambdaEmulation
+from local.lambda_.throttle import CpuThrottle, available_cores
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_LAYER = REPO / "layers" / "torch" / "dist"

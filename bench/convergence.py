@@ -75,7 +75,7 @@ from fasdl.training.data import (
     load_partition,
 )
 from fasdl.training.networks import build_seeded_model
-from local.reference import evaluate, reference_curve, worker_streams
+from local.run.reference import evaluate, reference_curve, worker_streams
 from planner.model.recipe import Recipe
 
 GOALS = {"bsp": 0.5, "hap": 1.5}  # points
@@ -204,7 +204,8 @@ def network(case: Case, plan: Plan, train: Partition) -> torch.nn.Module:
 
 
 def reference(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
-    """One process, the union of the workers' batches, the runtime's recipe (local.reference)."""
+    """One process, the union of the workers' batches, the runtime's recipe
+    (local.run.reference)."""
     final = reference_curve(plan, train, test, [plan.total_iterations])[-1]
     value = final[case.metric]
     return 0.0 if value is None else float(value)

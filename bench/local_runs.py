@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fasdl.contract.plan import Plan
-from local.run_options import RunOptions
-from local.runner import run
+from local.run.run_options import RunOptions
+from local.run.runner import run
 from planner.cli_inputs import max_deadline_s
 from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
 from planner.model.problem import VIOLATION_TEXT, Problem, Violation

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         path, worker, endpoint, bucket, run_id, steps = args.child
         print(json.dumps(child(path, int(worker), endpoint, bucket, run_id, int(steps))))
         return 0
-    from local.servers import SeaweedS3Server
+    from local.servers.servers import SeaweedS3Server
 
     names = args.workload or list(WORKLOADS)
     plans = [planned(name) for name in names]

@@ -4,7 +4,7 @@ stay inside AWS's limits (256 KiB per state input/output, 25,000 history events)
 ``python -m bench.orchestration [--workers 1000] [--segments 4] [--sleep-ms 5]
 [--segments-per-execution 3]`` synthesizes the default plan widened to W workers
 (``npx cdk synth``; W > 40 takes the Distributed Map), runs it in moto's ASL interpreter
-(local/adapter.py) with every Lambda answered in-process: a worker claims its slot (a second
+(local/aws/adapter.py) with every Lambda answered in-process: a worker claims its slot (a second
 copy would be WorkerDuplicate), sleeps a few ms, writes its result JSON to a real SeaweedFS
 server and returns; worker 7 of segment 1 dies once (Runtime.ExitError: ``retry``) and worker 3
 of segment 2 times out once (Sandbox.Timedout: ``shorten``). The trigger's ``outcome`` action
@@ -41,9 +41,9 @@ from fasdl.contract.settings import Settings
 from fasdl.run import results, segment_outcome
 from infra import lambda_errors, workflow
 from infra.settings import REPO_ROOT
-from local.adapter import LocalStepFunctions
-from local.servers import SeaweedS3Server
-from local.template import load_template, synthesize
+from local.aws.adapter import LocalStepFunctions
+from local.aws.template import load_template, synthesize
+from local.servers.servers import SeaweedS3Server
 
 PAYLOAD_LIMIT_KIB = 256
 HISTORY_LIMIT = 25_000

@@ -19,7 +19,7 @@ from infra.lambda_runtime import tree_bytes
 # but a folder the user did not mean to ship (data beside the model file) is refused here.
 MAX_USER_CODE_BYTES = 50 * 2**20
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
-# The layer's construct id: local/template.py puts its python/ on the emulated PYTHONPATH
+# The layer's construct id: local/aws/template.py puts its python/ on the emulated PYTHONPATH
 USER_CODE_LAYER_ID = "UserCodeLayer"
 # The layer of workload.requirements (layers/torch/requirements_layer.py builds it)
 REQUIREMENTS_LAYER_ID = "RequirementsLayer"

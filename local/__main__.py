@@ -1,7 +1,8 @@
 """``python -m local run [--plan plan.json] [--channel s3|valkey] [--epochs N] ...`` and
-``python -m local profile [--memories MB ...] [--channel s3|valkey] ...`` (local/profile.py).
+``python -m local profile [--memories MB ...] [--channel s3|valkey] ...``
+(local/profile/profile.py).
 
-Runs the CDK-synthesized state machine on this machine (see local/runner.py). Exit codes:
+Runs the CDK-synthesized state machine on this machine (see local/run/runner.py). Exit codes:
 0 the run succeeded, 1 it failed or timed out, 2 bad input (nothing was started),
 130 interrupted (everything started was stopped).
 """
@@ -13,15 +14,16 @@ import sys
 from pathlib import Path
 
 from infra.lambda_errors import EXIT, OUT_OF_MEMORY
-from local import control_plane, interrupts, profile
-from local.cache_plane import STATES as CACHE_STACK_STATES
-from local.cache_plane import CacheStackState
-from local.chaos_faults import StorageFaults
-from local.faults import InputError, parse_inject_env
-from local.run_options import DEFAULT_WORKLOAD, RunOptions
-from local.runner import run
-from local.sandbox import DEFAULT_IDLE_S
-from local.service_faults import KINDS, OPTION, parse_service_fault
+from local.aws import control_plane, interrupts
+from local.aws.cache_plane import STATES as CACHE_STACK_STATES
+from local.aws.cache_plane import CacheStackState
+from local.faults.chaos_faults import StorageFaults
+from local.faults.faults import InputError, parse_inject_env
+from local.faults.service_faults import KINDS, OPTION, parse_service_fault
+from local.lambda_.sandbox import DEFAULT_IDLE_S
+from local.profile import profile
+from local.run.run_options import DEFAULT_WORKLOAD, RunOptions
+from local.run.runner import run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--channel", choices=("s3", "valkey"),
                             help="exchange channel (default: the plan's, s3 when planning)")
     run_parser.add_argument("--epochs", type=int, help="epochs (default when planning: the "
-                            "workload's local job in local/jobs.py, e.g. 40 for cnn-digits)")
+                            "workload's local job in local/run/jobs.py, e.g. 40 for cnn-digits)")
     run_parser.add_argument("--workers", type=int,
                             help="W (default 4 when planning; with --plan it must match)")
     run_parser.add_argument("--timeout", type=float, default=900.0,

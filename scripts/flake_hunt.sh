@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 rounds=${N:-3}
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then  # the parallel pass's heaviest files
-  files=(tests/local/test_run_e2e.py tests/integration/test_workers.py tests/local/test_profile.py)
+  files=(tests/local/run/test_run_e2e.py tests/integration/test_workers.py tests/local/profile/test_profile.py)
 fi
 select=()
 [ -n "${MARKS:-}" ] && select=(-m "$MARKS")

@@ -19,10 +19,10 @@ _OWN_SYNTH_CACHE = "_FASDL_SUITE_SYNTH_CACHE"  # set when this session made the 
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """One synth per distinct plan for the whole session (local.template's cache): the folder is
+    """One synth per distinct plan for the whole session (local.aws.template's cache): the folder is
     made by the controller before xdist starts its workers, which inherit the variable, and by
     the local runs' subprocesses in turn."""
-    from local.template import SYNTH_CACHE_ENV
+    from local.aws.template import SYNTH_CACHE_ENV
 
     if "PYTEST_XDIST_WORKER" in os.environ or SYNTH_CACHE_ENV in os.environ:
         return

@@ -31,31 +31,33 @@ PATHS: dict[str, tuple[str, ...]] = {
     "layer/test_build_target.py::test_refuses_cuda_build": (NETWORK,),
     "layer/test_build_target.py::test_refuses_wrong_arch_or_glibc": (NETWORK,),
     "layer/test_requirements_layer.py": (NETWORK,),
-    "local/test_adapter.py": (SANDBOX,),
-    "local/test_chaos.py": (SYNTH,),  # the trials' synths; the runs are children
-    "local/test_ecpu_relay_sockets.py": (SERVERS,),
-    "local/test_emulator.py": (SANDBOX,),
-    "local/test_lambda_faults_memory.py": (SANDBOX,),
-    "local/test_lambda_faults_service.py::test_a_fault_for_an_action_waits_for_an_event_with_it":
+    "local/aws/test_adapter.py": (SANDBOX,),
+    "local/faults/test_chaos.py": (SYNTH,),  # the trials' synths; the runs are children
+    "local/servers/test_ecpu_relay_sockets.py": (SERVERS,),
+    "local/lambda_/test_emulator.py": (SANDBOX,),
+    "local/lambda_/test_lambda_faults_memory.py": (SANDBOX,),
+    "local/faults/test_lambda_faults_service.py::test_a_fault_for_an_action_waits_for_an_event_with_it":
         (SANDBOX,),
-    "local/test_lambda_faults_service.py::test_catch_sees_the_aws_error_name": (SANDBOX,),
-    "local/test_lambda_faults_service.py::test_concurrent_invocations_take_exactly_n": (SANDBOX,),
-    "local/test_lambda_faults_service.py::test_faults_for_one_function_queue_in_order":
+    "local/faults/test_lambda_faults_service.py::test_catch_sees_the_aws_error_name": (SANDBOX,),
+    "local/faults/test_lambda_faults_service.py::test_concurrent_invocations_take_exactly_n":
         (SANDBOX,),
-    "local/test_lambda_faults_service.py::test_first_n_fail_without_running_then_the_handler_runs":
+    "local/faults/test_lambda_faults_service.py::test_faults_for_one_function_queue_in_order":
         (SANDBOX,),
-    "local/test_lambda_faults_service.py::test_retry_on_the_name_then_the_handler_runs":
+    "local/faults/test_lambda_faults_service.py::test_first_n_fail_without_running_then_the_handler_runs":
         (SANDBOX,),
-    "local/test_lambda_speed.py": (SANDBOX,),
-    "local/test_own_model_e2e.py": (SYNTH,),
-    "local/test_profile.py::test_profile_end_to_end": (SERVERS, SYNTH, SANDBOX),  # in-process
-    "local/test_run_cache_stack.py": (SYNTH,),
-    "local/test_run_faults.py": (SYNTH,),
-    "local/test_run_guards.py": (SYNTH,),
-    "local/test_run_guards.py::test_deadline_stop_ends_in_its_own_failed_state": (SANDBOX,),
-    "local/test_run_out_of_memory.py": (SYNTH,),
-    "local/test_run_quotas.py": (SYNTH,),
-    "local/test_sandbox.py": (SANDBOX,),
+    "local/faults/test_lambda_faults_service.py::test_retry_on_the_name_then_the_handler_runs":
+        (SANDBOX,),
+    "local/lambda_/test_lambda_speed.py": (SANDBOX,),
+    "local/run/test_own_model_e2e.py": (SYNTH,),
+    "local/profile/test_profile.py::test_profile_end_to_end":
+        (SERVERS, SYNTH, SANDBOX),  # in-process
+    "local/run/test_run_cache_stack.py": (SYNTH,),
+    "local/run/test_run_faults.py": (SYNTH,),
+    "local/run/test_run_guards.py": (SYNTH,),
+    "local/run/test_run_guards.py::test_deadline_stop_ends_in_its_own_failed_state": (SANDBOX,),
+    "local/run/test_run_out_of_memory.py": (SYNTH,),
+    "local/run/test_run_quotas.py": (SYNTH,),
+    "local/lambda_/test_sandbox.py": (SANDBOX,),
     "runtime/test_fencing.py::test_a_later_segment_never_reads_a_dead_attempts_merged_shards":
         (SERVERS,),  # moto as a server
     "runtime/test_lambda_python.py": (NETWORK, SERVERS),  # pip for cp312; moto as a server
@@ -92,7 +94,7 @@ _PROGRAMS: dict[str, Cost] = {
 # python -m MODULE [FIRST ARGUMENT]; None: any first argument
 _MODULES: dict[tuple[str, str | None], Cost | None] = {
     ("pip", None): ((NETWORK,), "pip"),
-    ("local.invoke", None): ((SANDBOX,), "a Lambda emulator sandbox"),
+    ("local.lambda_.invoke", None): ((SANDBOX,), "a Lambda emulator sandbox"),
     ("local", "run"): ((E2E,), "a full local run"),
     ("local", "profile"): ((E2E,), "a full local profiling run"),
     # the benchmarks that start servers, synths, local runs or the layer build themselves

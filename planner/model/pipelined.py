@@ -7,7 +7,7 @@ t'_d: a worker's chunk as it travels, bf16: half the bytes), and d the platform'
 function's upload and download overlap fully, the default; 0: they share one link; the
 profiler measures it), running U seconds of uploads beside D seconds of downloads takes
 U ∥ D = max(U, D, (1 − d/2)·(U + D)). Requests in one direction follow each other, as the
-paper's Eq. 3-2..3-4 take them (and the local emulator shapes them, local/shaping.py).
+paper's Eq. 3-2..3-4 take them (and the local emulator shapes them, local/lambda_/shaping.py).
 
 - a non-aggregator uploads its K·C chunks of iteration l (U_n) while it downloads the K·C
   merged chunks of l−1 (HAP):          c_n = (K·C·t'_u) ∥ (K·C·t_d)
@@ -187,7 +187,7 @@ def _aggregator_floors(t: PipelinedTerms) -> tuple[FloatArray, FloatArray]:
 
 def both_ways(up: ArrayLike, down: ArrayLike, duplex: ArrayLike) -> FloatArray:
     """U ∥ D: seconds of ``up`` of uploads beside ``down`` of downloads, max(U, D,
-    (1 − d/2)·(U + D)); the local emulator shapes the same (local/shaping.py)."""
+    (1 − d/2)·(U + D)); the local emulator shapes the same (local/lambda_/shaping.py)."""
     u, v = np.asarray(up, dtype=np.float64), np.asarray(down, dtype=np.float64)
     d = np.asarray(duplex, dtype=np.float64)
     return np.asarray(np.maximum(np.maximum(u, v), (1.0 - d / 2.0) * (u + v)),

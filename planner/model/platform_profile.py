@@ -40,7 +40,8 @@ DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
 
 
 # Lambda's CPU: one vCPU per 1,769 MB, linear in memory, at most 6 (10,240 MB); AWS
-# resource-model.html. local/lambda_speed.py caps emulated invocations with the same numbers.
+# resource-model.html. local/lambda_/lambda_speed.py caps emulated invocations with the same
+# numbers.
 LAMBDA_MB_PER_VCPU = 1769.0
 LAMBDA_MAX_VCPUS = 6.0
 # The torch load (zstd stream + tar extraction, then `import torch`) runs on one thread:

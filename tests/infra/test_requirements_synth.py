@@ -19,7 +19,7 @@ from infra.lambda_runtime import PYTHON_RUNTIME, REQUIREMENTS_MANIFEST, lambda_t
 from infra.settings import LAYER_MANIFEST, SynthSettingsError, load_settings
 from infra.stack import build_stacks
 from infra.user_code import REQUIREMENTS_LAYER_ID
-from local.template import load_template
+from local.aws.template import load_template
 from tests.infra.app_process import synth_app
 from tests.infra.conftest import REPO_ROOT, STUB_TORCH_LAYER, cdk_context
 from tests.layer.wheels import make_wheel
@@ -74,7 +74,7 @@ def test_the_layer_is_attached_and_on_the_emulated_path(tmp_path: Path) -> None:
     settings = _settings(built)
     assert settings.requirements_layer_dir == built["layer"]
     outdir = tmp_path / "cdk.out"
-    # the CLI's default, which local/template.py reads the staged asset folders by
+    # the CLI's default, which local/aws/template.py reads the staged asset folders by
     app = cdk.App(context={**cdk_context(), "aws:cdk:enable-asset-metadata": True},
                   outdir=str(outdir))
     stack, _ = build_stacks(app, settings)

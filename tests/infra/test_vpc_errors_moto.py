@@ -20,8 +20,8 @@ from fasdl.contract.errors import VPC_FAILURE_ADVICE
 from fasdl.contract.settings import Settings
 from fasdl.run import results
 from infra import lambda_errors, workflow
-from local.adapter import LocalStepFunctions, service_error_response
-from local.service_faults import KINDS, ServiceError, ServiceErrorKind
+from local.aws.adapter import LocalStepFunctions, service_error_response
+from local.faults.service_faults import KINDS, ServiceError, ServiceErrorKind
 from tests.infra.conftest import Synth, state_machine_definition
 from tests.infra.moto_workflow import FakeLambdas
 

@@ -21,8 +21,8 @@ from fasdl.exchange.channel.factory import (
 from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.exchange.channel.valkey import ValkeyChannel
 from fasdl.exchange.wire import FrameError, decode_shard, encode_shard
-from local import servers
-from local.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.servers import servers
+from local.servers.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from tests.integration.conftest import VALKEY_BACKENDS, Backend
 
 RUN = "run-int"

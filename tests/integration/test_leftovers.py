@@ -1,9 +1,9 @@
 """Nothing left behind on the exchange, and a cache sized for what is really there.
 
 A Valkey run of several segments, one of them retried after a crash and one shortened, played
-by hand like tests/integration/test_workers.py, on a Valkey of its own held by local.cache_cap
-to the planned data cap (fasdl.contract.cache) with volatile-lru, as ElastiCache Serverless
-evicts. After every segment the cache holds keys of the live epoch
+by hand like tests/integration/test_workers.py, on a Valkey of its own held by
+local.servers.cache_cap to the planned data cap (fasdl.contract.cache) with volatile-lru, as
+ElastiCache Serverless evicts. After every segment the cache holds keys of the live epoch
 only (worker 0 of each epoch deletes the epochs it supersedes), nothing was evicted, and
 finalize leaves nothing at all; the results bucket keeps the chain's last two checkpoints."""
 
@@ -23,8 +23,8 @@ from fasdl.contract.cache import CACHE_HEADROOM, exchange_peak_copies
 from fasdl.contract.keys import checkpoint_group, checkpoints_prefix, claim_key, manifest_key
 from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.s3 import S3Channel
-from local.cache_cap import CONNECTIONS_PER_WORKER, CacheCap, evicted_keys
-from local.servers import SeaweedS3Server, ValkeyServer
+from local.servers.cache_cap import CONNECTIONS_PER_WORKER, CacheCap, evicted_keys
+from local.servers.servers import SeaweedS3Server, ValkeyServer
 from tests.integration.worker_stack import (
     BUCKETS,
     Stack,

@@ -27,7 +27,7 @@ PLANTS = [
      "The planner takes from the runtime its contract and four named modules only"),
     ("functions/fasdl/contract/keys.py", "import torch",
      "The runtime's contract imports only the standard library"),
-    ("local/servers.py", "import local.runner",
+    ("local/servers/servers.py", "import local.run.runner",
      "The local runner's rooms import only downwards (servers never import the run)"),
 ]
 

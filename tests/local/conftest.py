@@ -12,8 +12,8 @@ import pytest
 from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.factory import build_channel
 from infra.settings import DEFAULT_PLAN_PATH
-from local.servers import SeaweedS3Server, ValkeyServer
-from local.template import LocalTemplate, load_template, synthesize
+from local.aws.template import LocalTemplate, load_template, synthesize
+from local.servers.servers import SeaweedS3Server, ValkeyServer
 from planner.model.profiles import PlatformProfile, load_platform
 
 STUBS = Path(__file__).parent / "stubs"

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from fasdl.exchange.channel.base import Channel
-from local.throttle import CpuThrottle
+from local.lambda_.throttle import CpuThrottle
 
 # A busy loop (or a sleepy one) that reports its own CPU seconds per wall second.
 LOOP = textwrap.dedent("""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from local.run_options import RunOptions
-from local.run_prep import prepare_dataset, prepare_plan
-from local.template import synthesize
+from local.aws.template import synthesize
+from local.run.run_options import RunOptions
+from local.run.run_prep import prepare_dataset, prepare_plan
 from tests.local.runs import Job, Run
 
 EPOCHS = 8  # 22 iterations per epoch

@@ -13,7 +13,7 @@ from typing import Any
 
 from fasdl.contract.plan import Plan
 from infra.settings import REPO_ROOT
-from local.template import synthesize
+from local.aws.template import synthesize
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from infra import workflow
-from local.adapter import LocalStepFunctions, emulator_router
-from local.emulator import LambdaEmulator
-from local.template import LocalTemplate
+from local.aws.adapter import LocalStepFunctions, emulator_router
+from local.aws.template import LocalTemplate
+from local.lambda_.emulator import LambdaEmulator
 from tests.local.conftest import STUBS
 
 BINDINGS = {"FASDL_DATASETS_BUCKET": "datasets", "FASDL_RESULTS_BUCKET": "results",

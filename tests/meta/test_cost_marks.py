@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from local.binaries import valkey_server_binary
+from local.servers.binaries import valkey_server_binary
 from tests import costs
 
 TESTS = Path(costs.__file__).resolve().parent
@@ -61,7 +61,7 @@ def test_every_fixture_in_the_table_is_defined(fixture: str) -> None:
     (["node", "--max-old-space-size=4069", "/tmp/x/bin/jsii-runtime.js"], None),  # by its calls
     (["/v/bin/python", "-m", "pip", "install", "zstandard"], costs.NETWORK),
     (["/v/bin/python", "/repo/layers/torch/build.py", "--level", "3"], costs.NETWORK),
-    (["/v/bin/python", "-m", "local.invoke", "--serve", "handlers.worker"], costs.SANDBOX),
+    (["/v/bin/python", "-m", "local.lambda_.invoke", "--serve", "handlers.worker"], costs.SANDBOX),
     (["/v/bin/python", "-m", "local", "run", "--plan", "plan.json"], costs.E2E),
     (["/v/bin/python", "-u", "-m", "local", "profile"], costs.E2E),
     (["/v/bin/python", "-m", "planner", "plan", "--workload", "cnn-digits"], None),
@@ -85,7 +85,7 @@ import subprocess
 
 import pytest
 
-from local.binaries import valkey_server_binary
+from local.servers.binaries import valkey_server_binary
 
 
 def start_valkey():

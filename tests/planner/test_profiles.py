@@ -162,8 +162,8 @@ def test_shipped_platforms_charge_the_torch_load() -> None:
 
 
 def test_lambda_vcpus_are_memory_over_1769_up_to_6() -> None:
-    from local.lambda_speed import LAMBDA_MAX_VCPUS as EMULATED_MAX
-    from local.lambda_speed import LAMBDA_MB_PER_VCPU as EMULATED_MB
+    from local.lambda_.lambda_speed import LAMBDA_MAX_VCPUS as EMULATED_MAX
+    from local.lambda_.lambda_speed import LAMBDA_MB_PER_VCPU as EMULATED_MB
 
     # the planner charges what the local emulation enforces
     assert (LAMBDA_MB_PER_VCPU, LAMBDA_MAX_VCPUS) == (EMULATED_MB, EMULATED_MAX)

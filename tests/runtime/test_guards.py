@@ -1,7 +1,7 @@
 """Deadline and budget guards (fasdl.run.guards), the measured figures (fasdl.run.usage) and
 the plan's limits (fasdl.contract.limits): the arithmetic on its own, then the trigger and
 finalize handlers against an in-memory S3 (moto) through a stop and a resume. The same stop
-through the synthesized state machine is tests/local/test_run_guards.py."""
+through the synthesized state machine is tests/local/run/test_run_guards.py."""
 
 from __future__ import annotations
 

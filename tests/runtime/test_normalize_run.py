@@ -20,7 +20,7 @@ from fasdl.contract.settings import Settings
 from fasdl.datasets.meta import channel_statistics
 from fasdl.run import segment_runner
 from fasdl.training.data import Partition
-from local.reference import reference_curve
+from local.run.reference import reference_curve
 from tests.lambda_context import FakeLambdaContext
 from tests.runtime.conftest import DATASETS
 from tests.runtime.kreduce_helpers import make_plan

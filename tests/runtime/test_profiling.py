@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from fasdl.profiling import measure as profiling
-from local.servers import SeaweedS3Server, ServerBinaryMissing
+from local.servers.servers import SeaweedS3Server, ServerBinaryMissing
 from planner.cli import main
 from planner.cli_inputs import EXIT_OK
 from planner.model.profiles import load_platform_file, load_workload

@@ -43,7 +43,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 DEFAULT_FENCE_CHECK_S = 10.0  # one small GET per worker per 10 s: a zombie stops within it
 DEFAULT_KEEP_CHECKPOINTS = 2
 MAX_KEEP_CHECKPOINTS = 1000
-# Variables of one reader each (infra and local/template.py render them by these names); read
+# Variables of one reader each (infra and local/aws/template.py render them by these names); read
 # like every other through Settings: from_env, or Settings.read_one where no stack environment
 # is (the planner's and the synth's model builds; the torch check before a handler's settings).
 WORKER_LOG_GROUP_ENV = "FASDL_WORKER_LOG_GROUP"  # the trigger's: the worker's log group

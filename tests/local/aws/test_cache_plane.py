@@ -1,0 +1,49 @@
+"""local/aws/cache_plane.py through boto3's real ElastiCache client and fasdl/contract/cache.py:
+the local answers parse as AWS's do, for each state of the cache stack."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import boto3
+import pytest
+
+from fasdl.aws.cache_lookup import locate
+from fasdl.contract.errors import CacheMissing, CacheNotReady
+from local.aws.cache_plane import CacheStackState, LocalElastiCache
+
+NAME = "fasdlstack-exchange"
+
+
+def _client(api: LocalElastiCache) -> Any:
+    return boto3.client("elasticache", region_name="us-east-1", endpoint_url=api.endpoint_url,
+                        aws_access_key_id="x", aws_secret_access_key="y")
+
+
+def test_deployed_cache_is_found() -> None:
+    with LocalElastiCache(NAME, 6390, CacheStackState()) as api:
+        assert locate(_client(api), NAME) == {"address": "127.0.0.1", "port": 6390}
+        with pytest.raises(CacheMissing, match="'other' does not exist"):
+            locate(_client(api), "other")
+
+
+def test_absent_cache_stack_fails_with_the_deploy_command() -> None:
+    with LocalElastiCache(NAME, 6390, CacheStackState.parse("absent")) as api, \
+            pytest.raises(CacheMissing, match="npx cdk deploy FasdlCacheStack"):
+        locate(_client(api), NAME)
+
+
+def test_cache_being_created_is_not_ready_then_available() -> None:
+    with LocalElastiCache(NAME, 6390, CacheStackState.parse("creating:2")) as api:
+        for _ in range(2):
+            with pytest.raises(CacheNotReady, match="creating"):
+                locate(_client(api), NAME)
+        assert locate(_client(api), NAME)["port"] == 6390
+        assert api.lookups == 3
+
+
+@pytest.mark.parametrize("text", ["", "creating", "creating:0", "creating:x", "gone"])
+def test_bad_cache_stack_option_names_the_choices(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="--cache-stack must be one of"):
+        CacheStackState.parse(text)

@@ -1,0 +1,44 @@
+"""The planned local job's defaults: whole-epoch segments, at most DEFAULT_SEGMENTS of them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fasdl.contract.plan import Plan
+from infra.settings import DEFAULT_PLAN_PATH
+from local.run.jobs import LOCAL_JOBS, local_job
+from local.run.run_options import DEFAULT_SEGMENTS, RunOptions
+from local.run.run_prep import _planned_defaults, whole_epoch_segments
+
+
+@pytest.mark.parametrize(("epochs", "epochs_per_segment"), [
+    (1, 1), (3, 1), (10, 1), (25, 3), (LOCAL_JOBS["cnn-digits"].epochs, 4)])
+def test_segments_are_whole_epochs_and_at_most_the_default_count(
+        epochs: int, epochs_per_segment: int) -> None:
+    data = json.loads(DEFAULT_PLAN_PATH.read_text())
+    data["training"]["epochs"] = epochs
+    plan = whole_epoch_segments(Plan.from_dict(data))
+    per_epoch = plan.iterations_per_epoch
+    assert plan.training.segment_iterations == per_epoch * epochs_per_segment
+    segments = -(-epochs * per_epoch // plan.training.segment_iterations)
+    assert segments <= DEFAULT_SEGMENTS
+
+
+def test_each_local_job_plans_its_own_epochs_and_workers() -> None:
+    assert _planned_defaults(RunOptions()) == (40, 4)  # cnn-digits, make run's job
+    assert _planned_defaults(RunOptions(workload="bert-mini-textset")) == (8, 2)
+    assert _planned_defaults(RunOptions(workload="bert-mini-textset", epochs=3,
+                                        workers=4)) == (3, 4)
+    assert local_job("squeezenet-cifar10") is None  # no local data: --dataset is needed
+    assert local_job("digits", "datasets/digits") is LOCAL_JOBS["cnn-digits"]
+
+
+def test_the_text_job_builds_the_imported_text_set(tmp_path: Path) -> None:
+    root = LOCAL_JOBS["bert-mini-textset"].build_dataset(tmp_path)
+    x = np.load(root / "train" / "x.npy", allow_pickle=False)
+    assert x.dtype == np.int32 and x.shape == (2000, 2, 16)
+    assert np.load(root / "test" / "y.npy", allow_pickle=False).shape == (500,)
