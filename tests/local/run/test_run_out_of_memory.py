@@ -2,7 +2,7 @@
 synthesized state machine, real servers): the emulator kills the worker as Lambda does and
 the run fails at once, naming the memory size to deploy with, on both channels, when Lambda
 reports the kill as a crash, and under the Distributed Map. The job is the fault runs' (tests/
-tests/local/fault_job.py: cnn-digits, W = 4) at M = 256 MB.
+local/fault_job.py: cnn-digits, W = 4) at M = 256 MB.
 """
 
 from __future__ import annotations
