@@ -38,6 +38,8 @@ PATHS: dict[str, tuple[str, ...]] = {
     "local/lambda_/test_lambda_faults_memory.py": (SANDBOX,),
     "local/faults/test_lambda_faults_service.py::test_a_fault_for_an_action_waits_for_an_event_with_it":
         (SANDBOX,),
+    "local/faults/test_lambda_faults_service.py::test_a_detached_invocation_can_be_waited_for":
+        (SANDBOX,),
     "local/faults/test_lambda_faults_service.py::test_catch_sees_the_aws_error_name": (SANDBOX,),
     "local/faults/test_lambda_faults_service.py::test_concurrent_invocations_take_exactly_n":
         (SANDBOX,),

@@ -30,7 +30,7 @@ from local.servers.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, 
 
 LOCAL_WORKER_LOG_GROUP = "/aws/lambda/fasdl-local-worker"
 ACCOUNT = "123456789012"  # moto's default account: the continue-as-new ARN must match it
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # local/aws/template.py
 STUB_LAYER = REPO_ROOT / "layers" / "torch" / "stub"
 SYNTH_TIMEOUT_S = 240
 # Layers whose python/ goes on the emulated functions' PYTHONPATH (torch is the venv's own)

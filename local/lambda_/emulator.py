@@ -103,6 +103,8 @@ class LambdaEmulator:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._running: dict[str, subprocess.Popen[bytes]] = {}
+        # invocations whose caller got a service error while they ran on: (function, thread)
+        self._detached: list[tuple[str, threading.Thread]] = []
         self._throttles: dict[str, CpuThrottle] = {}
         # function -> queued (error, action it waits for or None)
         self._faults: dict[str, deque[tuple[ServiceErrorKind, str | None]]] = {}
@@ -214,8 +216,11 @@ class LambdaEmulator:
                             body: bytes, log_path: Path) -> Invocation:
         """The handler runs on in the background (recorded when it ends); the caller gets
         ``kind`` once it has run ``kind.after_start_s`` (local/faults/service_faults.py)."""
-        threading.Thread(target=self._run, args=(spec, request_id, body, log_path),
-                         name=f"detached-{request_id[:8]}", daemon=True).start()
+        detached = threading.Thread(target=self._run, args=(spec, request_id, body, log_path),
+                                    name=f"detached-{request_id[:8]}", daemon=True)
+        with self._lock:
+            self._detached.append((spec.name, detached))
+        detached.start()
         time.sleep(kind.after_start_s or 0.0)
         if kind.same_request_id:  # the Task's retry comes next, under this request id
             with self._lock:
@@ -352,6 +357,17 @@ class LambdaEmulator:
     def running(self) -> int:
         with self._lock:
             return len(self._running)
+
+    def drain_detached(self, functions: set[str], timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for the detached invocations of ``functions`` (their
+        Invoke failed while they ran on: on AWS they run to their end, whatever the execution
+        does); returns how many still run."""
+        with self._lock:
+            threads = [thread for name, thread in self._detached if name in functions]
+        deadline = time.monotonic() + timeout_s
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return sum(thread.is_alive() for thread in threads)
 
     def shutdown(self) -> None:
         """Refuse new invocations and kill the running ones (their callers see an error)."""

@@ -23,6 +23,8 @@ from local.servers.layout import LAYOUT
 from local.servers.servers import RedisTlsClusterServer, ValkeyServer
 
 Say = Callable[[str], None]
+# a detached control call's longest wait: a late trigger call waits up to 60 s for its retry
+DETACHED_CONTROL_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,13 @@ class FinishedRun:
     second_start: SecondStart | None = None  # --start-twice's execution, not the run's
 
     def report(self, status: str, executions: list[dict[str, Any]], say: Say) -> None:
-        self.emulator.shutdown()  # abandoned peers of a failed segment must not write on
+        # a trigger or finalize call whose Invoke failed runs to its end on AWS (a late
+        # trigger call, bench.chaos); abandoned workers of a failed segment must not write on
+        controls = {name for name, role in self.roles.items() if role != "worker"}
+        if still := self.emulator.drain_detached(controls, DETACHED_CONTROL_S):
+            say(f"{still} trigger/finalize call(s) whose Invoke failed still ran after "
+                f"{DETACHED_CONTROL_S:.0f} s: stopped")
+        self.emulator.shutdown()
         self.progress.poll()
         invocations = list(self.emulator.invocations)  # one snapshot: killed ones may land
         executions = self.own(executions)

@@ -4,6 +4,7 @@ interpreter each is the Step Functions error name a Retry or Catch matches."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -225,3 +226,22 @@ def test_retries_exhausted_fail_the_execution_with_the_name(emulator: LambdaEmul
     assert execution["status"] == "FAILED"
     assert execution["error"] == lambda_errors.THROTTLED
     assert _ran(calls) == []
+
+
+def test_a_detached_invocation_can_be_waited_for(tmp_path: Path) -> None:
+    """An Invoke that failed after the handler started leaves it running (service-after-start):
+    drain_detached waits for it to end, as AWS lets it (local/run/run_report.py drains the
+    trigger's before the report, so a late trigger call goes on instead of being killed)."""
+    spec = FunctionSpec(name="Slow", handler="stub_lambdas.sleepy", code_dir=STUBS,
+                        timeout_s=30, environment={"STUB_DIR": str(tmp_path)})
+    quick = dataclasses.replace(KINDS["service-after-start"], after_start_s=0.5)
+    with LambdaEmulator({"Slow": spec}) as emulator:
+        emulator.inject_service_error("Slow", quick)
+        failed = emulator.invoke("Slow", {"sleep": 2.0})
+        assert failed.service_error is not None
+        assert emulator.drain_detached({"Slow"}, 0.0) == 1  # still sleeping
+        assert emulator.drain_detached({"Other"}, 30.0) == 0  # not this function's
+        assert emulator.drain_detached({"Slow"}, 30.0) == 0
+        ran = [i for i in emulator.invocations if i.service_error is None]
+        assert len(ran) == 1 and ran[0].error_type is None  # it ran to its end
+        assert json.loads(ran[0].payload) == {"slept": 2.0}
