@@ -225,8 +225,7 @@ def pack(stage: Path, dest: Path, level: int) -> tuple[int, int]:
         entries += [Path(dirpath, d) for d in dirs] + [Path(dirpath, f) for f in sorted(files)]
     members = [p for p in entries if not p.is_dir()]
     total = sum(p.lstat().st_size for p in members)  # the tar's bytes, .pyc too: progress only
-    nfiles = len(members)
-    log(f"packing {nfiles} files ({mb(total)}) at zstd -{level}, {os.cpu_count()} threads")
+    log(f"packing {len(members)} files ({mb(total)}) at zstd -{level}, {os.cpu_count()} threads")
     cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True)
     part = dest.with_name(dest.name + ".part")
     with (
@@ -245,7 +244,7 @@ def pack(stage: Path, dest: Path, level: int) -> tuple[int, int]:
             else:
                 tar.addfile(info)
     part.replace(dest)
-    return nfiles, total
+    return len(members), total
 
 
 def layer_python(out: Path, target: LambdaTarget, work: Path) -> None:
@@ -380,8 +379,8 @@ def print_summary(args: argparse.Namespace, version: str, pyc: str, dropped: dic
           f"{time.monotonic() - _T0:.1f} s")
     for reason, n in sorted(dropped.items(), key=lambda kv: -kv[1]):
         print(f"  removed {mb(n):>12}  {reason}")
-    print(f"  unpacked tree    {mb(unpacked):>12}  ({nfiles} files, goes to /tmp)")
-    print(f"  {ARCHIVE}    {mb(archive):>12}")
+    print(f"  unpacked tree    {mb(unpacked):>12}  ({nfiles} files, goes to /tmp)\n"
+          f"  {ARCHIVE}    {mb(archive):>12}")
     if pyc == "none":
         print(f"  WARNING: no .pyc files for Python {args.target.python_version}: {NO_PYC_COST}")
     layer = tree_bytes(args.out)
