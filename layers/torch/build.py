@@ -374,9 +374,8 @@ def build(args: argparse.Namespace, work: Path) -> int:
 
 def print_summary(args: argparse.Namespace, version: str, pyc: str, dropped: dict[str, int],
                   unpacked: int, nfiles: int, archive: int, report: Report) -> None:
-    print("\nsummary")
-    print(f"  torch {version} for {args.target.describe()}, zstd -{args.level}, pyc: {pyc}, "
-          f"{time.monotonic() - _T0:.1f} s")
+    print(f"\nsummary\n  torch {version} for {args.target.describe()}, zstd -{args.level}, "
+          f"pyc: {pyc}, {time.monotonic() - _T0:.1f} s")
     for reason, n in sorted(dropped.items(), key=lambda kv: -kv[1]):
         print(f"  removed {mb(n):>12}  {reason}")
     print(f"  unpacked tree    {mb(unpacked):>12}  ({nfiles} files, goes to /tmp)\n"
