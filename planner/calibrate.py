@@ -79,13 +79,32 @@ class Refit:
     kept: tuple[str, ...]
 
 
-def _roles_of(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> Any:
     try:
-        data = load_json_bytes(path.read_bytes(), what=f"{path}:", max_bytes=2**24,
+        return load_json_bytes(path.read_bytes(), what=f"{path}:", max_bytes=2**24,
                                max_depth=64)
     except (OSError, JsonInputError) as error:
         raise CliError(SUMMARY_ARGUMENT, f"cannot read {path}: {error}") from error
-    if isinstance(data, dict) and "roles" not in data and isinstance(data.get("summary"), dict):
+
+
+def _is_local_report(data: Any) -> bool:
+    return (isinstance(data, dict) and "roles" not in data
+            and isinstance(data.get("summary"), dict))
+
+
+def ran_on(path: Path) -> str | None:
+    """Where a run ran: a local report.json's ``platform`` (``local``, ``local-emulation
+    (...)``; one written before reports recorded it: ``local``); None for a summary.json
+    from AWS."""
+    data = _read(path)
+    if not _is_local_report(data):
+        return None
+    return str(data.get("platform") or "local")
+
+
+def _roles_of(path: Path) -> dict[str, Any]:
+    data = _read(path)
+    if _is_local_report(data):
         data = data["summary"]  # a local run's report.json
     roles = data.get("roles") if isinstance(data, dict) else None
     if not isinstance(roles, dict) or not roles:
@@ -313,13 +332,29 @@ def _check_required(required: Sequence[str], kept: Sequence[str]) -> None:
                 raise CliError("--refit", f"cannot refit {name}: {item}")
 
 
+def _measured_on(args: argparse.Namespace, platform: PlatformProfile) -> str:
+    """Where the runs ran: --measured-on when given; otherwise AWS Lambda, and a local run
+    (its report says so) is refused when the profile is AWS Lambda's: its times would turn
+    into AWS coefficients (issue 43)."""
+    if args.measured_on:
+        return str(args.measured_on)
+    if platform.name.startswith("aws-lambda"):
+        for path in map(Path, args.summaries):
+            if (where := ran_on(path)) is not None:
+                raise CliError(SUMMARY_ARGUMENT, f"{path}: the run ran on {where}, not on AWS "
+                               f"Lambda, so its times would become {platform.name}'s "
+                               f"coefficients: calibrate a profile of that platform, or pass "
+                               f"--measured-on to refit anyway")
+    return f"aws-lambda-{platform.arch}"
+
+
 def command_calibrate(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     try:
         workload = load_workload(args.workload)
     except ProfileError as error:
         raise CliError("--workload", str(error)) from error
     platform = load_platform_named(args.platform)
-    measured_on = args.measured_on or f"aws-lambda-{platform.arch}"
+    measured_on = _measured_on(args, platform)
     points = read_points(args.summaries, workload.name)
     try:
         compute = refit_compute(workload, points, measured_on)
@@ -337,10 +372,12 @@ def command_calibrate(args: argparse.Namespace, emit: Callable[[str], None]) -> 
     _check_required(args.refit, kept)
     if args.json:
         emit(json.dumps({"status": "ok", **found, "kept": kept, "written": written,
+                         "measured_on": measured_on,
                          "workload": compute.profile.to_dict(),
                          "platform": cold.profile.to_dict()}))
         return EXIT_OK
     lines = comparison_lines(found) + [f"kept: {item}" for item in kept]
+    lines.append(f"the refitted coefficients describe {measured_on} (their provenance says so)")
     lines += [f"wrote {path}" for path in written]
     emit("\n".join(lines))
     return EXIT_OK

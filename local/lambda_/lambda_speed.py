@@ -44,6 +44,12 @@ class LambdaEmulation:
     platform: PlatformProfile | None = None  # channel bandwidth from tp(M, S); None: no shaping
     cpu: bool = True  # cap CPU at M/1769 vCPU
 
+    def describe_platform(self) -> str:
+        """What a run under this emulation ran on, for its report: ``local-emulation`` and the
+        channel's profile (calibrate tells it from AWS Lambda, planner/calibrate.py)."""
+        shaped = f" ({self.platform.name})" if self.platform is not None else ""
+        return f"local-emulation{shaped}" + ("" if self.cpu else ", CPU not capped")
+
     def cpu_share(self, memory_mb: float) -> float:
         """vCPUs Lambda gives memory M, bounded by this host's CPUs."""
         return min(memory_mb / LAMBDA_MB_PER_VCPU, LAMBDA_MAX_VCPUS, os.cpu_count() or 1)

@@ -45,6 +45,7 @@ class FinishedRun:
     started: float  # time.monotonic() when the execution started
     reference: list[dict[str, Any]] | None = None  # local.run.reference's curve, when asked for
     second_start: SecondStart | None = None  # --start-twice's execution, not the run's
+    platform: str = "local"  # or LambdaEmulation.describe_platform(): what the run ran on
 
     def report(self, status: str, executions: list[dict[str, Any]], say: Say) -> None:
         # a trigger or finalize call whose Invoke failed runs to its end on AWS (a late
@@ -68,6 +69,7 @@ class FinishedRun:
             failure=self._json_object(LAYOUT.failure_key(self.run_id)))
         built["exchange_left"] = exchange_left(self.client, self.run_id, self.cache)
         built["reference"] = self.reference
+        built["platform"] = self.platform
         built["second_start"] = (None if self.second_start is None
                                  else self.second_start.outcome())
         annotate_stop(built, self.client, self.results_bucket)

@@ -150,7 +150,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         finished = FinishedRun(
             plan, run_id, report_dir, client, BUCKETS["FASDL_RESULTS_BUCKET"], emulator,
             progress, roles, worker_function, cache, options.memory_limit, started, reference,
-            second)
+            second, "local" if emulation is None else emulation.describe_platform())
         status = wait_and_report(finished, sfn, machine, timeout_s=options.timeout_s,
                                  on_poll=on_poll, say=say)
         for line in cache_report(servers):

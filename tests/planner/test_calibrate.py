@@ -127,11 +127,29 @@ def test_cli_prints_old_and_new_error_and_writes_measured_profiles(
 def test_a_local_report_json_is_read_through_its_summary(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = tmp_path / "report.json"
-    report.write_text(json.dumps({"status": "SUCCEEDED",
+    report.write_text(json.dumps({"status": "SUCCEEDED", "platform": "local-emulation",
                                   "summary": {"roles": {"aggregator": role(1024, 16)}}}))
     code, found = calibrate(capsys, str(report), "--workload", "cnn-digits", "--platform",
-                            "aws-lambda-x86_64-s3")
+                            "aws-lambda-x86_64-s3", "--measured-on", "local-emulation")
     assert code == 0 and abs(found["total"]["old_error"]) < 1e-6
+    assert found["measured_on"] == "local-emulation"
+
+
+@pytest.mark.parametrize("platform", ["local", "local-emulation (aws-lambda-x86_64-s3)", None])
+def test_a_local_run_is_not_taken_for_aws_lambda_unless_told(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], platform: str | None) -> None:
+    """Issue 43: a local run's report refitted AWS Lambda's coefficients and said nothing (a
+    report without a platform predates the field: a local run all the same)."""
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"status": "SUCCEEDED", "summary": {
+        "roles": {"aggregator": role(1024, 16)}}, **({"platform": platform} if platform else {})}))
+    out = tmp_path / "workload.json"
+    code = main(["calibrate", str(report), "--workload", "cnn-digits", "--platform",
+                 "aws-lambda-x86_64-s3", "--out-workload", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and not out.exists()
+    assert f"the run ran on {platform or 'local'}, not on AWS Lambda" in err
+    assert "--measured-on" in err
 
 
 @pytest.mark.parametrize(("roles", "field"), [
@@ -202,6 +220,7 @@ def test_calibrate_on_an_emulated_local_run_brings_a_30_percent_off_profile_unde
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 60, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = report_dir / "report.json"
+    assert json.loads(report.read_text())["platform"].startswith("local-emulation (")
     roles = json.loads(report.read_text())["summary"]["roles"]
     assert set(roles) == {"aggregator", "non_aggregator"}
     assert roles["aggregator"]["batch"] == 16 and roles["non_aggregator"]["batch"] == 128
