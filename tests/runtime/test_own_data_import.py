@@ -131,9 +131,11 @@ def _case(root: Path, case: str) -> list[str]:
         (root / "eel").mkdir()
         (root / "eel" / "readme.txt").write_text("")
         return ["eel", "class 'eel' has no images"]
-    if case == "unreadable":
+    if case == "unreadable":  # every bad file named, not only the first (issue 43)
         (root / "dog" / "broken.jpg").write_bytes(b"\xff\xd8\xff not really a jpeg")
-        return ["broken.jpg", "not a readable image"]
+        (root / "cat" / "empty.png").write_bytes(b"")
+        return ["2 image(s) cannot be imported", "broken.jpg", "empty.png",
+                "not a readable image"]
     if case == "gif":
         Image.new("P", (3, 3)).save(root / "dog" / "moving.png", format="GIF")
         return ["moving.png", "a GIF image, expected JPEG or PNG"]

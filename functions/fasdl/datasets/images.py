@@ -30,7 +30,7 @@ from fasdl.datasets.split import DEFAULT_TEST_FRACTION, check_test_fraction, str
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 FORMATS = ("JPEG", "PNG")
 MAX_SIDE = 4096
-
+BAD_NAMED = 10  # bad files named in the one error line; the rest counted
 
 def class_folders(source: Path) -> list[Path]:
     """The class folders of ``source``, sorted by name; at least two."""
@@ -86,8 +86,16 @@ def read_images(source: Path, height: int, width: int
     files = [image_files(folder) for folder in folders]
     x = np.empty((sum(len(names) for names in files), 3, height, width), dtype=np.uint8)
     y = np.repeat(np.arange(len(folders), dtype=np.int64), [len(names) for names in files])
+    bad: list[str] = []
     for row, path in enumerate(path for names in files for path in names):
-        x[row] = load_image(path, height, width)
+        try:
+            x[row] = load_image(path, height, width)
+        except DatasetError as error:  # every bad file is named, not only the first
+            bad.append(str(error))
+    if bad:
+        more = f"; and {len(bad) - BAD_NAMED} more" if len(bad) > BAD_NAMED else ""
+        raise DatasetError(f"{len(bad)} image(s) cannot be imported: "
+                           + "; ".join(bad[:BAD_NAMED]) + more)
     return x, y, [folder.name for folder in folders]
 
 
