@@ -78,6 +78,9 @@ def segment_line(where: tuple[int, int], results: dict[int, dict[str, Any]],
         text += f", test accuracy {accuracy:.3f}"
     if mcc is not None:
         text += f", MCC {mcc:.3f}"
+    loaded = sorted({str(r["initial_weights"]) for r in rows if r.get("initial_weights")})
+    if loaded:  # workload.initial_weights: say that the run started from them
+        text += f", started from the initial weights {', '.join(loaded)}"
     return text + f", {took:.1f} s"
 
 

@@ -28,6 +28,7 @@ class SegmentResult:
     role: str | None = None  # aggregator | non_aggregator, and its batch (fasdl.run.role_times)
     batch: int | None = None
     workload: str | None = None  # the plan's workload name
+    initial_weights: str | None = None  # workload.initial_weights, when this segment loaded it
 
     def add(self, stats: StepStats) -> None:
         self.iterations_done += 1
@@ -51,4 +52,5 @@ class SegmentResult:
             "resume_iteration": self.resume_iteration,
             "exchange_throttled_retries": self.throttled_retries,
             ROLE_FIELD: self.role, BATCH_FIELD: self.batch, WORKLOAD_FIELD: self.workload,
+            "initial_weights": self.initial_weights,
         }

@@ -156,6 +156,7 @@ class _Job:
     model: torch.nn.Module
     worker: KReduceWorker
     stream: BatchStream | None = None
+    initial_weights: str | None = None  # the key this invocation's model started from
 
 
 def _check_event(plan: Plan, event: WorkerEvent) -> None:
@@ -187,8 +188,9 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
     num_classes = class_count(labels)
     model = build_seeded_model(plan.workload.model, plan.training.seed, num_classes,
                                input_shape)
-    if plan.workload.initial_weights is not None and event.start_iteration == 0:
-        _load_initial_weights(model, s3, settings.datasets_bucket, plan.workload.initial_weights)
+    started_from = (plan.workload.initial_weights if event.start_iteration == 0 else None)
+    if started_from is not None:
+        _load_initial_weights(model, s3, settings.datasets_bucket, started_from)
     worker = KReduceWorker(plan, event.worker, exchange, model, event.run_id, event.epoch,
                            inflight_bytes=cap_bytes(plan.deployment.memory_mb,
                                                     plan.workload.model_mb,
@@ -198,7 +200,8 @@ def _prepare(settings: Settings, event: WorkerEvent, plan: Plan, s3: Any,
             "parameters": str(worker.parameters.size),
             "augmentation": plan.training.augmentation,
             "eval_batch": str(evaluation_batch(plan.batch_of(0)))}  # worker 0 evaluates
-    return _Job(plan, read_range, prefix, cache_dir, meta, model, worker)
+    return _Job(plan, read_range, prefix, cache_dir, meta, model, worker,
+                initial_weights=started_from)
 
 
 def _load_initial_weights(model: torch.nn.Module, s3: Any, bucket: str, key: str) -> None:
@@ -344,6 +347,7 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
         if event.worker == 0:
             cleanup = start_dead_epoch_cleanup(exchange, event.run_id, event.epoch)
         job = _prepare(settings, event, plan, s3, exchange)
+        result.initial_weights = job.initial_weights
         try:
             _restore(job, store, event)
             checkpoint_s = (CHECKPOINT_BASE_S

@@ -122,11 +122,12 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prepared]:
 
 
 def _local_run(prepared: Prepared, plan: Path, report: Path) -> dict[str, Any]:
-    _python("local", "run", "--plan", str(plan), "--dataset", str(prepared.data),
-            "--cdk-out", str(prepared.cdk_out), "--report-dir", str(report),
-            "--timeout", str(RUN_TIMEOUT_S), cwd=REPO_ROOT, timeout=RUN_TIMEOUT_S + 120)
+    """The run's report.json, with what it printed under ``"stdout"``."""
+    done = _python("local", "run", "--plan", str(plan), "--dataset", str(prepared.data),
+                   "--cdk-out", str(prepared.cdk_out), "--report-dir", str(report),
+                   "--timeout", str(RUN_TIMEOUT_S), cwd=REPO_ROOT, timeout=RUN_TIMEOUT_S + 120)
     summary: dict[str, Any] = json.loads((report / "report.json").read_text())
-    return summary
+    return {**summary, "stdout": done.stdout}
 
 
 def _users_module(model_file: Path) -> Any:
@@ -180,3 +181,6 @@ def test_a_run_starts_from_the_users_initial_weights(prepared: Prepared) -> None
     # the mean over the workers of each one's loss before its first step
     assert summary["segments"][0]["loss_first"] == pytest.approx(math.log(3), abs=1e-6)
     assert summary["segments"][0]["workers"] == plan["deployment"]["workers"]
+    # and the run says so: its first segment's line names the file (issue 43)
+    assert (f"started from the initial weights {plan['workload']['initial_weights']}"
+            in summary["stdout"])
