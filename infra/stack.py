@@ -8,7 +8,8 @@ from aws_cdk import CfnOutput, CfnParameter, CfnRule, CfnRuleAssertion, Environm
 from constructs import Construct
 
 from fasdl.contract.cache import cache_name, cache_stack_name
-from infra.cache import FasdlCacheStack, cache_limits
+from infra.cache import FasdlCacheStack
+from infra.cache_limits import cache_limits
 from infra.checkov import add_skips
 from infra.compute import (
     CodeAssets,

@@ -46,6 +46,7 @@ _DISTRIBUTED_MAP = _INLINE_MAP.replace("inline_iteration", "distributed_iteratio
 _SFN_SERVICE = ("moto.stepfunctions.parser.asl.component.state.exec.state_task.service."
                 "state_task_service_sfn")
 _LAMBDA_TASK = "moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda"
+_BATCH_TASK = _SFN_SERVICE.replace("_sfn", "_batch")
 
 # (function name or ARN, request payload) -> (response payload, "Unhandled" or None)
 LambdaRouter = Callable[[str, bytes], tuple[bytes, str | None]]
@@ -70,6 +71,7 @@ def _targets() -> tuple[type[Any], type[Any]]:
 
     if moto.__version__ != SUPPORTED_MOTO_VERSION:
         raise _fail(f"found moto {moto.__version__}")
+    _without_batch_tasks()
     try:
         from moto.awslambda_simple.models import LambdaSimpleBackend
 
@@ -98,6 +100,26 @@ def _targets() -> tuple[type[Any], type[Any]]:
     if not issubclass(distributed, inline) or distributed._launch_worker is not launch:
         raise _fail("Distributed Map iterations no longer use the threaded inline launcher")
     return LambdaSimpleBackend, sfn_service
+
+
+def _without_batch_tasks() -> None:
+    """moto's ASL parser imports its AWS Batch task, which imports moto.batch and with it all of
+    moto.ec2: about 3.5 s of CPU in every local run's process, for a task type none of this
+    app's state machines has. A stand-in takes its place unless it was imported already."""
+    import sys
+    import types
+
+    if _BATCH_TASK in sys.modules:
+        return
+
+    class StateTaskServiceBatch:
+        def __init__(self) -> None:
+            raise MotoAdapterError("local/aws/adapter.py runs no AWS Batch task (arn:aws:"
+                                   "states:::batch:*): the local state machines have none")
+
+    stand_in = types.ModuleType(_BATCH_TASK)
+    stand_in.StateTaskServiceBatch = StateTaskServiceBatch  # type: ignore[attr-defined]
+    sys.modules[_BATCH_TASK] = stand_in
 
 
 def check_moto() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fasdl.contract.cache import CACHE_HEADROOM
 from fasdl.contract.plan import Plan
-from infra.cache import cache_limits, exchange_peak_mb
+from infra.cache_limits import cache_limits, exchange_peak_mb
 from local.aws.cache_plane import CacheStackState, LocalElastiCache
 from local.aws.control_plane import ControlPlane, WorkerFunction
 from local.aws.logs_plane import LocalLogs
@@ -40,7 +40,7 @@ class RunServers:
 
 
 def cache_name(template: LocalTemplate) -> str:
-    """The serverless cache the synthesized trigger looks up (infra.cache.cache_name)."""
+    """The serverless cache the synthesized trigger looks up (fasdl.contract.cache.cache_name)."""
     trigger = template.functions[template.function_named("handlers.trigger")]
     name = trigger.environment.get(CACHE_NAME_ENV)
     if not isinstance(name, str) or not name:
@@ -88,10 +88,11 @@ def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tl
 
 def cap_planned_cache(stack: ExitStack, servers: RunServers, plan: Plan, *,
                       at_peak: bool = False) -> str:
-    """Hold the cache, on ``stack``, to the planned data cap (infra.cache, in GB of 10^9 bytes:
-    the smaller reading of ElastiCache's unit) with its eviction policy (local.servers.cache_cap),
-    and to the planned ECPU/s maximum (local.servers.ecpu_proxy); ``at_peak``: the exchange's peak
-    times the headroom itself, which the whole GB hides for small models. Says what it set."""
+    """Hold the cache, on ``stack``, to the planned data cap (infra.cache_limits, in GB of
+    10^9 bytes: the smaller reading of ElastiCache's unit) with its eviction policy
+    (local.servers.cache_cap), and to the planned ECPU/s maximum (local.servers.ecpu_proxy);
+    ``at_peak``: the exchange's peak times the headroom itself, which the whole GB hides for
+    small models. Says what it set."""
     cache, proxy = servers.cache, servers.cache_proxy
     assert cache is not None and proxy is not None, "a Valkey plan's servers"
     limits = cache_limits(plan)

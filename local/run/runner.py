@@ -44,7 +44,6 @@ from local.faults.service_faults import ServiceFault
 from local.lambda_.emulator import LambdaEmulator
 from local.lambda_.invocation import FunctionSpec
 from local.lambda_.lambda_speed import EmulationError, LambdaEmulation, load_emulation
-from local.run.reference import single_process_reference
 from local.run.report import Progress
 from local.run.run_limits import with_limits
 from local.run.run_options import RunOptions
@@ -84,7 +83,7 @@ def run(options: RunOptions, say: Say = print) -> int:
             say(plan_text(plan))
             template = prepare_template(plan, plan_path, options, work, say)
             worker = WorkerFunction.of(template, options.account, WORKER_HANDLER)
-            curve = single_process_reference(plan, files, say) if options.reference else None
+            curve = _reference(plan, files, say) if options.reference else None
         except (InputError, PlanError, EmulationError) as error:
             print(f"fasdl local: {error}", file=sys.stderr)
             return 2
@@ -95,6 +94,13 @@ def run(options: RunOptions, say: Say = print) -> int:
                         reference=curve)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _reference(plan: Plan, files: dict[str, Path], say: Say) -> list[dict[str, Any]]:
+    # torch only when asked: it costs every run's parent process seconds of imports
+    from local.run.reference import single_process_reference
+
+    return single_process_reference(plan, files, say)
 
 
 def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, options: RunOptions,

@@ -23,7 +23,7 @@ GB-month being byte-hours over the month's hours, https://aws.amazon.com/s3/faqs
 ElastiCache Serverless meters a configured ECPU/s minimum once it is in place, "even if your
 application is not executing requests on the cache" (Pre-scaling, "Scaling ElastiCache",
 https://docs.aws.amazon.com/AmazonElastiCache/latest/dg/Scaling.html). The cache stack sets it
-to the plan's mean ECPU/s m, rounded up into the range the API accepts (infra/cache.py
+to the plan's mean ECPU/s m, rounded up into the range the API accepts (infra/cache_limits.py
 ``cache_limits``). The minimum being a rate, the planner takes each second as billed at the
 larger of the consumption and m: the exchange runs at its peak rate p > m for consumed/p
 seconds, already counted in the exchange line, and every other second of the run (T) pays m:
@@ -86,7 +86,7 @@ def storage_cost(problem: Problem, workers: IntArray, aggregators: IntArray,
 
 
 def cache_minimum_ecpu_per_s(mean_ecpu_per_s: FloatArray) -> FloatArray:
-    """The ECPU/s minimum the cache stack sets for a plan of this mean (infra/cache.py)."""
+    """The ECPU/s minimum the cache stack sets for a plan of this mean (infra/cache_limits.py)."""
     return np.asarray(np.clip(np.ceil(mean_ecpu_per_s), MIN_ECPU_PER_SECOND,
                               MAX_ECPU_PER_SECOND), dtype=np.float64)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fasdl.contract.cache import cache_name
 from infra.access import WILDCARD_RESOURCE_ACTIONS
-from infra.cache import cache_limits, cache_name
+from infra.cache_limits import cache_limits
 from infra.network import CACHE_PORT
 from tests.infra.conftest import Synth, function_props, ref_of
 

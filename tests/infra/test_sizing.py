@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from fasdl.contract.cache import MAX_ECPU_PER_SECOND
 from fasdl.contract.plan import Plan
-from infra.cache import MAX_STORAGE_GB, CacheLimits, ExchangeCache, cache_limits
+from infra.cache import ExchangeCache
+from infra.cache_limits import MAX_STORAGE_GB, CacheLimits, cache_limits
 from infra.compute import MAX_EPHEMERAL_MB, ephemeral_storage_mb
 from infra.settings import DEFAULT_PLAN_PATH
 

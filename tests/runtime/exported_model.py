@@ -12,8 +12,7 @@ import torch
 
 from fasdl.contract.workload import Workload
 from fasdl.datasets import build_digits
-from fasdl.training.augment import evaluation_tensors
-from fasdl.training.data import to_tensors
+from fasdl.training.augment import evaluation_tensors, to_tensors
 from fasdl.training.export import export_objects
 from fasdl.training.networks import build_seeded_model
 

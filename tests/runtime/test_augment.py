@@ -14,9 +14,9 @@ from fasdl.training.augment import (
     AugmentationError,
     check_rows,
     evaluation_tensors,
+    to_tensors,
     training_tensors,
 )
-from fasdl.training.data import to_tensors
 
 ROWS = np.random.default_rng(3).integers(0, 256, (16, 3, 6, 5), dtype=np.uint8)
 LABELS = np.arange(16, dtype=np.int64)

@@ -13,6 +13,7 @@ import pytest
 from fasdl.contract.errors import DatasetError
 from fasdl.datasets import build_digits, import_cifar10_binary
 from fasdl.datasets.cifar10 import RECORD_BYTES
+from fasdl.training.augment import to_tensors
 from fasdl.training.data import (
     BatchStream,
     DataCursor,
@@ -25,7 +26,6 @@ from fasdl.training.data import (
     read_layout,
     read_rows,
     s3_range_reader,
-    to_tensors,
     write_dataset,
 )
 from tests.runtime.kreduce_helpers import make_plan

@@ -25,13 +25,13 @@ from fasdl.datasets import build_digits
 from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.kreduce import KReduceWorker, StepStats
 from fasdl.exchange.shard_layout import shard_bounds
+from fasdl.training.augment import to_tensors
 from fasdl.training.data import (
     BatchStream,
     LocalFiles,
     Partition,
     load_partition,
     partition_bounds,
-    to_tensors,
 )
 from fasdl.training.networks import build_model
 from tests.runtime.kreduce_helpers import (

@@ -20,9 +20,9 @@ from fasdl.training.augment import (
     evaluation_tensors,
     normalization_from,
     normalization_of,
+    to_tensors,
     training_tensors,
 )
-from fasdl.training.data import to_tensors
 from fasdl.training.evaluation import confusion_of, correct_predictions
 
 ROWS = np.random.default_rng(3).integers(0, 256, (16, 3, 6, 5), dtype=np.uint8)

@@ -19,9 +19,9 @@ from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.run import dataset_check
 from fasdl.training.augment import evaluation_tensors
+from fasdl.training.augment import to_tensors as data_to_tensors
 from fasdl.training.classification import Confusion
 from fasdl.training.data import LocalFiles, write_dataset
-from fasdl.training.data import to_tensors as data_to_tensors
 from fasdl.training.export import (
     ExportError,
     build_exported,

@@ -131,7 +131,7 @@ class Plan:
     def on_channel(self, channel: str) -> Plan:
         """This plan on ``channel``. Its prediction was made for the planned channel and does
         not hold on another, so it is dropped: the stack then sizes a cache from its network
-        estimate (infra/cache.py) and the guards go by measurements alone."""
+        estimate (infra/cache_limits.py) and the guards go by measurements alone."""
         if channel == self.deployment.channel:
             return self
         return dataclasses.replace(self, prediction=None, deployment=dataclasses.replace(

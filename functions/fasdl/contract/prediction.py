@@ -5,7 +5,7 @@ Three figures are load-bearing, so they are named, typed and validated fields:
 ``lambda_compute_usd`` (the Lambda share of ``cost_usd``: the budget guard measures Lambda and
 estimates the rest pro rata, fasdl.run.usage) and, on the Valkey channel,
 ``cache_ecpu_per_s_peak`` / ``cache_ecpu_per_s_mean`` (the cache's ECPU/s maximum and minimum,
-infra/cache.py). Everything else in ``breakdown`` is informational (reports, summaries) and
+infra/cache_limits.py). Everything else in ``breakdown`` is informational (reports, summaries) and
 never read for control.
 
 In plan.json the three stay where planners have always written them, inside the
@@ -97,7 +97,7 @@ def _path(name: str) -> str:
 def _check_cache_ecpu(peak: float | None, mean: float | None) -> None:
     """Both or neither, each within [0, MAX_ECPU]. The mean is not held under the peak: the
     planner's model can put it slightly above (squeezenet-cifar10 on Valkey: 89,844 against
-    88,813), and infra/cache.py caps the minimum at the maximum it derives from the peak."""
+    88,813), and infra/cache_limits.py caps the minimum at the maximum it derives from the peak."""
     if (peak is None) != (mean is None):
         missing = "cache_ecpu_per_s_mean" if mean is None else "cache_ecpu_per_s_peak"
         raise PlanError(_path(missing), "is missing: the cache's ECPU/s peak and mean come "

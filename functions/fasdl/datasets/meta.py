@@ -9,7 +9,7 @@ output, fasdl.datasets.output)::
 
 ``input_shape`` is one row's shape (C, H, W; F; or 2, L for text). ``mean`` and ``std`` are
 the training split's statistics as the workers see the rows (uint8 scaled to [0, 1] like
-fasdl.training.data.to_tensors; float32 as is): per channel (axis 1) for N×C×H×W rows, per
+fasdl.training.augment.to_tensors; float32 as is): per channel (axis 1) for N×C×H×W rows, per
 feature for N×F rows of at most :data:`PER_FEATURE_MAX` features (tabular features differ in
 scale, as scikit-learn's StandardScaler has one pair each), one value over all features for
 wider rows (their pairs would not fit the 3 KiB plan the trigger carries in its environment,

@@ -1,6 +1,6 @@
 """Model inputs for training and evaluation, with the plan's augmentation.
 
-``none``: rows as fasdl.training.data.to_tensors gives them. ``cifar``: the usual CIFAR recipe on
+``none``: rows as :func:`to_tensors` gives them. ``cifar``: the usual CIFAR recipe on
 C×H×W images scaled to [0, 1]: training batches get a random crop with 4 pixels of zero
 padding and a horizontal flip with probability ½; every batch, training and evaluation, is
 then normalised per channel with CIFAR-10's training-set mean and standard deviation (the
@@ -21,13 +21,24 @@ import numpy as np
 import torch
 
 from fasdl.contract.workload import NEEDS_NORMALIZATION, Workload
-from fasdl.training.data import TEXT_DTYPE, to_tensors
+from fasdl.training.data import TEXT_DTYPE
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 CROP_PADDING = 4
 CROPPING = ("cifar", "images")  # the augmentations that crop and flip training batches
 _STREAM = 0xA6  # keeps augmentation draws apart from other seeded streams
+
+
+def to_tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Model inputs: uint8 pixels scaled to [0, 1] float32, int32 token ids and masks as
+    int64 (embedding indices, never scaled), labels as int64."""
+    features = torch.from_numpy(np.ascontiguousarray(x))
+    if features.dtype == torch.uint8:
+        features = features.to(torch.float32).div_(255.0)
+    elif features.dtype == torch.int32:
+        features = features.to(torch.int64)
+    return features, torch.from_numpy(np.ascontiguousarray(y))
 
 
 class AugmentationError(ValueError):

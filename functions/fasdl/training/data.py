@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from fasdl.contract import keys
 from fasdl.contract.errors import DatasetError
@@ -237,17 +236,6 @@ def input_shape_of(key: str, dtype: np.dtype[Any], row_shape: tuple[int, ...]
         raise DatasetError(f"{key}: uint8/float32 rows must be N x C x H x W (images) or "
                            f"N x F (feature vectors), got rows of {row_shape}")
     return tuple(int(n) for n in row_shape)
-
-
-def to_tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Model inputs: uint8 pixels scaled to [0, 1] float32, int32 token ids and masks as
-    int64 (embedding indices, never scaled), labels as int64."""
-    features = torch.from_numpy(np.ascontiguousarray(x))
-    if features.dtype == torch.uint8:
-        features = features.to(torch.float32).div_(255.0)
-    elif features.dtype == torch.int32:
-        features = features.to(torch.int64)
-    return features, torch.from_numpy(np.ascontiguousarray(y))
 
 
 class BatchStream:

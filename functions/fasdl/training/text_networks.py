@@ -2,7 +2,7 @@
 
 A text dataset row is ``(2, L)`` integers: token ids, then the attention mask (1 for a real
 token, 0 for padding), written by ``python -m fasdl.datasets cola`` as int32 and handed to
-the model as int64 by :func:`fasdl.training.data.to_tensors`. So a text model's input shape is
+the model as int64 by :func:`fasdl.training.augment.to_tensors`. So a text model's input shape is
 ``(2, L)``, L at most its 512 positions.
 
 The network is BERT's (Devlin et al. 2019) in torch.nn's layers: word + position + token-type

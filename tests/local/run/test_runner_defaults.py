@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fasdl.contract.plan import Plan
-from infra.settings import DEFAULT_PLAN_PATH
+from infra.settings import DEFAULT_PLAN_PATH, REPO_ROOT
 from local.run.jobs import LOCAL_JOBS, local_job
 from local.run.run_options import DEFAULT_SEGMENTS, RunOptions
 from local.run.run_prep import _planned_defaults, whole_epoch_segments
@@ -42,3 +44,17 @@ def test_the_text_job_builds_the_imported_text_set(tmp_path: Path) -> None:
     x = np.load(root / "train" / "x.npy", allow_pickle=False)
     assert x.dtype == np.int32 and x.shape == (2000, 2, 16)
     assert np.load(root / "test" / "y.npy", allow_pickle=False).shape == (500,)
+
+
+def test_the_runner_imports_neither_torch_nor_the_cdk(tmp_path: Path) -> None:
+    """Every local run's parent process plans, builds the digits set and drives the servers;
+    torch (only for ``--reference``) and aws_cdk (a Node process) cost it seconds each, paid
+    by every end-to-end test."""
+    code = ("import sys, pathlib; import local.__main__, local.run.runner; "
+            "from local.run.jobs import LOCAL_JOBS; "
+            f"LOCAL_JOBS['cnn-digits'].build_dataset(pathlib.Path({str(tmp_path)!r})); "
+            "print(sorted(m for m in ('torch', 'aws_cdk') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
