@@ -8,7 +8,7 @@ import pytest
 
 # The cost marks (servers, synth, sandbox, network, e2e): applied from tests/costs.py's table
 # and enforced while each test runs.
-pytest_plugins = ("tests.cost_marks",)
+pytest_plugins = ("tests.cost_marks", "tests.file_order")
 
 # jsii on Node 20 prints an end-of-life banner on every start; keep CI output readable.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
