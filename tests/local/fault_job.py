@@ -1,5 +1,5 @@
-"""The job the fault, out-of-memory and guard runs share (cnn-digits, W = 4, 8 epochs = 176
-iterations in two segments of 88), and what they read of a run's report."""
+"""The job the fault, out-of-memory and guard runs share (cnn-digits, W = 4, 4 epochs = 88
+iterations in two segments of 44), and what they read of a run's report."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from local.run.run_options import RunOptions
 from local.run.run_prep import prepare_dataset, prepare_plan
 from tests.local.runs import Job, Run
 
-EPOCHS = 8  # 22 iterations per epoch
-SEGMENT = 88  # two segments
+EPOCHS = 4  # 22 iterations per epoch
+SEGMENT = 44  # two segments
 # Peers of a dead worker give up after max(this, 5 x the slowest recent iteration) instead of
 # 10 s: long enough that a live peer slowed by the other xdist worker's runs is not taken for
 # dead (which would add an attempt), short enough to keep the crash runs quick.

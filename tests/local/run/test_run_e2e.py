@@ -19,7 +19,7 @@ import pytest
 from fasdl.datasets import build_digits
 from infra.settings import REPO_ROOT
 
-EPOCHS = 3  # one segment per epoch: 3 show the loop, the checkpoints and the loss falling
+EPOCHS = 2  # one segment per epoch: the loop, a checkpoint resumed, warm starts, the loss falling
 RUN_TIMEOUT_S = 170
 STOP_TIMEOUT_S = 240  # Ctrl-C to exit: a hang bound (test_ctrl_c_stops_everything)
 

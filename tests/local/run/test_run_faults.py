@@ -1,5 +1,5 @@
 """`python -m local run` under faults, end to end: the synthesized state machine, real servers,
-one process per invocation. Every run trains the same job (cnn-digits, W=4, 8 epochs = 176
+one process per invocation. Every run trains the same job (cnn-digits, W=4, 4 epochs = 88
 iterations), so each must end with the weights of the undisturbed reference run, bit for bit:
 a segment too long for the worker timeout is shortened, a killed worker's segment is rerun
 from its checkpoint, a restarted Valkey loses its shards and the segment is rerun; a worker
@@ -38,7 +38,7 @@ from tests.local.fault_job import (
 from tests.local.runs import Job, Run, Synthesized, local_run, synthesizer
 
 RUN_TIMEOUT_S = 240  # beside the other xdist worker's load
-CRASH = ["--inject-env", "worker:FASDL_TEST_CRASH_AT_ITERATION=120",  # in segment 2
+CRASH = ["--inject-env", "worker:FASDL_TEST_CRASH_AT_ITERATION=60",  # in segment 2
          "--inject-env", "worker:FASDL_TEST_CRASH_WORKER=2"]
 
 
@@ -62,7 +62,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
 
 @pytest.fixture(scope="module")
 def reference(job: Job, tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """The undisturbed run, two segments of 88 iterations."""
+    """The undisturbed run, two segments of 44 iterations."""
     result = run(job, tmp_path_factory.mktemp("reference"), "reference",
                  "--segment-iterations", str(SEGMENT))
     assert result.code == 0 and result.model is not None, result.output[-3000:]
@@ -80,14 +80,14 @@ def reference(job: Job, tmp_path_factory: pytest.TempPathFactory) -> bytes:
 @pytest.mark.slow
 def test_segment_too_long_for_the_timeout_is_shortened(
         job: Job, reference: bytes, tmp_path: Path) -> None:
-    """The plan asks for one segment of 176 iterations; at ~0.16 s each (a 0.12 s delay per
-    iteration) it cannot fit a 25 s worker timeout: the workers stop with SegmentTooLong,
+    """The plan asks for one segment of 88 iterations; at ~0.19 s each (a 0.15 s delay per
+    iteration) it cannot fit a 16 s worker timeout: the workers stop with SegmentTooLong,
     the trigger halves the segment, later segments keep the length (unless they too are too
     long on a loaded machine, then they are halved again), the run finishes with the
     undisturbed run's weights: segment boundaries do not change them."""
     result = run(job, tmp_path, "too-long", "--segment-iterations", str(2 * SEGMENT),
-                 "--workers-timeout", "25",
-                 "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.12",
+                 "--workers-timeout", "16",
+                 "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.15",
                  "--inject-env", "worker:FASDL_TIME_MARGIN_S=1")
     assert result.code == 0, result.output[-3000:]
     # a peer of the first worker to stop may give up waiting for its shards instead, and
@@ -96,7 +96,7 @@ def test_segment_too_long_for_the_timeout_is_shortened(
                                    "WorkerFenced"}
     assert len(errors(result)) >= 4  # every worker of the first attempt
     segments = result.report["segments"]
-    assert segments[0]["attempt"] >= 1 and sum(s["iterations"] for s in segments) == 176
+    assert segments[0]["attempt"] >= 1 and sum(s["iterations"] for s in segments) == 2 * SEGMENT
     assert segments[0]["iterations"] <= SEGMENT
     for before, after in itertools.pairwise(segments[:-1]):  # the last may be a remainder
         # a segment keeps its predecessor's length unless it failed too and was halved
@@ -109,7 +109,7 @@ def test_segment_too_long_for_the_timeout_is_shortened(
 def killed_and_throttled(job: Job, tmp_path_factory: pytest.TempPathFactory) -> Run:
     """One s3 run meets two independent faults (one run instead of two): the first three
     worker invokes are throttled and the first trigger invoke answers a transient Lambda 5xx
-    (segment 1, nothing ran), then worker 2 dies at iteration 120 (segment 2)."""
+    (segment 1, nothing ran), then worker 2 dies at iteration 60 (segment 2)."""
     return run(job, tmp_path_factory.mktemp("killed"), "killed",
                "--segment-iterations", str(SEGMENT), *CRASH, *FAST_PEER_WAIT,
                "--inject-service-error", "worker:throttled:3",
@@ -161,18 +161,18 @@ def valkey_faults(job: Job, synthesized: Synthesized,
                   tmp_path_factory: pytest.TempPathFactory) -> Run:
     """One Valkey run meets two independent faults (one run instead of two): the VPC worker's
     first invoke answers ResourceNotReady (retried 30-60 s later), then throttling; and Valkey
-    restarts once iteration 100 (segment 2) is exchanged."""
+    restarts once iteration 66 (segment 2) is exchanged."""
     return run(synthesized(job.plan, "valkey"), tmp_path_factory.mktemp("valkey-faults"),
                "valkey-faults", "--channel", "valkey", "--segment-iterations", str(SEGMENT),
                "--inject-service-error", "worker:not-ready:1",
                "--inject-service-error", "worker:throttled:2",
-               "--restart-cache-at", "100", *FAST_PEER_WAIT,
+               "--restart-cache-at", "66", *FAST_PEER_WAIT,
                "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.05")
 
 
 @pytest.mark.slow
 def test_valkey_restart_mid_run_recovers(valkey_faults: Run, reference: bytes) -> None:
-    """Valkey restarts once iteration 100 (segment 2) is exchanged: its shards are gone, the
+    """Valkey restarts once iteration 66 (segment 2) is exchanged: its shards are gone, the
     peers time out waiting, the segment is rerun and the weights are still the same."""
     result = valkey_faults
     assert result.code == 0, result.output[-3000:]
@@ -237,10 +237,12 @@ def test_a_worker_invoked_twice_trains_once_and_its_zombies_are_fenced(
     retrier starts the same worker again in the same epoch. The second copy finds the first's
     claim and stops at once with WorkerDuplicate, writing nothing; the Map fails, the segment
     is rerun under a new epoch, and the first attempt's workers, zombies still training,
-    stop at their next fence check with WorkerFenced. The weights are the undisturbed run's."""
-    result = run(job, tmp_path, "twice", "--segment-iterations", str(SEGMENT),
+    stop at their next fence check with WorkerFenced. The weights are the undisturbed run's.
+    One segment of the job's 88 iterations at ~0.16 s each outlasts the 10 s before the retry,
+    so the first attempt's workers are still training when they are fenced."""
+    result = run(job, tmp_path, "twice", "--segment-iterations", str(2 * SEGMENT),
                  "--inject-service-error", "worker:service-after-start:1", *FENCE_CHECK,
-                 "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.1", *FAST_PEER_WAIT)
+                 "--inject-env", "worker:FASDL_TEST_ITERATION_DELAY_S=0.12", *FAST_PEER_WAIT)
     assert result.code == 0, result.output[-3000:]
     assert {"WorkerDuplicate", "WorkerFenced"} <= set(errors(result)), errors(result)
     assert set(errors(result)) <= {lambda_errors.TRANSIENT[0], "WorkerDuplicate",

@@ -31,7 +31,7 @@ RUN_TIMEOUT_S = 240  # beside the other xdist worker's load
 
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The faults job's plan (two segments of 88 iterations) and dataset."""
+    """The faults job's plan (two segments of 44 iterations) and dataset."""
     return fault_job_plan(tmp_path_factory.mktemp("job"))
 
 

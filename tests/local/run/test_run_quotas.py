@@ -7,8 +7,8 @@ says which quota to raise; with exactly 8 it trains. A worker function reported 
 Inactive until invoked, is waited for before the first Map, so no worker invocation is ever
 refused; a Failed one ends the run cleanly with Lambda's reason.
 
-The job (cnn-digits, W=4, 2 epochs in one segment) is planned and synthesized once; the
-exact-quota run and the Pending worker are one run.
+The job (cnn-digits, W=4, 1 epoch in one segment: the checks are of the start) is planned and
+synthesized once; the exact-quota run and the Pending worker are one run.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from local.run.run_prep import prepare_dataset, prepare_plan
 from local.run.runner import WORKER_HANDLER
 from tests.local.runs import Run, local_run
 
-EPOCHS = 2  # 22 iterations per epoch: one segment
+EPOCHS = 1  # 22 iterations per epoch: one segment
 RUN_TIMEOUT_S = 150
 
 
@@ -42,7 +42,7 @@ class Job:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
     work = tmp_path_factory.mktemp("job")
-    plan = prepare_plan(RunOptions(epochs=EPOCHS, segment_iterations=2 * 22), work,
+    plan = prepare_plan(RunOptions(epochs=EPOCHS, segment_iterations=EPOCHS * 22), work,
                         lambda text: None)
     plan, _ = prepare_dataset(plan, RunOptions(), work, lambda text: None)
     plan.save(work / "plan.json")
