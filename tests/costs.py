@@ -32,7 +32,6 @@ PATHS: dict[str, tuple[str, ...]] = {
     "layer/test_build_target.py::test_refuses_wrong_arch_or_glibc": (NETWORK,),
     "layer/test_requirements_layer.py": (NETWORK,),
     "local/aws/test_adapter.py": (SANDBOX,),
-    "local/faults/test_chaos.py": (SYNTH,),  # the trials' synths; the runs are children
     "local/servers/test_ecpu_relay_sockets.py": (SERVERS,),
     "local/lambda_/test_emulator.py": (SANDBOX,),
     "local/lambda_/test_lambda_faults_memory.py": (SANDBOX,),

@@ -1,7 +1,7 @@
 """The benchmarks that run ``python -m local profile`` / ``local run`` under Lambda emulation, at
 their smoke size (bench/smoke.py): one profile and one local run each, the JSON object each
-promises as the last line, the docs left as they are (bench.chaos: test_bench_smoke_chaos.py,
-a file of its own so that the suite's two workers run it beside these).
+promises as the last line, the docs left as they are (bench.chaos at its smoke size with five
+trials: tests/local/faults/test_chaos.py).
 
 bench.prediction and bench.patterns profile the same model at the same memories at this size:
 they share one ``--profile-dir`` (the second reuses the first's profile when both run here)."""

@@ -1,8 +1,13 @@
 """bert-mini on the generated text set, end to end: ``python -m fasdl.datasets textset`` and
 ``cola`` build the data, the planner plans workload bert-mini-textset (its recipe: AdamW,
 learning rate 3e-4, linear warm-up over 10 % then linear decay), and ``python -m local run``
-trains it through the synthesized state machine on both channels; worker 0 reports the dev
-split's Matthews correlation (CoLA's metric) per segment and finalize's summary carries it.
+trains it through the synthesized state machine, on Valkey (the channel whose keys and frames
+the text model's larger shards exercise; the weights do not depend on the channel,
+tests/integration/test_workers.py); worker 0 reports the dev split's Matthews correlation
+(CoLA's metric) per segment and finalize's summary carries it. One run: the steps a user takes
+by hand. ``make run WORKLOAD=bert-mini-textset`` builds the same data and plans the same job
+itself (tests/local/run/test_runner_defaults.py checks both steps of that path; the default
+job's one command runs end to end in tests/local/run/test_run_e2e.py).
 
 Two epochs, two segments: enough for the metric to be computed and reported per segment and
 for the loss to fall from the first segment to the last. How far it trains is a convergence
@@ -23,9 +28,7 @@ import pytest
 
 from infra.settings import REPO_ROOT
 
-# Both channels: two epochs in two segments (of one epoch each) for the loss to fall from the
-# first to the last; the weights do not depend on the channel (tests/integration/
-# test_workers.py), so the valkey case checks the one-command path and the channel.
+# Two epochs in two segments (of one epoch each) for the loss to fall from the first to the last
 EPOCHS = 2
 ITERATIONS_PER_EPOCH = 31  # 2,000 sentences at a global batch of 64
 RUN_TIMEOUT_S = 300
@@ -56,16 +59,10 @@ def text_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("channel", ["s3", "valkey"])
-def test_bert_mini_trains_on_the_text_set(tmp_path: Path, request: pytest.FixtureRequest,
-                                       channel: str) -> None:
-    # s3: the steps a user takes by hand; valkey: `make run WORKLOAD=bert-mini-textset`'s
-    # one command, which builds the same data and plans the same job itself
-    if channel == "s3":
-        plan, data = request.getfixturevalue("text_job")
-        job = ["--plan", str(plan), "--dataset", str(data)]
-    else:
-        job = ["--workload", "bert-mini-textset", "--epochs", str(EPOCHS)]
+def test_bert_mini_trains_on_the_text_set(tmp_path: Path, text_job: tuple[Path, Path]) -> None:
+    plan, data = text_job
+    channel = "valkey"
+    job = ["--plan", str(plan), "--dataset", str(data)]
     report_dir = tmp_path / "report"
     done = subprocess.run(
         [sys.executable, "-m", "local", "run", *job, "--channel", channel,
