@@ -257,9 +257,11 @@ def test_a_fenced_zombie_deletes_what_it_wrote_in_its_dead_epoch(s3_stack: Stack
     run_id = unique_run_id("zombie")
     run = s3_stack.invoke("trigger", {"action": "start", "input": {"run_id": run_id},
                                       "execution": run_id})
+    # its wait must outlast the test's epoch issue below: 4 s once ended first in the
+    # parallel pass (a ChannelTimeout before the fence moved, not a WorkerFenced)
     zombie = s3_stack.spawn({"action": "train", "run_id": run_id, "plan_key": run["plan_key"],
                              "segment": run["segment"], "worker": 1},
-                            {"FASDL_PEER_WAIT_START_S": "4"})
+                            {"FASDL_PEER_WAIT_START_S": "12"})
     deadline = time.monotonic() + 60
     while len(s3_stack.exchange_keys(run_id)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)  # its claim, then its shards for worker 0
