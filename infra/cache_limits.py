@@ -80,5 +80,3 @@ def network_ecpu_per_second(plan: Plan) -> int:
 
 def _ecpu_in_range(ecpu: int) -> int:
     return min(MAX_ECPU_PER_SECOND, max(MIN_ECPU_PER_SECOND, ecpu))
-
-

@@ -64,15 +64,18 @@ def estimated_seconds(item: pytest.Item) -> float:
                 if item.get_closest_marker(mark) is not None), default=CHEAP_SECONDS)
 
 
+def _file_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 @pytest.hookimpl(trylast=True)  # after tests/cost_marks.py has marked every test
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    cost: dict[str, float] = {}
-    first_seen: dict[str, int] = {}
+    estimated: dict[str, float] = {}
+    first_seen: dict[str, int] = {}  # pytest may interleave files (higher-scoped params)
     for index, item in enumerate(items):
-        path = item.nodeid.split("::", 1)[0]
-        cost[path] = cost.get(path, 0.0) + estimated_seconds(item)
+        path = _file_of(item)
+        estimated[path] = estimated.get(path, 0.0) + estimated_seconds(item)
         first_seen.setdefault(path, index)
-    for path in cost:
-        cost[path] = MEASURED.get(path.removeprefix("tests/"), cost[path])
-    items.sort(key=lambda item: (-cost[item.nodeid.split("::", 1)[0]],
-                                 first_seen[item.nodeid.split("::", 1)[0]]))
+    cost = {path: MEASURED.get(path.removeprefix("tests/"), seconds)
+            for path, seconds in estimated.items()}
+    items.sort(key=lambda item: (-cost[_file_of(item)], first_seen[_file_of(item)]))
