@@ -1,5 +1,6 @@
 """python -m planner calibrate: the refit from runs' per-role measurements (synthetic
-summaries: pure logic) and its errors."""
+summaries: pure logic) and its errors. Calibrate on a real emulated run's report:
+tests/local/run/test_run_emulated.py (that file's one run serves both)."""
 
 from __future__ import annotations
 
@@ -186,60 +187,3 @@ def test_unknown_platform_names_the_flag(tmp_path: Path,
     code, found = calibrate(capsys, run, "--workload", "cnn-digits", "--platform", "nowhere")
     assert code == 2 and found["argument"] == "--platform"
     assert np.isfinite(TRUE.a)
-
-
-RUN_TIMEOUT_S = 240
-
-
-@pytest.mark.slow
-def test_calibrate_on_an_emulated_local_run_brings_a_30_percent_off_profile_under_8_percent(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """One short cnn-digits run under --emulate-lambda (W=2, K=1: an aggregator at B=16 and a
-    non-aggregator at B=128, 1,024 MB; cnn-digits steps take a few ms, so batches only 2 x
-    apart measured within the throttle's 10 ms tick jitter of each other); its report's
-    measured compute per iteration, read by calibrate against a profile 30 % slower than the
-    run (the cnn-digits profile with a set so that its prediction is 1.3 x what was measured),
-    gives the bench.prediction-style error |predicted - measured| / measured: above 8 % before,
-    under 8 % after."""
-    import subprocess
-    import sys
-
-    from fasdl.contract.plan import Deployment, Plan, Training
-    from infra.settings import REPO_ROOT
-
-    plan = Plan(workload=TRUE.workload,
-                deployment=Deployment(channel="s3", arch="x86_64", memory_mb=1024, workers=2),
-                training=Training(aggregators=1, batch_aggregator=16, batch_non_aggregator=128,
-                                  max_global_batch=144, epochs=3, segment_iterations=1000))
-    plan_path, report_dir = tmp_path / "plan.json", tmp_path / "report"
-    plan.save(plan_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "local", "run", "--plan", str(plan_path), "--channel", "s3",
-         "--emulate-lambda", "default", "--run-id", "calibrated", "--report-dir",
-         str(report_dir), "--timeout", str(RUN_TIMEOUT_S)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 60, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = report_dir / "report.json"
-    assert json.loads(report.read_text())["platform"].startswith("local-emulation (")
-    roles = json.loads(report.read_text())["summary"]["roles"]
-    assert set(roles) == {"aggregator", "non_aggregator"}
-    assert roles["aggregator"]["batch"] == 16 and roles["non_aggregator"]["batch"] == 128
-    assert roles["aggregator"]["cold_start_s"] > 0 and roles["aggregator"]["billed_s"] > 0
-    # a 30 % slow profile of this machine: a scaled so that the total prediction (iterations
-    # x per iteration, as calibrate sums it) is 1.3 x the total measured; a role's own error
-    # depends on how the measured batch slope differs from the profile's (5-70 % measured)
-    ratio = (sum(role["iterations"] * float(TRUE.train_time(role["batch"], 1024))
-                 for role in roles.values())
-             / sum(role["iterations"] * role["compute_s_per_iteration"]
-                   for role in roles.values()))
-    off = tmp_path / "off.json"
-    off.write_text(json.dumps(replace(TRUE, a=float(f"{TRUE.a * 1.3 / ratio:.6g}")).to_dict()))
-    code, found = calibrate(capsys, str(report), "--workload", str(off), "--platform",
-                            "aws-lambda-x86_64-s3", "--measured-on", "local-emulation")
-    assert code == 0
-    old_errors = [abs(row["old_error"]) for row in found["roles"]]
-    new_errors = [abs(row["new_error"]) for row in found["roles"]]
-    assert found["total"]["old_error"] == pytest.approx(0.3, abs=0.01)
-    assert max(old_errors) >= 0.29  # the total is the roles' weighted mean
-    assert max(new_errors) < 0.08 and abs(found["total"]["new_error"]) < 0.08
-    assert found["workload"]["provenance"]["compute"]["platform"] == "local-emulation"

@@ -119,7 +119,7 @@ def test_pending_is_polled_until_active(client: Any, stub: Stubber) -> None:
     clock = Clock()
     waited = wait_until_active(client, WORKER, budget_s=90, sleep=clock.sleep, clock=clock)
     assert waited.polls == 4 and clock.slept == [account.POLL_S] * 3
-    assert waited.state.state == "Active"
+    assert waited.state.state == "Active" and waited.woke == ""  # Pending is never invoked
 
 
 def test_pending_past_the_budget_is_worker_not_ready(client: Any, stub: Stubber) -> None:
