@@ -39,7 +39,9 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +59,10 @@ from bench.local_runs import (
 )
 from bench.readme import image, predicted_vs_measured, update_section
 from bench.smoke import parse_args, results_targets
-from planner.model.cost_model import evaluate
-from planner.model.pipelined import chunk_choices
-from planner.model.problem import Problem
-from planner.model.profiles import load_platform_file, load_prices, load_workload
+from planner.model.inputs.problem import VIOLATION_TEXT, Problem, Violation
+from planner.model.inputs.profiles import load_platform_file, load_prices, load_workload
+from planner.model.terms.cost_model import evaluate
+from planner.model.terms.pipelined import chunk_choices
 from planner.search.searches import Choice, choice_from
 
 PATTERNS = ("kreduce", "scatterreduce", "allreduce")
@@ -126,34 +128,47 @@ def run_case(case: Case, profiles: Path, work: Path, channel: str, *, smoke: boo
                           workers=case.workers, memory_mb=case.memory_mb, prices=prices)
     bf16 = replace(problem, exchange_dtype="bfloat16")
     kreduce = best_choice(problem, "kreduce")
+    planners: dict[str, tuple[Problem, Callable[[], Choice]]] = {
+        **{baseline: (problem, partial(best_choice, problem, baseline))
+           for baseline in BASELINES},
+        PIPELINED_SAME: (problem, partial(same_config_pipelined, problem, kreduce)),
+        PIPELINED_PLANNED: (problem, partial(best_choice, problem, PIPELINED_PLANNED)),
+        PIPELINED_BF16: (bf16, partial(same_config_pipelined, bf16, kreduce)),
+    }
     rows: dict[str, tuple[Problem, Choice]] = {"kreduce": (problem, kreduce)}
     missing: list[dict[str, Any]] = []
-    for baseline in BASELINES:
+    for pattern, (row_problem, plan_row) in planners.items():
         try:
-            rows[baseline] = (problem, best_choice(problem, baseline))
+            rows[pattern] = (row_problem, plan_row())
         except BenchError as error:  # e.g. AllReduce's aggregator past M with Valkey's copies
-            print(f"   {case.name}-{baseline}-{channel}: {error}", flush=True)
+            print(f"   {case.name}-{pattern}-{channel}: {error}", flush=True)
             missing.append({"case": case.name, "channel": channel, "model": case.model,
-                            "model_mb": workload.model_mb, "pattern": baseline,
+                            "model_mb": workload.model_mb, "pattern": pattern,
                             "infeasible": str(error)})
-    rows[PIPELINED_SAME] = (problem, same_config_pipelined(problem, kreduce))
-    rows[PIPELINED_PLANNED] = (problem, best_choice(problem, PIPELINED_PLANNED))
-    rows[PIPELINED_BF16] = (bf16, same_config_pipelined(bf16, kreduce))
     return [*(measure(case, row_problem, pattern, choice, workload.model_mb, work, channel)
               for pattern, (row_problem, choice) in rows.items()
               if only is None or pattern in only), *missing]
 
 
 def same_config_pipelined(problem: Problem, kreduce: Choice) -> Choice:
-    """K-REDUCE's configuration with the chunk count the model finds cheapest for it."""
+    """K-REDUCE's configuration with the chunk count the model finds cheapest for it, among
+    those the model finds feasible: bfloat16 uploads keep more state (the residual, the last
+    merged model), which at K-REDUCE's M can pass the memory a run is killed at."""
     counts = chunk_choices(problem.workload.model_mb, kreduce.aggregators)
-    options = []
+    options, refused = [], set()
     for chunks in counts:
         chunked = replace(problem, exchange_chunks=chunks)
         ev = evaluate(chunked, kreduce.workers, kreduce.memory_mb, kreduce.aggregators,
                       kreduce.batch_aggregator, kreduce.batch_non_aggregator,
                       bsp=kreduce.sync == "bsp")
-        options.append(choice_from(ev, 0, chunks))
+        violation = Violation(int(ev.violation[0]))
+        if violation is Violation.NONE:
+            options.append(choice_from(ev, 0, chunks))
+        else:
+            refused.add(VIOLATION_TEXT[violation])
+    if not options:
+        raise BenchError(f"K-REDUCE's configuration with {problem.exchange_dtype} uploads is "
+                         f"infeasible: {'; '.join(sorted(refused))}")
     return min(options, key=lambda choice: choice.key())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,13 @@ from bench.local_runs import (
     worker_iteration_times,
     write_plan,
 )
-from bench.patterns import table, verdicts
+from bench.patterns import same_config_pipelined, table, verdicts
 from bench.readme import RESULTS_DOC, MarkerMissing, image, update_section
 from fasdl.contract.limits import MAX_DEADLINE_S
 from fasdl.contract.plan import Plan
-from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
-from planner.model.profiles import load_platform, load_workload
+from planner.model.inputs.profiles import load_platform, load_workload
+from planner.model.terms.cost_model import aligned_non_aggregator_batch, evaluate
+from planner.search.searches import choice_from
 
 
 def _emf(values: list[float]) -> str:
@@ -92,6 +94,20 @@ def test_fixed_choice_is_the_models_evaluation_of_exactly_that_config() -> None:
     with pytest.raises(BenchError, match="memory"):
         fixed_choice(problem, Config("tiny", workers=2, memory_mb=128, aggregators=1,
                                      batch_aggregator=512))
+
+
+def test_a_same_config_row_the_model_finds_past_memory_is_refused_not_run() -> None:
+    """bench.patterns' bfloat16 row takes K-REDUCE's configuration; bf16 uploads keep the
+    residual and the last merged model too, so at K-REDUCE's M the model can refuse it (at
+    b1713ee a Valkey run of such a row was killed at 1,032 of 1,024 MB and stopped the bench)."""
+    problem = problem_for(load_workload("resnet50-cifar10"), load_platform("valkey"), epochs=1,
+                          max_global_batch=256, workers=3, memory_mb=1024)
+    kreduce = choice_from(evaluate(problem, [3], [1024], [2], [16], [32]), 0, 1)
+    float32 = same_config_pipelined(problem, kreduce)
+    assert (float32.workers, float32.memory_mb, float32.aggregators) == (3, 1024, 2)
+    assert float32.exchange_chunks > 1
+    with pytest.raises(BenchError, match="bfloat16 uploads is infeasible: memory: "):
+        same_config_pipelined(replace(problem, exchange_dtype="bfloat16"), kreduce)
 
 
 def test_relative_error_is_against_the_measurement() -> None:
