@@ -94,8 +94,13 @@ print(json.dumps({"outcome": fasdl_torch_loader.last_result.outcome, "unpack_s":
 def smallest_memory_mb() -> tuple[int, list[str]]:
     """The smallest M the planner's grid offers any shipped workload (its smallest batch fits
     M_B = k·B + c and M + m > 0), and the workloads that can run there."""
-    from planner.model.problem import Problem
-    from planner.model.profiles import known_workloads, load_platform, load_prices, load_workload
+    from planner.model.inputs.problem import Problem
+    from planner.model.inputs.profiles import (
+        known_workloads,
+        load_platform,
+        load_prices,
+        load_workload,
+    )
 
     platform, prices = load_platform("s3"), load_prices()
     smallest: dict[str, int] = {}

@@ -25,7 +25,7 @@ Cases:
   the reference fell from 0.93 to 0.89 and hap's gaps grew to 2.5-4.7 points);
 * ``digits-batch4x``: digits, but the reference is one process at the batch the learning rate
   was tuned at (16, lr 0.05) and K-REDUCE runs W = 4 at 4× that global batch with the rate the
-  plan scales it to (planner.model.recipe, linear: 0.2, Goyal et al.'s warm-up from 0.05 over
+  plan scales it to (planner.model.inputs.recipe, linear: 0.2, Goyal et al.'s warm-up from 0.05 over
   5 epochs), the same epochs, so a quarter of the iterations;
 * ``text``: the generated acceptability set (fasdl.datasets textset, imported at 16 tokens)
   and ``bert-mini`` with the BERT workloads' recipe (AdamW, linear warm-up and decay); its
@@ -76,11 +76,12 @@ from fasdl.training.data import (
 )
 from fasdl.training.networks import build_seeded_model
 from local.run.reference import evaluate, reference_curve, worker_streams
-from planner.model.recipe import Recipe
+from planner.model.inputs.recipe import Recipe
 
 GOALS = {"bsp": 0.5, "hap": 1.5}  # points
 SYNCS = ("bsp", "hap", "hap-paper")  # hap-paper: the paper's merge, reported without a goal
-# the plan fields the learning-rate scaling sets (planner.model.recipe.Recipe.training_fields)
+# the plan fields the learning-rate scaling sets
+# (planner.model.inputs.recipe.Recipe.training_fields)
 SCALING_FIELDS = ("learning_rate", "lr_scaling", "base_learning_rate", "base_batch",
                   "warmup_iterations", "warmup_start_learning_rate")
 TEXT_LENGTH = 16  # tokens, as bert-mini-textset imports it

@@ -24,9 +24,9 @@ from fasdl.contract.plan import Plan
 from local.run.run_options import RunOptions
 from local.run.runner import run
 from planner.cli_inputs import max_deadline_s
-from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
-from planner.model.problem import VIOLATION_TEXT, Problem, Violation
-from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
+from planner.model.inputs.problem import VIOLATION_TEXT, Problem, Violation
+from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
+from planner.model.terms.cost_model import aligned_non_aggregator_batch, evaluate
 from planner.planfile import to_plan
 from planner.search.searches import Choice, choice_from, exact
 

@@ -6,8 +6,8 @@ training step at its batch and an exchange step (upload, aggregate, load the mer
 through a real S3-compatible server (the plans' channel). Each reports its peak resident set
 (VmHWM: the kernel's high-water mark since exec, the figure Lambda's memory limit holds a
 function to; ``ru_maxrss`` would also count the parent's size at fork) next to the planner's
-modelled memory of its role, k·B + c + X_role (planner/model/memory.py). The measured step runs
-under bsp
+modelled memory of its role, k·B + c + X_role (planner/model/terms/memory.py). The measured step
+runs under bsp
 so that a non-aggregator downloads in it (under hap it moves the same bytes one step later).
 
 ``--batch`` replaces the plan's batches (the exchange term does not depend on them);
@@ -54,9 +54,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def planned(name: str) -> Any:
     """The planner's K-REDUCE plan for the workload's Table IV problem."""
-    from planner.model.cost_model import evaluate
-    from planner.model.problem import Problem
-    from planner.model.profiles import load_platform, load_prices, load_workload
+    from planner.model.inputs.problem import Problem
+    from planner.model.inputs.profiles import load_platform, load_prices, load_workload
+    from planner.model.terms.cost_model import evaluate
     from planner.planfile import to_plan
     from planner.search.searches import exact
 
@@ -83,8 +83,8 @@ def with_batches(plan: Any, batch: int | None) -> Any:
 def modelled_mb(plan: Any, worker: int) -> tuple[float, float]:
     """(modelled memory of this worker's role, the cap C) in MB."""
     from fasdl.exchange.inflight import default_inflight_mb
-    from planner.model.memory import role_memory_mb
-    from planner.model.profiles import load_workload
+    from planner.model.inputs.profiles import load_workload
+    from planner.model.terms.memory import role_memory_mb
 
     workload = load_workload(str(plan.provenance["workload_profile"]))
     d, t = plan.deployment, plan.training

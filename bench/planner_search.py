@@ -35,8 +35,8 @@ from typing import Any
 
 from bench.smoke import parse_args
 from fasdl.profiling.measure import peak_rss_mb
-from planner.model.problem import Problem
-from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 from planner.search.heuristic import two_stage
 from planner.search.searches import SearchResult, exact, exhaustive
 

@@ -46,7 +46,7 @@ from bench.local_runs import (
 )
 from bench.readme import image, predicted_vs_measured, update_section
 from bench.smoke import parse_args, results_targets
-from planner.model.profiles import load_platform_file, load_workload
+from planner.model.inputs.profiles import load_platform_file, load_workload
 
 GOAL_MEAN, GOAL_MAX = 0.05, 0.08
 PROFILE_MEMORIES = ("512", "768", "1024")
@@ -70,7 +70,7 @@ CONFIGS = (
     Config("valkey-w2-m1024-k1-sqz-bsp", workers=2, memory_mb=1024, aggregators=1,
            batch_aggregator=32, channel="valkey", model=SQUEEZENET_SIZE, sync="bsp",
            epochs=2),
-    # the pipelined exchange (planner/model/pipelined.py), C chunks per shard
+    # the pipelined exchange (planner/model/terms/pipelined.py), C chunks per shard
     # (a 4.7 MB model: the cnn's 0.02 MB would make chunks of a few KB, and its < 20 ms steps
     # leave the training fit, not the exchange, to decide the error)
     Config("s3-w3-m768-k2-sqz-c2", workers=3, memory_mb=768, aggregators=2,

@@ -3,7 +3,7 @@ Valkey with them, and importing aws_cdk starts a Node process).
 
 Usage limits bound the bill, not the speed: the storage cap holds a few iterations of shards;
 the ECPU/s maximum is the plan's predicted peak (``Prediction.cache_ecpu_per_s_peak``,
-planner/model/cache_throughput.py) with ECPU_HEADROOM, and its minimum the plan's mean ECPU/s
+planner/model/terms/cache_throughput.py) with ECPU_HEADROOM, and its minimum the plan's mean ECPU/s
 (``Prediction.cache_ecpu_per_s_mean``), so a brand-new cache is pre-scaled and not throttled at
 iteration 0 (CacheUsageLimits accepts a Minimum for DataStorage and ECPUPerSecond:
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-elasticache-serverlesscache-ecpupersecond.html).

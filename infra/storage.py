@@ -8,7 +8,7 @@ during ``cdk destroy`` (CloudFormation cannot delete a bucket that still holds o
 and results are also versioned: an overwritten or deleted object stays recoverable, results for a
 day (the trigger prunes old checkpoints, and a pruned version is billed until it expires),
 datasets for a month. The periods are fasdl.contract.storage_lifecycle's, which the planner prices
-(planner/model/storage_cost.py). Why the exchange and log buckets are not versioned:
+(planner/model/terms/storage_cost.py). Why the exchange and log buckets are not versioned:
 infra/checkov.py. Lifecycle rules: https://docs.aws.amazon.com/AmazonS3/latest/userguide/intro-lifecycle-rules.html
 """
 

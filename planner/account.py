@@ -56,7 +56,7 @@ from planner.cli_inputs import (
     check_writable,
     write_atomically,
 )
-from planner.model.problem import ModelInputError
+from planner.model.inputs.problem import ModelInputError
 from planner.search.quotas import DEFAULT_MAX_MEMORY_MB, AccountLimits
 
 DEFAULT_OUT = "account.json"

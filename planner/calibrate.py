@@ -20,7 +20,7 @@ segment's invocations (fasdl.run.role_times). From those points:
   saturation fit needs two object sizes per memory and direction (the profiler's samples).
 
 The refitted groups get provenance ``measured`` (``--measured-on``, today, the fit quality;
-planner/model/provenance.py). Bad input raises CliError naming the file and field (exit 2).
+planner/model/inputs/provenance.py). Bad input raises CliError naming the file and field (exit 2).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from fasdl.contract.json_input import JsonInputError, load_json_bytes
 from planner.cli_inputs import EXIT_OK, CliError
 from planner.fit.client_cpu import nonnegative_line
 from planner.fit.workload_fit import Quality, distinct, quality
-from planner.model.compute import predict_train_time
-from planner.model.platform_profile import TORCH_LOAD_THREADS, lambda_vcpus
-from planner.model.profiles import (
+from planner.model.inputs.compute import predict_train_time
+from planner.model.inputs.platform_profile import TORCH_LOAD_THREADS, lambda_vcpus
+from planner.model.inputs.profiles import (
     PlatformProfile,
     ProfileError,
     WorkloadProfile,
@@ -50,7 +50,7 @@ from planner.model.profiles import (
     load_platform_file,
     load_workload,
 )
-from planner.model.provenance import Provenance, group_of, measured_today
+from planner.model.inputs.provenance import Provenance, group_of, measured_today
 
 SUMMARY_ARGUMENT = "RUN_SUMMARY"
 ROLES = ("aggregator", "non_aggregator")  # fasdl.run.role_times.ROLES

@@ -36,10 +36,10 @@ from planner.cli_inputs import (
     write_atomically,
 )
 from planner.fit_command import add_fit_arguments, command_fit
-from planner.model.channels import channel_costs
 from planner.model.confidence import extrapolation_warnings
-from planner.model.problem import Problem
-from planner.model.recipe import add_recipe_arguments, describe_learning_rate
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.recipe import add_recipe_arguments, describe_learning_rate
+from planner.model.terms.channels import channel_costs
 from planner.planfile import confidence_section, plan_json, to_plan
 from planner.report import (
     choice_table,

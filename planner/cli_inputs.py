@@ -17,18 +17,9 @@ from typing import Any, TypeVar
 from fasdl.contract.fields import FieldError
 from fasdl.contract.limits import BUDGET_FACTOR, DEADLINE_SLACK, MAX_BUDGET_USD, MAX_DEADLINE_S
 from fasdl.contract.plan import PlanError
-from planner.model.instance.options import (
-    INSTANCE_FORMAT,
-    InstanceError,
-    InstanceOption,
-    InstanceRun,
-    parse_instance,
-    price_run,
-)
-from planner.model.instance.shipped import billing_rule, default_user_startup_s, shipped_options
-from planner.model.problem import ModelInputError, Problem
-from planner.model.profile_fields import read_profile_json
-from planner.model.profiles import (
+from planner.model.inputs.problem import ModelInputError, Problem
+from planner.model.inputs.profile_fields import read_profile_json
+from planner.model.inputs.profiles import (
     Prices,
     ProfileError,
     WorkloadProfile,
@@ -38,7 +29,16 @@ from planner.model.profiles import (
     load_prices,
     load_workload,
 )
-from planner.model.recipe import FLAGS as RECIPE_FLAGS
+from planner.model.inputs.recipe import FLAGS as RECIPE_FLAGS
+from planner.model.instance.options import (
+    INSTANCE_FORMAT,
+    InstanceError,
+    InstanceOption,
+    InstanceRun,
+    parse_instance,
+    price_run,
+)
+from planner.model.instance.shipped import billing_rule, default_user_startup_s, shipped_options
 from planner.search.quotas import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_MEMORY_MB,
@@ -355,7 +355,7 @@ def max_deadline_s(deadline_slack: float = DEADLINE_SLACK) -> float:
 
 def _check_plan_deadline(deadline_s: float, slack: float) -> None:
     """limits.deadline_s = --deadline x --deadline-slack must fit the contract's year; the
-    lower bound is the problem's (planner.model.problem)."""
+    lower bound is the problem's (planner.model.inputs.problem)."""
     high = max_deadline_s(slack)
     if not 1.0 <= deadline_s <= high:  # NaN fails too
         raise CliError("--deadline", f"must be in [1, {high:.15g}] s: a run stops at --deadline "

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.cli_inputs import EXIT_OK, CliError, fit_profile_error
-from planner.model.profiles import ProfileError
+from planner.model.inputs.profiles import ProfileError
 
 
 def add_fit_arguments(fit: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from fasdl.contract.limits import DEADLINE_SLACK, default_limits
 from fasdl.contract.plan import Deployment, Plan, Prediction, Training
 from fasdl.contract.prediction import LOAD_BEARING
 from planner.model.confidence import assess
-from planner.model.problem import Problem
+from planner.model.inputs.problem import Problem
 from planner.search.quotas import Quotas
 from planner.search.searches import Choice
 
@@ -28,8 +28,8 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             seed: int = 0, quotas: Quotas | None = None, budget_usd: float | None = None,
             deadline_slack: float = DEADLINE_SLACK) -> Plan:
     """The plan for ``choice``; the segment length is the model's, capped at the run's length,
-    and the training recipe the workload's (planner.model.recipe). ``quotas``, the account quotas
-    the search respected, go into the plan's ``quotas`` section."""
+    and the training recipe the workload's (planner.model.inputs.recipe). ``quotas``, the account
+    quotas the search respected, go into the plan's ``quotas`` section."""
     workload = problem.workload.workload
     iterations_per_epoch = workload.samples // choice.global_batch
     total_iterations = max(1, iterations_per_epoch * problem.epochs)
@@ -55,7 +55,7 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             seed=seed,
             exchange_chunks=choice.exchange_chunks,
             exchange_dtype=problem.exchange_dtype,
-            # S3: the hashed key prefixes the model chose (planner/model/s3_rates.py)
+            # S3: the hashed key prefixes the model chose (planner/model/terms/s3_rates.py)
             exchange_key_prefixes=int(choice.breakdown.get("s3_key_prefixes", 1)),
             **problem.workload.recipe.training_fields(
                 choice.global_batch, iterations_per_epoch, total_iterations),

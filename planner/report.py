@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 
 from planner.cli_inputs import Instances
-from planner.model.channels import channel_costs
 from planner.model.confidence import assess
-from planner.model.cost_model import busy_s
-from planner.model.exchange_time import cpu_bounds, non_aggregator_times
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import lambda_vcpus
 from planner.model.instance.options import InstanceRun
-from planner.model.problem import Problem
-from planner.model.profiles import lambda_vcpus
+from planner.model.terms.channels import channel_costs
+from planner.model.terms.cost_model import busy_s
+from planner.model.terms.exchange_time import cpu_bounds, non_aggregator_times
 from planner.search.searches import PATTERNS, Choice, SearchResult, frontier
 from planner.verdict import Option, instance_lines, verdict
 
@@ -83,8 +83,8 @@ def _iteration_lines(problem: Problem, choice: Choice) -> list[str]:
 
 
 def _cpu_lines(problem: Problem, choice: Choice) -> list[str]:
-    """Each role's CPU per iteration at M's share (planner/model/client_cpu.py), where the profiles
-    measured it, and whether it, not the transfers, sets the iteration."""
+    """Each role's CPU per iteration at M's share (planner/model/terms/client_cpu.py), where the
+    profiles measured it, and whether it, not the transfers, sets the iteration."""
     wl, b = problem.workload, choice.breakdown
     if not (problem.platform.cpu_profiled or wl.cpu_profiled):
         return []  # profiles without CPU figures (the shipped ones)

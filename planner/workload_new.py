@@ -23,7 +23,7 @@ from fasdl.contract.fields import PlanError
 from fasdl.contract.user_code import UserCodeError
 from fasdl.contract.workload import Workload
 from planner.cli_inputs import CliError, check_writable, write_atomically
-from planner.model.recipe import Recipe
+from planner.model.inputs.recipe import Recipe
 
 MB = 2**20
 DEFAULT_AUGMENTATION = {"images": "images", "arrays": "normalize", "text": "none"}

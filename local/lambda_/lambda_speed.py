@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS
 from local.lambda_.sandbox_env import SHAPING_ENV
-from planner.model.profiles import PlatformProfile, ProfileError, load_platform, load_platform_file
+from planner.model.inputs.profiles import (
+    PlatformProfile,
+    ProfileError,
+    load_platform,
+    load_platform_file,
+)
 
 if TYPE_CHECKING:
     from fasdl.exchange.channel.base import Channel

@@ -17,7 +17,7 @@ from typing import Any
 from planner.fit.base_workload import kept_fields, read_base_workload
 from planner.fit.profiler import FitRequest, run_fit
 from planner.fit.samples import SampleError
-from planner.model.profiles import PlatformProfile, ProfileError, WorkloadProfile
+from planner.model.inputs.profiles import PlatformProfile, ProfileError, WorkloadProfile
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ DATASETS: dict[str, DatasetInfo] = {
 
 
 # Where python -m local profile measures: this machine under Lambda emulation (the fitted
-# profiles' provenance, planner/model/provenance.py)
+# profiles' provenance, planner/model/inputs/provenance.py)
 LOCAL_EMULATION = "local-emulation"
 
 # Fit quality below which the profile writes no plan command: a plan from such a fit would

@@ -189,7 +189,7 @@ def lambda_cost_usd(plan: Plan, invocations: Sequence[Invocation]) -> float | No
     """These invocations' durations and requests priced as Lambda bills them (the plan's
     region and arch): what this run's compute would cost there at this machine's speed.
     None for a region or arch without shipped prices."""
-    from planner.model.profiles import ProfileError, load_prices
+    from planner.model.inputs.profiles import ProfileError, load_prices
 
     try:
         prices = load_prices(plan.deployment.region)

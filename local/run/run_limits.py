@@ -39,7 +39,7 @@ def with_limits(plan: Plan, *, budget_usd: float | None, deadline_s: float | Non
 
 
 def _priced_limits(plan: Plan) -> Limits:
-    from planner.model.profiles import ProfileError, load_prices
+    from planner.model.inputs.profiles import ProfileError, load_prices
 
     try:
         prices = load_prices(plan.deployment.region)

@@ -4,7 +4,7 @@ and the compute utilization of your workload exceeds this value, ElastiCache wil
 throttling requests" (https://docs.aws.amazon.com/AmazonElastiCache/latest/dg/Scaling.html).
 
 ECPUs are metered as ElastiCache bills simple reads and writes, one ECPU per KB transferred
-(planner/model/cache_throughput.py has the same rule): every chunk a client sends counts at
+(planner/model/terms/cache_throughput.py has the same rule): every chunk a client sends counts at
 least one (a command; pipelined commands in one chunk are undercounted, which only makes the
 throttle milder), and every KB either way one more. A token bucket refills at the maximum with
 one second of burst; a chunk that finds the bucket empty waits until its ECPUs are paid, so a

@@ -1,5 +1,5 @@
 """The client-CPU coefficients κ of a platform profile, fitted from the profiler's transfer
-samples (planner/model/client_cpu.py charges them per iteration)."""
+samples (planner/model/terms/client_cpu.py charges them per iteration)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner.fit.samples import TransferRecord, by_channel, by_direction
-from planner.model.profiles import DIRECTIONS, PlatformProfile
+from planner.model.inputs.profiles import DIRECTIONS, PlatformProfile
 
 
 def fit_client_cpu(transfer: Sequence[TransferRecord], channel: str) -> dict[str, float]:

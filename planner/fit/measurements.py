@@ -31,8 +31,8 @@ from planner.fit.throughput import (
     relative_time_errors,
     rounded,
 )
-from planner.model.profiles import PlatformProfile
-from planner.model.provenance import Provenance
+from planner.model.inputs.profiles import PlatformProfile
+from planner.model.inputs.provenance import Provenance
 
 SHIPPED_CSV = "lambda_s3_transfer_times.csv"
 

@@ -43,14 +43,14 @@ from planner.fit.throughput import (
     rounded,
 )
 from planner.fit.workload_fit import Quality, WorkloadFit, distinct, quality
-from planner.model.compute import predict_train_time
-from planner.model.profiles import (
+from planner.model.inputs.compute import predict_train_time
+from planner.model.inputs.profiles import (
     DIRECTIONS,
     LAMBDA_MAX_MEMORY_MB,
     PlatformProfile,
     WorkloadProfile,
 )
-from planner.model.provenance import Provenance, measured_today
+from planner.model.inputs.provenance import Provenance, measured_today
 
 # ---- quality ----------------------------------------------------------------------------------
 
@@ -263,7 +263,8 @@ class FitRequest:
     png: str | None = None
     # the workload's own fields the profile keeps (local profile --workload)
     workload_fields: Mapping[str, Any] = field(default_factory=dict)
-    # where the samples were measured, the fitted groups' provenance (planner/model/provenance.py):
+    # where the samples were measured, the fitted groups' provenance
+    # (planner/model/inputs/provenance.py):
     # aws-lambda (the profiling state machine) or local-emulation (python -m local profile)
     measured_on: str = "aws-lambda"
 

@@ -6,8 +6,8 @@ import numpy as np
 
 from planner.fit.samples import Samples, by_channel, by_direction
 from planner.fit.workload_fit import WorkloadFit, distinct
-from planner.model.compute import predict_train_time
-from planner.model.profiles import DIRECTIONS, PlatformProfile
+from planner.model.inputs.compute import predict_train_time
+from planner.model.inputs.profiles import DIRECTIONS, PlatformProfile
 
 
 def render_fit(png: str, samples: Samples, workload: WorkloadFit | None,

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from fasdl.contract.fields import is_number
 from fasdl.contract.json_input import JsonInputError, load_json_bytes
-from planner.model.profiles import DIRECTIONS
+from planner.model.inputs.profiles import DIRECTIONS
 
 KINDS = ("train", "transfer", "duplex")
 
@@ -64,8 +64,8 @@ class DuplexRecord:
     down_s: float
 
     def duplex(self) -> float:
-        """d of U ∥ D = max(U, D, (1 − d/2)·(U + D)) (planner/model/pipelined.py): for U = D the
-        share of one hidden by the other; 2·(1 − T/(U + D)) in [0, 1]."""
+        """d of U ∥ D = max(U, D, (1 − d/2)·(U + D)) (planner/model/terms/pipelined.py): for U = D
+        the share of one hidden by the other; 2·(1 − T/(U + D)) in [0, 1]."""
         return min(1.0, max(0.0, 2.0 * (1.0 - self.seconds / (self.up_s + self.down_s))))
 
 

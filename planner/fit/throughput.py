@@ -26,8 +26,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
-from planner.model.profiles import Direction, PlatformProfile
-from planner.model.provenance import Provenance, group_of
+from planner.model.inputs.profiles import Direction, PlatformProfile
+from planner.model.inputs.provenance import Provenance, group_of
 
 DIRECTIONS: tuple[Direction, Direction] = ("up", "down")
 
@@ -236,7 +236,7 @@ DEFAULT_INVOCATION_OVERHEAD_S = 0.5
 # the median bench/cold_start.py measured at 1769 MB on a development VM, a local measurement,
 # not an AWS one (docs/cold-start.md; docs/results.md, "Measurements behind design choices").
 DEFAULT_TORCH_LOAD_CPU_S = 9.2
-# What those two defaults are (planner/model/provenance.py): an assumption and a local figure
+# What those two defaults are (planner/model/inputs/provenance.py): an assumption and a local figure
 COLD_START_PROVENANCE = Provenance("chosen", note=(
     "invocation_overhead_s 0.5 s assumed; torch_load_cpu_s measured locally by "
     "bench/cold_start.py (docs/cold-start.md), not on AWS"))

@@ -1,7 +1,7 @@
 """How far a plan's predicted time and cost can be trusted, from where its inputs come from.
 
 Every coefficient group of the workload (``compute``: a, b, m; ``memory``: k, c) and of the
-platform (``transfer``: p, t; ``cold_start``) has a provenance (planner/model/provenance.py).
+platform (``transfer``: p, t; ``cold_start``) has a provenance (planner/model/inputs/provenance.py).
 Each group gets a relative error band δ:
 
 * ``measured`` on AWS Lambda (platform ``aws-lambda…``): the fit's max relative error, at least
@@ -30,7 +30,7 @@ https://docs.aws.amazon.com/whitepapers/latest/how-aws-pricing-works/lambda.html
 Valkey, the cache's data stored, billed in GB-hours (https://aws.amazon.com/elasticache/pricing/;
 AWS Database Blog, "Unlock on-demand, cost-optimized performance with Amazon ElastiCache
 Serverless"), in the exchange cost, and the ECPU/s minimum it is pre-scaled to
-(planner/model/storage_cost.py). Requests, transitions, S3's exchange and
+(planner/model/terms/storage_cost.py). Requests, transitions, S3's exchange and
 storage are counted from the configuration at list prices. With C_t the duration-billed part,
 the cost's range is C − C_t + C_t·[1/(1+δ_T), 1+δ_T]. The memory group moves no prediction: a
 ``memory`` group that is not measured is listed, since the planned batch may not fit.
@@ -44,16 +44,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from planner.model.channels import ChannelCosts, channel_costs
-from planner.model.platform_profile import PlatformProfile
-from planner.model.problem import Problem
-from planner.model.profiles import WorkloadProfile
-from planner.model.provenance import (
+from planner.model.inputs.platform_profile import PlatformProfile
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import WorkloadProfile
+from planner.model.inputs.provenance import (
     PLATFORM_GROUPS,
     WORKLOAD_GROUPS,
     Provenance,
     group_of,
 )
+from planner.model.terms.channels import ChannelCosts, channel_costs
 
 MEASURED_BAND = 0.08
 PAPER_BAND = 0.30

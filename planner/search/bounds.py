@@ -10,7 +10,7 @@ grid is walked in four levels instead, best lower bound first:
 3. for the B^n search (K-REDUCE, K < W): one B^a and a run of up to 64 B^n; every other
    triple's B^a (with its B^n: B^a, or the alignment rule's) form one leaf box;
 4. the configurations of the boxes that may still win, evaluated by
-planner.model.cost_model.evaluate
+planner.model.terms.cost_model.evaluate
    in chunks of at most 65,536.
 
 A level is dropped when its lower bound is above the best configuration found so far (the
@@ -38,14 +38,14 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from planner.model import cost_model
-from planner.model.channels import channel_costs
-from planner.model.compute import seconds_per_sample
-from planner.model.cost_model import aligned_non_aggregator_batch, segment_io_mb
-from planner.model.exchange_time import aggregator_terms, non_aggregator_times
-from planner.model.memory import role_max_batch
-from planner.model.pipelined import pipelined_terms
-from planner.model.problem import FloatArray, IntArray, Problem
+from planner.model.inputs.compute import seconds_per_sample
+from planner.model.inputs.problem import FloatArray, IntArray, Problem
+from planner.model.terms import cost_model
+from planner.model.terms.channels import channel_costs
+from planner.model.terms.cost_model import aligned_non_aggregator_batch, segment_io_mb
+from planner.model.terms.exchange_time import aggregator_terms, non_aggregator_times
+from planner.model.terms.memory import role_max_batch
+from planner.model.terms.pipelined import pipelined_terms
 
 BnRule = Literal["search", "align"]
 BN_RULES: tuple[str, ...] = ("search", "align")

@@ -15,13 +15,13 @@ from typing import Literal
 
 import numpy as np
 
-from planner.model.cost_model import (
+from planner.model.inputs.problem import IntArray, Problem, Violation
+from planner.model.terms.cost_model import (
     Evaluation,
     aligned_non_aggregator_batch,
     evaluate,
     misses_only_deadline,
 )
-from planner.model.problem import IntArray, Problem, Violation
 from planner.search.bounds import (
     EPS,
     LEAF_CHUNK,

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.model.cost_model import (
+from planner.model.inputs.problem import VIOLATION_TEXT, Problem, Violation
+from planner.model.terms.cost_model import (
     Evaluation,
     aligned_non_aggregator_batch,
     evaluate,
     misses_only_deadline,
 )
-from planner.model.problem import VIOLATION_TEXT, Problem, Violation
 from planner.search.searches import Choice, SearchResult, best_index, choice_from, infeasibility
 
 DELTAS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9, 1.0)

@@ -28,7 +28,7 @@ from fasdl.contract.lambda_quotas import (
     DEFAULT_ACCOUNT_CONCURRENCY,
     EXECUTIONS_PER_WORKER,
 )
-from planner.model.problem import VIOLATION_TEXT, ModelInputError, Problem, Violation
+from planner.model.inputs.problem import VIOLATION_TEXT, ModelInputError, Problem, Violation
 from planner.search.searches import Choice, SearchResult
 
 # One definition with the trigger's runtime check (the functions bundle has no planner).

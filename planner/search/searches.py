@@ -29,23 +29,23 @@ from typing import Literal
 
 import numpy as np
 
-from planner.model.channels import channel_costs
-from planner.model.cost_model import (
+from planner.model.inputs.problem import VIOLATION_TEXT, Problem, Violation
+from planner.model.terms.channels import channel_costs
+from planner.model.terms.cost_model import (
     Evaluation,
     aligned_non_aggregator_batch,
     evaluate,
     misses_only_deadline,
 )
-from planner.model.memory import role_max_batch
-from planner.model.pipelined import CHUNK_CHOICES, chunk_choices
-from planner.model.problem import VIOLATION_TEXT, Problem, Violation
+from planner.model.terms.memory import role_max_batch
+from planner.model.terms.pipelined import CHUNK_CHOICES, chunk_choices
 from planner.search.bounds import BN_RULES
 from planner.search.branch_and_bound import Objective, best_index, furthest_structural
 from planner.search.branch_and_bound import search as bounded_search
 
 Pattern = Literal["kreduce", "kreduce-pipelined", "scatterreduce", "allreduce"]
 PATTERNS: tuple[str, ...] = ("kreduce", "kreduce-pipelined", "scatterreduce", "allreduce")
-PIPELINED = "kreduce-pipelined"  # K-REDUCE in C chunks per shard (planner/model/pipelined.py)
+PIPELINED = "kreduce-pipelined"  # K-REDUCE in C chunks per shard (planner/model/terms/pipelined.py)
 # plan's default: K-REDUCE phased (the paper's) or pipelined, whichever is cheaper
 AUTO = "auto"
 PLAN_PATTERNS: tuple[str, ...] = (AUTO, *PATTERNS)
@@ -146,8 +146,8 @@ def exact(problem: Problem, pattern: str = "kreduce", objective: Objective = "co
           bn_rule: str = "search") -> SearchResult:
     """The grid's optimum by branch and bound (planner/search/bounds.py): the exhaustive reference's
     result in bounded memory at any B^g_max the CLI allows. The pipelined pattern is the best
-    of one K-REDUCE search per chunk count (planner.model.pipelined.CHUNK_CHOICES); ``auto`` the
-    better of the phased and the pipelined K-REDUCE."""
+    of one K-REDUCE search per chunk count (planner.model.terms.pipelined.CHUNK_CHOICES); ``auto``
+    the better of the phased and the pipelined K-REDUCE."""
     combined = _of_kreduce_searches(exact, problem, pattern, objective, bn_rule)
     if combined is not None:
         return combined

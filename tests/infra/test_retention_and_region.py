@@ -1,5 +1,5 @@
 """The stack keeps what the planner prices: S3 leftovers expire after the periods it prices
-(fasdl.contract.storage_lifecycle, planner/model/storage_cost.py), the cache is pre-scaled to
+(fasdl.contract.storage_lifecycle, planner/model/terms/storage_cost.py), the cache is pre-scaled to
 the ECPU/s minimum it prices, and every stack deploys to the plan's region, whose prices the
 plan was made with."""
 
@@ -16,7 +16,7 @@ from fasdl.contract.storage_lifecycle import (
     MULTIPART_ABORT_DAYS,
     RESULTS_NONCURRENT_DAYS,
 )
-from planner.model.storage_cost import cache_minimum_ecpu_per_s
+from planner.model.terms.storage_cost import cache_minimum_ecpu_per_s
 from tests.infra.conftest import Synth
 
 

@@ -23,7 +23,7 @@ PLANTS = [
     ("app.py", "import fasdl.run.run_state",
      "The CDK app imports only the stack and the runtime's contract"),
     ("planner/calibrate.py", "import planner.cli", "The planner's rooms import only downwards"),
-    ("planner/model/cost_model.py", "import fasdl.exchange.kreduce",
+    ("planner/model/terms/cost_model.py", "import fasdl.exchange.kreduce",
      "The planner takes from the runtime its contract and four named modules only"),
     ("functions/fasdl/contract/keys.py", "import torch",
      "The runtime's contract imports only the standard library"),

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.model.profiles import load_platform
+from planner.model.inputs.profiles import load_platform
 
 TRUE = {"a": 37.19, "b": 12.48, "m": -111.46, "k": 5.0, "c": 592.0}  # ResNet-50 shipped
 MEMORIES = (512, 1024, 2048, 4096, 8192)

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from fasdl.contract.workload import Workload
-from planner.model.problem import Problem
-from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
 
 PROFILED_MEMORIES = (128.0, 512.0, 1024.0, 2048.0, 3008.0)
 
@@ -64,7 +64,7 @@ def problems(draw: Any, channel: str | None = None, small: bool = False,
              client_cpu: bool = False) -> Problem:
     """A problem; ``small`` keeps the grid small enough for the exhaustive reference;
     ``client_cpu`` may give the platform the exchange's CPU and the workload a training step's
-    (planner/model/client_cpu.py)."""
+    (planner/model/terms/client_cpu.py)."""
     chosen = channel or draw(st.sampled_from(["s3", "valkey"]))
     cap = draw(st.integers(16, 160 if small else 1024))
     fields: dict[str, Any] = {}

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from fasdl.contract.cache import MAX_ECPU_PER_SECOND
 from planner.cli import main
-from planner.model.cache_throughput import (
+from planner.model.inputs.problem import Problem, Violation
+from planner.model.terms.cache_throughput import (
     ecpus_per_iteration,
     peak_ecpu_per_s,
 )
-from planner.model.cost_model import evaluate
-from planner.model.problem import Problem, Violation
+from planner.model.terms.cost_model import evaluate
 from planner.search.searches import exact, exhaustive
 from tests.planner.problems import problems
 from tests.planner.search_helpers import paper_problem, same_optimum

@@ -14,7 +14,7 @@ import pytest
 
 from planner.calibrate import RolePoint, refit_cold_start, refit_compute
 from planner.cli import main
-from planner.model.profiles import load_platform, load_workload
+from planner.model.inputs.profiles import load_platform, load_workload
 
 TRUE = load_workload("cnn-digits")
 OFF = replace(TRUE, a=TRUE.a * 1.3)  # a profile 30 % too slow

@@ -1,4 +1,4 @@
-"""The channel objects (planner/model/channels.py), each member against the figures the
+"""The channel objects (planner/model/terms/channels.py), each member against the figures the
 planner's former ``channel == ...`` branches computed, written out here by hand."""
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ import pytest
 from fasdl.contract.cache import exchange_peak_copies
 from fasdl.contract.plan import CHANNELS
 from fasdl.contract.settings import DEFAULT_FENCE_CHECK_S
-from planner.model.cache_throughput import ecpus_per_iteration, peak_ecpu_per_s
-from planner.model.channels import (
+from planner.model.confidence import time_scaled_cost
+from planner.model.inputs.problem import ModelInputError, Problem, Violation
+from planner.model.inputs.profiles import load_prices
+from planner.model.terms.cache_throughput import ecpus_per_iteration, peak_ecpu_per_s
+from planner.model.terms.channels import (
     CHANNEL_COSTS,
     ExchangeRates,
     S3Costs,
     ValkeyCosts,
     channel_costs,
 )
-from planner.model.confidence import time_scaled_cost
-from planner.model.problem import ModelInputError, Problem, Violation
-from planner.model.profiles import load_prices
-from planner.model.s3_rates import peak_s3_request_rates, prefixes_needed
-from planner.model.segment_requests import segment_request_cost
+from planner.model.terms.s3_rates import peak_s3_request_rates, prefixes_needed
+from planner.model.terms.segment_requests import segment_request_cost
 from tests.planner.search_helpers import paper_problem
 
 W = np.array([1, 4, 8], dtype=np.int64)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from planner.cli import main
-from planner.model.exchange_time import non_aggregator_times
-from planner.model.problem import Problem
-from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import load_platform, load_prices, load_workload
+from planner.model.terms.exchange_time import non_aggregator_times
 from tests.planner.cli_helpers import SMALL, assert_bad, run, workload_file
 from tests.planner.fit_samples import fit_args, train_records, write
 

@@ -1,5 +1,5 @@
-"""The exchange's client CPU (planner/model/client_cpu.py): fitted from the profiler's samples,
-charged per role and iteration as (CPU_train + CPU_exchange)/vCPUs(M), stored in the
+"""The exchange's client CPU (planner/model/terms/client_cpu.py): fitted from the profiler's
+samples, charged per role and iteration as (CPU_train + CPU_exchange)/vCPUs(M), stored in the
 profiles."""
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ import pytest
 from planner.fit.client_cpu import fit_client_cpu
 from planner.fit.profiler import fit_workload
 from planner.fit.samples import SampleError, TrainSample, TransferRecord, read_samples
-from planner.model.client_cpu import exchange_cpu_bounds
-from planner.model.cost_model import evaluate
-from planner.model.problem import Problem
-from planner.model.profile_fields import ProfileError
-from planner.model.profiles import (
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profile_fields import ProfileError
+from planner.model.inputs.profiles import (
     CPU_FIELDS,
     PlatformProfile,
     WorkloadProfile,
@@ -26,6 +24,8 @@ from planner.model.profiles import (
     load_prices,
     load_workload,
 )
+from planner.model.terms.client_cpu import exchange_cpu_bounds
+from planner.model.terms.cost_model import evaluate
 
 KAPPA = {"cpu_up_request_s": 0.004, "cpu_up_mb_s": 0.002, "cpu_down_request_s": 0.003,
          "cpu_down_mb_s": 0.0015, "cpu_fold_mb_s": 0.001, "cpu_bf16_frame_mb_s": 0.0025,

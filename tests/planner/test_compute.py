@@ -1,4 +1,4 @@
-"""The compute model written once (planner/model/compute.py): the planner's profile, the
+"""The compute model written once (planner/model/inputs/compute.py): the planner's profile, the
 profiler's fit and calibrate all predict through it."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.fit.profiler import fit_compute
-from planner.model.compute import predict_train_time
-from planner.model.profiles import load_workload
+from planner.model.inputs.compute import predict_train_time
+from planner.model.inputs.profiles import load_workload
 
 
 def test_the_prediction_is_a_b_plus_batch_over_memory_plus_m() -> None:

@@ -1,6 +1,6 @@
 """A plan says how far its prediction can be trusted: each profile's coefficients carry their
 provenance, and the plan a confidence section with a time and cost range derived from it
-(planner/model/confidence.py, planner/model/provenance.py)."""
+(planner/model/confidence.py, planner/model/inputs/provenance.py)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from planner.model.confidence import (
     ranges,
     time_band,
 )
-from planner.model.problem import Problem
-from planner.model.profiles import (
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import (
     ProfileError,
     WorkloadProfile,
     known_workloads,
@@ -33,7 +33,7 @@ from planner.model.profiles import (
     load_prices,
     load_workload,
 )
-from planner.model.provenance import (
+from planner.model.inputs.provenance import (
     KINDS,
     PLATFORM_GROUPS,
     WORKLOAD_GROUPS,

@@ -15,11 +15,11 @@ from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.inflight import exchange_memory_mb
 from fasdl.training.networks import build_model
 from planner.cli import main
-from planner.model.cost_model import evaluate, segment_io_mb
-from planner.model.exchange_cost import exchange_bytes_per_iteration_mb
-from planner.model.exchange_time import communication_times, non_aggregator_times
-from planner.model.problem import Problem
-from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import load_platform, load_prices, load_workload
+from planner.model.terms.cost_model import evaluate, segment_io_mb
+from planner.model.terms.exchange_cost import exchange_bytes_per_iteration_mb
+from planner.model.terms.exchange_time import communication_times, non_aggregator_times
 from tests.runtime.kreduce_helpers import CLASSES, INPUT_SHAPE, make_plan, make_workers
 
 

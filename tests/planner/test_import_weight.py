@@ -1,7 +1,9 @@
 """What the planner and the emulator's per-sandbox shaping import: never torch.
 
-local.lambda_.invoke imports local.lambda_.lambda_speed (and with it planner.model.profiles) into
-every emulated sandbox, the 256 MB trigger's included. When planner/model/recipe.py took a constant
+local.lambda_.invoke imports local.lambda_.lambda_speed (and with it planner.model.inputs.profiles)
+into
+every emulated sandbox, the 256 MB trigger's included. When planner/model/inputs/recipe.py took a
+constant
 from fasdl.training.optimizers, that pulled torch (~190 MB) into the trigger, which then died of
 Runtime.OutOfMemory under Lambda emulation, and every `python -m planner` paid a second of
 torch import.
@@ -16,8 +18,8 @@ import sys
 from infra.settings import REPO_ROOT
 
 HEAVY = ("torch", "scipy.optimize", "matplotlib", "boto3")
-MODULES = ("planner.cli", "planner.search.searches", "planner.model.profiles",
-           "planner.model.recipe", "local.lambda_.lambda_speed", "local.lambda_.shaping")
+MODULES = ("planner.cli", "planner.search.searches", "planner.model.inputs.profiles",
+           "planner.model.inputs.recipe", "local.lambda_.lambda_speed", "local.lambda_.shaping")
 
 
 def test_planner_and_sandbox_shaping_import_no_torch() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from planner.model.inputs.profiles import load_workload
 from planner.model.instance.options import (
     InstanceError,
     InstanceOption,
@@ -25,7 +26,6 @@ from planner.model.instance.shipped import (
     shipped_options,
     workload_key,
 )
-from planner.model.profiles import load_workload
 from planner.verdict import Option, verdict
 
 DATA = resources.files("planner") / "data"

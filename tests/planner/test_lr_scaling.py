@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fasdl.contract.plan import Plan, PlanError
-from planner.model.recipe import Recipe, describe_learning_rate
+from planner.model.inputs.recipe import Recipe, describe_learning_rate
 from tests.planner.cli_helpers import TEXT, cli
 from tests.planner.resnet_plan import make_plan
 

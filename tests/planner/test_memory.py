@@ -1,4 +1,5 @@
-"""Per-role memory: M_B = k·B + c plus each role's exchange buffers (planner/model/memory.py)."""
+"""Per-role memory: M_B = k·B + c plus each role's exchange buffers
+(planner/model/terms/memory.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import dataclasses
 import numpy as np
 
 from fasdl.exchange.inflight import exchange_memory_mb
-from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
-from planner.model.memory import role_max_batch, role_memory_mb
-from planner.model.problem import Problem, Violation
-from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.model.inputs.problem import Problem, Violation
+from planner.model.inputs.profiles import load_platform, load_prices, load_workload
+from planner.model.terms.cost_model import aligned_non_aggregator_batch, evaluate
+from planner.model.terms.memory import role_max_batch, role_memory_mb
 
 
 def problem(name: str = "resnet50-cifar10", **changes: object) -> Problem:

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from planner.model.cost_model import aligned_non_aggregator_batch, evaluate
-from planner.model.exchange_time import communication_times
-from planner.model.problem import Problem, Violation
-from planner.model.profiles import lambda_vcpus, load_platform, load_prices, load_workload
+from planner.model.inputs.problem import Problem, Violation
+from planner.model.inputs.profiles import lambda_vcpus, load_platform, load_prices, load_workload
+from planner.model.terms.cost_model import aligned_non_aggregator_batch, evaluate
+from planner.model.terms.exchange_time import communication_times
 from tests.planner.problems import problems, without_storage_price
 
 MEMORIES = st.integers(1, 80).map(lambda step: 128 * step)

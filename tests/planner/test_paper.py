@@ -12,11 +12,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from planner.model.cost_model import evaluate
-from planner.model.exchange_time import communication_times
-from planner.model.problem import Problem, Violation
-from planner.model.profiles import load_platform, load_prices, load_workload
-from planner.model.recipe import Recipe
+from planner.model.inputs.problem import Problem, Violation
+from planner.model.inputs.profiles import load_platform, load_prices, load_workload
+from planner.model.inputs.recipe import Recipe
+from planner.model.terms.cost_model import evaluate
+from planner.model.terms.exchange_time import communication_times
 from planner.search.searches import exact
 
 # Table IV: deadline, B^g_max, and the paper's K-REDUCE choice (W, M, B^a, K, B^n).

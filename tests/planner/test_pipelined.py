@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from fasdl.contract.plan import Plan
 from planner.cli import main
-from planner.model.cost_model import evaluate
-from planner.model.exchange_cost import s3_exchange_cost
-from planner.model.pipelined import CHUNK_CHOICES, chunk_choices, pipelined_terms
-from planner.model.problem import Problem
-from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import load_platform, load_prices, load_workload
+from planner.model.terms.cost_model import evaluate
+from planner.model.terms.exchange_cost import s3_exchange_cost
+from planner.model.terms.pipelined import CHUNK_CHOICES, chunk_choices, pipelined_terms
 from planner.search.searches import AUTO, BN_RULES, PIPELINED, exact, exhaustive
 from tests.planner.problems import problems, with_duplex
 from tests.planner.search_helpers import assert_satisfies_constraints, same_optimum, same_time

@@ -10,7 +10,7 @@ import pytest
 from fasdl.contract.limits import MAX_DEADLINE_S
 from fasdl.contract.plan import Plan
 from planner.cli_inputs import max_deadline_s
-from planner.model.profiles import load_prices
+from planner.model.inputs.profiles import load_prices
 from tests.planner.cli_helpers import SMALL, assert_bad, run
 
 PLAN = ["plan", "--workload", "cnn-digits", *SMALL]

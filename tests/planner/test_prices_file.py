@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from planner.cli import main
-from planner.model.profiles import load_prices
+from planner.model.inputs.profiles import load_prices
 
 PLAN = ["plan", "--workload", "mobilenet-cifar10", "--deadline", "3600",
         "--max-global-batch", "512", "--epochs", "1", "--min-workers", "2", "--json"]

@@ -15,7 +15,7 @@ from planner.cli_inputs import EXIT_BAD_INPUT, EXIT_OK
 from planner.fit.profiler import FitRequest, fit_transfers, fit_workload, run_fit
 from planner.fit.samples import SampleError, read_samples
 from planner.fit.throughput import DEFAULT_TORCH_LOAD_CPU_S
-from planner.model.profiles import load_platform, load_platform_file, load_workload
+from planner.model.inputs.profiles import load_platform, load_platform_file, load_workload
 from tests.planner.fit_samples import (
     BATCHES,
     MEMORIES,

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fasdl.contract.plan import Workload
-from planner.model.profiles import (
+from planner.model.inputs.profiles import (
     LAMBDA_MAX_VCPUS,
     LAMBDA_MB_PER_VCPU,
     PlatformProfile,

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from fasdl.contract.plan import Plan
 from planner.cli import main
-from planner.model.problem import Problem, Violation
-from planner.model.profiles import load_platform, load_prices, load_workload
+from planner.model.inputs.problem import Problem, Violation
+from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 from planner.search.heuristic import lambda_dnn, standalone, two_stage
 from planner.search.quotas import Quotas, Search, limit_memory, limit_workers, search_within
 from planner.search.searches import SearchResult, exact, exhaustive

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from fasdl.contract.plan import Plan
-from planner.model.profiles import ProfileError, WorkloadProfile, load_workload
-from planner.model.recipe import Recipe
+from planner.model.inputs.profiles import ProfileError, WorkloadProfile, load_workload
+from planner.model.inputs.recipe import Recipe
 from tests.planner.cli_helpers import TEXT, cli
 
 

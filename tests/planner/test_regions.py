@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from planner.cli import main
-from planner.model.problem import ModelInputError, Problem
-from planner.model.profiles import (
+from planner.model.inputs.problem import ModelInputError, Problem
+from planner.model.inputs.profiles import (
     VALKEY_PRICES,
     known_regions,
     load_platform,

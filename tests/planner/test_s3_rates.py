@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
-from planner.model import s3_rates
-from planner.model.cost_model import evaluate
-from planner.model.exchange_cost import s3_requests_per_iteration
-from planner.model.problem import Problem, Violation
-from planner.model.s3_rates import (
+from planner.model.inputs.problem import Problem, Violation
+from planner.model.terms import s3_rates
+from planner.model.terms.cost_model import evaluate
+from planner.model.terms.exchange_cost import s3_requests_per_iteration
+from planner.model.terms.s3_rates import (
     GET_PER_PREFIX_PER_S,
     PUT_PER_PREFIX_PER_S,
     peak_s3_request_rates,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.model.cost_model import evaluate
-from planner.model.problem import Problem, Violation
+from planner.model.inputs.problem import Problem, Violation
+from planner.model.terms.cost_model import evaluate
 from planner.search.heuristic import lambda_dnn, standalone, two_stage
 from planner.search.searches import (
     BN_RULES,
@@ -103,8 +103,8 @@ def test_exact_is_never_worse_than_two_stage_and_both_are_feasible(problem: Prob
 
 def _priced_as_kreduce(problem: Problem, choice: Choice) -> float | None:
     """A baseline's configuration as the K-REDUCE search prices it, under HAP (whose checkpoint
-    also keeps the W - K non-aggregators' parameters, planner/model/storage_cost.py); None when
-    K-REDUCE cannot run it. Comparing costs without storage instead failed: HAP's storage
+    also keeps the W - K non-aggregators' parameters, planner/model/terms/storage_cost.py); None
+    when K-REDUCE cannot run it. Comparing costs without storage instead failed: HAP's storage
     premium can steer the optimum to another W, whose cost without storage is then higher."""
     evaluation = evaluate(problem, [choice.workers], [choice.memory_mb], [choice.aggregators],
                           [choice.batch_aggregator], [choice.batch_non_aggregator], bsp=False)

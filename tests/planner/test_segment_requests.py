@@ -8,9 +8,9 @@ import pytest
 from fasdl.contract.settings import DEFAULT_FENCE_CHECK_S
 from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.run.fencing import Fence, issue_epoch
-from planner.model.channels import CHANNEL_COSTS
-from planner.model.profiles import load_prices
-from planner.model.segment_requests import FENCE_GETS_PER_WORKER, segment_request_cost
+from planner.model.inputs.profiles import load_prices
+from planner.model.terms.channels import CHANNEL_COSTS
+from planner.model.terms.segment_requests import FENCE_GETS_PER_WORKER, segment_request_cost
 
 
 class CountingChannel(MemoryChannel):

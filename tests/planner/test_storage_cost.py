@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from planner.model.cost_model import evaluate
-from planner.model.problem import Problem
-from planner.model.profiles import load_platform, load_prices, load_workload
-from planner.model.storage_cost import storage_cost
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import load_platform, load_prices, load_workload
+from planner.model.terms.cost_model import evaluate
+from planner.model.terms.storage_cost import storage_cost
 from planner.report import describe_choice
 from planner.search.searches import SearchResult, choice_from
 

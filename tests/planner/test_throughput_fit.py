@@ -22,7 +22,7 @@ from planner.fit.throughput import (
     relative_time_errors,
     rounded,
 )
-from planner.model.profiles import PlatformProfile, load_platform
+from planner.model.inputs.profiles import PlatformProfile, load_platform
 
 REPO = Path(__file__).resolve().parents[2]
 # shared/ sits beside the repository, in development and in CI alike.

@@ -35,8 +35,8 @@ def test_ranges() -> None:
 def test_plan_profile_and_problem_errors_share_one_type_naming_the_field() -> None:
     from fasdl.contract.fields import FieldError
     from fasdl.contract.plan import PlanError
-    from planner.model.problem import ModelInputError
-    from planner.model.profiles import ProfileError
+    from planner.model.inputs.problem import ModelInputError
+    from planner.model.inputs.profiles import ProfileError
 
     for error in (PlanError("training.epochs", "must be >= 1"),
                   ModelInputError("epochs", "must be >= 1"),

@@ -21,7 +21,7 @@ from fasdl.profiling import measure as profiling
 from local.servers.servers import SeaweedS3Server, ServerBinaryMissing
 from planner.cli import main
 from planner.cli_inputs import EXIT_OK
-from planner.model.profiles import load_platform_file, load_workload
+from planner.model.inputs.profiles import load_platform_file, load_workload
 from tests.lambda_context import FakeLambdaContext
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fasdl.training.networks import MODELS, parameter_mb
-from planner.model.profiles import known_workloads, load_workload
+from planner.model.inputs.profiles import known_workloads, load_workload
 
 # Planned from the paper's coefficients only, with no runtime model (none at the moment:
 # bert-base-cola's bert-base is fasdl.training.text_networks').

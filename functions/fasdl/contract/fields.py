@@ -3,7 +3,7 @@ wrong with it), the plan's ``PlanError`` and its ``require_*`` checks, used for 
 workload, events, settings and command-line values. Each check names the field, the value
 (cut short) and the allowed range. Stdlib only: the trigger imports it. A ``require_*`` check
 takes a ``fail`` where another door raises its own FieldError (the planner's profiles:
-planner/model/profile_fields.py).
+planner/model/inputs/profile_fields.py).
 
 What counts as an integer or a number: Python's ``bool`` is an ``int`` subclass, so ``True``
 would pass ``isinstance(value, int)``; it is never a count or a size here.

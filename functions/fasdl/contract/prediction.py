@@ -101,7 +101,7 @@ def _check_cache_ecpu(peak: float | None, mean: float | None) -> None:
     if (peak is None) != (mean is None):
         missing = "cache_ecpu_per_s_mean" if mean is None else "cache_ecpu_per_s_peak"
         raise PlanError(_path(missing), "is missing: the cache's ECPU/s peak and mean come "
-                                        "together (planner/model/cache_throughput.py)")
+                                        "together (planner/model/terms/cache_throughput.py)")
     if peak is None:
         return
     require_float(_path("cache_ecpu_per_s_peak"), peak, 0.0, MAX_ECPU)

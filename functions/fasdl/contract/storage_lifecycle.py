@@ -1,5 +1,5 @@
 """How long the stack's buckets keep what a run leaves behind: the stack's S3 lifecycle rules
-(infra/storage.py) and the planner's storage pricing (planner/model/storage_cost.py) read the
+(infra/storage.py) and the planner's storage pricing (planner/model/terms/storage_cost.py) read the
 same periods, so a plan's predicted storage is the one the rules enforce.
 
 S3 counts a noncurrent version's days from when it became noncurrent, and an expiration takes

@@ -20,7 +20,7 @@ configurations still fit their memory.
 ``FASDL_EXCHANGE_INFLIGHT_MB`` overrides C (the plan was checked with the default).
 
 :func:`exchange_memory_mb` is the planner's term for these buffers per role; the planner adds
-it to M_B = k·B + c (planner/model/memory.py). The functions take numpy arrays (one entry per
+it to M_B = k·B + c (planner/model/terms/memory.py). The functions take numpy arrays (one entry per
 configuration) or scalars.
 """
 

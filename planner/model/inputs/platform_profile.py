@@ -1,8 +1,9 @@
 """A platform profile: how fast one channel moves bytes at each Lambda memory size, what a cold
 start costs, and the client's CPU per request and MB (FasDL Eq. 2: tp = p(M)·(1 − e^(−t(M)·S))).
 
-Split from planner/model/profiles.py, which re-exports every name here. Every invalid field
-raises ProfileError naming the field; ``provenance`` (planner/model/provenance.py) says where the
+Split from planner/model/inputs/profiles.py, which re-exports every name here. Every invalid field
+raises ProfileError naming the field; ``provenance`` (planner/model/inputs/provenance.py) says
+where the
 ``transfer`` and ``cold_start`` coefficients come from.
 """
 
@@ -18,8 +19,15 @@ from numpy.typing import ArrayLike, NDArray
 
 from fasdl.contract.fields import require_choice, require_pattern
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS, IDENTIFIER
-from planner.model.profile_fields import ProfileError, bad, construct, number, series, set_field
-from planner.model.provenance import (
+from planner.model.inputs.profile_fields import (
+    ProfileError,
+    bad,
+    construct,
+    number,
+    series,
+    set_field,
+)
+from planner.model.inputs.provenance import (
     PLATFORM_GROUPS,
     Provenance,
     parse_provenance,
@@ -69,11 +77,12 @@ class PlatformProfile:
     down_rate: tuple[float, ...]
     invocation_overhead_s: float  # per invocation: Lambda's own init and the first request
     torch_load_cpu_s: float  # per cold start: torch unpack + import, CPU-s at one vCPU
-    # Per memory, how far an upload and a download overlap (planner/model/pipelined.py's d: 1 =
-    # full duplex, 0 = one shared link); () = full duplex everywhere (not profiled).
+    # Per memory, how far an upload and a download overlap (planner/model/terms/pipelined.py's d: 1
+    # = full duplex, 0 = one shared link); () = full duplex everywhere (not profiled).
     duplex: tuple[float, ...] = ()
     # The client's CPU seconds (at one vCPU) per request and per MB each way, and per MB an
-    # aggregator folds; profiled, 0 = not measured (planner/model/exchange_time.py's CPU bound).
+    # aggregator folds; profiled, 0 = not measured (planner/model/terms/exchange_time.py's CPU
+    # bound).
     cpu_up_request_s: float = 0.0
     cpu_up_mb_s: float = 0.0
     cpu_down_request_s: float = 0.0
@@ -81,7 +90,7 @@ class PlatformProfile:
     cpu_fold_mb_s: float = 0.0
     cpu_bf16_frame_mb_s: float = 0.0  # per MB of float32 values framed as a bfloat16 upload
     cpu_bf16_fold_mb_s: float = 0.0  # per MB of float32 values folded from a bfloat16 copy
-    # where the transfer and cold_start coefficients come from (planner/model/provenance.py);
+    # where the transfer and cold_start coefficients come from (planner/model/inputs/provenance.py);
     # {} = not recorded, counted as provisional
     provenance: Mapping[str, Provenance] = field(default_factory=dict, hash=False)
 

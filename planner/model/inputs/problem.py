@@ -1,6 +1,7 @@
 """The planner's input: one planning problem (a workload on a platform under a deadline and a
 global-batch cap), and why a configuration of it can be infeasible. Every model term, search and
-report reads a :class:`Problem`; planner/model/cost_model.py evaluates configurations of it."""
+report reads a :class:`Problem`; planner/model/terms/cost_model.py evaluates configurations of
+it."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from fasdl.contract.cache import MAX_ECPU_PER_SECOND, MIN_ECPU_PER_SECOND
 from fasdl.contract.fields import FieldError, is_integral, is_real
 from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
 from fasdl.contract.plan import EXCHANGE_DTYPES, MAX_EXCHANGE_CHUNKS, UPLOAD_BYTES_PER_VALUE
-from planner.model.profile_fields import ProfileError
-from planner.model.profiles import PlatformProfile, Prices, WorkloadProfile
+from planner.model.inputs.profile_fields import ProfileError
+from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfile
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -46,7 +47,8 @@ class Violation(IntEnum):
     MAX_MEMORY = 7        # M above the account's function-memory quota
     MAX_CONCURRENCY = 8   # 2·W above the account's concurrent executions
     # Checked after every other constraint: a configuration marked so meets all the others,
-    # so it is the furthest through the checks (Valkey only; planner/model/cache_throughput.py)
+    # so it is the furthest through the checks (Valkey only;
+    # planner/model/terms/cache_throughput.py)
     CACHE_THROUGHPUT = 9  # the exchange's peak ECPU/s above the cache's maximum
     S3_REQUEST_RATE = 10  # S3: requests per second per key prefix above S3's documented rates
 
@@ -92,14 +94,14 @@ class Problem:
     clip_bn: bool = True
     own_shard_local: bool = True  # the runtime's traffic; False: the paper's Eq. 3-2/3-4
     exchange_memory: bool = True  # exchange buffers in M_B per role; False: paper's 4-1
-    exchange_chunks: int = 1  # C > 1: the pipelined exchange (planner/model/pipelined.py)
+    exchange_chunks: int = 1  # C > 1: the pipelined exchange (planner/model/terms/pipelined.py)
     # bfloat16: uploaded shards are bf16 differences (fasdl.exchange.codec), half the bytes
     exchange_dtype: str = "float32"
     # Valkey: a plan's peak ECPU/s must stay within one cache's maximum (math.inf lifts it, to
     # ask whether it binds)
     max_cache_ecpu_per_s: float = float(MAX_ECPU_PER_SECOND)
     # S3: the most hashed key prefixes a plan may spread its exchange keys over (the planner
-    # picks the fewest within S3's per-prefix rates, planner/model/s3_rates.py), and whether
+    # picks the fewest within S3's per-prefix rates, planner/model/terms/s3_rates.py), and whether
     # those rates bind (False lifts them, to ask whether they bind)
     max_exchange_key_prefixes: int = MAX_EXCHANGE_KEY_PREFIXES
     s3_request_limits: bool = True

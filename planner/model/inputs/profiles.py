@@ -2,13 +2,13 @@
 
 * :class:`WorkloadProfile` — a model + dataset with the FasDL compute model
   T_train_iter = a·(B+b)/(M+m) (FasDL Eq. 4) and the memory model M_B = k·B + c (thesis Eq. 4-1).
-* :class:`PlatformProfile` (planner/model/platform_profile.py, re-exported here) — per-memory
+* :class:`PlatformProfile` (planner/model/inputs/platform_profile.py, re-exported here) — per-memory
   throughput coefficients of tp = p(M)·(1 − e^(−t(M)·S)) (FasDL Eq. 2) for upload and download
   over one channel, plus what a cold start costs: a fixed per-invocation overhead and the torch
   load, CPU-seconds spread over the vCPUs of memory M.
 * :class:`Prices` — list prices of one region.
 
-Both profiles carry a ``provenance`` per coefficient group (planner/model/provenance.py).
+Both profiles carry a ``provenance`` per coefficient group (planner/model/inputs/provenance.py).
 Shipped profiles live as JSON under ``planner/data`` and load by name; user profiles load from a
 path. Every invalid field raises :class:`ProfileError` naming the field.
 """
@@ -29,8 +29,8 @@ from numpy.typing import ArrayLike, NDArray
 from fasdl.contract.fields import require_choice, require_pattern
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS, REGION, PlanError, Workload
 from fasdl.contract.workload import USER_FIELDS
-from planner.model.compute import predict_train_time
-from planner.model.platform_profile import (
+from planner.model.inputs.compute import predict_train_time
+from planner.model.inputs.platform_profile import (
     CPU_FIELDS,
     DIRECTIONS,
     LAMBDA_MAX_VCPUS,
@@ -41,7 +41,7 @@ from planner.model.platform_profile import (
     lambda_vcpus,
     sizes,
 )
-from planner.model.profile_fields import (
+from planner.model.inputs.profile_fields import (
     ProfileError,
     bad,
     check_names,
@@ -50,13 +50,13 @@ from planner.model.profile_fields import (
     read_profile_json,
     set_field,
 )
-from planner.model.provenance import (
+from planner.model.inputs.provenance import (
     WORKLOAD_GROUPS,
     Provenance,
     parse_provenance,
     provenance_dict,
 )
-from planner.model.recipe import Recipe
+from planner.model.inputs.recipe import Recipe
 
 _DATA: Traversable = resources.files("planner") / "data"
 
@@ -86,7 +86,7 @@ _WORKLOAD_REASONS = {
 class WorkloadProfile:
     """A model + dataset: ``workload``, the plan's own section (name, model, dataset, sizes and
     the user's fields, checked by the plan's rules), its compute model (a, b, m), memory model
-    (k, c) and how to train it (planner.model.recipe; its optimizer adds to c). Its file is
+    (k, c) and how to train it (planner.model.inputs.recipe; its optimizer adds to c). Its file is
     flat: the workload's fields beside the profile's own (from_dict, to_dict)."""
 
     workload: Workload
@@ -98,13 +98,13 @@ class WorkloadProfile:
     notes: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     # CPU of one training iteration, cpu_step_s + B·cpu_sample_s CPU-seconds (profiled; 0: not
-    # measured, and T_train stands for it): planner/model/client_cpu.py's bound charges it
+    # measured, and T_train stands for it): planner/model/terms/client_cpu.py's bound charges it
     cpu_step_s: float = 0.0
     cpu_sample_s: float = 0.0
     # [smallest, largest] M the profiler measured (None: the paper's or a hand-made profile);
     # a plan outside it extrapolates the fit, and says so
     profiled_memory_mb: list[float] | None = None
-    # where the compute and memory coefficients come from (planner/model/provenance.py);
+    # where the compute and memory coefficients come from (planner/model/inputs/provenance.py);
     # {} = not recorded, counted as provisional
     provenance: Mapping[str, Provenance] = field(default_factory=dict, hash=False)
 
@@ -161,7 +161,7 @@ class WorkloadProfile:
         return replace(self, workload=replace(self.workload, **changes))
 
     def train_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
-        """Seconds per training iteration (planner/model/compute.py)."""
+        """Seconds per training iteration (planner/model/inputs/compute.py)."""
         return predict_train_time(batch, memory_mb, a=self.a, b=self.b, m=self.m)
 
     def train_cpu_time(self, batch: ArrayLike, memory_mb: ArrayLike) -> NDArray[np.float64]:
@@ -242,7 +242,7 @@ def unprofiled_message(name: str) -> str:
 
 VALKEY_PRICES = ("valkey_gb_hour", "valkey_min_gb", "valkey_ecpu")
 # The optional prices each channel needs (S3's are every region's: datasets and checkpoints
-# live there whatever the channel); planner/model/channels.py holds the rest of a channel.
+# live there whatever the channel); planner/model/terms/channels.py holds the rest of a channel.
 CHANNEL_PRICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"s3": (), "valkey": VALKEY_PRICES})
 

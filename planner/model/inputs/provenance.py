@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fasdl.contract.fields import IDENTIFIER
-from planner.model.profile_fields import ProfileError, bad, number
+from planner.model.inputs.profile_fields import ProfileError, bad, number
 
 KINDS: tuple[str, ...] = ("measured", "paper", "chosen", "provisional")
 WORKLOAD_GROUPS: tuple[str, ...] = ("compute", "memory")

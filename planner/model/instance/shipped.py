@@ -19,8 +19,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from planner.model.inputs.profiles import WorkloadProfile
 from planner.model.instance.options import BILLING_MINIMUM_S, InstanceOption
-from planner.model.profiles import WorkloadProfile
 
 _DATA = resources.files("planner") / "data"
 TABLE_FILE = "instances.json"

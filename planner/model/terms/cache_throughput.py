@@ -16,12 +16,12 @@ e(x MB) = max(1, 1024·x / kb_per_ecpu) the ECPUs of one request, an iteration i
 - shards down   K·(W−1)·C of u·S_s/C   (each aggregator its W−1 peers' copies)
 - merged down   K·(W−1)·C of S_s/C     (non-aggregators K, aggregators K−1)
 
-(the S3 request counts of planner/model/exchange_cost.py), so ECPUs/iteration is
+(the S3 request counts of planner/model/terms/exchange_cost.py), so ECPUs/iteration is
 S_m·(3W−2)·1024 at u = 1 when every request carries at least 1 KB. Mean ECPU/s = ECPUs per
 iteration / T_iteration.
 
 Peak ECPU/s, phased (C = 1): the busiest phase, each phase's ECPUs over its duration with every
-worker in it at once (the model's T terms, planner/model/exchange_time.py; a term of a role
+worker in it at once (the model's T terms, planner/model/terms/exchange_time.py; a term of a role
 that moves nothing counts 0):
 
 - upload     K·(K−1)·e(u·S_s)/T_up^a + (W−K)·K·e(u·S_s)/T_up^n
@@ -30,7 +30,7 @@ that moves nothing counts 0):
 
 Pipelined (C > 1): a worker uploads while it downloads, so every worker's two directions at
 once: K·(E_up^a/U_a + E_down^a/D_a) + (W−K)·(E_up^n/U_n + E_down^n/D_n) with U, D the
-transfer seconds of planner/model/pipelined.py and E the ECPUs of those requests.
+transfer seconds of planner/model/terms/pipelined.py and E the ECPUs of those requests.
 With the paper's traffic (``own_shard_local`` False) an aggregator moves K shards, not K−1.
 """
 
@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from planner.model.exchange_time import aggregator_terms, non_aggregator_times
-from planner.model.pipelined import pipelined_terms
+from planner.model.terms.exchange_time import aggregator_terms, non_aggregator_times
+from planner.model.terms.pipelined import pipelined_terms
 
 if TYPE_CHECKING:
-    from planner.model.problem import Problem
+    from planner.model.inputs.problem import Problem
 
 FloatArray = NDArray[np.float64]
 KB_PER_MB = 1024.0

@@ -14,7 +14,7 @@ and never branches on the channel's name: each store's behaviour is a method her
   planned on S3 instead (no VPC, no cache).
 
 A new channel: a class with :class:`ChannelCosts`'s members, an entry in ``CHANNEL_COSTS``,
-its prices in planner/model/profiles.py ``CHANNEL_PRICES`` and its name in
+its prices in planner/model/inputs/profiles.py ``CHANNEL_PRICES`` and its name in
 fasdl.contract.plan ``CHANNELS`` (docs/development.md).
 """
 
@@ -28,17 +28,17 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from planner.model.cache_throughput import ecpus_per_iteration, peak_ecpu_per_s
-from planner.model.exchange_cost import s3_exchange_cost, valkey_exchange_cost
-from planner.model.problem import VIOLATION_TEXT, FloatArray, IntArray, Problem, Violation
-from planner.model.s3_rates import (
+from planner.model.inputs.problem import VIOLATION_TEXT, FloatArray, IntArray, Problem, Violation
+from planner.model.terms.cache_throughput import ecpus_per_iteration, peak_ecpu_per_s
+from planner.model.terms.exchange_cost import s3_exchange_cost, valkey_exchange_cost
+from planner.model.terms.s3_rates import (
     GET_PER_PREFIX_PER_S,
     PUT_PER_PREFIX_PER_S,
     peak_s3_request_rates,
     prefixes_needed,
     s3_utilisation,
 )
-from planner.model.storage_cost import cache_minimum_cost
+from planner.model.terms.storage_cost import cache_minimum_cost
 
 BoolArray = NDArray[np.bool_]
 

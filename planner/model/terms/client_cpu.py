@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from planner.model.profiles import PlatformProfile, lambda_vcpus
+from planner.model.inputs.profiles import PlatformProfile, lambda_vcpus
 
 if TYPE_CHECKING:
-    from planner.model.problem import Problem
+    from planner.model.inputs.problem import Problem
 
 FloatArray = NDArray[np.float64]
 

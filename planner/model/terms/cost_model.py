@@ -24,7 +24,7 @@ below is a numpy array with one entry per configuration (W, M, K, B^a, B^n, sync
                         budget and B_M (digest §3.7-5)                       (3-22)
 - iterations            I = D / B^g,  B^g = K·B^a + (W−K)·B^n                 (3-14, 3-17)
 - memory                B_M = floor((M − c − X)/k) per role, X its exchange buffers
-                        (4-2; X = 0 with ``exchange_memory=False``; planner/model/memory.py)
+                        (4-2; X = 0 with ``exchange_memory=False``; planner/model/terms/memory.py)
 
 What the paper leaves out and a user pays for (documented additions):
 
@@ -35,22 +35,23 @@ What the paper leaves out and a user pays for (documented additions):
   torch_load_cpu_s / min(M/1769, 1), unpack + import on one thread, docs/cold-start.md; then
   the partition S_d·max(B^a,B^n)/B^g, kept in /tmp): later segments run in warm sandboxes.
 - Lambda request fees, Step Functions state transitions, S3 requests of checkpoints, data
-  loads and fencing (planner/model/segment_requests.py), arm64 vs x86_64 GB-second prices.
+  loads and fencing (planner/model/terms/segment_requests.py), arm64 vs x86_64 GB-second prices.
 - S3 exchange requests with the epoch factor E:  E·I·(PUT·K·W + GET·2K(W−1))   (3-24..3-26)
 - ElastiCache Serverless (Valkey): ECPUs for S_m·(3W−2) MB per iteration (3-27) at 1 ECPU
   per KB, plus data stored (two iterations of shards, at least the metered minimum) in
   GB-hours for the run's duration. Datasets and checkpoints stay on S3 in this design, so
   the paper's 2·S_d term moves to the S3 request cost.
 - W = 1 (standalone) has no communication and no exchange requests (digest §3.7-8).
-- Keeping things (planner/model/storage_cost.py): checkpoints and results on S3 Standard for
+- Keeping things (planner/model/terms/storage_cost.py): checkpoints and results on S3 Standard for
   the run, the noncurrent period of pruned checkpoints and a month after the run; on Valkey,
   the cache's ECPU/s minimum, metered whether used or not. Not in ``run_cost``, whose terms the
   search's bounds take as floors: leaving a cost out keeps them floors.
 - ElastiCache Serverless throughput: a Valkey plan's peak ECPU/s must stay within one cache's
-  maximum, 15,000,000 (planner/model/cache_throughput.py; Violation.CACHE_THROUGHPUT, checked
+  maximum, 15,000,000 (planner/model/terms/cache_throughput.py; Violation.CACHE_THROUGHPUT, checked
   after every other constraint); an S3 plan's peak requests per second spread over
   the fewest hashed key prefixes that keep each within S3's 3,500 PUT/DELETE and 5,500 GET,
-  at most ``max_exchange_key_prefixes`` (planner/model/s3_rates.py; Violation.S3_REQUEST_RATE).
+  at most ``max_exchange_key_prefixes`` (planner/model/terms/s3_rates.py;
+  Violation.S3_REQUEST_RATE).
 """
 
 from __future__ import annotations
@@ -64,19 +65,19 @@ from numpy.typing import ArrayLike, NDArray
 from fasdl.contract.plan import (
     EXCHANGE_STATE_MODELS,
 )
-from planner.model.channels import ExchangeRates, channel_costs
-from planner.model.exchange_time import communication_times, iteration_times
-from planner.model.memory import memory_exceeded, role_max_batch
-from planner.model.pipelined import pipelined_terms
-from planner.model.problem import (
+from planner.model.inputs.problem import (
     FloatArray,
     IntArray,
     Problem,
     Violation,
 )
-from planner.model.profiles import WorkloadProfile
-from planner.model.segment_requests import segment_request_cost
-from planner.model.storage_cost import storage_cost
+from planner.model.inputs.profiles import WorkloadProfile
+from planner.model.terms.channels import ExchangeRates, channel_costs
+from planner.model.terms.exchange_time import communication_times, iteration_times
+from planner.model.terms.memory import memory_exceeded, role_max_batch
+from planner.model.terms.pipelined import pipelined_terms
+from planner.model.terms.segment_requests import segment_request_cost
+from planner.model.terms.storage_cost import storage_cost
 
 # Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
 # the loop bookkeeping plus two per worker iteration (task scheduled and succeeded).
@@ -112,16 +113,16 @@ class Evaluation:
     cost_exchange_usd: FloatArray
     cost_checkpoint_usd: FloatArray
     # keeping things: checkpoints and results on S3, the cache's ECPU/s minimum
-    # (planner/model/storage_cost.py)
+    # (planner/model/terms/storage_cost.py)
     cost_storage_usd: FloatArray
     cost_cache_minimum_usd: FloatArray
     cost_usd: FloatArray
     violation: NDArray[np.int8]
-    # Valkey's exchange in ECPU/s (planner/model/cache_throughput.py); NaN on S3
+    # Valkey's exchange in ECPU/s (planner/model/terms/cache_throughput.py); NaN on S3
     cache_ecpu_per_s_peak: FloatArray
     cache_ecpu_per_s_mean: FloatArray
     # S3's exchange: its hashed key prefixes P and each one's peak PUT/DELETE (the issue's
-    # s3_requests_per_prefix_per_s) and GET requests per second (planner/model/s3_rates.py);
+    # s3_requests_per_prefix_per_s) and GET requests per second (planner/model/terms/s3_rates.py);
     # NaN on Valkey
     s3_key_prefixes: FloatArray
     s3_requests_per_prefix_per_s: FloatArray
@@ -219,7 +220,7 @@ def _segmenting(budget: FloatArray, iteration: FloatArray, total_iterations: Flo
 def busy_s(workload: WorkloadProfile, memory_mb: ArrayLike, batch: ArrayLike,
            train_s: ArrayLike) -> FloatArray:
     """A role's training in the CPU bound: its training CPU at M's share, never below its
-    T_train (planner/model/client_cpu.py)."""
+    T_train (planner/model/terms/client_cpu.py)."""
     return np.asarray(np.maximum(train_s, workload.train_cpu_time(batch, memory_mb)),
                       dtype=np.float64)
 

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fasdl.contract.cache import exchange_peak_copies
-from planner.model.profiles import Prices
+from planner.model.inputs.profiles import Prices
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -1,7 +1,7 @@
 """Seconds of an iteration's exchange per role, and of the iteration, HAP or BSP.
 
-Phased (C = 1), the paper's equations with the thesis corrections (planner/model/cost_model.py's
-docstring lists them):
+Phased (C = 1), the paper's equations with the thesis corrections
+(planner/model/terms/cost_model.py's docstring lists them):
 
 - upload        T_up = S_m / tp_up(S_s)  (an aggregator: (K−1)·S_s with own_shard_local)
 - aggregation   T_agg = (W−1)·S_s/tp_down(S_s) + S_s/tp_up(S_s)
@@ -12,7 +12,7 @@ docstring lists them):
 With bfloat16 uploads (``Problem.upload_share`` u = 1/2) the shards a worker uploads and an
 aggregator downloads are u·S_s each (tp at that size); merged shards stay S_s.
 
-Pipelined (C > 1): planner/model/pipelined.py.
+Pipelined (C > 1): planner/model/terms/pipelined.py.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from planner.model.client_cpu import exchange_cpu_bounds
-from planner.model.pipelined import pipelined_terms
+from planner.model.terms.client_cpu import exchange_cpu_bounds
+from planner.model.terms.pipelined import pipelined_terms
 
 if TYPE_CHECKING:
-    from planner.model.problem import Problem
+    from planner.model.inputs.problem import Problem
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -109,9 +109,9 @@ def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
     """An aggregator's (upload, aggregate, download) seconds and the iteration's, HAP or BSP.
 
     Pipelined (C > 1): upload and download are its K·C and (W+K−2)·C chunk requests and
-    aggregate what the pipeline adds to the longer of the two (planner/model/pipelined.py). Either
-    way the iteration is at least each role's CPU_train/vCPUs(M) + CPU_exchange/vCPUs(M)
-    (planner/model/client_cpu.py); ``busy`` holds each role's first term (>= its T_train)."""
+    aggregate what the pipeline adds to the longer of the two (planner/model/terms/pipelined.py).
+    Either way the iteration is at least each role's CPU_train/vCPUs(M) + CPU_exchange/vCPUs(M)
+    (planner/model/terms/client_cpu.py); ``busy`` holds each role's first term (>= its T_train)."""
     upload, aggregate, download, iteration = _transfer_bound(problem, w, mem, k, train_a,
                                                              train_n, bsp)
     cpu_a, cpu_n = cpu_bounds(problem, w, mem, k, busy)

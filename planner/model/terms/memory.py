@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fasdl.exchange.inflight import exchange_memory_mb
-from planner.model.profiles import WorkloadProfile
+from planner.model.inputs.profiles import WorkloadProfile
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

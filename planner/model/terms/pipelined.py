@@ -18,7 +18,7 @@ paper's Eq. 3-2..3-4 take them (and the local emulator shapes them, local/lambda
   upload seconds per chunk of the last sender in step with it (HAP: another aggregator,
   q = (K−1)·t'_u, none at K = 1; BSP: a non-aggregator, q = K·t'_u). Between the two it
   folds the chunk's W copies, f = s_c·(κ_fold + (W−1)·κ_peer)/vCPUs(M), κ_peer = κ_fold
-  (bfloat16: the codec's κ_fold16; planner/model/client_cpu.py; 0 where the profile has no CPU
+  (bfloat16: the codec's κ_fold16; planner/model/terms/client_cpu.py; 0 where the profile has no CPU
   figures). A pipeline of C chunks through stages x, f and t_u ends
   x + f + t_u + (C−1)·max(x, f, t_u) after it starts, so its last merged chunk is up at
       P = max(U_a, fill(p), fill(q) + t'_d),   fill(x) = x + f + t_u + (C−1)·max(x, f, t_u)
@@ -35,12 +35,13 @@ For planner/search/bounds.py, with K ≥ 1 and W ≥ 2 (HAP; BSP's c_a is no sma
 c_a >= max(floor_a, fixed_a + (W−1)·per_peer), floor_a = max(U_a, fill((K−1)·t'_u) + t'_d
 [K > 1]) + t_d·[K > 1], fixed_a = max((K−1)·C·t_d, t_u + t_d·[K > 1]) (D_a and fill(p) >=
 C·p + t_u) and per_peer = C·t'_d. C = 1 is the paper's phased exchange
-(planner.model.cost_model.communication_times). The exchange's memory is the phased exchange's at
+(planner.model.terms.cost_model.communication_times). The exchange's memory is the phased
+exchange's at
 most (chunk frames within max(C, r·f), the phased exchange's peak with its one whole-shard
 download: fasdl.exchange.inflight.pipelined_cap_bytes; a one-chunk accumulator), so the planner
 keeps
-the phased term (planner/model/memory.py). Below that peak the downloads of chunks overlap their
-folds, as the pipeline above assumes.
+the phased term (planner/model/terms/memory.py). Below that peak the downloads of chunks overlap
+their folds, as the pipeline above assumes.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from planner.model.client_cpu import codec_cpu_per_mb
-from planner.model.profiles import Direction, PlatformProfile, lambda_vcpus
+from planner.model.inputs.profiles import Direction, PlatformProfile, lambda_vcpus
+from planner.model.terms.client_cpu import codec_cpu_per_mb
 
 FloatArray = NDArray[np.float64]
 # The chunk counts the pipelined pattern's search tries: each doubles the requests of the one

@@ -10,7 +10,7 @@ runtime spreads an exchange's keys evenly over P hashed prefixes
 (``training.exchange_key_prefixes``, fasdl.contract.keys.spread_key); the planner picks the
 smallest P that keeps the busiest second of each prefix within those rates.
 
-Requests per iteration (planner/model/exchange_cost.py; C chunks per shard, m = K−1 shards an
+Requests per iteration (planner/model/terms/exchange_cost.py; C chunks per shard, m = K−1 shards an
 aggregator ships each way, K with the paper's traffic): K·W·C PUTs and, per aggregator, the
 W−1 copies it consumed and its merged shard of two iterations before deleted, counted per key
 (S3 documents the rate of DELETE, not how a multi-object delete counts: the conservative
@@ -18,8 +18,8 @@ reading), and 2K(W−1)·C GETs. 404 polls of a key not there yet are not counte
 from workers waiting, at most one per reader per backoff step.
 
 The peak, phased (C = 1): requests come in bursts, each phase of the exchange with every
-worker in it at once (the phase times T of planner/model/exchange_time.py, as for the
-cache's ECPU/s, planner/model/cache_throughput.py; a role that moves nothing counts 0):
+worker in it at once (the phase times T of planner/model/terms/exchange_time.py, as for the
+cache's ECPU/s, planner/model/terms/cache_throughput.py; a role that moves nothing counts 0):
 
 - upload      PUT  K·m/T_up^a + (W−K)·K/T_up^n
 - aggregate   PUT  K·(1 + W)/T_agg   (the merged shard up, W deletes)
@@ -30,7 +30,7 @@ R_put = max(upload, aggregate), R_get = max(aggregate, download): phases do not 
 a worker is in one at a time (under HAP a non-aggregator's upload of l+1 can meet the
 aggregators' phase of l; the all-workers-at-once burst of each phase covers that).
 Pipelined (C > 1): every worker's two directions at once, over the transfer seconds of
-planner/model/pipelined.py (U_a, D_a, U_n, D_n):
+planner/model/terms/pipelined.py (U_a, D_a, U_n, D_n):
 R_put = K·((m + 1 + W)·C)/U_a + (W−K)·K·C/U_n, R_get = K·((W−1) + m)·C/D_a + (W−K)·K·C/D_n.
 
 Prefixes: P = max(1, ceil(max(R_put/3,500, R_get/5,500))); a plan needing more than
@@ -47,11 +47,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from planner.model.exchange_time import aggregator_terms, non_aggregator_times
-from planner.model.pipelined import pipelined_terms
+from planner.model.terms.exchange_time import aggregator_terms, non_aggregator_times
+from planner.model.terms.pipelined import pipelined_terms
 
 if TYPE_CHECKING:
-    from planner.model.problem import Problem
+    from planner.model.inputs.problem import Problem
 
 FloatArray = NDArray[np.float64]
 PUT_PER_PREFIX_PER_S = 3_500.0

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fasdl.contract.settings import DEFAULT_FENCE_CHECK_S
-from planner.model.profiles import Prices
+from planner.model.inputs.profiles import Prices
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -36,7 +36,7 @@ def segment_request_cost(prices: Prices, claim_puts_per_worker: float, workers: 
                          aggregators: IntArray, segments: FloatArray, time_s: FloatArray
                          ) -> FloatArray:
     """USD of the S3 requests above over a run of ``segments`` segments lasting ``time_s``;
-    ``claim_puts_per_worker``: the channel's (planner/model/channels.py)."""
+    ``claim_puts_per_worker``: the channel's (planner/model/terms/channels.py)."""
     w = np.asarray(workers, dtype=np.float64)
     claims = claim_puts_per_worker * w
     gets = (GETS_PER_LOAD * w + FENCE_GETS_PER_WORKER * w + TRIGGER_FENCE_GETS) * segments

@@ -47,8 +47,8 @@ from fasdl.contract.storage_lifecycle import (
     SECONDS_PER_DAY,
     billed_noncurrent_s,
 )
-from planner.model.problem import Problem
-from planner.model.profiles import Prices
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import Prices
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

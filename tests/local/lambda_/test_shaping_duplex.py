@@ -8,8 +8,8 @@ import pytest
 
 from fasdl.exchange.channel.base import Channel
 from local.lambda_.shaping import MB, BandwidthShaper, ShapedChannel, SharedLink
-from planner.model.pipelined import both_ways
-from planner.model.profiles import PlatformProfile, load_platform
+from planner.model.inputs.profiles import PlatformProfile, load_platform
+from planner.model.terms.pipelined import both_ways
 from tests.local.fake_clock import FakeClock
 from tests.planner.problems import with_duplex
 

@@ -25,7 +25,7 @@ from local.profile.profile_fit import (
 )
 from local.profile.profile_run import ProfileOptions
 from planner.cli import main as planner_main
-from planner.model.profiles import (
+from planner.model.inputs.profiles import (
     PlatformProfile,
     load_platform,
     load_platform_file,

@@ -11,7 +11,7 @@ from fasdl.contract.plan import Plan
 from infra.settings import DEFAULT_PLAN_PATH
 from local.lambda_.invocation import Invocation
 from local.run.report import lambda_cost_usd, verdict
-from planner.model.profiles import load_prices
+from planner.model.inputs.profiles import load_prices
 
 
 def _invocation(duration_s: float, memory_mb: int) -> Invocation:

@@ -28,7 +28,7 @@ from bench.local_runs import worker_metric_values
 from fasdl.contract.plan import Deployment, Plan, Training
 from infra.settings import REPO_ROOT
 from planner.cli import main
-from planner.model.profiles import load_workload
+from planner.model.inputs.profiles import load_workload
 
 RUN_TIMEOUT_S = 240
 TRUE = load_workload("cnn-digits")  # this machine's profile of the job's model
