@@ -24,7 +24,7 @@ from bench.smoke import parse_args
 from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.factory import build_channel
 from fasdl.exchange.wire import decode_shard, encode_shard, encode_shard_into
-from local.servers.servers import SeaweedS3Server, ValkeyServer
+from local.servers.managed import SeaweedS3Server, ValkeyServer
 
 MB = 2**20
 RUN = "bench"

@@ -38,7 +38,7 @@ from bench.smoke import parse_args
 from fasdl.contract.fields import AWS_REGIONS
 from fasdl.contract.plan import PLAN_MAX_COMPACT_BYTES, Plan, PlanError
 from infra.settings import DEFAULT_PLAN_PATH, STUB_TORCH_LAYER, load_settings
-from planner.cli import build_parser, main
+from planner.commands.cli import build_parser, main
 
 DATA = Path(__file__).resolve().parents[1] / "planner" / "data"
 WORKLOAD_FILE = DATA / "workloads" / "cnn-digits.json"

@@ -23,11 +23,11 @@ from typing import Any
 from fasdl.contract.plan import Plan
 from local.run.run_options import RunOptions
 from local.run.runner import run
-from planner.cli_inputs import max_deadline_s
+from planner.commands.cli_inputs import max_deadline_s
+from planner.commands.planfile import to_plan
 from planner.model.inputs.problem import VIOLATION_TEXT, Problem, Violation
 from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
 from planner.model.terms.cost_model import aligned_non_aggregator_batch, evaluate
-from planner.planfile import to_plan
 from planner.search.searches import Choice, choice_from, exact
 
 WARMUP_ITERATIONS = 2

@@ -54,10 +54,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def planned(name: str) -> Any:
     """The planner's K-REDUCE plan for the workload's Table IV problem."""
+    from planner.commands.planfile import to_plan
     from planner.model.inputs.problem import Problem
     from planner.model.inputs.profiles import load_platform, load_prices, load_workload
     from planner.model.terms.cost_model import evaluate
-    from planner.planfile import to_plan
     from planner.search.searches import exact
 
     deadline, cap, (w, m, ba, k, bn) = TABLE_IV[name]
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         path, worker, endpoint, bucket, run_id, steps = args.child
         print(json.dumps(child(path, int(worker), endpoint, bucket, run_id, int(steps))))
         return 0
-    from local.servers.servers import SeaweedS3Server
+    from local.servers.managed import SeaweedS3Server
 
     names = args.workload or list(WORKLOADS)
     plans = [planned(name) for name in names]

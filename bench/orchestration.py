@@ -43,7 +43,7 @@ from infra import lambda_errors, workflow
 from infra.settings import REPO_ROOT
 from local.aws.adapter import LocalStepFunctions
 from local.aws.template import load_template, synthesize
-from local.servers.servers import SeaweedS3Server
+from local.servers.managed import SeaweedS3Server
 
 PAYLOAD_LIMIT_KIB = 256
 HISTORY_LIMIT = 25_000

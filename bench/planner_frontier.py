@@ -20,9 +20,9 @@ from pathlib import Path
 
 from bench.planner_search import WORKLOADS
 from bench.smoke import parse_args, smoke_folder
+from planner.commands.report import render_frontier
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
-from planner.report import render_frontier
 from planner.search.searches import exact
 
 CHANNELS = ("s3", "valkey")

@@ -158,8 +158,8 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSett
 
 def check_account_memory(plan: Plan) -> None:
     """A plan made with ``planner plan --account`` records the account's function-memory limit
-    (``quotas.account_max_memory_mb``, planner/account.py); above it Lambda refuses to create
-    the functions, so the synth refuses first."""
+    (``quotas.account_max_memory_mb``, planner/commands/account.py); above it Lambda refuses to
+    create the functions, so the synth refuses first."""
     quotas = plan.quotas
     if quotas is None or quotas.account_max_memory_mb is None:
         return

@@ -1,6 +1,6 @@
 """``python -m local run [--plan plan.json] [--channel s3|valkey] [--epochs N] ...`` and
 ``python -m local profile [--memories MB ...] [--channel s3|valkey] ...``
-(local/profile/profile.py).
+(local/profile/profile_command.py).
 
 Runs the CDK-synthesized state machine on this machine (see local/run/runner.py). Exit codes:
 0 the run succeeded, 1 it failed or timed out, 2 bad input (nothing was started),
@@ -18,10 +18,10 @@ from local.aws import control_plane, interrupts
 from local.aws.cache_plane import STATES as CACHE_STACK_STATES
 from local.aws.cache_plane import CacheStackState
 from local.faults.chaos_faults import StorageFaults
-from local.faults.faults import InputError, parse_inject_env
+from local.faults.injection import InputError, parse_inject_env
 from local.faults.service_faults import KINDS, OPTION, parse_service_fault
 from local.lambda_.sandbox import DEFAULT_IDLE_S
-from local.profile import profile
+from local.profile import profile_command
 from local.run.run_options import DEFAULT_WORKLOAD, RunOptions
 from local.run.runner import run
 
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="stop before a segment that would end past S seconds from "
                                  "the start (instead of the plan's limits.deadline_s)")
     _add_fault_options(run_parser)
-    profile.add_parser(commands)
+    profile_command.add_parser(commands)
     return parser
 
 
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "profile":
         interrupts.install()  # SIGTERM unwinds like Ctrl-C, so everything is stopped
-        return profile.main(args, say=lambda text: print(text, flush=True))
+        return profile_command.main(args, say=lambda text: print(text, flush=True))
     for name, value in (("--epochs", args.epochs), ("--workers", args.workers),
                         ("--timeout", args.timeout), ("--workers-timeout", args.workers_timeout),
                         ("--segment-iterations", args.segment_iterations),

@@ -1,4 +1,4 @@
-"""Worker Lambda: one worker's part of one segment (fasdl/contract/events.py WorkerEvent).
+"""Worker Lambda: one worker's part of one segment (fasdl/contract/events.py WorkerPayload).
 
 Event ``{"action": "train", "run_id", "plan_key", "segment", "worker", "cache"}`` (``cache``:
 the Valkey endpoint the trigger found, null for S3 plans) → trains the segment

@@ -41,7 +41,7 @@ from fasdl.aws.account import ACTIVE, FAILED, INACTIVE, PENDING, POLL_S
 from fasdl.contract.lambda_quotas import DEFAULT_ACCOUNT_CONCURRENCY, MIN_UNRESERVED_CONCURRENCY
 from infra import lambda_errors
 from local.aws.loopback import LoopbackServer, Reply, Request
-from local.faults.faults import InputError
+from local.faults.injection import InputError
 from local.faults.service_faults import KINDS, ServiceErrorKind
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from typing import Any
 from fasdl.contract.settings import ENV_NAMES, STUB_ENV, WORKER_LOG_GROUP_ENV, Settings
 from infra.user_code import REQUIREMENTS_LAYER_ID, USER_CODE_LAYER_ID
 from local.lambda_.invocation import FunctionSpec
-from local.servers.servers import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.servers.managed import HOST, RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
 LOCAL_WORKER_LOG_GROUP = "/aws/lambda/fasdl-local-worker"
 ACCOUNT = "123456789012"  # moto's default account: the continue-as-new ARN must match it

@@ -1,5 +1,5 @@
 """Storage faults of ``python -m local run`` for chaos trials (bench/chaos.py), next to
-local/faults/faults.py's:
+local/faults/injection.py's:
 
 * ``--restart-s3-at N`` restarts the SeaweedFS server once the run's exchange holds a frame of
   iteration N or later (S3 plans: its exchange bucket; Valkey plans: the cache). Its data
@@ -30,7 +30,7 @@ import numpy as np
 from fasdl.contract.keys import merged_key
 from fasdl.exchange.wire import HEADER_SIZE, encode_shard, read_header, reframe
 from local.servers.layout import LAYOUT
-from local.servers.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.servers.managed import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
 EXCHANGE_BUCKET, RESULTS_BUCKET = LAYOUT.exchange_bucket, LAYOUT.results_bucket
 PREFIX = LAYOUT.exchange_prefix

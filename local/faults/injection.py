@@ -17,7 +17,7 @@ from typing import Any
 
 from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES, exchange_labels, run_prefix
 from local.servers.layout import LAYOUT
-from local.servers.servers import RedisTlsClusterServer, ValkeyServer
+from local.servers.managed import RedisTlsClusterServer, ValkeyServer
 
 ROLES = ("worker", "trigger", "finalize")
 _ITERATION = re.compile(r"/it/(\d{8})/")

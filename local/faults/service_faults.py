@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra import lambda_errors
-from local.faults.faults import ROLES, InputError
+from local.faults.injection import ROLES, InputError
 
 OPTION = "--inject-service-error"
 

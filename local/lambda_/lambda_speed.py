@@ -51,7 +51,7 @@ class LambdaEmulation:
 
     def describe_platform(self) -> str:
         """What a run under this emulation ran on, for its report: ``local-emulation`` and the
-        channel's profile (calibrate tells it from AWS Lambda, planner/calibrate.py)."""
+        channel's profile (calibrate tells it from AWS Lambda, planner/commands/calibrate.py)."""
         shaped = f" ({self.platform.name})" if self.platform is not None else ""
         return f"local-emulation{shaped}" + ("" if self.cpu else ", CPU not capped")
 

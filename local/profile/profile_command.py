@@ -55,7 +55,7 @@ from local.profile.profile_run import (
     prepare_template,
     template_path,
 )
-from local.servers.servers import ServerError
+from local.servers.managed import ServerError
 
 Say = Callable[[str], None]
 MIN_MEMORY_MB, MAX_MEMORY_MB = 128, 10_240  # Lambda's range, as infra/profiling_workflow checks

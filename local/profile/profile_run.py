@@ -1,5 +1,5 @@
-"""The measuring half of ``python -m local profile`` (local/profile/profile.py): template, servers,
-one emulated profiler invocation per memory, ``collect``, ``samples.jsonl``."""
+"""The measuring half of ``python -m local profile`` (local/profile/profile_command.py): template,
+servers, one emulated profiler invocation per memory, ``collect``, ``samples.jsonl``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Before a local run starts any server: the plan (read or planned, the options applied), the
 dataset files it uploads and the synthesized template it runs, each checked against the
-others (:class:`~local.faults.faults.InputError`: exit 2)."""
+others (:class:`~local.faults.injection.InputError`: exit 2)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from local.aws.template import (
     synthesize,
     training_template,
 )
-from local.faults.faults import InputError
+from local.faults.injection import InputError
 from local.run.jobs import local_job, missing_dataset_hint
 from local.run.run_options import (
     DEFAULT_EPOCHS,

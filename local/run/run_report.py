@@ -13,14 +13,14 @@ from typing import Any
 
 from fasdl.contract.plan import Plan
 from local.aws.adapter import LocalStepFunctions
-from local.faults.faults import exchange_left
+from local.faults.injection import exchange_left
 from local.lambda_.emulator import LambdaEmulator
 from local.run.invocation_stats import annotate_report, format_limits
 from local.run.report import Progress, build_report, format_summary, write_report
 from local.run.run_limits import annotate_stop, format_stop, stop_status
 from local.run.second_start import SecondStart
 from local.servers.layout import LAYOUT
-from local.servers.servers import RedisTlsClusterServer, ValkeyServer
+from local.servers.managed import RedisTlsClusterServer, ValkeyServer
 
 Say = Callable[[str], None]
 # a detached control call's longest wait: a late trigger call waits up to 60 s for its retry

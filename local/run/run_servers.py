@@ -23,7 +23,7 @@ from local.servers.cache_cap import (
 )
 from local.servers.ecpu_proxy import EcpuProxy
 from local.servers.layout import BUCKETS
-from local.servers.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.servers.managed import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 
 CACHE_NAME_ENV = "FASDL_CACHE_NAME"
 

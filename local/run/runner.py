@@ -39,7 +39,7 @@ from local.aws.adapter import LocalStepFunctions, emulator_router
 from local.aws.control_plane import WorkerFunction
 from local.aws.template import LocalTemplate, TemplateError
 from local.faults.chaos_faults import with_storage_faults
-from local.faults.faults import ROLES, InputError, restarting
+from local.faults.injection import ROLES, InputError, restarting
 from local.faults.service_faults import ServiceFault
 from local.lambda_.emulator import LambdaEmulator
 from local.lambda_.invocation import FunctionSpec

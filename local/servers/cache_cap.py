@@ -27,7 +27,7 @@ from typing import Self
 
 import redis
 
-from local.servers.servers import HOST, RedisTlsClusterServer, ValkeyServer
+from local.servers.managed import HOST, RedisTlsClusterServer, ValkeyServer
 
 CacheServer = ValkeyServer | RedisTlsClusterServer
 POLL_S = 0.05

@@ -26,7 +26,7 @@ from typing import Self
 
 import redis
 
-from local.servers.servers import HOST, RedisTlsClusterServer, ValkeyServer
+from local.servers.managed import HOST, RedisTlsClusterServer, ValkeyServer
 
 KB = 1024
 BURST_S = 1.0  # the bucket holds one second of the maximum

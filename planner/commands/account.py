@@ -49,7 +49,7 @@ from fasdl.contract.lambda_quotas import (
     QUOTA_CODE,
     QUOTA_NAME,
 )
-from planner.cli_inputs import (
+from planner.commands.cli_inputs import (
     DEFAULT_REGION,
     EXIT_OK,
     CliError,

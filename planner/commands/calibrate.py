@@ -36,7 +36,7 @@ import numpy as np
 
 from fasdl.contract.fields import is_number
 from fasdl.contract.json_input import JsonInputError, load_json_bytes
-from planner.cli_inputs import EXIT_OK, CliError
+from planner.commands.cli_inputs import EXIT_OK, CliError
 from planner.fit.client_cpu import nonnegative_line
 from planner.fit.workload_fit import Quality, distinct, quality
 from planner.model.inputs.compute import predict_train_time

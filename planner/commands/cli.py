@@ -17,9 +17,9 @@ from functools import partial
 from typing import Any, NoReturn
 
 from fasdl.contract.plan import EXCHANGE_DTYPES, PlanError
-from planner.account import add_account_arguments, command_account
-from planner.calibrate import add_calibrate_arguments, command_calibrate
-from planner.cli_inputs import (
+from planner.commands.account import add_account_arguments, command_account
+from planner.commands.calibrate import add_calibrate_arguments, command_calibrate
+from planner.commands.cli_inputs import (
     BATCH_STEP,
     EXIT_BAD_INPUT,
     EXIT_INFEASIBLE,
@@ -35,13 +35,9 @@ from planner.cli_inputs import (
     limit_options,
     write_atomically,
 )
-from planner.fit_command import add_fit_arguments, command_fit
-from planner.model.confidence import extrapolation_warnings
-from planner.model.inputs.problem import Problem
-from planner.model.inputs.recipe import add_recipe_arguments, describe_learning_rate
-from planner.model.terms.channels import channel_costs
-from planner.planfile import confidence_section, plan_json, to_plan
-from planner.report import (
+from planner.commands.fit_command import add_fit_arguments, command_fit
+from planner.commands.planfile import confidence_section, plan_json, to_plan
+from planner.commands.report import (
     choice_table,
     describe_choice,
     frontier_summary,
@@ -49,6 +45,12 @@ from planner.report import (
     instance_report,
     render_frontier,
 )
+from planner.commands.workload_new import add_arguments as add_workload_arguments
+from planner.commands.workload_new import command_workload
+from planner.model.confidence import extrapolation_warnings
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.recipe import add_recipe_arguments, describe_learning_rate
+from planner.model.terms.channels import channel_costs
 from planner.search.heuristic import DEFAULT_GAMMA_MIN, lambda_dnn, standalone, two_stage
 from planner.search.quotas import (
     DEFAULT_MAX_CONCURRENCY,
@@ -66,8 +68,6 @@ from planner.search.searches import (
     exact,
     exhaustive,
 )
-from planner.workload_new import add_arguments as add_workload_arguments
-from planner.workload_new import command_workload
 
 MAX_POINTS = 100  # frontier: each point is three searches
 

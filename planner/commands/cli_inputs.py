@@ -332,8 +332,8 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def limit_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The limits flags for planner.planfile.to_plan, checked (CliError names the flag), and
-    --deadline against the limit it becomes: called before the search, so that a plan the
+    """The limits flags for planner.commands.planfile.to_plan, checked (CliError names the flag),
+    and --deadline against the limit it becomes: called before the search, so that a plan the
     contract would refuse is refused at the door, naming the flag the user typed."""
     if args.budget_usd is not None and not 0 < args.budget_usd <= MAX_BUDGET_USD:
         raise CliError("--budget-usd", f"must be in (0, {MAX_BUDGET_USD:g}], "
@@ -346,7 +346,7 @@ def limit_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def max_deadline_s(deadline_slack: float = DEADLINE_SLACK) -> float:
     """The largest planning deadline a plan can carry: its guard's limit (the deadline x
-    ``deadline_slack``, planner.planfile.to_plan) must stay within a year
+    ``deadline_slack``, planner.commands.planfile.to_plan) must stay within a year
     (fasdl.contract.limits). Also the deadline of a problem that wants none binding
     (bench/local_runs.py). Floored to the millisecond, so the value shown is one the contract
     takes."""

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planner.cli_inputs import EXIT_OK, CliError, fit_profile_error
+from planner.commands.cli_inputs import EXIT_OK, CliError, fit_profile_error
 from planner.model.inputs.profiles import ProfileError
 
 

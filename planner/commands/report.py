@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from planner.cli_inputs import Instances
+from planner.commands.cli_inputs import Instances
+from planner.commands.verdict import Option, instance_lines, verdict
 from planner.model.confidence import assess
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import lambda_vcpus
@@ -19,7 +20,6 @@ from planner.model.terms.channels import channel_costs
 from planner.model.terms.cost_model import busy_s
 from planner.model.terms.exchange_time import cpu_bounds, non_aggregator_times
 from planner.search.searches import PATTERNS, Choice, SearchResult, frontier
-from planner.verdict import Option, instance_lines, verdict
 
 PATTERN_TITLES = {"kreduce": "K-REDUCE", "kreduce-pipelined": "K-REDUCE pipelined",
                   "scatterreduce": "ScatterReduce",

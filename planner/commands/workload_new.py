@@ -22,7 +22,7 @@ import numpy as np
 from fasdl.contract.fields import PlanError
 from fasdl.contract.user_code import UserCodeError
 from fasdl.contract.workload import Workload
-from planner.cli_inputs import CliError, check_writable, write_atomically
+from planner.commands.cli_inputs import CliError, check_writable, write_atomically
 from planner.model.inputs.recipe import Recipe
 
 MB = 2**20

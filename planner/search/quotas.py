@@ -53,7 +53,7 @@ class AccountLimits:
     max_memory_mb: int  # the function memory the account may configure
     max_concurrency: int  # AccountLimit.UnreservedConcurrentExecutions: what the worker gets
     concurrent_executions: int  # AccountLimit.ConcurrentExecutions: the account's quota
-    memory_source: str  # one of MEMORY_SOURCES (planner/account.py says which is when)
+    memory_source: str  # one of MEMORY_SOURCES (planner/commands/account.py says which is when)
     read_on: str  # the UTC date of the read, YYYY-MM-DD: quotas change
 
     def __post_init__(self) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from bench import memory_roles
 from fasdl.exchange.inflight import default_inflight_mb
-from local.servers.servers import SeaweedS3Server
+from local.servers.managed import SeaweedS3Server
 from planner.model.inputs.profiles import load_workload
 from planner.model.terms.memory import role_memory_mb
 

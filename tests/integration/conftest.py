@@ -13,7 +13,7 @@ from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.factory import ChannelConfig, build_channel
 from fasdl.exchange.channel.memory import MemoryChannel, MemoryStore
 from fasdl.exchange.channel.s3 import S3Channel
-from local.servers.servers import (
+from local.servers.managed import (
     ManagedServer,
     RedisTlsClusterServer,
     SeaweedS3Server,

@@ -21,8 +21,8 @@ from fasdl.exchange.channel.factory import (
 from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.exchange.channel.valkey import ValkeyChannel
 from fasdl.exchange.wire import FrameError, decode_shard, encode_shard
-from local.servers import servers
-from local.servers.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.servers import managed
+from local.servers.managed import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from tests.integration.conftest import VALKEY_BACKENDS, Backend
 
 RUN = "run-int"
@@ -243,7 +243,7 @@ def test_a_bad_channel_config_names_the_field(fields: dict[str, Any], message: s
 
 def test_a_port_collision_is_retried_with_new_ports(monkeypatch: pytest.MonkeyPatch) -> None:
     picks: list[list[int]] = []
-    real_free_ports = servers.free_ports
+    real_free_ports = managed.free_ports
 
     def taken_first(count: int, *, grpc_offset: int = 0) -> list[int]:
         ports = real_free_ports(count, grpc_offset=grpc_offset)
@@ -255,7 +255,7 @@ def test_a_port_collision_is_retried_with_new_ports(monkeypatch: pytest.MonkeyPa
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
-        monkeypatch.setattr(servers, "free_ports", taken_first)
+        monkeypatch.setattr(managed, "free_ports", taken_first)
         with ValkeyServer() as server:
             assert len(picks) == 2
             assert server.port == picks[1][0] != squatter.getsockname()[1]

@@ -16,7 +16,7 @@ import pytest
 
 from fasdl.contract.settings import Settings
 from fasdl.run.results import segment_results, summarize
-from local.servers.servers import SeaweedS3Server
+from local.servers.managed import SeaweedS3Server
 
 WORKERS = 12
 ATTEMPTS = {0: 1, 1: 2, 2: 1}  # segment index -> attempts: segment 1 was retried once

@@ -17,9 +17,9 @@ from fasdl.exchange.channel.spread import spread_keys
 from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.run.fencing import claim_worker, clean_dead_epochs
 from fasdl.training.networks import build_model
-from local.faults.faults import exchange_left
+from local.faults.injection import exchange_left
 from local.servers.layout import LAYOUT
-from local.servers.servers import SeaweedS3Server
+from local.servers.managed import SeaweedS3Server
 from tests.runtime.kreduce_helpers import CLASSES, INPUT_SHAPE, drive, make_plan, random_batches
 
 ITERATIONS, WORKERS, PREFIXES = 4, 4, 8

@@ -24,7 +24,7 @@ from fasdl.contract.keys import checkpoint_group, checkpoints_prefix, claim_key,
 from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.s3 import S3Channel
 from local.servers.cache_cap import CONNECTIONS_PER_WORKER, CacheCap, evicted_keys
-from local.servers.servers import SeaweedS3Server, ValkeyServer
+from local.servers.managed import SeaweedS3Server, ValkeyServer
 from tests.integration.worker_stack import (
     BUCKETS,
     Stack,

@@ -12,7 +12,7 @@ from fasdl.contract.plan import Plan
 from fasdl.datasets.__main__ import main as import_dataset
 from fasdl.run import dataset_check
 from infra.settings import DEFAULT_PLAN_PATH, REPO_ROOT
-from local.servers.servers import SeaweedS3Server
+from local.servers.managed import SeaweedS3Server
 
 BUCKET = "datasets-readme"
 SYNC = re.compile(r"^aws s3 sync (?P<src>\S+) s3://<DatasetsBucketName>/(?P<prefix>\S+)$")

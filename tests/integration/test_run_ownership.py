@@ -15,7 +15,7 @@ from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.s3 import S3Channel
 from fasdl.run import fencing, run_state
-from local.servers.servers import SeaweedS3Server
+from local.servers.managed import SeaweedS3Server
 from tests.runtime.kreduce_helpers import make_plan
 
 PLAN = make_plan(4, 2, 2, 3, "hap", samples=100)

@@ -27,7 +27,7 @@ from fasdl.exchange.shard_layout import shard_bounds
 from fasdl.exchange.wire import encode_shard
 from fasdl.training.evaluation import confusion_of
 from fasdl.training.networks import build_model, parameter_count
-from local.servers.servers import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from local.servers.managed import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
 from tests.integration.worker_stack import (
     BUCKETS,
     DATASET,

@@ -22,7 +22,7 @@ import pytest
 from fasdl.contract.keys import manifest_key
 from fasdl.contract.plan import Deployment, Plan, Training, Workload
 from fasdl.datasets import build_digits
-from local.servers.servers import SeaweedS3Server
+from local.servers.managed import SeaweedS3Server
 from tests.lambda_context import FakeLambdaContext
 
 ROOT = Path(__file__).resolve().parents[2]

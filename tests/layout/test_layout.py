@@ -1,6 +1,7 @@
 """The layout's rules (docs/architecture.md, "Layers"): no import circle among the product's
-modules, counting every import (module level, TYPE_CHECKING, inside a function); the runtime's
-modules live in their rooms; the import-linter contracts hold."""
+modules, counting every import (module level, TYPE_CHECKING, inside a function); the runtime's,
+the local runner's and the planner's modules live in their rooms, at most 20 to a folder; the
+import-linter contracts hold."""
 
 from __future__ import annotations
 
@@ -98,9 +99,27 @@ def test_the_cycle_finder_finds_a_circle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_the_runtime_keeps_its_modules_in_rooms() -> None:
-    loose = sorted(path.name for path in (REPO_ROOT / "functions" / "fasdl").glob("*.py"))
-    assert set(loose) <= ENTRY_POINTS, f"outside a room: {sorted(set(loose) - ENTRY_POINTS)}"
+# What may stay at a package's top beside its rooms (subpackages): entry points only.
+TOP_LEVEL = {REPO_ROOT / "functions" / "fasdl": ENTRY_POINTS,
+             REPO_ROOT / "local": {"__init__.py", "__main__.py"},
+             REPO_ROOT / "planner": {"__init__.py", "__main__.py"},
+             REPO_ROOT / "planner" / "model": {"__init__.py", "confidence.py"}}
+MAX_MODULES_PER_FOLDER = 20  # docs/development.md, "Where a new module goes"
+
+
+def test_packages_keep_their_modules_in_rooms() -> None:
+    for package, allowed in TOP_LEVEL.items():
+        loose = {path.name for path in package.glob("*.py")}
+        assert loose <= allowed, f"{package.relative_to(REPO_ROOT)}: outside a room: " \
+            f"{sorted(loose - allowed)}"
+
+
+def test_no_product_folder_holds_more_than_twenty_modules() -> None:
+    crowded = {str(folder.relative_to(REPO_ROOT)): count
+               for package, base in ROOTS.items() for folder in (base / package).rglob("*")
+               if folder.is_dir() and folder.name != "__pycache__"
+               and (count := len(list(folder.glob("*.py")))) > MAX_MODULES_PER_FOLDER}
+    assert not crowded, crowded
 
 
 def test_the_layering_contracts_hold() -> None:

@@ -22,12 +22,13 @@ SOURCES = ("pyproject.toml", "app.py", "tests/__init__.py", "tests/layout/__init
 PLANTS = [
     ("app.py", "import fasdl.run.run_state",
      "The CDK app imports only the stack and the runtime's contract"),
-    ("planner/calibrate.py", "import planner.cli", "The planner's rooms import only downwards"),
+    ("planner/commands/calibrate.py", "import planner.commands.cli",
+     "The planner's rooms import only downwards"),
     ("planner/model/terms/cost_model.py", "import fasdl.exchange.kreduce",
      "The planner takes from the runtime its contract and four named modules only"),
     ("functions/fasdl/contract/keys.py", "import torch",
      "The runtime's contract imports only the standard library"),
-    ("local/servers/servers.py", "import local.run.runner",
+    ("local/servers/managed.py", "import local.run.runner",
      "The local runner's rooms import only downwards (servers never import the run)"),
 ]
 

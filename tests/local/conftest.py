@@ -13,7 +13,7 @@ from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.factory import build_channel
 from infra.settings import DEFAULT_PLAN_PATH
 from local.aws.template import LocalTemplate, load_template, synthesize
-from local.servers.servers import SeaweedS3Server, ValkeyServer
+from local.servers.managed import SeaweedS3Server, ValkeyServer
 from planner.model.inputs.profiles import PlatformProfile, load_platform
 
 STUBS = Path(__file__).parent / "stubs"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from planner.cli import main
+from planner.commands.cli import main
 
 SMALL = ["--deadline", "3000", "--max-global-batch", "64", "--epochs", "2"]
 TEXT = ["--workload", "bert-mini-textset", "--deadline", "900", "--max-global-batch", "64",

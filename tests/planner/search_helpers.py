@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from fasdl.contract.plan import Plan
+from planner.commands.planfile import to_plan
 from planner.model.inputs.problem import Problem, Violation
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 from planner.model.terms.cost_model import evaluate
-from planner.planfile import to_plan
 from planner.search.searches import Choice, SearchResult
 
 

@@ -19,8 +19,8 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from planner import account as account_command
-from planner.cli import main
+from planner.commands import account as account_command
+from planner.commands.cli import main
 from planner.search.quotas import AccountLimits
 
 REGION = "us-east-1"

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasdl.contract.cache import MAX_ECPU_PER_SECOND
-from planner.cli import main
+from planner.commands.cli import main
 from planner.model.inputs.problem import Problem, Violation
 from planner.model.terms.cache_throughput import (
     ecpus_per_iteration,

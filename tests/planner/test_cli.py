@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fasdl.contract.plan import Plan
-from planner.cli import main
+from planner.commands.cli import main
 
 # Table IV constraints with the epochs test_paper.py derives from the paper's own choices.
 PAPER = {

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from planner.cli import main
+from planner.commands.cli import main
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 from planner.model.terms.exchange_time import non_aggregator_times
@@ -196,7 +196,7 @@ def test_running_out_of_memory_names_the_flag_to_lower(capsys: pytest.CaptureFix
     def no_memory(*_: object, **__: object) -> None:
         raise MemoryError
 
-    monkeypatch.setattr("planner.cli.exact", no_memory)
+    monkeypatch.setattr("planner.commands.cli.exact", no_memory)
     code, document, stderr = run(capsys, command, "--workload", "squeezenet-cifar10", *SMALL)
     assert_bad(code, document, stderr, "--max-global-batch", "ran out of memory",
                "16-65536")

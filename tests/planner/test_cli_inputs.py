@@ -9,8 +9,8 @@ from typing import Any, NoReturn
 
 import pytest
 
-from planner import cli
-from planner.cli import build_parser
+from planner.commands import cli
+from planner.commands.cli import build_parser
 from tests.planner.cli_helpers import SMALL, run, workload_file
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import matplotlib.axes
 import pytest
 
-from planner.cli import main
+from planner.commands.cli import main
 
 DATA = resources.files("planner") / "data"
 RESNET = ["--workload", "resnet50-cifar10", "--deadline", "8000", "--max-global-batch", "1024",

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fasdl.contract.plan import Plan
-from planner.cli import main
+from planner.commands.cli import main
 from planner.fit.profiler import FitRequest, run_fit
 from planner.model.confidence import (
     MEASURED_BAND,

@@ -14,7 +14,7 @@ from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.inflight import exchange_memory_mb
 from fasdl.training.networks import build_model
-from planner.cli import main
+from planner.commands.cli import main
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 from planner.model.terms.cost_model import evaluate, segment_io_mb

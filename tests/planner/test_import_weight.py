@@ -18,7 +18,7 @@ import sys
 from infra.settings import REPO_ROOT
 
 HEAVY = ("torch", "scipy.optimize", "matplotlib", "boto3")
-MODULES = ("planner.cli", "planner.search.searches", "planner.model.inputs.profiles",
+MODULES = ("planner.commands.cli", "planner.search.searches", "planner.model.inputs.profiles",
            "planner.model.inputs.recipe", "local.lambda_.lambda_speed", "local.lambda_.shaping")
 
 

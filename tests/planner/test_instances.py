@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from planner.commands.verdict import Option, verdict
 from planner.model.inputs.profiles import load_workload
 from planner.model.instance.options import (
     InstanceError,
@@ -26,7 +27,6 @@ from planner.model.instance.shipped import (
     shipped_options,
     workload_key,
 )
-from planner.verdict import Option, verdict
 
 DATA = resources.files("planner") / "data"
 

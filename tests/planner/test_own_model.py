@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from planner.cli import main
+from planner.commands.cli import main
 
 MODEL = '''
 import torch

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasdl.contract.plan import Plan
-from planner.cli import main
+from planner.commands.cli import main
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 from planner.model.terms.cost_model import evaluate

@@ -9,7 +9,7 @@ import pytest
 
 from fasdl.contract.limits import MAX_DEADLINE_S
 from fasdl.contract.plan import Plan
-from planner.cli_inputs import max_deadline_s
+from planner.commands.cli_inputs import max_deadline_s
 from planner.model.inputs.profiles import load_prices
 from tests.planner.cli_helpers import SMALL, assert_bad, run
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from planner.cli import main
+from planner.commands.cli import main
 from planner.model.inputs.profiles import load_prices
 
 PLAN = ["plan", "--workload", "mobilenet-cifar10", "--deadline", "3600",

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from planner.cli import main
-from planner.cli_inputs import EXIT_BAD_INPUT, EXIT_OK
+from planner.commands.cli import main
+from planner.commands.cli_inputs import EXIT_BAD_INPUT, EXIT_OK
 from planner.fit.profiler import FitRequest, fit_transfers, fit_workload, run_fit
 from planner.fit.samples import SampleError, read_samples
 from planner.fit.throughput import DEFAULT_TORCH_LOAD_CPU_S

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from fasdl.contract.plan import Plan
-from planner.cli import main
+from planner.commands.cli import main
 from planner.model.inputs.problem import Problem, Violation
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 from planner.search.heuristic import lambda_dnn, standalone, two_stage

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from planner.cli import main
+from planner.commands.cli import main
 from planner.model.inputs.problem import ModelInputError, Problem
 from planner.model.inputs.profiles import (
     VALKEY_PRICES,

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
+from planner.commands.planfile import to_plan
 from planner.model.inputs.problem import Problem, Violation
 from planner.model.terms import s3_rates
 from planner.model.terms.cost_model import evaluate
@@ -22,7 +23,6 @@ from planner.model.terms.s3_rates import (
     prefixes_needed,
     s3_utilisation,
 )
-from planner.planfile import to_plan
 from planner.search.searches import exact, exhaustive
 from tests.planner.problems import problems
 from tests.planner.search_helpers import paper_problem, same_optimum

@@ -19,7 +19,7 @@ CPU_SECONDS = 20.0  # 10x bench.planner_search's 2 s goal
 CHILD = """
 import json, sys, time
 from fasdl.profiling.measure import peak_rss_mb
-from planner.cli import main
+from planner.commands.cli import main
 started = time.process_time()
 code = main(sys.argv[1:])
 print(json.dumps({"code": code, "cpu_seconds": time.process_time() - started,

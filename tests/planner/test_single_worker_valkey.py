@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from planner.cli import main
+from planner.commands.cli import main
 
 VALKEY_PROFILE = Path(__file__).resolve().parents[2] / "planner" / "data" / "platforms" / (
     "aws-lambda-x86_64-valkey.json")

@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
+from planner.commands.report import describe_choice
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 from planner.model.terms.cost_model import evaluate
 from planner.model.terms.storage_cost import storage_cost
-from planner.report import describe_choice
 from planner.search.searches import SearchResult, choice_from
 
 DAY_S, MONTH_S = 86_400.0, 730 * 3600.0

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.cli import main
+from planner.commands.cli import main
 from planner.fit.throughput import (
     DEFAULT_INVOCATION_OVERHEAD_S,
     DEFAULT_TORCH_LOAD_CPU_S,

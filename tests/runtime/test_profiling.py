@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from fasdl.profiling import measure as profiling
-from local.servers.servers import SeaweedS3Server, ServerBinaryMissing
-from planner.cli import main
-from planner.cli_inputs import EXIT_OK
+from local.servers.managed import SeaweedS3Server, ServerBinaryMissing
+from planner.commands.cli import main
+from planner.commands.cli_inputs import EXIT_OK
 from planner.model.inputs.profiles import load_platform_file, load_workload
 from tests.lambda_context import FakeLambdaContext
 

@@ -2,8 +2,9 @@
 event contract, once. Stdlib only.
 
 The handlers (functions/handlers/*) parse with these types (fasdl.run.run_state returns RunState,
-fasdl.contract.worker_event checks WorkerEvent field by field); the state machine only reads the
-fields named here; everything else in a return value is ignored or discarded.
+fasdl.contract.worker_event parses a WorkerPayload into its WorkerEvent, field by field); the
+state machine only reads the fields named here; everything else in a return value is ignored or
+discarded.
 Payloads stay small (a state's input/output must stay below 256 KiB): keys, never tensors.
 
 State of one execution (``$``)::
@@ -129,7 +130,10 @@ class ExecutionInput(TypedDict, total=False):
     limits: dict[str, float]  # deadline_s / budget_usd instead of the plan's (also with resume)
 
 
-class WorkerEvent(TypedDict):
+class WorkerPayload(TypedDict):
+    """The worker's event as the Map sends it; fasdl.contract.worker_event.WorkerEvent is its
+    parsed, checked form."""
+
     action: str  # "train"
     run_id: str
     plan_key: str
@@ -141,7 +145,7 @@ class WorkerEvent(TypedDict):
 # What a worker event carries besides its action, in the order the state machine passes it:
 # each from the run state of the same name, except ``worker`` (the Map item). infra builds
 # the Map's item selector and the worker task's payload from this tuple.
-WORKER_EVENT_FIELDS = tuple(name for name in WorkerEvent.__annotations__ if name != "action")
+WORKER_EVENT_FIELDS = tuple(name for name in WorkerPayload.__annotations__ if name != "action")
 TRAIN_ACTION = "train"
 
 

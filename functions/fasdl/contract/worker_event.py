@@ -1,4 +1,4 @@
-"""The worker's event (fasdl/contract/events.py WorkerEvent): parsed and checked field by field.
+"""The worker's event (fasdl/contract/events.py WorkerPayload): parsed and checked field by field.
 
 Stdlib only, like the contract itself.
 """

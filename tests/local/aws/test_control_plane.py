@@ -21,7 +21,7 @@ from local.aws.control_plane import (
     parse_account,
 )
 from local.aws.template import FunctionResource, LocalTemplate
-from local.faults.faults import InputError
+from local.faults.injection import InputError
 
 WORKER = "ComputeWorker1A2B3C4D"
 

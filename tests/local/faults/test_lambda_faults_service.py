@@ -17,7 +17,7 @@ from infra import lambda_errors
 from local.__main__ import main
 from local.aws.adapter import LocalStepFunctions, emulator_router, service_error_response
 from local.aws.template import function_arn
-from local.faults.faults import InputError
+from local.faults.injection import InputError
 from local.faults.service_faults import (
     KINDS,
     OPTION,

@@ -32,7 +32,7 @@ from local.lambda_.lambda_speed import (
 )
 from local.lambda_.shaping import MB, VISIBLE_SUFFIX, BandwidthShaper, Link, ShapedChannel
 from local.lambda_.throttle import CpuThrottle, available_cores
-from local.servers.servers import ValkeyServer
+from local.servers.managed import ValkeyServer
 from planner.model.inputs.profiles import Direction, PlatformProfile, load_platform
 from tests.local.emulation_measures import (
     HANDLERS,

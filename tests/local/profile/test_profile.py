@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from local.aws.template import LocalTemplate
-from local.profile import profile, profile_run
-from local.profile.profile import run_profile
+from local.profile import profile_command, profile_run
+from local.profile.profile_command import run_profile
 from local.profile.profile_fit import (
     MAX_RELATIVE_ERROR,
     MIN_R_SQUARED,
@@ -24,7 +24,7 @@ from local.profile.profile_fit import (
     quality_warnings,
 )
 from local.profile.profile_run import ProfileOptions
-from planner.cli import main as planner_main
+from planner.commands.cli import main as planner_main
 from planner.model.inputs.profiles import (
     PlatformProfile,
     load_platform,
@@ -37,7 +37,7 @@ MEMORIES = (884, 1769)  # 0.5 and 1 vCPU under emulation
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m local")
-    profile.add_parser(parser.add_subparsers(dest="command", required=True))
+    profile_command.add_parser(parser.add_subparsers(dest="command", required=True))
     return parser
 
 
@@ -155,7 +155,8 @@ def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_input_exits_2(args: list[str], flag: str, words: str, tmp_path: Path,
                            capsys: pytest.CaptureFixture[str]) -> None:
     said: list[str] = []
-    code = profile.main(_parser().parse_args(["profile", "--out", str(tmp_path / "o"), *args]),
+    code = profile_command.main(_parser().parse_args(["profile", "--out", str(tmp_path / "o"),
+    *args]),
                         said.append)
     error = capsys.readouterr().err
     assert code == 2, error
@@ -167,7 +168,7 @@ def test_cdk_out_without_profiling_exits_2(default_template: LocalTemplate, tmp_
                                            capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(profile_run, "storage_servers", None)  # would fail loudly if used
-    code = profile.main(_parser().parse_args([
+    code = profile_command.main(_parser().parse_args([
         "profile", "--no-emulate", "--cdk-out", str(default_template.path.parent),
         "--out", str(tmp_path / "o")]), lambda text: None)
     error = capsys.readouterr().err
@@ -177,12 +178,12 @@ def test_cdk_out_without_profiling_exits_2(default_template: LocalTemplate, tmp_
 def test_parser_defaults() -> None:
     parser = _parser()
     args = parser.parse_args(["profile"])
-    options = profile.options_from_args(args)
+    options = profile_command.options_from_args(args)
     assert options == ProfileOptions(emulate="default")
     assert parser.parse_args(["profile", "--no-emulate"]).emulate_lambda is None
     assert parser.parse_args(["profile", "--emulate-lambda"]).emulate_lambda == "default"
     assert parser.parse_args(["profile", "--emulate-lambda", "p.json"]).emulate_lambda == "p.json"
-    checked = profile.validate(ProfileOptions())
+    checked = profile_command.validate(ProfileOptions())
     assert checked.name == "local-cnn-digits" and checked.out == Path("profiles/local-s3")
     assert checked.emulation is not None and checked.emulation.cpu
 

@@ -27,7 +27,7 @@ import pytest
 from bench.local_runs import worker_metric_values
 from fasdl.contract.plan import Deployment, Plan, Training
 from infra.settings import REPO_ROOT
-from planner.cli import main
+from planner.commands.cli import main
 from planner.model.inputs.profiles import load_workload
 
 RUN_TIMEOUT_S = 240

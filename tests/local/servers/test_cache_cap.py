@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from local.servers.cache_cap import POLL_S, CacheCap, evicted_keys
-from local.servers.servers import ValkeyServer
+from local.servers.managed import ValkeyServer
 
 FRAME = 50_000
 

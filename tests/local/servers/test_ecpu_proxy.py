@@ -13,7 +13,7 @@ import pytest
 from fasdl.exchange.channel.valkey import ValkeyChannel
 from local.servers import ecpu_proxy
 from local.servers.ecpu_proxy import BURST_S, KB, EcpuBucket, EcpuProxy, ecpus_of
-from local.servers.servers import HOST, ValkeyServer
+from local.servers.managed import HOST, ValkeyServer
 from tests.local.fake_clock import FakeClock
 
 FRAME = 1024 * KB

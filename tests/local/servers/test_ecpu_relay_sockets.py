@@ -12,7 +12,7 @@ import pytest
 
 from fasdl.exchange.channel.valkey import ValkeyChannel
 from local.servers.ecpu_proxy import EcpuProxy
-from local.servers.servers import HOST, ValkeyServer
+from local.servers.managed import HOST, ValkeyServer
 
 pytestmark = pytest.mark.servers
 
