@@ -26,6 +26,7 @@ from fasdl.contract.limits import MAX_DEADLINE_S
 from fasdl.contract.plan import Plan
 from planner.model.inputs.profiles import load_platform, load_workload
 from planner.model.terms.cost_model import aligned_non_aggregator_batch, evaluate
+from planner.model.terms.pipelined import chunk_choices
 from planner.search.searches import choice_from
 
 
@@ -108,6 +109,21 @@ def test_a_same_config_row_the_model_finds_past_memory_is_refused_not_run() -> N
     assert float32.exchange_chunks > 1
     with pytest.raises(BenchError, match="bfloat16 uploads is infeasible: memory: "):
         same_config_pipelined(replace(problem, exchange_dtype="bfloat16"), kreduce)
+
+
+def test_a_same_config_row_takes_the_chunk_count_the_model_predicts_fastest() -> None:
+    """The row measures what pipelining does to K-REDUCE's epoch, so its C is the fastest
+    (by cost, the Valkey cache's metered minimum, which falls with smaller chunks, can favour a
+    slower C)."""
+    problem = problem_for(load_workload("squeezenet-cifar10"), load_platform("valkey"),
+                          epochs=1, max_global_batch=256, workers=4, memory_mb=1024)
+    kreduce = choice_from(evaluate(problem, [4], [1024], [1], [32], [32]), 0, 1)
+    chosen = same_config_pipelined(problem, kreduce)
+    times = {chunks: float(evaluate(replace(problem, exchange_chunks=chunks), [4], [1024], [1],
+                                     [32], [32]).time_s[0])
+             for chunks in chunk_choices(problem.workload.model_mb, 1)}
+    assert len(times) > 1 and chosen.exchange_chunks == min(times, key=times.__getitem__)
+    assert chosen.time_s == pytest.approx(min(times.values()))
 
 
 def test_relative_error_is_against_the_measurement() -> None:
