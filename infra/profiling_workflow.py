@@ -38,8 +38,8 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra import access
-from infra.compute import LONG_TIMEOUT, Compute, ephemeral_storage_mb
-from infra.settings import SynthSettings, SynthSettingsError
+from infra.compute import LONG_TIMEOUT, Compute
+from infra.settings import SynthSettingsError
 from infra.storage import Storage
 from infra.workflow import LOG_RETENTION, TASK_TIMEOUT_SLACK_S, add_lambda_retries
 
@@ -102,16 +102,16 @@ def profiling_memories(context: dict[str, object], plan_memory_mb: int) -> tuple
 class ProfilingWorkflow(Construct):
     """Profiler functions per memory and the state machine that runs and collects them."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: SynthSettings,
-                 compute: Compute, storage: Storage, memories: Sequence[int]) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, plan_memory_mb: int,
+                 ephemeral_mb: int, compute: Compute, storage: Storage,
+                 memories: Sequence[int]) -> None:
         super().__init__(scope, construct_id)
         self._trigger = compute.trigger
-        plan_memory = settings.plan.deployment.memory_mb
         self.memories = tuple(memories)
         self.functions: dict[int, lambda_.IFunction] = {}
         for memory in self.memories:
-            self.functions[memory] = (compute.profiler if memory == plan_memory
-                                      else _add_profiler(compute, storage, settings, memory))
+            self.functions[memory] = (compute.profiler if memory == plan_memory_mb
+                                      else _add_profiler(compute, storage, ephemeral_mb, memory))
         self.log_group = logs.LogGroup(self, "ExecutionLogs", retention=LOG_RETENTION,
                                        removal_policy=RemovalPolicy.DESTROY)
         self.state_machine = sfn.StateMachine(
@@ -172,11 +172,10 @@ class ProfilingWorkflow(Construct):
         return defaults.next(merge).next(find_cache).next(each).next(collect).next(ready)
 
 
-def _add_profiler(compute: Compute, storage: Storage, settings: SynthSettings,
+def _add_profiler(compute: Compute, storage: Storage, ephemeral_mb: int,
                   memory_mb: int) -> lambda_.Function:
     """A profiler like the stack's own, at another memory (own role and log group)."""
-    function = compute.build_profiler(memory_mb, timeout=LONG_TIMEOUT,
-                                      ephemeral_mb=ephemeral_storage_mb(settings.plan))
+    function = compute.build_profiler(memory_mb, timeout=LONG_TIMEOUT, ephemeral_mb=ephemeral_mb)
     access.grant_profiler(compute.roles[f"Profiler{memory_mb}"], datasets=storage.datasets,
                           results=storage.results, exchange=storage.exchange)
     return function

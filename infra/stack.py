@@ -72,7 +72,9 @@ class FasdlStack(Stack):
             {key: self.node.try_get_context(key) for key in (CONTEXT_PROFILING,
                                                               CONTEXT_MEMORIES)},
             plan.deployment.memory_mb)
-        self.profiling = (ProfilingWorkflow(self, "Profiling", settings=settings,
+        self.profiling = (ProfilingWorkflow(self, "Profiling",
+                                            plan_memory_mb=plan.deployment.memory_mb,
+                                            ephemeral_mb=ephemeral_storage_mb(plan),
                                             compute=self.compute, storage=self.storage,
                                             memories=memories) if memories else None)
         self.monitoring = Monitoring(self, "Monitoring", stack_name=self.stack_name,
