@@ -6,9 +6,9 @@ training step at its batch and an exchange step (upload, aggregate, load the mer
 through a real S3-compatible server (the plans' channel). Each reports its peak resident set
 (VmHWM: the kernel's high-water mark since exec, the figure Lambda's memory limit holds a
 function to; ``ru_maxrss`` would also count the parent's size at fork) next to the planner's
-modelled memory of its role, k·B + c + X_role (planner/model/terms/memory.py). The measured step
-runs under bsp
-so that a non-aggregator downloads in it (under hap it moves the same bytes one step later).
+modelled memory of its role, k·B + c + X_role (planner/model/terms/memory.py). The measured
+step runs under bsp so that a non-aggregator downloads in it (under hap it moves the same bytes
+one step later).
 
 ``--batch`` replaces the plan's batches (the exchange term does not depend on them);
 ``--slope`` also measures at twice that batch and reports the per-sample memory, for

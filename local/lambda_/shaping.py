@@ -1,10 +1,10 @@
 """Channel bandwidth shaping: a local channel that moves bytes as fast as Lambda would.
 
 A platform profile models one object of S MB at memory M as taking S/tp(M, S) seconds, with
-tp = p(M)·(1 − e^(−t(M)·S)) (planner/model/inputs/profiles.py). :class:`ShapedChannel` wraps a real
-channel
-and makes every transfer last at least that long: ``put`` uses the upload direction, a hit of
-``try_get``/``get`` the download direction. A miss moves no payload and is not charged.
+tp = p(M)·(1 − e^(−t(M)·S)) (planner/model/inputs/profiles.py). :class:`ShapedChannel` wraps a
+real channel and makes every transfer last at least that long: ``put`` uses the upload
+direction, a hit of ``try_get``/``get`` the download direction. A miss moves no payload and is
+not charged.
 
 Each direction is one link (:class:`Link`): transfers reserve consecutive slots on it
 (start = max(call start, link free), free = start + target), so concurrent transfers in one
@@ -118,8 +118,8 @@ class BandwidthShaper:
         """The end of this transfer's slot (shaper clock): on its direction's link for its
         target time T, and on the link both directions share for (1 − d/2)·T, d the profile's
         duplex. An upload of U seconds beside a download of D then takes
-        max(U, D, (1 − d/2)·(U + D)), the planner's U ∥ D (planner/model/terms/pipelined.py); at d
-        = 1 the shared link never binds."""
+        max(U, D, (1 − d/2)·(U + D)), the planner's U ∥ D (planner/model/terms/pipelined.py);
+        at d = 1 the shared link never binds."""
         target = self.target_s(direction, size_bytes)
         own = self.links[direction].reserve(began, target)
         if self.duplex >= 1.0:

@@ -1,11 +1,9 @@
 """What the planner and the emulator's per-sandbox shaping import: never torch.
 
 local.lambda_.invoke imports local.lambda_.lambda_speed (and with it planner.model.inputs.profiles)
-into
-every emulated sandbox, the 256 MB trigger's included. When planner/model/inputs/recipe.py took a
-constant
-from fasdl.training.optimizers, that pulled torch (~190 MB) into the trigger, which then died of
-Runtime.OutOfMemory under Lambda emulation, and every `python -m planner` paid a second of
+into every emulated sandbox, the 256 MB trigger's included. When planner/model/inputs/recipe.py took
+a constant from fasdl.training.optimizers, that pulled torch (~190 MB) into the trigger, which then
+died of Runtime.OutOfMemory under Lambda emulation, and every `python -m planner` paid a second of
 torch import.
 """
 

@@ -1,10 +1,9 @@
 """A platform profile: how fast one channel moves bytes at each Lambda memory size, what a cold
 start costs, and the client's CPU per request and MB (FasDL Eq. 2: tp = p(M)·(1 − e^(−t(M)·S))).
 
-Split from planner/model/inputs/profiles.py, which re-exports every name here. Every invalid field
-raises ProfileError naming the field; ``provenance`` (planner/model/inputs/provenance.py) says
-where the
-``transfer`` and ``cold_start`` coefficients come from.
+Split from planner/model/inputs/profiles.py, which re-exports every name here. Every invalid
+field raises ProfileError naming the field; ``provenance`` (planner/model/inputs/provenance.py)
+says where the ``transfer`` and ``cold_start`` coefficients come from.
 """
 
 from __future__ import annotations
@@ -77,8 +76,8 @@ class PlatformProfile:
     down_rate: tuple[float, ...]
     invocation_overhead_s: float  # per invocation: Lambda's own init and the first request
     torch_load_cpu_s: float  # per cold start: torch unpack + import, CPU-s at one vCPU
-    # Per memory, how far an upload and a download overlap (planner/model/terms/pipelined.py's d: 1
-    # = full duplex, 0 = one shared link); () = full duplex everywhere (not profiled).
+    # Per memory, how far an upload and a download overlap (planner/model/terms/pipelined.py's
+    # d: 1 = full duplex, 0 = one shared link); () = full duplex everywhere (not profiled).
     duplex: tuple[float, ...] = ()
     # The client's CPU seconds (at one vCPU) per request and per MB each way, and per MB an
     # aggregator folds; profiled, 0 = not measured (planner/model/terms/exchange_time.py's CPU

@@ -13,12 +13,11 @@ below is a numpy array with one entry per configuration (W, M, K, B^a, B^n, sync
 - non-aggregator comm   T_comm^n = T_up + T_down                              (3-11)
 
   Our runtime (fasdl.exchange.kreduce) keeps an aggregator's own shard and merged shard in memory,
-  so
-  with ``own_shard_local`` (the default) an aggregator's T_up and T_down move (K−1)·S_s, not
-  S_m; non-aggregators still move S_m each way; request and byte counts are the same either
-  way. ``own_shard_local=False`` is the paper's equations as printed (the paper-reproduction
-  tests); against local runs that form over-predicts an S3 iteration by far (measured:
-  docs/results.md, "Measurements behind design choices").
+  so with ``own_shard_local`` (the default) an aggregator's T_up and T_down move (K−1)·S_s, not S_m;
+  non-aggregators still move S_m each way; request and byte counts are the same either way.
+  ``own_shard_local=False`` is the paper's equations as printed (the paper-reproduction tests);
+  against local runs that form over-predicts an S3 iteration by far (measured: docs/results.md,
+  "Measurements behind design choices").
 - training              T_train(B) = a·(B + b)/(M + m)                        (3-12)
 - alignment             B^n = B^a + T_agg·(M + m)/a, floored and clipped to the global-batch
                         budget and B_M (digest §3.7-5)                       (3-22)
@@ -47,8 +46,8 @@ What the paper leaves out and a user pays for (documented additions):
   the cache's ECPU/s minimum, metered whether used or not. Not in ``run_cost``, whose terms the
   search's bounds take as floors: leaving a cost out keeps them floors.
 - ElastiCache Serverless throughput: a Valkey plan's peak ECPU/s must stay within one cache's
-  maximum, 15,000,000 (planner/model/terms/cache_throughput.py; Violation.CACHE_THROUGHPUT, checked
-  after every other constraint); an S3 plan's peak requests per second spread over
+  maximum, 15,000,000 (planner/model/terms/cache_throughput.py; Violation.CACHE_THROUGHPUT,
+  checked after every other constraint); an S3 plan's peak requests per second spread over
   the fewest hashed key prefixes that keep each within S3's 3,500 PUT/DELETE and 5,500 GET,
   at most ``max_exchange_key_prefixes`` (planner/model/terms/s3_rates.py;
   Violation.S3_REQUEST_RATE).

@@ -33,15 +33,13 @@ paper's Eq. 3-2..3-4 take them (and the local emulator shapes them, local/lambda
 
 For planner/search/bounds.py, with K ≥ 1 and W ≥ 2 (HAP; BSP's c_a is no smaller):
 c_a >= max(floor_a, fixed_a + (W−1)·per_peer), floor_a = max(U_a, fill((K−1)·t'_u) + t'_d
-[K > 1]) + t_d·[K > 1], fixed_a = max((K−1)·C·t_d, t_u + t_d·[K > 1]) (D_a and fill(p) >=
-C·p + t_u) and per_peer = C·t'_d. C = 1 is the paper's phased exchange
+[K > 1]) + t_d·[K > 1], fixed_a = max((K−1)·C·t_d, t_u + t_d·[K > 1]) (D_a and fill(p) >= C·p +
+t_u) and per_peer = C·t'_d. C = 1 is the paper's phased exchange
 (planner.model.terms.cost_model.communication_times). The exchange's memory is the phased
-exchange's at
-most (chunk frames within max(C, r·f), the phased exchange's peak with its one whole-shard
-download: fasdl.exchange.inflight.pipelined_cap_bytes; a one-chunk accumulator), so the planner
-keeps
-the phased term (planner/model/terms/memory.py). Below that peak the downloads of chunks overlap
-their folds, as the pipeline above assumes.
+exchange's at most (chunk frames within max(C, r·f), the phased exchange's peak with its one
+whole-shard download: fasdl.exchange.inflight.pipelined_cap_bytes; a one-chunk accumulator), so
+the planner keeps the phased term (planner/model/terms/memory.py). Below that peak the downloads
+of chunks overlap their folds, as the pipeline above assumes.
 """
 
 from __future__ import annotations
