@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.local_runs import (
+    ACCEPT_ANY_FIT,
     PROFILE_SMOKE,
     BenchError,
     best_choice,
@@ -111,7 +112,8 @@ def profile(case: Case, out: Path, channel: str, extra: tuple[str, ...] = ()) ->
         return
     command = [sys.executable, "-m", "local", "profile", "--channel", channel, "--model",
                case.model, "--dataset", "digits", "--name", f"local-{case.name}",
-               "--memories", *map(str, case.profile_memories), "--out", str(out), *extra]
+               "--memories", *map(str, case.profile_memories), "--out", str(out), *extra,
+               *ACCEPT_ANY_FIT]
     print("$ " + " ".join(command[1:]), flush=True)
     subprocess.run(command, check=True)
 

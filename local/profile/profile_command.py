@@ -89,7 +89,13 @@ class LocalProfile:
     png: Path | None
     summary_path: Path
     summary: dict[str, Any] = field(repr=False)
-    plan_command: str | None  # None: the fit is below the quality gates
+    plan_command: str | None  # None: the fit is below the quality gates, not accepted
+    fit_failed: bool = False  # below the gates (planner/fit/gates.py), accepted or not
+
+    @property
+    def refused(self) -> bool:
+        """Below the gates without --accept-failed-fit: ``main`` exits 1."""
+        return self.fit_failed and self.plan_command is None
 
 
 @dataclass(frozen=True)
@@ -229,14 +235,15 @@ def run_profile(options: ProfileOptions, say: Say = print) -> LocalProfile:
             measured.samples, checked.out, work, name=checked.name,
             model=base.model if base else options.model,
             info=base.dataset if base else DATASETS[options.dataset], base=base,
-            channel=options.channel,
+            channel=options.channel, accept_failed_fit=options.accept_failed_fit,
             provenance=(f"python -m local profile ({checked.profile_id}): "
                         f"{emulation_text(checked.emulation)}; S3 is SeaweedFS on loopback"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     warnings = short_iterations(measured.samples, checked.emulation)
     summary = {
-        "status": "ok", "profile_id": checked.profile_id, **_what(options),
+        "status": "fit_failed" if outputs.fit_failed and outputs.plan_command is None else "ok",
+        "profile_id": checked.profile_id, **_what(options),
         "channel": options.channel,
         "memories": config["memories"], "batches": config["batches"],
         "sizes_mb": config["sizes_mb"], "warmup": options.warmup, "repeats": options.repeats,
@@ -252,14 +259,16 @@ def run_profile(options: ProfileOptions, say: Say = print) -> LocalProfile:
     say(f"wrote {', '.join(str(p) for p in outputs.written)}, {summary_path} "
         f"in {summary['elapsed_s']:.0f} s")
     if outputs.plan_command is None:
-        say("the fit is below the quality gates (summary.json, 'fit_warnings'): no plan "
-            "command; profile again with more batches and memories")
+        say("the fit is below the quality gates (summary.json, 'gates'): no plan command; "
+            "profile again as the warning says, or pass --accept-failed-fit to plan with it "
+            "(the plan then says so on its first line)")
     else:
         say(f"plan with it (set the deadline, batch cap and epochs of your job):\n"
             f"  {outputs.plan_command}")
     return LocalProfile(out=checked.out, samples=outputs.samples, workload=outputs.workload,
                         platform=outputs.platform, png=outputs.png, summary_path=summary_path,
-                        summary=summary, plan_command=outputs.plan_command)
+                        summary=summary, plan_command=outputs.plan_command,
+                        fit_failed=outputs.fit_failed)
 
 
 def short_iterations(samples: Path, emulation: LambdaEmulation | None) -> list[str]:
@@ -326,6 +335,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="seconds per invocation (default: the function's Timeout)")
     parser.add_argument("--profile-id", help="samples prefix in the results bucket "
                         "(default local-<time>)")
+    parser.add_argument("--accept-failed-fit", action="store_true",
+                        help="exit 0 and print a plan command when the fit is below the "
+                             "quality gates (the profile is marked failed_fit either way)")
 
 
 def options_from_args(args: argparse.Namespace) -> ProfileOptions:
@@ -335,13 +347,15 @@ def options_from_args(args: argparse.Namespace) -> ProfileOptions:
         warmup=args.warmup, repeats=args.repeats, transfer_repeats=args.transfer_repeats,
         name=args.name, out=args.out, threads=args.threads, cdk_out=args.cdk_out,
         emulate=args.emulate_lambda, timeout_s=args.timeout, profile_id=args.profile_id,
-        workload=args.workload)
+        workload=args.workload, accept_failed_fit=args.accept_failed_fit)
 
 
 def main(args: argparse.Namespace, say: Say) -> int:
-    """0 profiled, 1 failed, 2 bad input (nothing started), 130 interrupted."""
+    """0 profiled, 1 failed (an invocation, or a fit below the gates without
+    --accept-failed-fit: its files are written), 2 bad input (nothing started), 130
+    interrupted."""
     try:
-        run_profile(options_from_args(args), say)
+        profile = run_profile(options_from_args(args), say)
     except ProfileInputError as error:
         print(f"fasdl local profile: {error}", file=sys.stderr)
         return 2
@@ -352,4 +366,9 @@ def main(args: argparse.Namespace, say: Say) -> int:
         print("fasdl local profile: interrupted; stopped every server and invocation",
               file=sys.stderr)
         return 130
+    if profile.refused:
+        print(f"fasdl local profile: the fit is below the quality gates "
+              f"({'; '.join(profile.summary['fit_warnings'])}); the profile is in "
+              f"{profile.out}, marked failed_fit", file=sys.stderr)
+        return 1
     return 0

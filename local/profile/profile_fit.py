@@ -1,6 +1,6 @@
 """The fit half of ``python -m local profile``: samples → planner profiles + quality summary.
 
-It runs :func:`planner.fit.profiler.run_fit`, the code of ``python -m planner fit --kind both``,
+It runs :func:`planner.fit.fit_files.run_fit`, the code of ``python -m planner fit --kind both``,
 then renames its ``<stem>-workload.json``/``<stem>-platform.json`` to ``workload.json`` and
 ``platform.json`` and says in the profiles where the numbers come from (a local machine, not
 Lambda).
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.fit.base_workload import kept_fields, read_base_workload
-from planner.fit.profiler import FitRequest, run_fit
+from planner.fit.fit_files import FitRequest, run_fit
+from planner.fit.gates import GATES, advice
 from planner.fit.samples import SampleError
 from planner.model.inputs.profiles import PlatformProfile, ProfileError, WorkloadProfile
 
@@ -37,12 +38,6 @@ DATASETS: dict[str, DatasetInfo] = {
 # Where python -m local profile measures: this machine under Lambda emulation (the fitted
 # profiles' provenance, planner/model/inputs/provenance.py)
 LOCAL_EMULATION = "local-emulation"
-
-# Fit quality below which the profile writes no plan command: a plan from such a fit would
-# predict with errors of that order (R² of the time fit a, b, m and of the memory fit k, c)
-MIN_R_SQUARED = 0.9
-MAX_RELATIVE_ERROR = 0.25
-
 
 @dataclass(frozen=True)
 class BaseWorkload:
@@ -68,20 +63,10 @@ def load_base_workload(path: Path) -> BaseWorkload:
                         fields=kept_fields(data))
 
 
-def quality_warnings(quality: dict[str, Any]) -> list[str]:
-    """What falls short of the gates (empty: the fit may be planned with)."""
-    warnings = []
-    for name in ("time (a, b, m)", "memory (k, c)"):
-        fit = quality.get(name)
-        if not fit:
-            continue
-        if fit["r_squared"] < MIN_R_SQUARED or fit["max_relative_error"] > MAX_RELATIVE_ERROR:
-            warnings.append(
-                f"warning: the {name} fit is below the gates (R² {fit['r_squared']:.4f} >= "
-                f"{MIN_R_SQUARED} and max relative error {fit['max_relative_error']:.1%} <= "
-                f"{MAX_RELATIVE_ERROR:.0%} wanted): no plan command; profile more --batches "
-                f"and --memories, larger batches, or --repeats")
-    return warnings
+def gate_warnings(gates: list[dict[str, Any]]) -> list[str]:
+    """One line per fit below the gates (planner/fit/gates.py; empty: plan with it)."""
+    return [f"warning: the {gate['fit']} fit is below the quality gates: {gate['reason']}; "
+            f"{advice()}" for gate in gates if not gate["passed"]]
 
 
 class ProfileRunError(RuntimeError):
@@ -97,7 +82,8 @@ class FitOutputs:
     png: Path | None
     lines: list[str]  # the coefficients and fit quality, for the terminal
     summary: dict[str, Any]  # workload, platform, quality, files, plan_command
-    plan_command: str | None  # None: the fit is below the quality gates
+    plan_command: str | None  # None: the fit is below the quality gates and not accepted
+    fit_failed: bool  # below the gates (accepted or not)
 
     @property
     def written(self) -> list[Path]:
@@ -113,9 +99,11 @@ def _worst(fits: list[dict[str, Any]]) -> dict[str, Any]:
 
 def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str,
                   info: DatasetInfo, channel: str, provenance: str,
-                  base: BaseWorkload | None = None) -> FitOutputs:
+                  base: BaseWorkload | None = None, accept_failed_fit: bool = False
+                  ) -> FitOutputs:
     """Fit both profiles from ``samples`` into ``out``; raises :class:`ProfileRunError`.
-    ``base``: the workload profiled, whose own fields the fitted profile keeps."""
+    ``base``: the workload profiled, whose own fields the fitted profile keeps; a fit below
+    the gates gets a plan command only when ``accept_failed_fit``."""
     png = out / "fit.png"
     request = FitRequest(samples=[str(samples)], out=str(work / "fit.json"), kind="both",
                          name=name, dataset=info.key, dataset_samples=info.samples,
@@ -129,7 +117,8 @@ def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str
         platform = PlatformProfile.from_dict(
             json.loads(Path(fitted["written"]["platform"]).read_text()))
     except (SampleError, ProfileError) as error:  # validated input, so the samples are odd
-        raise ProfileRunError(f"the fit of {samples} failed: {error}") from error
+        raise ProfileRunError(f"the fit of {samples} could not be made ({error}): "
+                              f"{advice()}") from error
     if workload.model != model:
         raise ProfileRunError(f"{samples} holds model {workload.model}, not {model}")
     workload = replace(workload, notes=f"{provenance}. {workload.notes}",
@@ -139,17 +128,19 @@ def fit_and_write(samples: Path, out: Path, work: Path, *, name: str, model: str
     workload_path.write_text(json.dumps(workload.to_dict(), indent=2) + "\n")
     platform_path.write_text(json.dumps(platform.to_dict(), indent=2) + "\n")
     summary = _summary(fitted, workload, platform)
-    warnings = quality_warnings(summary["quality"])
-    command = None if warnings else plan_command(workload_path, platform_path, platform)
+    warnings = gate_warnings(fitted["workload"]["gates"])
+    command = (None if warnings and not accept_failed_fit
+               else plan_command(workload_path, platform_path, platform))
     summary.update({
-        "gates": {"min_r_squared": MIN_R_SQUARED, "max_relative_error": MAX_RELATIVE_ERROR},
+        "gates": {**GATES, "verdicts": fitted["workload"]["gates"]},
+        "fit_failed": bool(warnings), "accepted_failed_fit": bool(warnings) and accept_failed_fit,
         "fit_warnings": warnings, "plan_command": command,
         "files": {"samples": str(samples), "workload": str(workload_path),
                   "platform": str(platform_path), "png": str(png) if png.is_file() else None}})
     shown = [line for line in lines if not line.startswith("wrote ")] + warnings
     return FitOutputs(out=out, samples=samples, workload=workload_path, platform=platform_path,
                       png=png if png.is_file() else None, lines=shown, summary=summary,
-                      plan_command=command)
+                      plan_command=command, fit_failed=bool(warnings))
 
 
 def _profiled_memories(samples: Path) -> list[float] | None:

@@ -235,3 +235,4 @@ class ProfileOptions:
     timeout_s: float | None = None  # per invocation; default the function's Timeout
     profile_id: str | None = None  # default local-<time>
     workload: Path | None = None  # a workload file to profile (replaces model and dataset)
+    accept_failed_fit: bool = False  # a fit below the gates: exit 0 and a plan command

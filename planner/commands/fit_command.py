@@ -46,7 +46,7 @@ def command_fit(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     if args.csv is not None:
         return _command_fit_csv(args, emit)
     from planner.fit.base_workload import kept_fields
-    from planner.fit.profiler import FitRequest, run_fit
+    from planner.fit.fit_files import FitRequest, run_fit
     from planner.fit.samples import SampleError
 
     base = _fit_base_workload(args.workload)

@@ -14,35 +14,31 @@ per memory and direction.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares, lsq_linear
 
-from planner.fit.client_cpu import cpu_digits, nonnegative_line, with_client_cpu
+from planner.fit.client_cpu import cpu_digits, nonnegative_line
 from planner.fit.samples import (
     DuplexRecord,
     SampleError,
     TrainSample,
     TransferRecord,
     by_channel,
-    read_samples,
 )
 from planner.fit.throughput import (
-    COLD_START_PROVENANCE,
     SaturationFit,
     fit_series,
     platform_from_fits,
     rounded,
 )
-from planner.fit.workload_fit import Quality, WorkloadFit, distinct, quality
+from planner.fit.workload_fit import WorkloadFit, distinct, quality
 from planner.model.inputs.compute import predict_train_time
 from planner.model.inputs.profiles import (
     DIRECTIONS,
@@ -50,10 +46,9 @@ from planner.model.inputs.profiles import (
     PlatformProfile,
     WorkloadProfile,
 )
-from planner.model.inputs.provenance import Provenance, measured_today
 
-# ---- quality ----------------------------------------------------------------------------------
-
+# a, b at most what a workload profile accepts (planner/model/inputs/profiles.py)
+PROFILE_MAX_A = PROFILE_MAX_B = 1e6
 
 # ---- workload ---------------------------------------------------------------------------------
 
@@ -87,9 +82,11 @@ def fit_compute(batch: NDArray[np.float64], memory: NDArray[np.float64],
         predicted = predict_train_time(batch, memory, a=a, b=b, m=m)
         return np.asarray(predicted / seconds - 1.0, dtype=np.float64)
 
-    # b stays clear of -1 by more than the 6 significant digits the profile keeps.
-    lower, upper = [1e-12, -1.0 + 1e-5, floor], [np.inf, np.inf, span]
-    start = np.clip([a0, b0, m0], np.add(lower, 1e-12), np.subtract(upper, 1e-9))
+    # b stays clear of -1 by more than the 6 significant digits the profile keeps; a and b
+    # within the profile's ranges: times flat in B push b up without bound (a·b/(M+m) is
+    # then the step), and such a fit is the gates' to judge, not a profile-field error.
+    lower, upper = [1e-12, -1.0 + 1e-5, floor], [PROFILE_MAX_A, PROFILE_MAX_B, span]
+    start = np.clip([a0, b0, m0], np.add(lower, 1e-12), np.multiply(upper, 1 - 1e-9))
     result = least_squares(residuals, start, bounds=(lower, upper), x_scale="jac", method="trf")
     a, b, m = (float(value) for value in result.x)
     return a, b, m
@@ -242,134 +239,3 @@ def fit_duplex(records: Sequence[DuplexRecord], channel: str,
 def sample_arch(transfer: Sequence[TransferRecord]) -> str | None:
     arches = sorted_text(r.arch for r in transfer if r.arch)
     return arches[0] if len(arches) == 1 else None
-
-
-# ---- the `fit` command ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FitRequest:
-    samples: Sequence[str]
-    out: str
-    kind: str = "both"  # workload | platform | both
-    name: str | None = None
-    model_mb: float | None = None
-    dataset: str | None = None
-    dataset_samples: int | None = None
-    dataset_mb: float | None = None
-    channel: str | None = None
-    arch: str | None = None
-    invocation_overhead_s: float | None = None
-    torch_load_cpu_s: float | None = None  # None: planner.fit.throughput's local measurement
-    png: str | None = None
-    # the workload's own fields the profile keeps (local profile --workload)
-    workload_fields: Mapping[str, Any] = field(default_factory=dict)
-    # where the samples were measured, the fitted groups' provenance
-    # (planner/model/inputs/provenance.py):
-    # aws-lambda (the profiling state machine) or local-emulation (python -m local profile)
-    measured_on: str = "aws-lambda"
-
-
-def output_paths(out: str, kind: str) -> dict[str, str]:
-    """``--out`` as is for one kind; ``<stem>-workload.json`` and ``<stem>-platform.json``
-    next to it for both."""
-    if kind != "both":
-        return {kind: out}
-    path = Path(out)
-    return {part: str(path.with_name(f"{path.stem}-{part}{path.suffix or '.json'}"))
-            for part in ("workload", "platform")}
-
-
-def run_fit(request: FitRequest) -> tuple[list[str], dict[str, Any]]:
-    """Fit, write the profile JSON file(s) and the optional PNG; returns report lines and a
-    JSON summary. Raises :class:`SampleError` naming the argument at fault."""
-    from planner.fit.throughput import DEFAULT_INVOCATION_OVERHEAD_S, DEFAULT_TORCH_LOAD_CPU_S
-
-    samples = read_samples(request.samples)
-    paths = output_paths(request.out, request.kind)
-    lines: list[str] = [f"read {len(samples.train)} train and {len(samples.transfer)} "
-                        f"transfer samples"]
-    summary: dict[str, Any] = {"written": paths}
-    workload_fit, platform = None, None
-    if "workload" in paths:
-        workload_fit = fit_workload(samples.train)
-        profile = workload_profile(workload_fit, **_workload_options(request, workload_fit))
-        Path(paths["workload"]).write_text(json.dumps(profile.to_dict(), indent=2) + "\n")
-        lines += [f"workload {profile.name}: a={profile.a:g} b={profile.b:g} m={profile.m:g} "
-                  f"k={profile.k:g} c={profile.c:g}",
-                  f"  time   {workload_fit.time_quality.describe()}"]
-        if workload_fit.memory_quality is not None:
-            lines.append(f"  memory {workload_fit.memory_quality.describe()}")
-        summary["workload"] = {**profile.to_dict(),
-                               "time_quality": vars(workload_fit.time_quality),
-                               "memory_quality": vars(workload_fit.memory_quality)}
-    if "platform" in paths:
-        channel = select_channel(samples.transfer, request.channel)
-        fits = fit_transfers(samples.transfer, channel)
-        arch = request.arch or sample_arch(samples.transfer) or "x86_64"
-        platform = platform_profile(
-            fits, name=f"{request.name or 'profiled'}-{arch}-{channel}", channel=channel,
-            arch=arch, source=f"python -m planner fit from {len(samples.transfer)} transfer "
-                              f"samples ({', '.join(Path(p).name for p in request.samples)})",
-            invocation_overhead_s=(DEFAULT_INVOCATION_OVERHEAD_S
-                                   if request.invocation_overhead_s is None
-                                   else request.invocation_overhead_s),
-            torch_load_cpu_s=(DEFAULT_TORCH_LOAD_CPU_S if request.torch_load_cpu_s is None
-                              else request.torch_load_cpu_s),
-            duplex=samples.duplex)
-        platform = replace(with_client_cpu(platform, samples.transfer, channel),
-                           provenance=platform_provenance(request.measured_on, fits))
-        Path(paths["platform"]).write_text(json.dumps(platform.to_dict(), indent=2) + "\n")
-        lines.append(f"platform {platform.name}: duplex "
-                     + (", ".join(f"{d:g}" for d in platform.duplex) + " (1 = upload and "
-                        "download overlap fully)" if platform.duplex else
-                        "1 (assumed: no duplex samples)"))
-        for fit in fits:
-            lines.append(f"  {fit.memory_mb:>7g} MB {fit.direction:<4} p={fit.peak:.4g} MB/s "
-                         f"t={fit.rate:.4g}/MB R² {fit.r_squared:.4f} max relative error "
-                         f"{fit.max_relative_error:.1%} ({fit.points} points)")
-        summary["platform"] = platform.to_dict()
-        summary["transfer_fits"] = [vars(fit) for fit in fits]
-    if request.png:
-        from planner.fit.profiler_plot import render_fit
-
-        render_fit(request.png, samples, workload_fit, platform)
-        lines.append(f"wrote {request.png}")
-    lines += [f"wrote {path}" for path in paths.values()]
-    return lines, summary
-
-
-def _workload_options(request: FitRequest, fit: WorkloadFit) -> dict[str, Any]:
-    if not request.name:
-        raise SampleError("required to write a workload profile", "--name")
-    missing = [argument for argument, value in (("--dataset-samples", request.dataset_samples),
-                                                ("--dataset-mb", request.dataset_mb))
-               if value is None]
-    if missing:
-        raise SampleError("required to write a workload profile (the dataset's size)",
-                          missing[0])
-    assert request.dataset_samples is not None and request.dataset_mb is not None
-    return {"name": request.name, "dataset": request.dataset or f"datasets/{request.name}",
-            "samples": request.dataset_samples, "dataset_mb": request.dataset_mb,
-            "model_mb": model_size_mb(fit, request.model_mb),
-            "notes": f"fitted by python -m planner fit; time {fit.time_quality.describe()}",
-            **request.workload_fields, "provenance": workload_provenance(request.measured_on, fit)}
-
-
-def workload_provenance(platform: str, fit: WorkloadFit) -> dict[str, Provenance]:
-    """Both groups measured on ``platform`` today, each with its fit's quality."""
-    def measured(quality: Quality | None) -> Provenance:
-        if quality is None:
-            return measured_today(platform)
-        return measured_today(platform, r_squared=quality.r_squared,
-                              max_relative_error=quality.max_relative_error)
-
-    return {"compute": measured(fit.time_quality), "memory": measured(fit.memory_quality)}
-
-
-def platform_provenance(platform: str, fits: Sequence[SaturationFit]) -> dict[str, Provenance]:
-    """The transfers measured on ``platform`` today (the worst series' quality); the cold
-    start is the defaults' (planner.fit.throughput.COLD_START_PROVENANCE)."""
-    return {"transfer": measured_today(
-                platform, r_squared=min(fit.r_squared for fit in fits),
-                max_relative_error=max(fit.max_relative_error for fit in fits)),
-            "cold_start": COLD_START_PROVENANCE}

@@ -15,6 +15,7 @@ class Quality:
     points: int
     r_squared: float
     max_relative_error: float
+    max_absolute_error: float  # in the measured unit (s, MB)
 
     def describe(self) -> str:
         return (f"R² {self.r_squared:.4f}, max relative error {self.max_relative_error:.1%} "
@@ -25,8 +26,9 @@ def quality(measured: NDArray[np.float64], predicted: NDArray[np.float64]) -> Qu
     total = float(np.sum((measured - measured.mean()) ** 2))
     residual = float(np.sum((measured - predicted) ** 2))
     r_squared = 1.0 - residual / total if total > 0 else 1.0
-    relative = float(np.max(np.abs(predicted - measured) / measured))
-    return Quality(int(measured.size), r_squared, relative)
+    error = np.abs(predicted - measured)
+    relative = float(np.max(error / measured))
+    return Quality(int(measured.size), r_squared, relative, float(np.max(error)))
 
 
 

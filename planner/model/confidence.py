@@ -122,10 +122,14 @@ class Confidence:
     def extrapolated(self) -> list[str]:
         return [i.name for i in self.inputs if i.extrapolated]
 
+    @property
+    def failed_fit(self) -> list[str]:
+        return [i.name for i in self.inputs if i.provenance.failed_fit]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "not_measured": self.not_measured, "provisional": self.named("provisional"),
-            "extrapolated": self.extrapolated,
+            "extrapolated": self.extrapolated, "failed_fit": self.failed_fit,
             "fit_error": {i.name: i.provenance.max_relative_error for i in self.inputs
                           if i.provenance.max_relative_error is not None},
             "time_s": {"low": round(self.time_range[0], 3),
@@ -138,19 +142,28 @@ class Confidence:
             "warnings": self.warnings, "rule": RULE}
 
     def headline(self) -> list[str]:
-        """What the printed plan says first when its inputs are provisional (else nothing)."""
+        """What the printed plan says first: a fit kept below the profiler's gates, and
+        provisional inputs (else nothing)."""
+        lines = [f"FAILED FIT: {name}'s fit is below the profiler's quality gates "
+                 f"({self._by_name(name).describe()}): profile again "
+                 f"(docs/profiling.md, 'Quality gates') before trusting this plan"
+                 for name in self.failed_fit]
         provisional = self.named("provisional")
         if not provisional:
-            return []
-        return [f"PROVISIONAL prediction: {', '.join(provisional)} not measured (provisional); "
-                f"the time may be off by ±{self.time_band:.0%} (the likely range below): "
-                f"profile (docs/profiling.md) before trusting it"]
+            return lines
+        return [*lines, f"PROVISIONAL prediction: {', '.join(provisional)} not measured "
+                        f"(provisional); the time may be off by ±{self.time_band:.0%} (the "
+                        f"likely range below): profile (docs/profiling.md) before trusting it"]
+
+    def _by_name(self, name: str) -> Provenance:
+        return next(i.provenance for i in self.inputs if i.name == name)
 
     def range_line(self) -> str:
         low_t, high_t = self.time_range
         low_c, high_c = self.cost_range
         basis = ", ".join(f"{i.name.split('.')[1]} {i.provenance.kind}"
                           + (" extrapolated" if i.extrapolated else "")
+                          + (" failed-fit" if i.provenance.failed_fit else "")
                           for i in self.inputs)
         return (f"    likely range: time {low_t:,.0f}-{high_t:,.0f} s (±{self.time_band:.0%}), "
                 f"cost ${low_c:.4f}-${high_c:.4f}; inputs: {basis}")

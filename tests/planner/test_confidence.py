@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fasdl.contract.plan import Plan
 from planner.commands.cli import main
-from planner.fit.profiler import FitRequest, run_fit
+from planner.fit.fit_files import FitRequest, run_fit
 from planner.model.confidence import (
     MEASURED_BAND,
     PROVISIONAL_BAND,

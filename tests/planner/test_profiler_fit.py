@@ -12,7 +12,8 @@ import pytest
 
 from planner.commands.cli import main
 from planner.commands.cli_inputs import EXIT_BAD_INPUT, EXIT_OK
-from planner.fit.profiler import FitRequest, fit_transfers, fit_workload, run_fit
+from planner.fit.fit_files import FitRequest, run_fit
+from planner.fit.profiler import fit_transfers, fit_workload
 from planner.fit.samples import SampleError, read_samples
 from planner.fit.throughput import DEFAULT_TORCH_LOAD_CPU_S
 from planner.model.inputs.profiles import load_platform, load_platform_file, load_workload

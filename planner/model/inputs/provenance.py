@@ -7,7 +7,9 @@ figures) and ``cold_start`` (invocation_overhead_s, torch_load_cpu_s). Each grou
 
 * ``measured`` — fitted from measurements; ``platform`` says where (``aws-lambda-x86_64``,
   ``local-emulation``: a machine under python -m local's Lambda emulation) and ``date`` when
-  (YYYY-MM-DD); the fit's ``r_squared`` and ``max_relative_error`` where known.
+  (YYYY-MM-DD); the fit's ``r_squared`` and ``max_relative_error`` where known, and
+  ``failed_fit: true`` when the fit missed the profiler's quality gates and was kept anyway
+  (``--accept-failed-fit``; planner/fit/gates.py).
 * ``paper`` — copied from a publication's tables or data (FasDL's Table II, its bandwidth
   sheets), measured by others on their runtime.
 * ``chosen`` — set by a stated rule or assumption, not measured (the thesis rule for c).
@@ -36,7 +38,8 @@ KINDS: tuple[str, ...] = ("measured", "paper", "chosen", "provisional")
 WORKLOAD_GROUPS: tuple[str, ...] = ("compute", "memory")
 PLATFORM_GROUPS: tuple[str, ...] = ("transfer", "cold_start")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_ENTRY_FIELDS = ("kind", "platform", "date", "r_squared", "max_relative_error", "note")
+_ENTRY_FIELDS = ("kind", "platform", "date", "r_squared", "max_relative_error", "failed_fit",
+                 "note")
 NOTE_MAX_CHARS = 500
 
 
@@ -50,6 +53,7 @@ class Provenance:
     r_squared: float | None = None
     max_relative_error: float | None = None
     note: str = ""
+    failed_fit: bool = False  # below the quality gates, kept on the user's word
 
     @property
     def measured(self) -> bool:
@@ -62,12 +66,14 @@ class Provenance:
                       "provisional": "provisional"}[self.kind])
         if self.max_relative_error is not None:
             text += f", fit max relative error {self.max_relative_error:.0%}"
+        if self.failed_fit:
+            text += ", FIT BELOW THE GATES"
         return text
 
     def to_dict(self) -> dict[str, Any]:
         data = {"kind": self.kind, "platform": self.platform, "date": self.date,
                 "r_squared": self.r_squared, "max_relative_error": self.max_relative_error,
-                "note": self.note}
+                "note": self.note, "failed_fit": self.failed_fit or None}
         return {key: value for key, value in data.items() if value not in (None, "")}
 
 
@@ -75,7 +81,8 @@ NOT_RECORDED = Provenance("provisional", note="no provenance recorded in the pro
 
 
 def measured_today(platform: str, *, r_squared: float | None = None,
-                   max_relative_error: float | None = None, note: str = "") -> Provenance:
+                   max_relative_error: float | None = None, note: str = "",
+                   failed_fit: bool = False) -> Provenance:
     """What a fit writes: measured on ``platform`` today (UTC), with its fit quality."""
     return parse_entry("provenance", {
         "kind": "measured", "platform": platform,
@@ -83,7 +90,7 @@ def measured_today(platform: str, *, r_squared: float | None = None,
         "r_squared": None if r_squared is None else round(r_squared, 4),
         "max_relative_error": (None if max_relative_error is None
                                else round(max_relative_error, 4)),
-        "note": note})
+        "note": note, "failed_fit": failed_fit})
 
 
 def parse_entry(path: str, data: object) -> Provenance:
@@ -99,6 +106,24 @@ def parse_entry(path: str, data: object) -> Provenance:
     kind = data.get("kind")
     if kind not in KINDS:
         raise bad(f"{path}.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    platform, date = _where_and_when(path, data, str(kind))
+    note = data.get("note", "")
+    if not isinstance(note, str) or len(note) > NOTE_MAX_CHARS:
+        raise bad(f"{path}.note", f"must be a string of at most {NOTE_MAX_CHARS} characters")
+    quality = {name: None if data.get(name) is None
+               else number(f"{path}.{name}", data[name], low=low, high=high)
+               for name, low, high in (("r_squared", -1e6, 1.0),
+                                       ("max_relative_error", 0.0, 1e6))}
+    failed_fit = data.get("failed_fit", False)
+    if not isinstance(failed_fit, bool) or (failed_fit and kind != "measured"):
+        raise bad(f"{path}.failed_fit", f"must be true or false, and true only for a measured "
+                                        f"group, got {failed_fit!r}")
+    return Provenance(kind=str(kind), platform=platform, date=date, note=note,
+                      failed_fit=failed_fit, **quality)
+
+
+def _where_and_when(path: str, data: Mapping[str, Any], kind: str) -> tuple[Any, Any]:
+    """A measured group's platform and date (checked); None, None for the other kinds."""
     platform, date = data.get("platform"), data.get("date")
     if kind == "measured":
         if not isinstance(platform, str) or not IDENTIFIER.fullmatch(platform):
@@ -109,14 +134,7 @@ def parse_entry(path: str, data: object) -> Provenance:
     elif platform is not None or date is not None:
         raise bad(f"{path}.platform", f"platform and date belong to a measured group only, "
                                       f"not to kind {kind!r}")
-    note = data.get("note", "")
-    if not isinstance(note, str) or len(note) > NOTE_MAX_CHARS:
-        raise bad(f"{path}.note", f"must be a string of at most {NOTE_MAX_CHARS} characters")
-    quality = {name: None if data.get(name) is None
-               else number(f"{path}.{name}", data[name], low=low, high=high)
-               for name, low, high in (("r_squared", -1e6, 1.0),
-                                       ("max_relative_error", 0.0, 1e6))}
-    return Provenance(kind=str(kind), platform=platform, date=date, note=note, **quality)
+    return platform, date
 
 
 def parse_provenance(data: object, groups: tuple[str, ...]) -> dict[str, Provenance]:
