@@ -33,6 +33,7 @@ from planner.commands.cli_inputs import (
     build_quotas,
     check_writable,
     limit_options,
+    profiled_range_hint,
     write_atomically,
 )
 from planner.commands.fit_command import add_fit_arguments, command_fit
@@ -105,6 +106,10 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                              "--timeout (default min(60, 10%% of --timeout))")
     parser.add_argument("--min-workers", type=int, default=1,
                         help="smallest W to consider (2 excludes standalone runs)")
+    parser.add_argument("--extrapolate-memory", action="store_true",
+                        help="search every memory, also outside those the workload was "
+                             "profiled at (default: within them, when the profile records "
+                             "them; beyond, its time and memory fits are extrapolated)")
     parser.add_argument("--max-concurrency", type=int, default=None,
                         help="the account's Lambda concurrency quota; a run needs 2·W "
                              f"(default {DEFAULT_MAX_CONCURRENCY}, or --account's)")
@@ -197,7 +202,7 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     explained = (instance_report(problem, [result], instances, "plan")
                  if instances is not None else ([], {}))
     if result.choice is None:
-        return _infeasible(args, result, emit, explained)
+        return _infeasible(args, result, emit, explained, profiled_range_hint(problem, args))
     try:
         plan = to_plan(problem, result.choice, search=result.method, quotas=quotas,
                        **limits)
@@ -322,14 +327,15 @@ def _search_summary(result: SearchResult) -> dict[str, Any]:
 
 
 def _infeasible(args: argparse.Namespace, result: SearchResult, emit: Callable[[str], None],
-                explained: tuple[list[str], dict[str, Any]] | None = None) -> int:
+                explained: tuple[list[str], dict[str, Any]] | None = None,
+                hint: str = "") -> int:
     """Nothing on Lambda fits; with --explain the instance rows still say what would."""
     lines, fields = explained or ([], {})
     if args.json:
         emit(json.dumps({"status": "infeasible", "search": _search_summary(result),
-                         **fields}))
+                         **({"hint": hint.strip(" ()")} if hint else {}), **fields}))
     else:
-        print(f"infeasible: {result.reason}", file=sys.stderr)
+        print(f"infeasible: {result.reason}{hint}", file=sys.stderr)
         for line in lines:
             emit(line)
     return EXIT_INFEASIBLE

@@ -133,7 +133,33 @@ def build_problem(args: argparse.Namespace) -> Problem:
     except ModelInputError as error:
         raise _problem_error(error, args) from error
     _check_min_workers(problem)
-    return problem
+    return problem if args.extrapolate_memory else within_profiled_memory(problem)
+
+
+def within_profiled_memory(problem: Problem) -> Problem:
+    """M on the planner's grid within the memories the workload was profiled at (its
+    ``profiled_memory_mb``, written by python -m local profile); a profile without them is
+    searched as before. Beyond them the fit's time and memory are extrapolated."""
+    profiled = problem.workload.profiled_memory_mb
+    if not profiled:
+        return problem
+    step = problem.memory_step_mb
+    low = max(problem.memory_min_mb, math.ceil(profiled[0] / step) * step)
+    high = min(problem.memory_max_mb, math.floor(profiled[1] / step) * step)
+    if low > high:
+        raise CliError("--workload", f"the workload was profiled at {profiled[0]:g}-"
+                       f"{profiled[1]:g} MB and no memory of the planner's {step} MB grid lies "
+                       f"within: profile a wider range (python -m local profile --memories) or "
+                       f"pass --extrapolate-memory")
+    return replace(problem, memory_min_mb=low, memory_max_mb=high)
+
+
+def profiled_range_hint(problem: Problem, args: argparse.Namespace) -> str:
+    """What an infeasible plan adds when its memory was held within the profiled range."""
+    if not problem.workload.profiled_memory_mb or args.extrapolate_memory:
+        return ""
+    return (f" (memory searched within the profiled {problem.memory_min_mb}-"
+            f"{problem.memory_max_mb} MB; --extrapolate-memory searches beyond)")
 
 
 def build_prices(args: argparse.Namespace) -> Prices:

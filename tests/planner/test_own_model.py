@@ -193,6 +193,10 @@ def test_a_plan_outside_the_profiled_memories_says_so(
     high = profiled(written, profiled_memory_mb=[2048.0, 4096.0])
     code, stdout, _ = run(capsys, "plan", "--workload", str(high), *PLAN,
                           "--max-memory", "1024", "--json")
+    assert code == 3  # searched within the profiled memories only, all above the quota
+    assert json.loads(stdout)["hint"].startswith("memory searched within the profiled 2048-4096")
+    code, stdout, _ = run(capsys, "plan", "--workload", str(high), *PLAN,
+                          "--max-memory", "1024", "--json", "--extrapolate-memory")
     assert code == 0
     document = json.loads(stdout)
     assert document["plan"]["deployment"]["memory_mb"] <= 1024
