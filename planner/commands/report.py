@@ -106,15 +106,18 @@ def result_title(result: SearchResult) -> str:
         f"{PATTERN_TITLES.get(result.pattern, result.pattern)} ({result.method})")
 
 
-def lambda_option(results: Sequence[SearchResult]) -> Option | None:
-    """The cheapest Lambda configuration among ``results``, as the verdict weighs it."""
+def lambda_option(problem: Problem, results: Sequence[SearchResult]) -> Option | None:
+    """The cheapest Lambda configuration among ``results``, as the verdict weighs it, with its
+    likely range (the plan's confidence)."""
     feasible = [(r, r.choice) for r in results if r.choice is not None]
     if not feasible:
         return None
     result, choice = min(feasible, key=lambda pair: pair[1].cost_usd)
     detail = f"{result_title(result)}, {choice.workers} x {choice.memory_mb:,} MB"
+    confidence = assess(problem, choice)
     return Option("lambda", f"Lambda ({detail})", choice.time_s, choice.cost_usd, True,
-                  detail=detail)
+                  detail=detail, time_range=confidence.time_range,
+                  cost_range=confidence.cost_range)
 
 
 def instance_report(problem: Problem, results: Sequence[SearchResult], instances: Instances,
@@ -126,7 +129,7 @@ def instance_report(problem: Problem, results: Sequence[SearchResult], instances
     lines = instance_lines(instances.runs, instances.notes, instances.billing,
                            first.cost_usd if first else None, reference)
     reason = next((r.reason for r in reversed(results) if r.reason), "")  # the broadest
-    judged = verdict(lambda_option(results), instances.runs, problem.deadline_s, reason)
+    judged = verdict(lambda_option(problem, results), instances.runs, problem.deadline_s, reason)
     return [*lines, judged["text"]], {
         "instances": [run.to_dict() for run in instances.runs],
         "instance_notes": list(instances.notes), "verdict": judged}

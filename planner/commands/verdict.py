@@ -29,10 +29,16 @@ class Option:
     meets_deadline: bool
     run: InstanceRun | None = None
     detail: str = ""    # Lambda: the configuration, e.g. "K-REDUCE (exact), 2 x 3,584 MB"
+    # Lambda: the plan's likely range (planner/model/confidence.py), (low, high)
+    time_range: tuple[float, float] | None = None
+    cost_range: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        ranges = ({} if self.time_range is None or self.cost_range is None else
+                  {"time_range_s": list(self.time_range),
+                   "cost_range_usd": list(self.cost_range)})
         return {"kind": self.kind, "name": self.name, "time_s": self.time_s,
-                "cost_usd": self.cost_usd, "meets_deadline": self.meets_deadline}
+                "cost_usd": self.cost_usd, "meets_deadline": self.meets_deadline, **ranges}
 
 
 def instance_option(run: InstanceRun) -> Option:
@@ -109,6 +115,8 @@ def verdict(lambda_best: Option | None, runs: Sequence[InstanceRun], deadline_s:
     if best is not None and fastest is not best:
         sentences.append(f"The fastest is {fastest.name}: {_said(fastest)}.")
     sentences += _lambda_sentences(lambda_best, best or fastest, options, lambda_reason)
+    sentences += _range_sentences(lambda_best, [o for o in options if o.run is not None],
+                                  deadline_s)
     named = dict.fromkeys(o for o in (best, cheapest) if o is not None)  # once each
     sentences += [f"(The {o.run.option.name} time was measured on other hardware than that "
                   "instance type: read it as a lower bound.)"
@@ -145,9 +153,34 @@ def _lambda_sentences(lambda_best: Option | None, winner: Option, options: Seque
             f"${other.run.option.usd_per_hour:.2f})."]
 
 
+def _range_sentences(lambda_best: Option | None, instances: Sequence[Option],
+                     deadline_s: float) -> list[str]:
+    """Where the Lambda plan's likely range could turn the verdict round."""
+    if lambda_best is None or lambda_best.time_range is None or lambda_best.cost_range is None:
+        return []
+    sentences = []
+    low, high = lambda_best.cost_range
+    cheaper = [o for o in instances if low < o.cost_usd < lambda_best.cost_usd]
+    dearer = [o for o in instances if lambda_best.cost_usd < o.cost_usd < high]
+    if cheaper or dearer:
+        names = ", ".join(o.name for o in (*cheaper, *dearer))
+        sentences.append(f"Within Lambda's likely cost range (${low:.4f}-${high:.4f}) the "
+                         f"order against {names} could turn: measure before relying on it "
+                         "(docs/profiling.md, planner calibrate).")
+    if lambda_best.meets_deadline and lambda_best.time_range[1] > deadline_s:
+        sentences.append(f"At the high end of its likely range Lambda would take "
+                         f"{duration(lambda_best.time_range[1])}, past the deadline.")
+    return sentences
+
+
 def _money(option: Option) -> str:
     return f"${option.cost_usd:.2f}" if option.cost_usd >= 0.1 else f"${option.cost_usd:.4f}"
 
 
 def _said(option: Option) -> str:
-    return f"{duration(option.time_s)} and {_money(option)}"
+    text = f"{duration(option.time_s)} and {_money(option)}"
+    if option.time_range is None or option.cost_range is None:
+        return text
+    (fast, slow), (low, high) = option.time_range, option.cost_range
+    return (f"{text} (likely {duration(fast)}-{duration(slow)}, "
+            f"${low:.4f}-${high:.4f})")

@@ -178,6 +178,13 @@ def test_plan_explain_mentions_the_instance_comparison(tmp_path: Path) -> None:
     cheapest = min([plan_cost, *(r["cost_usd"] for r in document["instances"]
                                  if r["meets_deadline"])])
     assert document["verdict"]["cheapest_within_deadline"]["cost_usd"] == pytest.approx(cheapest)
+    # the verdict weighs Lambda with the plan's likely range (issue 43)
+    lambda_rows = [row for row in document["verdict"].values()
+                   if isinstance(row, dict) and row["kind"] == "lambda"]
+    assert lambda_rows
+    ranges = document["confidence"]["cost_usd"]
+    for row in lambda_rows:
+        assert row["cost_range_usd"] == pytest.approx([ranges["low"], ranges["high"]], rel=1e-4)
 
 
 def test_plan_explain_still_compares_instances_when_lambda_cannot_meet_the_deadline() -> None:

@@ -224,3 +224,23 @@ def test_without_an_instance_row_the_verdict_claims_nothing_about_instances() ->
     assert text.startswith("Verdict: Lambda (K-REDUCE, 2 x 768 MB) meets the 3,000-s deadline")
     assert "compared with Lambda configurations only" in text
     assert "cheapest way" not in text
+
+
+def test_the_verdict_carries_lambdas_likely_range_and_says_when_it_could_turn() -> None:
+    """Issue 43: a verdict without a range hides that a ±50 % plan can lose to an instance."""
+    box = _run("box", 0.5, 200.0, 60, 1, 3000)  # 260 s billed: $0.0361
+    lam = Option("lambda", "Lambda (K-REDUCE, 2 x 768 MB)", 2500.0, 0.03, True,
+                 detail="K-REDUCE, 2 x 768 MB", time_range=(1700.0, 3600.0),
+                 cost_range=(0.02, 0.045))
+    judged = verdict(lam, [box], 3000)
+    text = judged["text"].replace("\n", " ")
+    assert "(likely 28 min-60 min, $0.0200-$0.0450)" in text
+    assert "Within Lambda's likely cost range ($0.0200-$0.0450) the order against one box " \
+           "could turn" in text
+    assert "At the high end of its likely range Lambda would take 60 min, past the deadline" \
+        in text
+    assert judged["cheapest"]["cost_range_usd"] == [0.02, 0.045]
+    narrow = Option("lambda", lam.name, 2500.0, 0.03, True, detail=lam.detail,
+                    time_range=(2400.0, 2600.0), cost_range=(0.029, 0.031))
+    text = verdict(narrow, [box], 3000)["text"].replace("\n", " ")
+    assert "could turn" not in text and "past the deadline" not in text
