@@ -1,6 +1,7 @@
 """``python -m local run [--plan plan.json] [--channel s3|valkey] [--epochs N] ...`` and
 ``python -m local profile [--memories MB ...] [--channel s3|valkey] ...``
-(local/profile/profile_command.py).
+(local/profile/profile_command.py) and ``python -m local instance-epoch --workload W``
+(local/profile/instance_epoch.py).
 
 Runs the CDK-synthesized state machine on this machine (see local/run/runner.py). Exit codes:
 0 the run succeeded, 1 it failed or timed out, 2 bad input (nothing was started),
@@ -21,7 +22,7 @@ from local.faults.chaos_faults import StorageFaults
 from local.faults.injection import InputError, parse_inject_env
 from local.faults.service_faults import KINDS, OPTION, parse_service_fault
 from local.lambda_.sandbox import DEFAULT_IDLE_S
-from local.profile import profile_command
+from local.profile import instance_epoch, profile_command
 from local.run.run_options import DEFAULT_WORKLOAD, RunOptions
 from local.run.runner import run
 
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "the start (instead of the plan's limits.deadline_s)")
     _add_fault_options(run_parser)
     profile_command.add_parser(commands)
+    instance_epoch.add_parser(commands)
     return parser
 
 
@@ -138,6 +140,8 @@ def _add_fault_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "instance-epoch":
+        return instance_epoch.main(args, say=lambda text: print(text, flush=True))
     if args.command == "profile":
         interrupts.install()  # SIGTERM unwinds like Ctrl-C, so everything is stopped
         return profile_command.main(args, say=lambda text: print(text, flush=True))
