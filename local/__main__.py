@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--budget-usd", type=float, metavar="USD",
                             help="stop before a segment that would take the run past this "
                                  "cost (instead of the plan's limits.budget_usd)")
+    run_parser.add_argument("--keep", type=Path, metavar="DIR",
+                            help="when the run ends, copy its plan, dataset and results bucket "
+                                 "into DIR, so that a run a guard stopped can be resumed")
+    run_parser.add_argument("--resume", type=Path, metavar="DIR",
+                            help="continue the guard-stopped run kept in DIR (--keep) from its "
+                                 "checkpoint, as a resume execution does on AWS; "
+                                 "--budget-usd / --deadline-s replace its suggested limits")
     run_parser.add_argument("--deadline-s", type=float, metavar="S",
                             help="stop before a segment that would end past S seconds from "
                                  "the start (instead of the plan's limits.deadline_s)")
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         reference=args.reference, budget_usd=args.budget_usd, deadline_s=args.deadline_s,
         storage_faults=StorageFaults(args.restart_s3_at, args.plant_stale_frame,
                                      args.truncate_frame),
-        start_twice=args.start_twice)
+        start_twice=args.start_twice, keep=args.keep, resume=args.resume)
     interrupts.install()
     try:
         return run(options, say=lambda text: print(text, flush=True))

@@ -84,5 +84,6 @@ def format_stop(report: dict[str, Any]) -> str | None:
         + ("" if stop["checkpoint_kept"] else " (NOT FOUND)"),
         f"  to resume on AWS (new limits: the whole run at the pace so far): "
         f"{resume.get('command')}",
-        "  (a local run's servers, and its checkpoint, are gone once it ends: run it again "
-        "with larger --budget-usd / --deadline-s)"])
+        "  to resume here: a run started with --keep DIR continues with python -m local run "
+        "--resume DIR [--budget-usd USD] [--deadline-s S] (without --keep its servers and "
+        "checkpoint are gone once it ends)"])

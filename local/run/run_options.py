@@ -51,3 +51,5 @@ class RunOptions:
     reference: bool = False  # train the single-process reference first and plot it
     budget_usd: float | None = None  # instead of the plan's limits (local/run/run_limits.py)
     deadline_s: float | None = None
+    keep: Path | None = None  # copy what a resume needs here when the run ends (kept_run.py)
+    resume: Path | None = None  # continue the guard-stopped run kept there

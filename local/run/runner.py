@@ -23,6 +23,7 @@ Bad input (corrupt plan, W mismatch, missing dataset, plan for another stack) ra
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import sys
@@ -44,6 +45,7 @@ from local.faults.service_faults import ServiceFault
 from local.lambda_.emulator import LambdaEmulator
 from local.lambda_.invocation import FunctionSpec
 from local.lambda_.lambda_speed import EmulationError, LambdaEmulation, load_emulation
+from local.run.kept_run import keep_run, load_kept, restore_results
 from local.run.report import Progress
 from local.run.run_limits import with_limits
 from local.run.run_options import RunOptions
@@ -68,6 +70,7 @@ def run(options: RunOptions, say: Say = print) -> int:
     work = Path(tempfile.mkdtemp(prefix="fasdl-local-"))
     try:
         try:
+            options, resumed = _resuming(options)
             plan = prepare_plan(options, work, say)
             emulation = None if options.emulate_lambda is None else load_emulation(
                 options.emulate_lambda, channel=plan.deployment.channel)
@@ -76,8 +79,9 @@ def run(options: RunOptions, say: Say = print) -> int:
             plan, files = prepare_dataset(plan, options, work, say)
             if options.plan is None and not options.segment_iterations:
                 plan = whole_epoch_segments(plan)
-            plan = with_limits(plan, budget_usd=options.budget_usd,
-                               deadline_s=options.deadline_s)
+            if resumed is None:  # a resumed run's limits go in its input
+                plan = with_limits(plan, budget_usd=options.budget_usd,
+                                   deadline_s=options.deadline_s)
             plan_path = work / "plan.json"
             plan.save(plan_path)
             say(plan_text(plan))
@@ -91,9 +95,27 @@ def run(options: RunOptions, say: Say = print) -> int:
             print(f"fasdl local: {error}", file=sys.stderr)
             return 1
         return _execute(plan, files, template, options, work, say, worker, emulation,
-                        reference=curve)
+                        reference=curve, resumed=resumed)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _resuming(options: RunOptions) -> tuple[RunOptions, dict[str, Any] | None]:
+    """With --resume: the kept run's plan, dataset and id, and its execution input (checked
+    here, before anything starts); else ``options`` unchanged and None."""
+    if options.resume is None:
+        return options, None
+    if options.plan is not None or options.dataset_dir is not None:
+        raise InputError("--resume: the kept run's plan and dataset are used; drop --plan "
+                         "and --dataset")
+    kept = load_kept(options.resume)
+    if options.run_id not in (None, kept.run_id):
+        raise InputError(f"--run-id: a resumed run keeps its id ({kept.run_id}), got "
+                         f"{options.run_id}")
+    execution_input = kept.execution_input(budget_usd=options.budget_usd,
+                                           deadline_s=options.deadline_s)
+    return replace(options, plan=kept.plan, dataset_dir=kept.dataset,
+                   run_id=kept.run_id), execution_input
 
 
 def _reference(plan: Plan, files: dict[str, Path], say: Say) -> list[dict[str, Any]]:
@@ -106,7 +128,8 @@ def _reference(plan: Plan, files: dict[str, Path], say: Say) -> list[dict[str, A
 def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, options: RunOptions,
              work: Path, say: Say, worker: WorkerFunction,
              emulation: LambdaEmulation | None = None, *,
-             reference: list[dict[str, Any]] | None = None) -> int:
+             reference: list[dict[str, Any]] | None = None,
+             resumed: dict[str, Any] | None = None) -> int:
     run_id = options.run_id or time.strftime("local-%Y%m%d-%H%M%S", time.gmtime())
     report_dir = options.report_dir or Path("reports") / run_id
     channel = plan.deployment.channel
@@ -123,10 +146,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         if cache is not None:
             say(cap_planned_cache(stack, servers, plan, at_peak=options.cache_at_peak))
         client = s3.client()
-        prefix = plan.workload.dataset.rstrip("/")
-        for name, path in files.items():
-            client.upload_file(str(path), BUCKETS["FASDL_DATASETS_BUCKET"], f"{prefix}/{name}")
-        say(f"uploaded the dataset to s3://{BUCKETS['FASDL_DATASETS_BUCKET']}/{prefix}/")
+        _upload_dataset(client, plan, files, say)
 
         bindings = {k: v for k, v in {**BUCKETS, **local_env}.items() if v is not None}
         specs = template.function_specs(bindings, local_env)
@@ -142,10 +162,8 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         say(f"running {template.state_machine_name} as execution {run_id} "
             f"(logs: {report_dir / 'logs'})")
         started = time.monotonic()
-        run_input: dict[str, Any] = {"run_id": run_id}
-        if options.cdk_out is not None:  # the stack's deployed plan may differ in training
-            run_input["plan"] = plan.to_dict()
-        sfn.start(machine, run_id, run_input)
+        run_input, execution = _run_input(plan, options, run_id, client, resumed, say)
+        sfn.start(machine, execution, run_input)
         second = (SecondStart(sfn, machine, run_id, run_input, client, say)
                   if options.start_twice else None)
         on_poll = with_second_start(_every(2.0, progress.poll), second)
@@ -159,10 +177,38 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
             second, "local" if emulation is None else emulation.describe_platform())
         status = wait_and_report(finished, sfn, machine, timeout_s=options.timeout_s,
                                  on_poll=on_poll, say=say)
+        if options.keep is not None:
+            kept = keep_run(options.keep, run_id=run_id, plan_path=work / "plan.json",
+                            files=files, client=client, bucket=BUCKETS["FASDL_RESULTS_BUCKET"],
+                            report=json.loads((report_dir / "report.json").read_text()))
+            say(f"kept the run in {options.keep} ({kept} results objects)")
         for line in cache_report(servers):
             say(line)
     say("stopped all local servers and invocations")
     return 0 if status == "SUCCEEDED" else 1
+
+
+def _upload_dataset(client: Any, plan: Plan, files: dict[str, Path], say: Say) -> None:
+    prefix = plan.workload.dataset.rstrip("/")
+    for name, path in files.items():
+        client.upload_file(str(path), BUCKETS["FASDL_DATASETS_BUCKET"], f"{prefix}/{name}")
+    say(f"uploaded the dataset to s3://{BUCKETS['FASDL_DATASETS_BUCKET']}/{prefix}/")
+
+
+def _run_input(plan: Plan, options: RunOptions, run_id: str, client: Any,
+               resumed: dict[str, Any] | None, say: Say) -> tuple[dict[str, Any], str]:
+    """The execution's input and name: a new run's, or (--resume) the kept run's resume input
+    once its results objects are back in the results bucket."""
+    if resumed is not None and options.resume is not None:
+        restored = restore_results(load_kept(options.resume), client,
+                                   BUCKETS["FASDL_RESULTS_BUCKET"])
+        say(f"resuming run {run_id} from {options.resume} ({restored} results objects "
+            f"restored), limits {resumed.get('limits')}")
+        return resumed, f"{run_id}-resumed"
+    run_input: dict[str, Any] = {"run_id": run_id}
+    if options.cdk_out is not None:  # the stack's deployed plan may differ in training
+        run_input["plan"] = plan.to_dict()
+    return run_input, run_id
 
 
 def _emulator(specs: dict[str, FunctionSpec], roles: dict[str, str], plan: Plan,

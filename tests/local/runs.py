@@ -41,6 +41,21 @@ def local_run(plan: Path, cdk_out: Path | None, report_dir: Path, run_id: str, *
                model.read_bytes() if model.is_file() else None)
 
 
+def resumed_run(kept: Path, cdk_out: Path, report_dir: Path, *args: str, timeout_s: int
+                ) -> Run:
+    """``python -m local run --resume kept`` (the kept run's plan, dataset and id), reusing
+    ``cdk_out``, and its report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "local", "run", "--resume", str(kept), "--cdk-out", str(cdk_out),
+         "--report-dir", str(report_dir), "--timeout", str(timeout_s), *args],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s + 60, check=False)
+    output = done.stdout + done.stderr
+    assert (report_dir / "report.json").is_file(), output[-3000:]
+    model = report_dir / "model.npy"
+    return Run(done.returncode, output, json.loads((report_dir / "report.json").read_text()),
+               model.read_bytes() if model.is_file() else None)
+
+
 def with_memory(plan: Path, memory_mb: int, directory: Path) -> Path:
     """A copy of ``plan`` deployed at another memory size."""
     changed = json.loads(plan.read_text())

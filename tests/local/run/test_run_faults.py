@@ -8,7 +8,9 @@ that keeps dying ends the run on the failure path with the error recorded.
 The job is planned and synthesized once (``--plan``/``--cdk-out``) to save a synth per run;
 a run on the other channel reuses one synth per deployment; the two Valkey faults (a restart,
 a VPC worker not ready then throttled) share one run, as do a killed worker and the service
-errors of an s3 run. The out-of-memory runs are in tests/local/run/test_run_out_of_memory.py.
+errors of an s3 run. A run the budget guard stopped, kept with ``--keep``, resumes with
+``--resume`` to the same weights. The out-of-memory runs are in
+tests/local/run/test_run_out_of_memory.py.
 The Distributed Map path (W > 40 on AWS) runs the same W = 4 job from a template synthesized
 with ``-c inline_map_max_workers=2``.
 
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from fasdl.contract.limits import BUDGET_EXCEEDED
 from infra import lambda_errors
 from local.aws.template import synthesize
 from tests.local.fault_job import (
@@ -35,7 +38,7 @@ from tests.local.fault_job import (
     fault_job_plan,
     train_segment_mode,
 )
-from tests.local.runs import Job, Run, Synthesized, local_run, synthesizer
+from tests.local.runs import Job, Run, Synthesized, local_run, resumed_run, synthesizer
 
 RUN_TIMEOUT_S = 240  # beside the other xdist worker's load
 CRASH = ["--inject-env", "worker:FASDL_TEST_CRASH_AT_ITERATION=60",  # in segment 2
@@ -249,3 +252,46 @@ def test_a_worker_invoked_twice_trains_once_and_its_zombies_are_fenced(
                                    "WorkerFenced", "ChannelTimeout"}
     assert result.report["segments"][0]["attempt"] == 1
     assert result.model == reference
+
+
+@pytest.mark.slow
+def test_a_budget_stop_resumed_from_its_kept_checkpoint_ends_bitwise(
+        job: Job, reference: bytes, tmp_path: Path) -> None:
+    """``--budget-usd 0.0001``: the first segment alone costs more, so the trigger's ``next``
+    stops the run before the second (BUDGET_EXCEEDED, exit 1, the checkpoint kept and the
+    resume named); ``--keep`` keeps it, and ``--resume`` with a budget ends with the
+    undisturbed run's weights (issue 43)."""
+    kept = tmp_path / "kept"
+    result = run(job, tmp_path, "budget", "--segment-iterations", str(SEGMENT),
+                 "--budget-usd", "0.0001", "--keep", str(kept))
+    report = result.report
+    assert result.code == 1, result.output[-3000:]
+    assert report["status"] == BUDGET_EXCEEDED and report["execution_error"] == BUDGET_EXCEEDED
+    assert [s["index"] for s in report["segments"]] == [0]  # the second one never started
+    assert len([i for i in report["invocations"] if i["worker"] is not None]) == 4
+    stop = report["stop"]
+    assert stop["checkpoint_kept"], stop  # the local S3 still holds its manifest
+    assert f"checkpoint/it/{SEGMENT:08d}/" in stop["checkpoint_key"]
+    assert "limits.budget_usd $0.0001" in stop["reason"]
+    resume = stop["resume"]
+    assert resume["input"]["resume"]["segment"]["start_iteration"] == SEGMENT
+    assert resume["input"]["limits"]["budget_usd"] > 0.0001
+    assert "aws stepfunctions start-execution" in resume["command"]
+    assert "to resume on AWS" in result.output and resume["command"] in result.output
+    measured = report["failure"]["measured"]  # the first segment's 4 workers, 2 trigger calls
+    assert measured["lambda_requests"] == 4 + 2 and measured["billed_gb_s"]["worker"] > 0
+    assert measured["measured_lambda_usd"] > 0.0001
+    assert report["summary"] is None and result.model is None
+    assert (kept / "results" / stop["checkpoint_key"]).is_file()
+
+    resumed = resumed_run(kept, job.cdk_out, tmp_path / "resumed", "--budget-usd", "5",
+                          timeout_s=RUN_TIMEOUT_S)
+    assert resumed.code == 0, resumed.output[-3000:]
+    assert "resuming run budget from" in resumed.output
+    # the report reads the results bucket: the kept segment 0 and this run's segment 1, which
+    # alone its 4 worker invocations trained
+    assert [(s["index"], s["iterations"]) for s in resumed.report["segments"]] == [
+        (0, SEGMENT), (1, SEGMENT)]
+    assert len([i for i in resumed.report["invocations"] if i["worker"] is not None]) == 4
+    assert resumed.model == reference  # bit for bit the unstopped run's weights
+

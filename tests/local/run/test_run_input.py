@@ -98,3 +98,23 @@ def test_a_shipped_workload_without_a_local_dataset_names_what_to_pass(
         capsys: pytest.CaptureFixture[str]) -> None:
     error = _fails(capsys, "--workload", "squeezenet-cifar10", "--epochs", "1")
     assert "missing dataset" in error and "--dataset DIR" in error
+
+
+@pytest.mark.parametrize(("kept", "words"), [
+    ({"run_id": "done", "status": "SUCCEEDED", "resume_input": None}, "ended SUCCEEDED"),
+    (None, "holds no run kept with --keep"),
+])
+def test_resume_needs_a_guard_stopped_kept_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               kept: dict[str, Any] | None, words: str) -> None:
+    (tmp_path / "results").mkdir()
+    (tmp_path / "plan.json").write_text(DEFAULT_PLAN_PATH.read_text())
+    if kept is not None:
+        (tmp_path / "kept.json").write_text(json.dumps(kept))
+    error = _fails(capsys, "--resume", str(tmp_path))
+    assert error.startswith("fasdl local: --resume: ") and words in error, error
+
+
+def test_resume_takes_the_kept_plan_not_another(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    error = _fails(capsys, "--resume", str(tmp_path), "--plan", str(DEFAULT_PLAN_PATH))
+    assert "--resume: the kept run's plan and dataset are used" in error
