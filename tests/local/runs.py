@@ -28,26 +28,24 @@ def local_run(plan: Path, cdk_out: Path | None, report_dir: Path, run_id: str, *
               timeout_s: int) -> Run:
     """Run the plan (``cdk_out``: reuse that synth; None: synthesize) and read its report."""
     reuse = [] if cdk_out is None else ["--cdk-out", str(cdk_out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "local", "run", "--plan", str(plan), *reuse,
-         "--report-dir", str(report_dir), "--run-id", run_id, "--timeout", str(timeout_s),
-         *args],  # idle sandboxes are reused, as on Lambda (and in bench.chaos's trials): a
-        # warm start saves a worker's imports, a quarter of a two-segment run's CPU here
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s + 60, check=False)
-    output = done.stdout + done.stderr
-    assert (report_dir / "report.json").is_file(), output[-3000:]
-    model = report_dir / "model.npy"
-    return Run(done.returncode, output, json.loads((report_dir / "report.json").read_text()),
-               model.read_bytes() if model.is_file() else None)
+    # idle sandboxes are reused, as on Lambda (and in bench.chaos's trials): a warm start
+    # saves a worker's imports, a quarter of a two-segment run's CPU here
+    return _local_run(["--plan", str(plan), *reuse, "--run-id", run_id, *args], report_dir,
+                      timeout_s)
 
 
 def resumed_run(kept: Path, cdk_out: Path, report_dir: Path, *args: str, timeout_s: int
                 ) -> Run:
     """``python -m local run --resume kept`` (the kept run's plan, dataset and id), reusing
     ``cdk_out``, and its report."""
+    return _local_run(["--resume", str(kept), "--cdk-out", str(cdk_out), *args], report_dir,
+                      timeout_s)
+
+
+def _local_run(argv: list[str], report_dir: Path, timeout_s: int) -> Run:
     done = subprocess.run(
-        [sys.executable, "-m", "local", "run", "--resume", str(kept), "--cdk-out", str(cdk_out),
-         "--report-dir", str(report_dir), "--timeout", str(timeout_s), *args],
+        [sys.executable, "-m", "local", "run", *argv, "--report-dir", str(report_dir),
+         "--timeout", str(timeout_s)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s + 60, check=False)
     output = done.stdout + done.stderr
     assert (report_dir / "report.json").is_file(), output[-3000:]
