@@ -75,23 +75,28 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--report-dir", type=Path,
                             help="report folder (default reports/<run id>)")
     run_parser.add_argument("--run-id", help="execution and run id (default local-<time>)")
-    run_parser.add_argument("--budget-usd", type=float, metavar="USD",
-                            help="stop before a segment that would take the run past this "
-                                 "cost (instead of the plan's limits.budget_usd)")
-    run_parser.add_argument("--keep", type=Path, metavar="DIR",
-                            help="when the run ends, copy its plan, dataset and results bucket "
-                                 "into DIR, so that a run a guard stopped can be resumed")
-    run_parser.add_argument("--resume", type=Path, metavar="DIR",
-                            help="continue the guard-stopped run kept in DIR (--keep) from its "
-                                 "checkpoint, as a resume execution does on AWS; "
-                                 "--budget-usd / --deadline-s replace its suggested limits")
-    run_parser.add_argument("--deadline-s", type=float, metavar="S",
-                            help="stop before a segment that would end past S seconds from "
-                                 "the start (instead of the plan's limits.deadline_s)")
+    _add_limit_options(run_parser)
     _add_fault_options(run_parser)
     profile_command.add_parser(commands)
     instance_epoch.add_parser(commands)
     return parser
+
+
+def _add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """The run's limits, and keeping a stopped run to resume it."""
+    parser.add_argument("--budget-usd", type=float, metavar="USD",
+                        help="stop before a segment that would take the run past this "
+                             "cost (instead of the plan's limits.budget_usd)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="when the run ends, copy its plan, dataset and results bucket "
+                             "into DIR, so that a run a guard stopped can be resumed")
+    parser.add_argument("--resume", type=Path, metavar="DIR",
+                        help="continue the guard-stopped run kept in DIR (--keep) from its "
+                             "checkpoint, as a resume execution does on AWS; "
+                             "--budget-usd / --deadline-s replace its suggested limits")
+    parser.add_argument("--deadline-s", type=float, metavar="S",
+                        help="stop before a segment that would end past S seconds from "
+                             "the start (instead of the plan's limits.deadline_s)")
 
 
 def _add_fault_options(parser: argparse.ArgumentParser) -> None:

@@ -61,6 +61,14 @@ class KeptRun:
         return {**self.resume_input, **({"limits": limits} if limits else {})}
 
 
+@dataclass(frozen=True)
+class Resumption:
+    """A kept run to resume and the execution input that resumes it (limits applied)."""
+
+    kept: KeptRun
+    execution_input: dict[str, Any]
+
+
 def keep_run(directory: Path, *, run_id: str, plan_path: Path, files: Mapping[str, Path],
              client: Any, bucket: str, report: Mapping[str, Any]) -> int:
     """Copy what a resume needs into ``directory`` (module docstring); returns the number of

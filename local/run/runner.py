@@ -45,7 +45,7 @@ from local.faults.service_faults import ServiceFault
 from local.lambda_.emulator import LambdaEmulator
 from local.lambda_.invocation import FunctionSpec
 from local.lambda_.lambda_speed import EmulationError, LambdaEmulation, load_emulation
-from local.run.kept_run import keep_run, load_kept, restore_results
+from local.run.kept_run import Resumption, keep_run, load_kept, restore_results
 from local.run.report import Progress
 from local.run.run_limits import with_limits
 from local.run.run_options import RunOptions
@@ -100,7 +100,7 @@ def run(options: RunOptions, say: Say = print) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _resuming(options: RunOptions) -> tuple[RunOptions, dict[str, Any] | None]:
+def _resuming(options: RunOptions) -> tuple[RunOptions, Resumption | None]:
     """With --resume: the kept run's plan, dataset and id, and its execution input (checked
     here, before anything starts); else ``options`` unchanged and None."""
     if options.resume is None:
@@ -114,8 +114,8 @@ def _resuming(options: RunOptions) -> tuple[RunOptions, dict[str, Any] | None]:
                          f"{options.run_id}")
     execution_input = kept.execution_input(budget_usd=options.budget_usd,
                                            deadline_s=options.deadline_s)
-    return replace(options, plan=kept.plan, dataset_dir=kept.dataset,
-                   run_id=kept.run_id), execution_input
+    return (replace(options, plan=kept.plan, dataset_dir=kept.dataset, run_id=kept.run_id),
+            Resumption(kept, execution_input))
 
 
 def _reference(plan: Plan, files: dict[str, Path], say: Say) -> list[dict[str, Any]]:
@@ -129,7 +129,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
              work: Path, say: Say, worker: WorkerFunction,
              emulation: LambdaEmulation | None = None, *,
              reference: list[dict[str, Any]] | None = None,
-             resumed: dict[str, Any] | None = None) -> int:
+             resumed: Resumption | None = None) -> int:
     run_id = options.run_id or time.strftime("local-%Y%m%d-%H%M%S", time.gmtime())
     report_dir = options.report_dir or Path("reports") / run_id
     channel = plan.deployment.channel
@@ -178,10 +178,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
         status = wait_and_report(finished, sfn, machine, timeout_s=options.timeout_s,
                                  on_poll=on_poll, say=say)
         if options.keep is not None:
-            kept = keep_run(options.keep, run_id=run_id, plan_path=work / "plan.json",
-                            files=files, client=client, bucket=BUCKETS["FASDL_RESULTS_BUCKET"],
-                            report=json.loads((report_dir / "report.json").read_text()))
-            say(f"kept the run in {options.keep} ({kept} results objects)")
+            _keep(options.keep, run_id, work, files, client, report_dir, say)
         for line in cache_report(servers):
             say(line)
     say("stopped all local servers and invocations")
@@ -196,19 +193,27 @@ def _upload_dataset(client: Any, plan: Plan, files: dict[str, Path], say: Say) -
 
 
 def _run_input(plan: Plan, options: RunOptions, run_id: str, client: Any,
-               resumed: dict[str, Any] | None, say: Say) -> tuple[dict[str, Any], str]:
+               resumed: Resumption | None, say: Say) -> tuple[dict[str, Any], str]:
     """The execution's input and name: a new run's, or (--resume) the kept run's resume input
     once its results objects are back in the results bucket."""
-    if resumed is not None and options.resume is not None:
-        restored = restore_results(load_kept(options.resume), client,
-                                   BUCKETS["FASDL_RESULTS_BUCKET"])
-        say(f"resuming run {run_id} from {options.resume} ({restored} results objects "
-            f"restored), limits {resumed.get('limits')}")
-        return resumed, f"{run_id}-resumed"
+    if resumed is not None:
+        restored = restore_results(resumed.kept, client, BUCKETS["FASDL_RESULTS_BUCKET"])
+        say(f"resuming run {run_id} from {resumed.kept.directory} ({restored} results objects "
+            f"restored), limits {resumed.execution_input.get('limits')}")
+        return resumed.execution_input, f"{run_id}-resumed"
     run_input: dict[str, Any] = {"run_id": run_id}
     if options.cdk_out is not None:  # the stack's deployed plan may differ in training
         run_input["plan"] = plan.to_dict()
     return run_input, run_id
+
+
+def _keep(directory: Path, run_id: str, work: Path, files: dict[str, Path], client: Any,
+          report_dir: Path, say: Say) -> None:
+    """--keep: what a resume needs, copied out before the servers stop (kept_run.py)."""
+    kept = keep_run(directory, run_id=run_id, plan_path=work / "plan.json", files=files,
+                    client=client, bucket=BUCKETS["FASDL_RESULTS_BUCKET"],
+                    report=json.loads((report_dir / "report.json").read_text()))
+    say(f"kept the run in {directory} ({kept} results objects)")
 
 
 def _emulator(specs: dict[str, FunctionSpec], roles: dict[str, str], plan: Plan,
