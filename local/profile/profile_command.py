@@ -90,12 +90,7 @@ class LocalProfile:
     summary_path: Path
     summary: dict[str, Any] = field(repr=False)
     plan_command: str | None  # None: the fit is below the quality gates, not accepted
-    fit_failed: bool = False  # below the gates (planner/fit/gates.py), accepted or not
-
-    @property
-    def refused(self) -> bool:
-        """Below the gates without --accept-failed-fit: ``main`` exits 1."""
-        return self.fit_failed and self.plan_command is None
+    refused: bool = False  # below the gates without --accept-failed-fit: ``main`` exits 1
 
 
 @dataclass(frozen=True)
@@ -242,7 +237,7 @@ def run_profile(options: ProfileOptions, say: Say = print) -> LocalProfile:
         shutil.rmtree(work, ignore_errors=True)
     warnings = short_iterations(measured.samples, checked.emulation)
     summary = {
-        "status": "fit_failed" if outputs.fit_failed and outputs.plan_command is None else "ok",
+        "status": "fit_failed" if outputs.refused else "ok",
         "profile_id": checked.profile_id, **_what(options),
         "channel": options.channel,
         "memories": config["memories"], "batches": config["batches"],
@@ -268,7 +263,7 @@ def run_profile(options: ProfileOptions, say: Say = print) -> LocalProfile:
     return LocalProfile(out=checked.out, samples=outputs.samples, workload=outputs.workload,
                         platform=outputs.platform, png=outputs.png, summary_path=summary_path,
                         summary=summary, plan_command=outputs.plan_command,
-                        fit_failed=outputs.fit_failed)
+                        refused=outputs.refused)
 
 
 def short_iterations(samples: Path, emulation: LambdaEmulation | None) -> list[str]:

@@ -86,6 +86,11 @@ class FitOutputs:
     fit_failed: bool  # below the gates (accepted or not)
 
     @property
+    def refused(self) -> bool:
+        """Below the gates and not accepted: no plan command, ``local profile`` exits 1."""
+        return self.fit_failed and self.plan_command is None
+
+    @property
     def written(self) -> list[Path]:
         return [p for p in (self.samples, self.workload, self.platform, self.png) if p]
 
