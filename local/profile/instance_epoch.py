@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fasdl.profiling.measure import DATASET_SHAPES
+from fasdl.profiling.measure import DATASET_SHAPES, random_batch, training_step
 from local.lambda_.throttle import available_cores
 from planner.model.inputs.profiles import ProfileError, WorkloadProfile, load_workload
-from planner.model.instance.options import INSTANCE_NAME, MAX_USD_PER_HOUR
+from planner.model.instance.options import InstanceError, InstanceOption
 
 Say = Callable[[str], None]
 
@@ -94,27 +94,15 @@ def time_epoch(workload: WorkloadProfile, *, batch: int, threads: int, window_s:
     """Back-to-back iterations for at least ``window_s`` (see the module docstring)."""
     import torch
 
-    from fasdl.training.networks import build_seeded_model
-
     shape, classes = shape_of(workload)
     torch.set_num_threads(threads)
-    model = build_seeded_model(workload.workload.model, 0, classes, shape)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    generator = torch.Generator().manual_seed(0)
-    inputs = torch.randn(batch, *shape, generator=generator)
-    labels = torch.randint(0, classes, (batch,), generator=generator)
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(inputs), labels).backward()
-        optimizer.step()
-
+    step = training_step(workload.workload.model, classes, shape)
+    inputs, labels = random_batch(torch.Generator().manual_seed(0), batch, shape, classes)
     for _ in range(warmup):
-        step()
+        step(inputs, labels)
     count, began = 0, time.perf_counter()
     while count < 3 or time.perf_counter() - began < window_s:
-        step()
+        step(inputs, labels)
         count += 1
     elapsed = time.perf_counter() - began
     per_iteration = elapsed / count
@@ -137,12 +125,12 @@ def _checked(args: argparse.Namespace) -> WorkloadProfile:
         raise InstanceInputError("--window", f"must be in [0.1, 3600] s, got {args.window}")
     if not 0 <= args.warmup <= 1000:
         raise InstanceInputError("--warmup", f"must be in [0, 1000], got {args.warmup}")
-    if not INSTANCE_NAME.fullmatch(args.name):
-        raise InstanceInputError("--name", "must be 1-64 letters, digits, '.', '_' or '-' "
-                                           f"starting with a letter or digit, got {args.name!r}")
-    if args.usd_per_hour is not None and not 0 < args.usd_per_hour <= MAX_USD_PER_HOUR:
-        raise InstanceInputError("--usd-per-hour", f"must be in (0, {MAX_USD_PER_HOUR:g}], "
-                                                   f"got {args.usd_per_hour}")
+    try:  # the row's own checks (planner/model/instance/options.py); the epoch comes later
+        InstanceOption(name=args.name, seconds_per_epoch=1.0, startup_s=0.0,
+                       usd_per_hour=1.0 if args.usd_per_hour is None else args.usd_per_hour)
+    except InstanceError as error:
+        flag = {"name": "--name", "usd_per_hour": "--usd-per-hour"}[str(error.field)]
+        raise InstanceInputError(flag, error.detail) from error
     try:
         workload = load_workload(args.workload)
     except ProfileError as error:

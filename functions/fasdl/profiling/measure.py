@@ -213,26 +213,52 @@ def peak_rss_mb() -> float:
 
 # ---- measurements -------------------------------------------------------------------------
 
+def training_step(model: str, num_classes: int, input_shape: tuple[int, ...]
+                  ) -> Callable[[Any, Any], None]:
+    """One iteration as the profiler times it (also ``python -m local instance-epoch``):
+    forward, the cross-entropy loss, backward and an SGD step with momentum, on a model seeded
+    like a run's."""
+    import torch
+
+    from fasdl.training.networks import build_seeded_model
+
+    network = build_seeded_model(model, 0, num_classes, input_shape)
+    optimizer = torch.optim.SGD(network.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(inputs: torch.Tensor, labels: torch.Tensor) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(network(inputs), labels).backward()
+        optimizer.step()
+
+    return step
+
+
+def random_batch(generator: Any, batch: int, input_shape: tuple[int, ...],
+                 num_classes: int) -> tuple[Any, Any]:
+    """Random inputs of the workload's shape and random labels, from ``generator``."""
+    import torch
+
+    return (torch.randn(batch, *input_shape, generator=generator),
+            torch.randint(0, num_classes, (batch,), generator=generator))
+
+
 def measure_training(request: ProfileRequest, memory_mb: float) -> list[dict[str, Any]]:
     """One ``train`` record per batch size, ascending (see the module docstring)."""
     import torch
 
-    from fasdl.training.networks import build_seeded_model, parameter_mb
+    from fasdl.training.networks import parameter_mb
 
-    model = build_seeded_model(request.model, 0, request.num_classes, request.input_shape)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    train = training_step(request.model, request.num_classes, request.input_shape)
     model_mb = parameter_mb(request.model, request.num_classes, request.input_shape)
     generator = torch.Generator().manual_seed(0)
     records = []
     for batch in request.batches:
-        inputs = torch.randn(batch, *request.input_shape, generator=generator)
-        labels = torch.randint(0, request.num_classes, (batch,), generator=generator)
+        inputs, labels = random_batch(generator, batch, request.input_shape,
+                                      request.num_classes)
 
         def step(x: torch.Tensor = inputs, y: torch.Tensor = labels) -> None:
-            optimizer.zero_grad(set_to_none=True)
-            loss_fn(model(x), y).backward()
-            optimizer.step()
+            train(x, y)
 
         method = "VmHWM-reset" if reset_peak() else "VmHWM-monotonic"
         for _ in range(request.warmup):
