@@ -7,7 +7,7 @@ import pytest
 
 from fasdl.contract.fields import PlanError
 from fasdl.contract.user_code import ModelRef
-from fasdl.contract.workload import LOSSES
+from fasdl.contract.workload import LOSSES, Workload
 
 
 @pytest.mark.parametrize(("text", "code"), [
@@ -44,3 +44,23 @@ def test_a_loss_is_one_of_its_names_or_code() -> None:
     assert ModelRef.parse("l.py:make", "workload.loss", names=LOSSES).code == ("l.py", "make")
     with pytest.raises(PlanError, match=r"^plan field 'workload\.loss': must be one of "):
         ModelRef.parse("hinge", "workload.loss", names=LOSSES)
+
+
+@pytest.mark.parametrize(("shape", "entries", "message"), [
+    ([24], 1, None),  # one pair for every feature
+    ([24], 24, None),  # one per feature: the importers' statistics of N x F rows
+    ([24], 3, "must have 1 or 24 entries (one for all features or one per feature"),
+    ([3, 8, 8], 3, None),
+    ([3, 8, 8], 1, "must have 3 entries (one per channel of input_shape [3, 8, 8]), got 1"),
+])
+def test_normalization_has_one_pair_per_channel_or_feature(
+        shape: list[int], entries: int, message: str | None) -> None:
+    workload = Workload(name="mine", model="mlp", dataset="datasets/mine", samples=10,
+                        dataset_mb=1.0, model_mb=1.0, input_shape=shape, classes=2,
+                        normalization={"mean": [0.5] * entries, "std": [0.25] * entries})
+    if message is None:
+        workload.validate()
+        return
+    with pytest.raises(PlanError, match=r"workload\.normalization\.mean") as raised:
+        workload.validate()
+    assert message in str(raised.value)

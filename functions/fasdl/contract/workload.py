@@ -75,7 +75,8 @@ def _require_shape(path: str, value: object, fail: Fail) -> list[int]:
 
 def _require_normalization(path: str, value: object, shape: list[int] | None,
                            fail: Fail) -> None:
-    """Per-channel statistics: one per channel of C x H x W rows, one for feature vectors."""
+    """Per-channel statistics: one per channel of C x H x W rows; for feature vectors one per
+    feature or one for all."""
     if not isinstance(value, dict) or set(value) != {"mean", "std"}:
         raise fail(path, f"must be an object with 'mean' and 'std' lists, got "
                               f"{show(value)}")
@@ -91,11 +92,15 @@ def _require_normalization(path: str, value: object, shape: list[int] | None,
     if len(value["mean"]) != len(value["std"]):
         raise fail(f"{path}.std", f"must have as many entries as mean "
                                        f"({len(value['mean'])}), got {len(value['std'])}")
-    wanted = None if shape is None else (1 if len(shape) == 1 else shape[0])
-    if wanted is not None and len(value["mean"]) != wanted:
-        raise fail(f"{path}.mean", f"must have {wanted} entries (one per channel of "
-                                        f"input_shape {shape}; one for feature vectors), got "
-                                        f"{len(value['mean'])}")
+    if shape is None:
+        return
+    # feature vectors: one pair per feature (the importers' statistics) or one for all
+    wanted = {1, shape[0]} if len(shape) == 1 else {shape[0]}
+    if len(value["mean"]) not in wanted:
+        kinds = (f"1 or {shape[0]} entries (one for all features or one per feature"
+                 if len(shape) == 1 else f"{shape[0]} entries (one per channel")
+        raise fail(f"{path}.mean", f"must have {kinds} of input_shape {shape}), got "
+                                   f"{len(value['mean'])}")
 
 
 @dataclass(frozen=True)
