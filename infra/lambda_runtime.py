@@ -157,8 +157,6 @@ def _folder_bytes(folder: Path, above: frozenset[str]) -> int:
             elif entry.is_file():
                 total += entry.stat().st_size
     return total
-# Written last by layers/torch/requirements_layer.py: what the synth checks the layer against
-REQUIREMENTS_MANIFEST = "requirements.json"
 
 # /tmp the stack reserves for the unpacked torch tree, .pyc included (measured:
 # docs/cold-start.md), plus headroom; the layer build's scan fails when a build's unpacked tree

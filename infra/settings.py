@@ -19,8 +19,10 @@ Context keys (``cdk synth -c key=value`` or ``cdk.json``):
                       ``layers/requirements/dist``. Needed only when the plan names a
                       requirements file and the torch layer is a real build; its manifest must
                       be of that file's exact bytes and the torch layer's target. With the
-                      stand-in torch layer (local runs) the functions import this machine's
-                      packages and no requirements layer is added.
+                      stand-in torch layer (local runs) the layer is the file's local one,
+                      built for this machine's Python from the same pins
+                      (fasdl.contract.requirements.local_layer), which the emulated
+                      functions put on their path as Lambda does.
 ``worker_packaging``  ``zip`` (default: asset + torch layer) or ``image`` (container image
                       built from ``infra/container/Dockerfile`` at deploy time; needs Docker).
 ``alarm_email``       address subscribed (by email, after its owner confirms) to the
@@ -49,11 +51,10 @@ from pathlib import Path
 from typing import Literal, cast
 
 from fasdl.contract.plan import Plan, PlanError
-from fasdl.contract.requirements import requirements_digest
+from fasdl.contract.requirements import REQUIREMENTS_MANIFEST, local_layer, requirements_digest
 from fasdl.contract.workload import Workload
 from infra.lambda_runtime import (
     PYTHON_RUNTIME,
-    REQUIREMENTS_MANIFEST,
     TORCH_TMP_RESERVE_MB,
     UNZIPPED_CODE_LIMIT,
     lambda_target,
@@ -144,7 +145,7 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSett
         layer_dir, is_stub = STUB_TORCH_LAYER, True
     if not is_stub:
         _check_layer_target(layer_dir, plan.deployment.arch)
-    requirements = None if is_stub else _requirements_layer(
+    requirements = _local_requirements_layer(plan) if is_stub else _requirements_layer(
         plan, _resolve(str(context.get(CONTEXT_REQUIREMENTS_LAYER)
                            or DEFAULT_REQUIREMENTS_LAYER)), layer_dir)
     return SynthSettings(plan=plan, plan_path=plan_path, torch_layer_dir=layer_dir,
@@ -272,6 +273,13 @@ def _with_workload(plan: Plan, value: object) -> Plan:
         return Plan.from_dict(document)
     except PlanError as error:
         raise SynthSettingsError(f"context '{CONTEXT_WORKLOAD}': {path}: {error}") from None
+
+
+def _local_requirements_layer(plan: Plan) -> Path | None:
+    """With the stand-in torch layer the functions run only locally (python -m local): their
+    requirements layer is the local one, built for this machine from the same pins."""
+    file = plan.workload.requirements
+    return None if file is None else local_layer(Path(file))
 
 
 def _requirements_layer(plan: Plan, layer_dir: Path, torch_layer_dir: Path) -> Path | None:

@@ -31,6 +31,9 @@ PATHS: dict[str, tuple[str, ...]] = {
     "layer/test_build_target.py::test_refuses_cuda_build": (NETWORK,),
     "layer/test_build_target.py::test_refuses_wrong_arch_or_glibc": (NETWORK,),
     "layer/test_requirements_layer.py": (NETWORK,),
+    # pip builds the requirements' local layer
+    "planner/test_own_model.py::test_the_requirements_file_goes_into_the_workload_and_the_plan":
+        (NETWORK,),
     "local/aws/test_adapter.py": (SANDBOX,),
     "local/servers/test_ecpu_relay_sockets.py": (SERVERS,),
     "local/lambda_/test_emulator.py": (SANDBOX,),

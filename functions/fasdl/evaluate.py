@@ -3,7 +3,8 @@
 Rebuilds the network a run exported (fasdl.training.export): ``MODEL`` is its
 ``model.safetensors``, described by the ``model.json`` beside it (or ``--meta FILE``); the
 module is built as the plan named it (a registry model or the user's ``file.py:function``,
-imported relative to the current folder) and the state dict loaded strictly. Prints its
+imported relative to the current folder, with the local layer of the packages model.json's
+``requirements`` file pins when that file is here) and the state dict loaded strictly. Prints its
 accuracy on ``DATASET_DIR/x.npy`` + ``y.npy`` (one split of the importer's output, e.g.
 ``data/cifar10/test``), and for a two-class model its Matthews correlation (``mcc``, CoLA's
 metric). Inputs are scaled and normalised exactly as the workers do it
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from fasdl.contract.errors import DatasetError
+from fasdl.contract.fields import PlanError
 from fasdl.training.augment import AugmentationError, check_rows
 from fasdl.training.data import ALLOWED_X_DTYPES, LABEL_DTYPE, X_DTYPE_NAMES
 from fasdl.training.evaluation import Progress, confusion_of
@@ -35,6 +37,7 @@ from fasdl.training.export import (
     load_meta,
     load_tensors,
 )
+from fasdl.training.model_check import check_requirements
 
 EXIT_BAD_INPUT = 2
 PROGRESS_EVERY_S = 2.0
@@ -111,6 +114,8 @@ def load_model(model_file: Path, meta_file: Path) -> tuple[ExportMeta, torch.nn.
     if data[:6] == b"\x93NUMPY" or data[:2] == b"PK":
         raise ExportError(f"{model_file}: a numpy file, not model.safetensors (model.npy holds "
                           f"only the flat parameters; older runs' model.npz is not read)")
+    if meta.requirements is not None and Path(meta.requirements).is_file():
+        check_requirements(Path(meta.requirements))  # its local layer, as the run had it
     return meta, build_exported(meta, load_tensors(data, str(model_file)))
 
 
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         meta, model = load_model(args.model_file, meta_file)
         x, y = load_split(args.dataset_dir, meta)
-    except (ExportError, DatasetError, AugmentationError, OSError) as error:
+    except (ExportError, DatasetError, AugmentationError, PlanError, OSError) as error:
         print(f"fasdl.evaluate: {' '.join(str(error).split())}", file=sys.stderr)
         return EXIT_BAD_INPUT
     confusion = confusion_of(model, x, y, meta.classes, _progress_printer(),

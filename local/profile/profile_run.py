@@ -66,8 +66,10 @@ def prepare_template(options: ProfileOptions, work: Path, say: Say) -> LocalTemp
         plan.save(work / "plan.json")
         began = time.monotonic()
         memories = ",".join(str(m) for m in sorted(set(options.memories)))
-        path = synthesize(work / "plan.json", work / "cdk.out",
-                          context={"profiling": "true", "profile_memories": memories})
+        context = {"profiling": "true", "profile_memories": memories}
+        if options.workload is not None:  # as on AWS: its code and packages ship as layers
+            context["workload"] = str(options.workload.resolve())
+        path = synthesize(work / "plan.json", work / "cdk.out", context=context)
         say(f"synthesized {path.name} with -c profiling=true -c profile_memories={memories} "
             f"in {time.monotonic() - began:.1f} s")
     try:

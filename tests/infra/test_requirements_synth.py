@@ -15,7 +15,8 @@ import aws_cdk as cdk
 import pytest
 
 from fasdl.contract.plan import PlanError
-from infra.lambda_runtime import PYTHON_RUNTIME, REQUIREMENTS_MANIFEST, lambda_target
+from fasdl.contract.requirements import LOCAL_LAYERS_ENV, REQUIREMENTS_MANIFEST, local_layer_dir
+from infra.lambda_runtime import PYTHON_RUNTIME, lambda_target
 from infra.settings import LAYER_MANIFEST, SynthSettingsError, load_settings
 from infra.stack import build_stacks
 from infra.user_code import REQUIREMENTS_LAYER_ID
@@ -119,11 +120,17 @@ def test_layers_over_lambdas_limit_stop_the_synth(tmp_path: Path) -> None:
         _settings(built)
 
 
-def test_with_the_stand_in_torch_layer_no_requirements_layer_is_added(tmp_path: Path) -> None:
+def test_with_the_stand_in_torch_layer_the_local_layer_is_added(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local runs: the same pins, built for this machine's Python (what the emulated functions
+    put on their path), whatever requirements_layer says."""
     built = _built(tmp_path)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
+    monkeypatch.setenv(LOCAL_LAYERS_ENV, str(tmp_path / "local-layers"))
     settings = load_settings({"plan": str(built["plan"]), "torch_layer": str(STUB_TORCH_LAYER),
                               "requirements_layer": str(tmp_path / "absent")}, warn=False)
-    assert settings.requirements_layer_dir is None
+    assert settings.requirements_layer_dir == local_layer_dir(built["requirements"])
+    assert (settings.requirements_layer_dir / "python" / "fasdl_test_extra").is_dir()
 
 
 @pytest.mark.parametrize("value", ["../requirements.txt", "requirements.cfg", ""])

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.lambda_runtime import PYTHON_RUNTIME, REQUIREMENTS_MANIFEST, lambda_target
+from fasdl.contract.fields import PlanError
+from fasdl.contract.requirements import (
+    LOCAL_LAYERS_ENV,
+    REQUIREMENTS_MANIFEST,
+    local_layer,
+    local_layer_dir,
+)
+from infra.lambda_runtime import PYTHON_RUNTIME, lambda_target
 from tests.layer.wheels import make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,3 +131,55 @@ def test_without_a_built_torch_layer_it_says_so(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "--torch-layer: no finished torch layer build" in result.stderr
     assert "make layer" in result.stderr
+
+
+def _local(tmp_path: Path, requirements: str, wheels: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A requirements file whose local layer pip may build from ``wheels`` only."""
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv(LOCAL_LAYERS_ENV, str(tmp_path / "local-layers"))
+    file = tmp_path / "requirements.txt"
+    file.write_text(requirements)
+    return file
+
+
+def test_the_local_layer_is_built_once_for_this_python_with_the_same_checks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "fasdl-test-extra", "1.0", CODE, requires=("numpy>=2", "jmespath"))
+    file = _local(tmp_path, "fasdl-test-extra==1.0\nnumpy==2.4.6\n", wheels, monkeypatch)
+    folder = local_layer(file)
+    assert folder == local_layer_dir(file) and folder.parent == tmp_path / "local-layers"
+    assert (folder / "python" / "fasdl_test_extra" / "__init__.py").read_bytes() == CODE[
+        "fasdl_test_extra/__init__.py"]
+    assert not list((folder / "python").glob("numpy*")), "numpy is what the functions ship"
+    manifest = json.loads((folder / REQUIREMENTS_MANIFEST).read_text())
+    assert manifest["target"] == "local" and manifest["python"] == sys.implementation.cache_tag
+    assert manifest["pins"] == {"fasdl-test-extra": "1.0"}
+    (wheels / "fasdl_test_extra-1.0-py3-none-any.whl").unlink()  # built: pip is not asked again
+    assert local_layer(file) == folder
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no half-built folder
+
+
+@pytest.mark.parametrize(("requirements", "requires", "message"), [
+    ("torch==2.13.0\n", (), "torch comes with the torch layer"),
+    ("numpy==2.0.0\n", (), "numpy==2.0.0, but the functions already ship numpy==2.4.6"),
+    ("fasdl-test-extra==1.0\n", ("tinydep>=1",),
+     "does not pin everything its packages need (pin each, e.g. from `pip freeze`): "
+     "fasdl_test_extra needs tinydep>=1"),
+    ("fasdl-test-extra==2.0\n", (), "pip could not install fasdl-test-extra==2.0: No matching "
+                                    "distribution found for fasdl-test-extra==2.0"),
+])
+def test_the_local_layer_refuses_in_one_line_naming_the_field(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, requirements: str,
+        requires: tuple[str, ...], message: str) -> None:
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "fasdl-test-extra", "1.0", CODE, requires=requires)
+    file = _local(tmp_path, requirements, wheels, monkeypatch)
+    with pytest.raises(PlanError) as raised:
+        local_layer(file)
+    assert str(raised.value).startswith("plan field 'workload.requirements': ")
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+    assert not (tmp_path / "local-layers").exists() or not any(
+        (tmp_path / "local-layers").iterdir())

@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fasdl.contract.requirements import LOCAL_LAYERS_ENV, local_layer_dir
 from planner.commands.cli import main
+from tests.layer.wheels import make_wheel
 
 MODEL = '''
 import torch
@@ -206,7 +208,13 @@ def test_a_plan_outside_the_profiled_memories_says_so(
 
 def test_the_requirements_file_goes_into_the_workload_and_the_plan(
         capsys: pytest.CaptureFixture[str], model_file: Path, dataset: Path,
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pins are checked, then installed by pip from its configured sources (here a folder
+    of one wheel made on the spot) into the file's local layer, which builds the model."""
+    make_wheel(tmp_path / "wheels", "fasdl-test-extra", "1.0",
+               {"fasdl_test_extra/__init__.py": b"VALUE = 1\n"})
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
+    monkeypatch.setenv(LOCAL_LAYERS_ENV, str(tmp_path / "layers"))
     requirements = tmp_path / "requirements-model.txt"
     requirements.write_text("fasdl-test-extra>=1\n")
     out = tmp_path / "mine.json"
@@ -215,10 +223,18 @@ def test_the_requirements_file_goes_into_the_workload_and_the_plan(
     assert code == 2 and not out.exists()
     assert stderr.startswith("error: argument --requirements: ")
     assert "requirements-model.txt:1: 'fasdl-test-extra>=1' is not an exact pin" in stderr
+    requirements.write_text("fasdl-test-extra==9.9\n")  # no such version anywhere
+    code, _, stderr = new_workload(capsys, f"{model_file}:build", dataset, out,
+                                   "--requirements", str(requirements))
+    assert code == 2 and not out.exists()
+    (error,) = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert error.endswith("pip could not install fasdl-test-extra==9.9: No matching "
+                          "distribution found for fasdl-test-extra==9.9")
     requirements.write_text("fasdl-test-extra==1.0\n")
     code, document, _ = new_workload(capsys, f"{model_file}:build", dataset, out,
                                      "--requirements", str(requirements))
     assert code == 0 and document["workload"]["requirements"] == str(requirements)
+    assert (local_layer_dir(requirements) / "python" / "fasdl_test_extra").is_dir()
     plan = tmp_path / "plan.json"
     code, _, _ = run(capsys, "plan", "--workload", str(profiled(out)), *PLAN, "--out", str(plan))
     assert code == 0

@@ -126,6 +126,7 @@ def _changed(described: bytes, **changes: Any) -> bytes:
     ({"loss": 3}, "field 'loss' must be a loss name"),
     ({"sha256": "abc"}, "field 'sha256' is malformed"),
     ({"iterations": -1}, "field 'iterations' is malformed"),
+    ({"requirements": ""}, "field 'requirements' must be a requirements file's path"),
 ])
 def test_a_malformed_description_is_refused_by_field(objects: tuple[bytes, bytes],
                                                      changes: dict[str, Any],
@@ -173,6 +174,9 @@ def test_the_description_comes_from_the_checkpoint_meta_and_the_workload(
     meta = describe(model, {**CHECKPOINT_META, "augmentation": "normalize"}, normalized)
     assert (meta.loss, meta.normalization, meta.augmentation) == (
         "mse", {"mean": [0.3], "std": [0.2]}, "normalize")
+    assert meta.requirements is None and "requirements" not in meta.to_dict()
+    pinned = describe(model, CHECKPOINT_META, workload(requirements="mine/requirements.txt"))
+    assert load_meta(json.dumps(pinned.to_dict())).requirements == "mine/requirements.txt"
     with pytest.raises(ExportError, match="cannot describe an export"):
         describe(model, {k: v for k, v in CHECKPOINT_META.items() if k != "num_classes"},
                  workload())

@@ -67,6 +67,7 @@ class ExportMeta:
     eval_batch: int = MAX_EVAL_BATCH  # the batch worker 0 evaluated in (evaluation_batch)
     loss: str = "cross_entropy"
     normalization: Normalization | None = None
+    requirements: str | None = None  # workload.requirements: the packages the model imports
     iterations: int | None = None
     sha256: str | None = None
     run_id: str | None = None
@@ -77,6 +78,8 @@ class ExportMeta:
             "input_shape": list(self.input_shape), "parameters": self.parameters,
             "augmentation": self.augmentation, "eval_batch": self.eval_batch,
             "loss": self.loss, "normalization": self.normalization}
+        if self.requirements is not None:
+            data["requirements"] = self.requirements
         data.update({name: getattr(self, name) for name in _RUN_FIELDS
                      if getattr(self, name) is not None})
         return data
@@ -109,11 +112,15 @@ class ExportMeta:
             raise ExportError(f"{source}: field 'normalization' is required by augmentation "
                               f"{augmentation!r}")
         _check_run_fields(data, source)
+        requirements = data.get("requirements")
+        if requirements is not None and (not isinstance(requirements, str) or not requirements):
+            raise ExportError(f"{source}: field 'requirements' must be a requirements file's "
+                              f"path, got {requirements!r}")
         return cls(model, int(data["classes"]), _shape(model, data.get("input_shape"), source),
                    int(data["parameters"]), augmentation=str(augmentation),
                    eval_batch=int(data["eval_batch"]), loss=loss, normalization=normalization,
-                   iterations=data.get("iterations"), sha256=data.get("sha256"),
-                   run_id=data.get("run_id"))
+                   requirements=requirements, iterations=data.get("iterations"),
+                   sha256=data.get("sha256"), run_id=data.get("run_id"))
 
 
 def _model(value: object, source: str) -> str:
@@ -204,7 +211,8 @@ def describe(model: torch.nn.Module, meta: Mapping[str, str], workload: Workload
                   "parameters": trainable_parameters(model),
                   "augmentation": meta.get("augmentation", "none"),
                   "eval_batch": int(meta.get("eval_batch", MAX_EVAL_BATCH)),
-                  "loss": workload.loss, "normalization": workload.normalization}
+                  "loss": workload.loss, "normalization": workload.normalization,
+                  "requirements": workload.requirements}
     except (KeyError, ValueError) as error:
         raise ExportError(f"checkpoint meta {dict(meta)!r} cannot describe an export: "
                           f"{error!r}") from error

@@ -5,6 +5,7 @@ one error naming the field."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -12,7 +13,7 @@ from torch import nn
 
 from fasdl.contract.fields import PlanError
 from fasdl.contract.requirements import FIELD as REQUIREMENTS_FIELD
-from fasdl.contract.requirements import RequirementsError, read_pins
+from fasdl.contract.requirements import RequirementsError, local_layer, read_pins
 from fasdl.contract.user_code import UserCodeError
 from fasdl.contract.workload import Workload
 from fasdl.training.networks import MODELS, build_model
@@ -63,12 +64,16 @@ def check_loss(workload: Workload) -> None:
 
 
 def check_requirements(file: Path) -> None:
-    """The requirements file is there and holds exact pins (the layer build checks the pins
-    against what the functions ship)."""
+    """The requirements file is there, holds exact pins, and pip installs them: their local
+    layer (built once) goes first on sys.path, so the model builds here with the packages a
+    worker will import from its layer, not with whatever this environment has installed."""
     try:
         read_pins(file)
     except RequirementsError as error:
         raise PlanError(REQUIREMENTS_FIELD, str(error)) from None
+    python = str(local_layer(file) / "python")
+    if python not in sys.path:
+        sys.path.insert(0, python)
 
 
 def check_workload(workload: Workload) -> float | None:
