@@ -3,7 +3,9 @@ and data", runs exactly these commands): a small ResNet-style network in a file 
 folder of PNG images per class, `fasdl.datasets images`, `planner workload new`, a local
 profile, `planner plan`, `cdk synth`, `local run` through the synthesized state machine,
 `fasdl.evaluate` on the export, and plain PyTorch loading the export into the user's own
-module. Then a run that starts from initial weights of the user's own."""
+module. Beside it, at the same time, the guide's tabular journey: a CSV of features 1,000x
+apart, an MLP in a package of two files that imports einops from the index through the
+requirements' local layer. Then a run that starts from initial weights of the user's own."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ import torch
 from PIL import Image
 
 from infra.settings import REPO_ROOT
+from tests.local.run import own_tabular
 
 pytestmark = pytest.mark.slow
 
@@ -55,12 +59,13 @@ RUN_TIMEOUT_S = 300
 
 GUIDE = REPO_ROOT / "docs" / "user-guide.md"
 MARKER = "<!-- own-model-test -->"
+TABULAR_MARKER = "<!-- own-tabular-test -->"
 
 
-def guide_commands() -> list[str]:
+def guide_commands(marker: str = MARKER) -> list[str]:
     """The command lines of the guide's marked block, comments dropped."""
     text = GUIDE.read_text()
-    block = text[text.index(MARKER):].split("```", 2)[1]
+    block = text[text.index(marker):].split("```", 2)[1]
     return [line for line in block.splitlines()[1:] if line.strip()
             and not line.lstrip().startswith("#")]
 
@@ -100,25 +105,51 @@ def _images(folder: Path) -> None:
             Image.fromarray(pixels.astype(np.uint8)).save(folder / name / f"{index}.png")
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prepared]:
-    """The user's files in a temporary folder, then the guide's commands, as written."""
-    root = tmp_path_factory.mktemp("own-model")
-    model_file = root / "models" / "small_resnet.py"
-    model_file.parent.mkdir()
-    model_file.write_text(MODEL)
-    _images(root / "images")
-    commands = guide_commands()
+def _journey(marker: str, root: Path) -> dict[str, Any]:
+    """The guide's marked block run in ``root`` as ``$WORK``; its last line, fasdl.evaluate's
+    JSON."""
+    commands = guide_commands(marker)
     assert len(commands) == 7
     done = None
     for command in commands:
         done = _run("bash", "-c", command.replace("$WORK", str(root)), cwd=REPO_ROOT,
                     timeout=900)
     assert done is not None
-    evaluated = json.loads(done.stdout.splitlines()[-1])
-    yield Prepared(root, model_file, root / "data", root / "plan.json", root / "cdk.out",
-                   evaluated)
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+@dataclass(frozen=True)
+class Journeys:
+    images: Prepared
+    tabular: Path  # the tabular block's $WORK
+    tabular_evaluated: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def journeys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Journeys]:
+    """The user's files in temporary folders, then both guide blocks, as written, side by side
+    (each mostly waits on its servers and sandboxes)."""
+    root = tmp_path_factory.mktemp("own-model")
+    model_file = root / "models" / "small_resnet.py"
+    model_file.parent.mkdir()
+    model_file.write_text(MODEL)
+    _images(root / "images")
+    tabular = tmp_path_factory.mktemp("own-tabular")
+    own_tabular.write_user_files(tabular)
+    with ThreadPoolExecutor(2) as pool:
+        images_run = pool.submit(_journey, MARKER, root)
+        tabular_run = pool.submit(_journey, TABULAR_MARKER, tabular)
+        evaluated, tabular_evaluated = images_run.result(), tabular_run.result()
+    yield Journeys(Prepared(root, model_file, root / "data", root / "plan.json",
+                            root / "cdk.out", evaluated), tabular, tabular_evaluated)
     shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(tabular, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def prepared(journeys: Journeys) -> Prepared:
+    return journeys.images
 
 
 def _local_run(prepared: Prepared, plan: Path, report: Path) -> dict[str, Any]:
@@ -184,3 +215,43 @@ def test_a_run_starts_from_the_users_initial_weights(prepared: Prepared) -> None
     # and the run says so: its first segment's line names the file (issue 43)
     assert (f"started from the initial weights {plan['workload']['initial_weights']}"
             in summary["stdout"])
+
+
+def test_tabular_rows_in_a_package_with_a_pinned_package_train_like_a_plain_loop(
+        journeys: Journeys) -> None:
+    work = journeys.tabular
+    absent = subprocess.run([sys.executable, "-c", "import einops"], capture_output=True,
+                            check=False)
+    assert absent.returncode != 0, "einops must come from the local layer, not from .venv"
+    profile = json.loads((work / "profile" / "summary.json").read_text())
+    assert profile["status"] == "ok" and not profile["fit_failed"]
+    assert all(verdict["passed"] for verdict in profile["gates"]["verdicts"])
+    plan = json.loads((work / "plan.json").read_text())
+    assert plan["confidence"]["failed_fit"] == []
+    assert plan["deployment"]["workers"] >= 2
+    assert plan["training"]["augmentation"] == "normalize"
+    assert len(plan["workload"]["normalization"]["mean"]) == own_tabular.FEATURES
+    report = json.loads((work / "report" / "report.json").read_text())
+    accuracy = journeys.tabular_evaluated["accuracy"]
+    assert accuracy == pytest.approx(report["final_accuracy"], abs=1e-9)
+    with own_tabular.users_package(work) as module:
+        build = module.build  # type: ignore[attr-defined]
+        reference = [own_tabular.plain_loop_accuracy(build, work / "data", standardize=True,
+                                                     seed=seed) for seed in range(3)]
+        raw = own_tabular.plain_loop_accuracy(build, work / "data", standardize=False, seed=0)
+        # the export in the user's own module, rows prepared as model.json says
+        from safetensors.torch import load_file
+
+        meta = json.loads((work / "report" / "model.json").read_text())
+        assert meta["requirements"] == str(work / "requirements-model.txt")
+        model = build(meta["classes"], meta["input_shape"])
+        model.load_state_dict(load_file(str(work / "report" / "model.safetensors")))
+    x, y = np.load(work / "data" / "test" / "x.npy"), np.load(work / "data" / "test" / "y.npy")
+    mean = torch.tensor(meta["normalization"]["mean"]).view(1, -1)
+    std = torch.tensor(meta["normalization"]["std"]).view(1, -1)
+    with torch.no_grad():  # batched as worker 0 evaluated
+        predicted = np.concatenate([model.eval()((rows - mean) / std).argmax(1).numpy() for rows
+                                    in torch.from_numpy(x).split(meta["eval_batch"])])
+    assert float(np.mean(predicted == y)) == pytest.approx(accuracy, abs=1e-9)
+    assert abs(accuracy - float(np.mean(reference))) <= 0.01, (accuracy, reference)
+    assert raw < float(np.mean(reference)) - 0.2  # the standardization is what it takes
