@@ -10,15 +10,17 @@ What is read, and from where:
   trigger checks the same number before a run (fasdl/aws/account.py), so the unreserved count
   is the ``max_concurrency`` recorded. GetAccountSettings is the account's own number in that
   region, so Service Quotas is not asked.
-* **Function memory**: no API reports it. GetAccountSettings has no memory field, AWS lists
-  function memory (128-10,240 MB) among the limits that cannot be changed, and Service Quotas
-  documents no Lambda memory quota; yet "New AWS accounts have reduced concurrency and memory
-  quotas. AWS raises these quotas automatically based on your usage." Accounts held back that
-  way report that CreateFunction's MemorySize must be "less than or equal to 3008". So a
-  concurrency quota below Lambda's default 1,000, the visible half of those reduced quotas,
-  records 3,008 MB (``memory_source`` ``new-account``); otherwise 10,240 MB
-  (``lambda-maximum``). ``--max-memory`` records what you know instead (``given``), e.g. 3008
-  after a deploy failed with that message, or 10240 once AWS has raised it.
+* **Function memory**: Service Quotas ``ListServiceQuotas`` for service code ``lambda`` (the
+  quotas applied to this account: "New AWS accounts have reduced concurrency and memory quotas.
+  AWS raises these quotas automatically based on your usage", and the Lambda guide sends you to
+  the Service Quotas dashboard to see them). AWS documents no quota code for function memory,
+  so the quota is the one whose name speaks of memory with a value in Lambda's 128-10,240 MB
+  (``memory_source`` ``service-quotas``). When Service Quotas lists none, or refuses the call,
+  the limit is inferred, and labelled a heuristic: accounts held back have been refused with
+  CreateFunction's MemorySize "less than or equal to 3008", so a concurrency quota below
+  Lambda's default 1,000, the visible half of those reduced quotas, records 3,008 MB
+  (``heuristic-new-account``), otherwise 10,240 MB (``heuristic-lambda-maximum``).
+  ``--max-memory`` records what you know instead (``given``).
 * **Who**: STS ``GetCallerIdentity`` (the account id).
 
 Missing credentials (botocore's NoCredentialsError), an unknown --profile and a refused call
@@ -27,7 +29,9 @@ Missing credentials (botocore's NoCredentialsError), an unknown --profile and a 
 AWS sources:
 https://docs.aws.amazon.com/lambda/latest/api/API_GetAccountSettings.html,
 https://docs.aws.amazon.com/lambda/latest/api/API_AccountLimit.html,
-https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html (new accounts, memory),
+https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html (new accounts, memory,
+the Service Quotas dashboard),
+https://docs.aws.amazon.com/servicequotas/2019-06-24/apireference/API_ListServiceQuotas.html,
 https://docs.aws.amazon.com/general/latest/gr/lambda-service.html (Lambda's service quotas),
 https://docs.aws.amazon.com/STS/latest/APIReference/API_GetCallerIdentity.html;
 the 3,008-MB refusal as accounts met it: github.com/alexcasalboni/aws-lambda-power-tuning/pull/181,
@@ -57,7 +61,7 @@ from planner.commands.cli_inputs import (
     write_atomically,
 )
 from planner.model.inputs.problem import ModelInputError
-from planner.search.quotas import DEFAULT_MAX_MEMORY_MB, AccountLimits
+from planner.search.quotas import DEFAULT_MAX_MEMORY_MB, LAMBDA_MIN_MEMORY_MB, AccountLimits
 
 DEFAULT_OUT = "account.json"
 # Error codes of a refused identity or call (STS and Lambda spell them differently)
@@ -65,20 +69,24 @@ REFUSED = frozenset({"AccessDenied", "AccessDeniedException", "UnrecognizedClien
                      "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
                      "SignatureDoesNotMatch"})
 PERMISSIONS = "sts:GetCallerIdentity and lambda:GetAccountSettings"
+# Optional: without it the memory limit is inferred (a heuristic, and the output says why)
+QUOTAS_PERMISSION = "servicequotas:ListServiceQuotas"
 
 MEMORY_WHY = {
-    "new-account": (f"the concurrency quota is below Lambda's default "
-                    f"{DEFAULT_ACCOUNT_CONCURRENCY:,}, the sign of a new account's reduced "
-                    f"quotas, whose function memory has been held at "
-                    f"{NEW_ACCOUNT_MEMORY_MB:,} MB (no API reports it); AWS raises both with "
-                    "use: once a larger function deploys, rerun with --max-memory 10240"),
-    "lambda-maximum": ("Lambda's maximum (no API reports a lower memory quota); if a deploy "
-                       "fails with 'MemorySize ... less than or equal to 3008', rerun with "
-                       "--max-memory 3008"),
+    "service-quotas": "Service Quotas' Lambda quota {name!r} for this account",
+    "heuristic-new-account": (
+        f"a heuristic ({{why}}): the concurrency quota is below Lambda's default "
+        f"{DEFAULT_ACCOUNT_CONCURRENCY:,}, the sign of a new account's reduced quotas, whose "
+        f"function memory has been held at {NEW_ACCOUNT_MEMORY_MB:,} MB; AWS raises both with "
+        "use: once a larger function deploys, rerun with --max-memory 10240"),
+    "heuristic-lambda-maximum": (
+        "a heuristic ({why}): Lambda's maximum; if a deploy fails with 'MemorySize ... less "
+        "than or equal to 3008', rerun with --max-memory 3008"),
     "given": "as --max-memory gave it",
 }
 
-Clients = tuple[Any, Any]  # (sts, lambda) boto3 clients
+
+Clients = tuple[Any, Any, Any]  # (sts, lambda, service-quotas) boto3 clients
 
 
 def add_account_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,31 +103,62 @@ def add_account_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def aws_clients(region: str, profile: str | None) -> Clients:
-    """STS and Lambda clients of ``profile`` (None: the default chain) in ``region``."""
+    """STS, Lambda and Service Quotas clients of ``profile`` (None: the default chain) in
+    ``region``."""
     import boto3  # only when the command runs: the planner imports no AWS SDK otherwise
 
     session = boto3.session.Session(profile_name=profile, region_name=region)
-    return session.client("sts"), session.client("lambda")
+    return session.client("sts"), session.client("lambda"), session.client("service-quotas")
+
+
+def memory_quota(quotas_client: Any) -> tuple[int | None, str]:
+    """Lambda's function-memory quota as Service Quotas applies it to this account, and its
+    name; (None, why not) when it lists none or refuses (module docstring)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        for page in quotas_client.get_paginator("list_service_quotas").paginate(
+                ServiceCode="lambda"):
+            for quota in page.get("Quotas", []):
+                name, value = str(quota.get("QuotaName", "")), quota.get("Value")
+                if "memory" in name.lower() and isinstance(value, (int, float)) and \
+                        LAMBDA_MIN_MEMORY_MB <= value <= DEFAULT_MAX_MEMORY_MB:
+                    return int(value), name
+    except ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", "ClientError"))
+        return None, f"Service Quotas refused {QUOTAS_PERMISSION} ({code})"
+    except BotoCoreError as error:
+        return None, f"Service Quotas could not be read ({type(error).__name__})"
+    return None, "Service Quotas lists no Lambda memory quota for this account"
 
 
 def read_limits(clients: Clients, region: str, *, max_memory_mb: int | None = None,
                 today: str | None = None) -> AccountLimits:
     """The account's limits in ``region`` (module docstring); botocore errors propagate."""
-    sts, lambda_client = clients
+    sts, lambda_client, quotas_client = clients
     account_id = str(sts.get_caller_identity()["Account"])
     limit = lambda_client.get_account_settings()["AccountLimit"]
     quota = int(limit["ConcurrentExecutions"])
     unreserved = int(limit.get("UnreservedConcurrentExecutions", quota))
-    if max_memory_mb is not None:
-        memory, source = max_memory_mb, "given"
-    elif quota < DEFAULT_ACCOUNT_CONCURRENCY:
-        memory, source = NEW_ACCOUNT_MEMORY_MB, "new-account"
-    else:
-        memory, source = DEFAULT_MAX_MEMORY_MB, "lambda-maximum"
+    memory, source, note = _memory(quotas_client, quota, max_memory_mb)
     return AccountLimits(account_id=account_id, region=region, max_memory_mb=memory,
                          max_concurrency=unreserved, concurrent_executions=quota,
-                         memory_source=source,
+                         memory_source=source, memory_note=note,
                          read_on=today or datetime.now(UTC).date().isoformat())
+
+
+def _memory(quotas_client: Any, concurrency: int, given: int | None) -> tuple[int, str, str]:
+    """(MB, memory_source, what the output says of it): given, read, or inferred."""
+    if given is not None:
+        return given, "given", MEMORY_WHY["given"]
+    read, name_or_why = memory_quota(quotas_client)
+    if read is not None:
+        return read, "service-quotas", MEMORY_WHY["service-quotas"].format(name=name_or_why)
+    if concurrency < DEFAULT_ACCOUNT_CONCURRENCY:
+        source, memory = "heuristic-new-account", NEW_ACCOUNT_MEMORY_MB
+    else:
+        source, memory = "heuristic-lambda-maximum", DEFAULT_MAX_MEMORY_MB
+    return memory, source, MEMORY_WHY[source].format(why=name_or_why)
 
 
 def fetch_limits(args: argparse.Namespace) -> AccountLimits:
@@ -174,8 +213,7 @@ def describe(limits: AccountLimits, out: str) -> list[str]:
         f"account {limits.account_id} in {limits.region} (read {limits.read_on}):",
         f"  concurrency: quota '{QUOTA_NAME}' {limits.concurrent_executions:,}, unreserved "
         f"{limits.max_concurrency:,}, so W <= {limits.max_concurrency // 2:,} (a run needs 2·W)",
-        f"  function memory: up to {limits.max_memory_mb:,} MB: "
-        f"{MEMORY_WHY[limits.memory_source]}",
+        f"  function memory: up to {limits.max_memory_mb:,} MB: {limits.memory_note}",
         f"wrote {out}; plan with --account {out} (the same as --max-memory "
         f"{limits.max_memory_mb} --max-concurrency {limits.max_concurrency})"]
 

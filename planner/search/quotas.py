@@ -40,7 +40,9 @@ MAX_CONCURRENCY_INPUT = 1_000_000  # only catches typos; W itself stops at 1000 
 Search = Callable[[Problem], SearchResult]
 
 
-MEMORY_SOURCES = ("new-account", "lambda-maximum", "given")  # how max_memory_mb was found
+# how max_memory_mb was found: read from Service Quotas, inferred (the two heuristics, labelled
+# so in account.json and the output), or given with --max-memory
+MEMORY_SOURCES = ("service-quotas", "heuristic-new-account", "heuristic-lambda-maximum", "given")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class AccountLimits:
     max_concurrency: int  # AccountLimit.UnreservedConcurrentExecutions: what the worker gets
     concurrent_executions: int  # AccountLimit.ConcurrentExecutions: the account's quota
     memory_source: str  # one of MEMORY_SOURCES (planner/commands/account.py says which is when)
+    memory_note: str  # where max_memory_mb came from, in words ("a heuristic (...)": inferred)
     read_on: str  # the UTC date of the read, YYYY-MM-DD: quotas change
 
     def __post_init__(self) -> None:
@@ -71,6 +74,9 @@ class AccountLimits:
         if self.memory_source not in MEMORY_SOURCES:
             raise ModelInputError("memory_source", f"must be one of {', '.join(MEMORY_SOURCES)}, "
                                              f"got {self.memory_source!r}")
+        if not isinstance(self.memory_note, str) or not 0 < len(self.memory_note) <= 600:
+            raise ModelInputError("memory_note", f"must be a sentence of 1-600 characters, got "
+                                                 f"{self.memory_note!r}")
         if not (isinstance(self.read_on, str) and len(self.read_on) == 10
                 and self.read_on[4] == self.read_on[7] == "-"
                 and self.read_on.replace("-", "").isdigit()):

@@ -2,9 +2,9 @@
 within them and records them.
 
 moto 5.2.5 answers STS GetCallerIdentity, but its Lambda GetAccountSettings is "Not yet
-implemented" (HTTP 404) and its Service Quotas knows only the vpc service, so the Lambda side is
-botocore's Stubber on a real client: the request and response shapes are still checked against
-botocore's service model.
+implemented" (HTTP 404) and its Service Quotas knows only the vpc service, so the Lambda and
+Service Quotas sides are botocore's Stubber on real clients: the request and response shapes
+are still checked against botocore's service model.
 """
 
 from __future__ import annotations
@@ -45,9 +45,21 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-def _clients(lambda_reply: dict[str, Any] | str) -> tuple[Any, Any]:
-    """moto's STS and a stubbed Lambda client answering GetAccountSettings once (a str: that
-    error code instead)."""
+# Service Quotas' answers: a memory quota among Lambda's (its name is not documented, nor its
+# code: these are made up), none, or a refusal (an error code)
+MEMORY_QUOTA = {"ServiceCode": "lambda", "QuotaCode": "L-00000000", "Value": 3008.0,
+                "QuotaName": "Function memory maximum", "Unit": "None", "Adjustable": False,
+                "GlobalQuota": False}
+OTHER_QUOTA = {"ServiceCode": "lambda", "QuotaCode": "L-B99A9384", "Value": 10.0,
+               "QuotaName": "Concurrent executions", "Unit": "None", "Adjustable": True,
+               "GlobalQuota": False}
+
+
+def _clients(lambda_reply: dict[str, Any] | str,
+             quotas_reply: list[dict[str, Any]] | str = "AccessDeniedException"
+             ) -> tuple[Any, Any, Any]:
+    """moto's STS and stubbed Lambda and Service Quotas clients answering GetAccountSettings
+    and ListServiceQuotas once (a str: that error code instead)."""
     sts = boto3.client("sts", region_name=REGION)
     lambda_client = boto3.client("lambda", region_name=REGION)
     stubber = Stubber(lambda_client)
@@ -57,23 +69,42 @@ def _clients(lambda_reply: dict[str, Any] | str) -> tuple[Any, Any]:
     else:
         stubber.add_response("get_account_settings", lambda_reply, {})
     stubber.activate()
-    return sts, lambda_client
+    quotas = boto3.client("service-quotas", region_name=REGION)
+    quota_stubber = Stubber(quotas)
+    if isinstance(quotas_reply, str):
+        quota_stubber.add_client_error("list_service_quotas", service_error_code=quotas_reply,
+                                       http_status_code=403)
+    else:
+        quota_stubber.add_response("list_service_quotas", {"Quotas": quotas_reply},
+                                   {"ServiceCode": "lambda"})
+    quota_stubber.activate()
+    return sts, lambda_client, quotas
 
 
 @pytest.mark.usefixtures("aws")
-@pytest.mark.parametrize(("quota", "unreserved", "given", "memory", "source"), [
-    (10, 10, None, 3008, "new-account"),  # reduced quotas: memory held too
-    (1000, 900, None, 10240, "lambda-maximum"),  # 100 reserved by other functions
-    (1000, 1000, 2048, 2048, "given"),
+@pytest.mark.parametrize(("quota", "unreserved", "given", "quotas", "memory", "source", "note"), [
+    # Service Quotas refuses: inferred, and said to be
+    (10, 10, None, "AccessDeniedException", 3008, "heuristic-new-account",
+     "a heuristic (Service Quotas refused servicequotas:ListServiceQuotas "
+     "(AccessDeniedException))"),
+    (1000, 900, None, [OTHER_QUOTA], 10240, "heuristic-lambda-maximum",
+     "a heuristic (Service Quotas lists no Lambda memory quota for this account)"),
+    # read: whatever the concurrency says
+    (1000, 1000, None, [OTHER_QUOTA, MEMORY_QUOTA], 3008, "service-quotas",
+     "Service Quotas' Lambda quota 'Function memory maximum' for this account"),
+    (1000, 1000, 2048, [MEMORY_QUOTA], 2048, "given", "as --max-memory gave it"),
 ])
-def test_read_limits(quota: int, unreserved: int, given: int | None, memory: int,
-                     source: str) -> None:
-    limits = account_command.read_limits(_clients(_settings(quota, unreserved)), REGION,
-                                         max_memory_mb=given, today="2026-11-28")
+def test_read_limits(quota: int, unreserved: int, given: int | None,
+                     quotas: list[dict[str, Any]] | str, memory: int, source: str,
+                     note: str) -> None:
+    clients = _clients(_settings(quota, unreserved), quotas)
+    limits = account_command.read_limits(clients, REGION, max_memory_mb=given,
+                                         today="2026-11-28")
     assert limits == AccountLimits(
         account_id=MOTO_ACCOUNT, region=REGION, max_memory_mb=memory,
         max_concurrency=unreserved, concurrent_executions=quota, memory_source=source,
-        read_on="2026-11-28")
+        memory_note=limits.memory_note, read_on="2026-11-28")
+    assert limits.memory_note.startswith(note)
 
 
 def _account(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
@@ -92,7 +123,10 @@ def test_account_file_then_a_plan_within_it(capsys: pytest.CaptureFixture[str],
     code, printed, _ = _account(capsys, monkeypatch, _settings(10, 10), "--region", REGION,
                                 "--out", str(out))
     assert code == 0, printed
-    assert json.loads(out.read_text())["max_memory_mb"] == 3008
+    written = json.loads(out.read_text())
+    assert written["max_memory_mb"] == 3008
+    assert written["memory_source"] == "heuristic-new-account"  # labelled in the file
+    assert "up to 3,008 MB: a heuristic (Service Quotas refused" in printed  # and said
     assert "--max-memory 3008 --max-concurrency 10" in printed and "W <= 5" in printed
     # memory below what the plan would pick alone, and 10 concurrent executions: W <= 5
     data = {**json.loads(out.read_text()), "max_memory_mb": 1024}
@@ -116,7 +150,8 @@ def test_plan_refuses_what_the_account_file_does_not_allow(
     path = tmp_path / "account.json"
     path.write_text(json.dumps(AccountLimits(
         account_id=MOTO_ACCOUNT, region=region, max_memory_mb=1024, max_concurrency=10,
-        concurrent_executions=10, memory_source="given", read_on="2026-11-28").to_dict()))
+        concurrent_executions=10, memory_source="given", memory_note="as --max-memory gave it",
+        read_on="2026-11-28").to_dict()))
     code = main([*PLAN, "--region", REGION, "--account", str(path), *argv])
     error = json.loads(capsys.readouterr().out)
     assert code == 2 and error["argument"] == argument and text in error["message"]
