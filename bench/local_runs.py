@@ -68,13 +68,15 @@ def problem_for(workload: WorkloadProfile, platform: PlatformProfile, *, epochs:
                 max_global_batch: int, workers: int | None = None,
                 memory_mb: int | None = None, prices: Prices | None = None) -> Problem:
     """A problem with no binding deadline (the cheapest plan), optionally at a fixed W and M:
-    the largest deadline a plan's limits take (1e8 s made every plan a contract error)."""
+    the largest deadline a plan's limits take (1e8 s made every plan a contract error). A warm
+    cache: these benches measure the steady state over runs of seconds, which a fresh cache's
+    minutes of ramp (planner/model/terms/cache_ramp.py) would swamp."""
     return Problem(
         workload=workload, platform=platform, prices=prices or load_prices(), epochs=epochs,
         deadline_s=max_deadline_s(), max_global_batch=max_global_batch, timeout_s=900.0,
         memory_min_mb=memory_mb or 128, memory_max_mb=memory_mb or 10240,
         memory_step_mb=1 if memory_mb else 128,
-        min_workers=workers or 1, max_workers=workers or 1000)
+        min_workers=workers or 1, max_workers=workers or 1000, cache_warm=True)
 
 
 def fixed_choice(problem: Problem, config: Config) -> Choice:

@@ -4,9 +4,12 @@ Valkey with them, and importing aws_cdk starts a Node process).
 Usage limits bound the bill, not the speed: the storage cap holds a few iterations of shards;
 the ECPU/s maximum is the plan's predicted peak (``Prediction.cache_ecpu_per_s_peak``,
 planner/model/terms/cache_throughput.py) with ECPU_HEADROOM, and its minimum the plan's mean ECPU/s
-(``Prediction.cache_ecpu_per_s_mean``), so a brand-new cache is pre-scaled and not throttled at
-iteration 0 (CacheUsageLimits accepts a Minimum for DataStorage and ECPUPerSecond:
+(``Prediction.cache_ecpu_per_s_mean``), to pre-scale the cache (CacheUsageLimits accepts a
+Minimum for DataStorage and ECPUPerSecond:
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-elasticache-serverlesscache-ecpupersecond.html).
+AWS says a minimum takes effect within 60 minutes and not whether one given at creation is in
+force when the cache turns available, so the planner charges a fresh cache's ramp unless told
+the cache is warm (planner/model/terms/cache_ramp.py).
 The minimum is billed while the cache exists, one more reason to destroy it between runs. A plan
 without a prediction (``-c workload=`` drops it) gets the network estimate: every worker at full
 Lambda network speed at once, and no minimum. ElastiCache bills 1 ECPU per KB transferred.

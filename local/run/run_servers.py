@@ -21,9 +21,10 @@ from local.servers.cache_cap import (
     CacheCap,
     evicted_keys,
 )
-from local.servers.ecpu_proxy import EcpuProxy
+from local.servers.ecpu_proxy import EcpuProxy, Ramp
 from local.servers.layout import BUCKETS
 from local.servers.managed import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
+from planner.model.inputs.platform_profile import CACHE_RAMP_DOUBLING_S, FRESH_CACHE_ECPU_PER_S
 
 CACHE_NAME_ENV = "FASDL_CACHE_NAME"
 
@@ -96,15 +97,22 @@ def cap_planned_cache(stack: ExitStack, servers: RunServers, plan: Plan, *,
     cache, proxy = servers.cache, servers.cache_proxy
     assert cache is not None and proxy is not None, "a Valkey plan's servers"
     limits = cache_limits(plan)
-    proxy.bucket.set_rate(limits.ecpu_per_second)
+    # a fresh cache's ramp where the plan charged one (AWS's documented numbers, as the
+    # shipped platform profiles have them)
+    charged = plan.prediction is not None and plan.prediction.charges_cache_ramp
+    ramp = Ramp(FRESH_CACHE_ECPU_PER_S, CACHE_RAMP_DOUBLING_S) if charged else None
+    proxy.bucket.set_rate(limits.ecpu_per_second, ramp)
     peak_bytes = exchange_peak_mb(plan) * 2**20
     cap = int(CACHE_HEADROOM * peak_bytes) if at_peak else limits.storage_gb * 10**9
     workers = plan.deployment.workers
     in_flight = workers * plan.workload.model_mb * 2**20  # one upload each
     stack.enter_context(CacheCap(cache, cap, in_flight_bytes=int(in_flight),
                                  expected_connections=workers * CONNECTIONS_PER_WORKER))
+    fresh = ("" if ramp is None else f", ramping as a fresh cache from "
+                                     f"{ramp.fresh:,.0f} ECPU/s (doubling every "
+                                     f"{ramp.doubling_s:g} s) as the plan charged")
     return (f"cache capped at {cap / 1e6:,.3f} MB of data with {EVICTION_POLICY} eviction "
-            f"and {limits.ecpu_per_second:,} ECPU/s")
+            f"and {limits.ecpu_per_second:,} ECPU/s{fresh}")
 
 
 def cache_report(servers: RunServers) -> list[str]:

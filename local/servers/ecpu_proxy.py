@@ -1,17 +1,20 @@
 """The local Valkey behind a relay that meters ElastiCache Processing Units and holds them to the
-cache's ECPU/s maximum, as ElastiCache Serverless does: "When you set an ECPU/second maximum
-and the compute utilization of your workload exceeds this value, ElastiCache will begin
-throttling requests" (https://docs.aws.amazon.com/AmazonElastiCache/latest/dg/Scaling.html).
+cache's ECPU/s maximum, as ElastiCache Serverless does: "When you set an ECPU/second maximum and
+the compute utilization of your workload exceeds this value, ElastiCache will begin throttling
+requests" (https://docs.aws.amazon.com/AmazonElastiCache/latest/dg/Scaling.html).
 
 ECPUs are metered as ElastiCache bills simple reads and writes, one ECPU per KB transferred
-(planner/model/terms/cache_throughput.py has the same rule): every chunk a client sends counts at
-least one (a command; pipelined commands in one chunk are undercounted, which only makes the
+(planner/model/terms/cache_throughput.py has the same rule): every chunk a client sends counts
+at least one (a command; pipelined commands in one chunk are undercounted, which only makes the
 throttle milder), and every KB either way one more. A token bucket refills at the maximum with
 one second of burst; a chunk that finds the bucket empty waits until its ECPUs are paid, so a
-plan past its cap runs slower, not wrong. The cluster announces the relay's port
-(``cluster-announce-port``), so a cluster client's redirections come back through it too; a
-restarted server (a chaos fault) forgets that, and clients that then reconnect from its slot
-map go around the relay, unmetered.
+plan past its cap runs slower, not wrong. A plan that charged a fresh cache's ramp
+(``prediction.cache_ramp_s`` > 0, planner/model/terms/cache_ramp.py) gets a bucket that ramps as
+ElastiCache's user guide says a new cache does: from its first request it serves the fresh rate
+(30,000 ECPU/s), doubling every interval (150 s), until the maximum. The cluster announces the
+relay's port (``cluster-announce-port``), so a cluster client's redirections come back through
+it too; a restarted server (a chaos fault) forgets that, and clients that then reconnect from
+its slot map go around the relay, unmetered.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import socket
 import threading
 import time
 from contextlib import closing, suppress
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
@@ -33,35 +37,60 @@ BURST_S = 1.0  # the bucket holds one second of the maximum
 CHUNK = 64 * KB
 
 
+@dataclass(frozen=True)
+class Ramp:
+    """A fresh cache: ``fresh`` ECPU/s from its first request, doubling every ``doubling_s``."""
+
+    fresh: float
+    doubling_s: float
+
+    def rate(self, since_first_s: float) -> float:
+        return self.fresh * 2.0 ** math.floor(since_first_s / self.doubling_s)
+
+
 class EcpuBucket:
-    """ECPUs metered and paid for at ``rate`` per second (None: metered, never held back)."""
+    """ECPUs metered and paid for at ``rate`` per second (None: metered, never held back), or
+    along a fresh cache's :class:`Ramp` up to ``rate``."""
 
     def __init__(self, rate: float | None) -> None:
         self.rate = rate
+        self.ramp: Ramp | None = None
         self.used = 0
         self.throttled_s = 0.0
         self._tokens = rate * BURST_S if rate else 0.0
         self._stamp = time.monotonic()
+        self._first: float | None = None  # the first request after set_rate: the ramp's start
         self._lock = threading.Lock()
 
-    def set_rate(self, rate: float | None) -> None:
-        """Hold to ``rate`` from now on, starting with a full bucket."""
+    def set_rate(self, rate: float | None, ramp: Ramp | None = None) -> None:
+        """Hold to ``rate`` from now on, starting with a full bucket; with ``ramp``, a fresh
+        cache's rate until that reaches ``rate``."""
         with self._lock:
-            self.rate = rate
-            self._tokens = rate * BURST_S if rate else 0.0
+            self.rate, self.ramp, self._first = rate, ramp, None
             self._stamp = time.monotonic()
+            self._tokens = self._rate_at(self._stamp) * BURST_S
+
+    def _rate_at(self, now: float) -> float:
+        cap = self.rate or math.inf
+        if self.ramp is None:
+            return cap if self.rate else 0.0
+        if self._first is None:
+            return min(cap, self.ramp.fresh)
+        return min(cap, self.ramp.rate(now - self._first))
 
     def pay(self, ecpus: int) -> None:
         """Take ``ecpus``; sleep for the debt when the bucket runs short."""
         with self._lock:
             self.used += ecpus
-            if not self.rate:
+            if not self.rate and self.ramp is None:
                 return
             now = time.monotonic()
-            self._tokens = min(self.rate * BURST_S,
-                               self._tokens + (now - self._stamp) * self.rate) - ecpus
+            if self._first is None:
+                self._first = now
+            rate = self._rate_at(now)
+            self._tokens = min(rate * BURST_S, self._tokens + (now - self._stamp) * rate) - ecpus
             self._stamp = now
-            wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
+            wait = -self._tokens / rate if self._tokens < 0 else 0.0
             self.throttled_s += wait
         if wait:
             time.sleep(wait)
@@ -135,5 +164,8 @@ class EcpuProxy:
 
     def describe(self) -> str:
         cap = f"{self.bucket.rate:,.0f}/s" if self.bucket.rate else "none"
-        return (f"cache ECPUs {self.bucket.used:,} (maximum {cap}), held back "
+        ramp = self.bucket.ramp
+        fresh = ("" if ramp is None else f", a fresh cache from {ramp.fresh:,.0f}/s doubling "
+                                         f"every {ramp.doubling_s:g} s")
+        return (f"cache ECPUs {self.bucket.used:,} (maximum {cap}{fresh}), held back "
                 f"{self.bucket.throttled_s:.1f} s at the maximum")

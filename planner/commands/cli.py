@@ -110,6 +110,10 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                         help="search every memory, also outside those the workload was "
                              "profiled at (default: within them, when the profile records "
                              "them; beyond, its time and memory fits are extrapolated)")
+    parser.add_argument("--cache-warm", action="store_true",
+                        help="Valkey: the cache stack already exists and serves its ECPU/s "
+                             "minimum, so no fresh cache's ramp is charged (default: a "
+                             "fresh cache, 30,000 ECPU/s doubling every 150 s)")
     parser.add_argument("--max-concurrency", type=int, default=None,
                         help="the account's Lambda concurrency quota; a run needs 2·W "
                              f"(default {DEFAULT_MAX_CONCURRENCY}, or --account's)")

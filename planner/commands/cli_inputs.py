@@ -129,7 +129,7 @@ def build_problem(args: argparse.Namespace) -> Problem:
                           epochs=args.epochs, deadline_s=args.deadline,
                           max_global_batch=args.max_global_batch, timeout_s=args.timeout,
                           timeout_margin_s=margin, min_workers=args.min_workers,
-                          exchange_dtype=args.exchange_dtype)
+                          exchange_dtype=args.exchange_dtype, cache_warm=args.cache_warm)
     except ModelInputError as error:
         raise _problem_error(error, args) from error
     _check_min_workers(problem)

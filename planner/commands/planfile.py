@@ -89,7 +89,7 @@ def prediction(choice: Choice) -> Prediction:
                       lambda_compute_usd=breakdown["lambda_compute_usd"],
                       cache_ecpu_per_s_peak=breakdown.get("cache_ecpu_per_s_peak"),
                       cache_ecpu_per_s_mean=breakdown.get("cache_ecpu_per_s_mean"),
-                      breakdown=rest)
+                      cache_ramp_s=breakdown.get("cache_ramp_s"), breakdown=rest)
 
 
 def plan_quotas(quotas: Quotas) -> PlanQuotas:

@@ -169,8 +169,17 @@ def test_the_duration_billed_part_and_the_report() -> None:
     assert S3Costs().cost_line_extra(breakdown) == ""
     assert ValkeyCosts().cost_line_extra(breakdown) == ", cache minimum $0.1250"
     valkey = _problem("valkey")
-    assert ValkeyCosts().report_lines(valkey, breakdown) == [
-        "    cache throughput: peak 2,000 ECPU/s, mean 1,500 ECPU/s (cap 15,000,000 ECPU/s)"]
+    ramped = {**breakdown, "cache_ecpu_per_s_peak": 100_000.0, "cache_ramp_s": 12.5,
+              "cache_ramp_usd": 0.0042}
+    assert ValkeyCosts().report_lines(valkey, ramped) == [
+        "    cache throughput: peak 100,000 ECPU/s, mean 1,500 ECPU/s (cap 15,000,000 ECPU/s)",
+        "    cache ramp: a fresh cache serves 30,000 ECPU/s, doubling every 150 s: the peak "
+        "after 300 s; the ramp adds 12.5 s ($0.0042 of Lambda time) to the first segment "
+        "(--cache-warm when it already runs)"]
+    warm = dataclasses.replace(valkey, cache_warm=True)
+    assert ValkeyCosts().report_lines(warm, breakdown)[1] == (
+        "    cache ramp: none charged (--cache-warm: the cache already serves its ECPU/s "
+        "minimum)")
     assert S3Costs().report_lines(_problem("s3"), breakdown) == []
     s3_rates = {"s3_key_prefixes": 1.0, "s3_requests_per_prefix_per_s": 350.0,
                 "s3_get_per_prefix_per_s": 550.0}

@@ -1,12 +1,14 @@
-"""The plan's ``prediction``: the planner's time and cost, and the figures the stack and the
-budget guard act on.
+"""The plan's ``prediction``: the planner's time and cost, and the figures the stack and the budget
+guard act on.
 
-Three figures are load-bearing, so they are named, typed and validated fields:
+Four figures are load-bearing, so they are named, typed and validated fields:
 ``lambda_compute_usd`` (the Lambda share of ``cost_usd``: the budget guard measures Lambda and
 estimates the rest pro rata, fasdl.run.usage) and, on the Valkey channel,
 ``cache_ecpu_per_s_peak`` / ``cache_ecpu_per_s_mean`` (the cache's ECPU/s maximum and minimum,
-infra/cache_limits.py). Everything else in ``breakdown`` is informational (reports, summaries) and
-never read for control.
+infra/cache_limits.py) and ``cache_ramp_s`` (the seconds a fresh cache's ramp adds, as the plan
+charged them: 0 when it planned a warm cache or nothing is throttled; a local run's cache relay
+ramps only when it is above 0, local/servers/ecpu_proxy.py). Everything else in ``breakdown`` is
+informational (reports, summaries) and never read for control.
 
 In plan.json the three stay where planners have always written them, inside the
 ``prediction.breakdown`` object, so plans already written and the template snapshots (which
@@ -31,7 +33,7 @@ MAX_ECPU = 1e12  # a prediction, not a limit: infra clamps to what ElastiCache a
 ROUNDING_USD = 1e-6
 # The JSON home of the typed figures: inside prediction.breakdown (see the module docstring)
 LOAD_BEARING: tuple[str, ...] = ("lambda_compute_usd", "cache_ecpu_per_s_peak",
-                                 "cache_ecpu_per_s_mean")
+                                 "cache_ecpu_per_s_mean", "cache_ramp_s")
 JSON_FIELDS: tuple[str, ...] = ("time_s", "cost_usd", "breakdown")  # prediction's own keys
 
 
@@ -44,6 +46,7 @@ class Prediction:
     lambda_compute_usd: float  # the Lambda share of cost_usd (the budget guard)
     cache_ecpu_per_s_peak: float | None = None  # Valkey: the cache's ECPU/s maximum
     cache_ecpu_per_s_mean: float | None = None  # Valkey: the cache's ECPU/s minimum
+    cache_ramp_s: float | None = None  # Valkey: what a fresh cache's ramp adds (0: none)
     breakdown: dict[str, float] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -53,6 +56,8 @@ class Prediction:
         require_float(_path("lambda_compute_usd"), self.lambda_compute_usd, 0.0,
                       float(self.cost_usd) + ROUNDING_USD)  # cost_usd checked just above
         _check_cache_ecpu(self.cache_ecpu_per_s_peak, self.cache_ecpu_per_s_mean)
+        if self.cache_ramp_s is not None:
+            require_float(_path("cache_ramp_s"), self.cache_ramp_s, 0.0, MAX_SECONDS)
         require_number_map("prediction.breakdown", self.breakdown)
         for name in LOAD_BEARING:  # one home per figure: the typed field
             if name in self.breakdown:
@@ -63,11 +68,17 @@ class Prediction:
     def has_cache_ecpu(self) -> bool:
         return self.cache_ecpu_per_s_peak is not None
 
+    @property
+    def charges_cache_ramp(self) -> bool:
+        """Whether the plan counted on a fresh cache that throttles its first iterations."""
+        return bool(self.cache_ramp_s)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON layout: the typed figures inside ``breakdown`` (None ones left out), in the
         planner's order (the Lambda share first, the cache's rates last)."""
         rates = {"cache_ecpu_per_s_peak": self.cache_ecpu_per_s_peak,
-                 "cache_ecpu_per_s_mean": self.cache_ecpu_per_s_mean}
+                 "cache_ecpu_per_s_mean": self.cache_ecpu_per_s_mean,
+                 "cache_ramp_s": self.cache_ramp_s}
         breakdown = {"lambda_compute_usd": self.lambda_compute_usd, **self.breakdown,
                      **{name: value for name, value in rates.items() if value is not None}}
         return {"time_s": self.time_s, "cost_usd": self.cost_usd, "breakdown": breakdown}

@@ -57,6 +57,10 @@ LAMBDA_MAX_VCPUS = 6.0
 TORCH_LOAD_THREADS = 1.0
 
 
+FRESH_CACHE_ECPU_PER_S, CACHE_RAMP_DOUBLING_S = 30_000.0, 150.0
+RAMP_DEFAULTS = {"cache_fresh_ecpu_per_s": FRESH_CACHE_ECPU_PER_S,
+                 "cache_ramp_doubling_s": CACHE_RAMP_DOUBLING_S}
+
 CPU_FIELDS = ("cpu_up_request_s", "cpu_up_mb_s", "cpu_down_request_s", "cpu_down_mb_s",
               "cpu_fold_mb_s", "cpu_bf16_frame_mb_s", "cpu_bf16_fold_mb_s")
 
@@ -89,6 +93,12 @@ class PlatformProfile:
     cpu_fold_mb_s: float = 0.0
     cpu_bf16_frame_mb_s: float = 0.0  # per MB of float32 values framed as a bfloat16 upload
     cpu_bf16_fold_mb_s: float = 0.0  # per MB of float32 values folded from a bfloat16 copy
+    # A fresh ElastiCache Serverless cache (Valkey channel; planner/model/terms/cache_ramp.py):
+    # the ECPU/s it serves at first and the seconds it takes to double. AWS's "Scaling
+    # ElastiCache" page, pre-scaling: about 30,000 ECPU/s, doubling about every 2-3 minutes on
+    # Valkey 8 (the middle, 150 s); not measured here
+    cache_fresh_ecpu_per_s: float = FRESH_CACHE_ECPU_PER_S
+    cache_ramp_doubling_s: float = CACHE_RAMP_DOUBLING_S
     # where the transfer and cold_start coefficients come from (planner/model/inputs/provenance.py);
     # {} = not recorded, counted as provisional
     provenance: Mapping[str, Provenance] = field(default_factory=dict, hash=False)
@@ -123,6 +133,11 @@ class PlatformProfile:
             set_field(self, "duplex", duplex)
         for name in CPU_FIELDS:
             set_field(self, name, number(name, getattr(self, name), low=0.0))
+        set_field(self, "cache_fresh_ecpu_per_s", number(
+            "cache_fresh_ecpu_per_s", self.cache_fresh_ecpu_per_s, low=1.0, high=15e6))
+        set_field(self, "cache_ramp_doubling_s", number(
+            "cache_ramp_doubling_s", self.cache_ramp_doubling_s, low=0.0, above=True,
+            high=86_400.0))
         set_field(self, "provenance", parse_provenance(self.provenance, PLATFORM_GROUPS))
 
     def cold_start_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
@@ -190,6 +205,9 @@ class PlatformProfile:
         if not self.cpu_profiled:
             for name in CPU_FIELDS:
                 del data[name]
+        for name, default in RAMP_DEFAULTS.items():
+            if data[name] == default:
+                del data[name]  # AWS's documented ramp: the files stay as they were
         return {key: list(value) if isinstance(value, tuple) else value
                 for key, value in data.items()}
 

@@ -105,6 +105,9 @@ class Problem:
     # those rates bind (False lifts them, to ask whether they bind)
     max_exchange_key_prefixes: int = MAX_EXCHANGE_KEY_PREFIXES
     s3_request_limits: bool = True
+    # Valkey: the cache already serves the plan's ECPU/s (its minimum in force), so no fresh
+    # cache's ramp is charged (planner/model/terms/cache_ramp.py)
+    cache_warm: bool = False
 
     def __post_init__(self) -> None:
         _check_int("epochs", self.epochs, 1, 100_000)

@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from planner.model.inputs.problem import VIOLATION_TEXT, FloatArray, IntArray, Problem, Violation
+from planner.model.terms.cache_ramp import ramp_extra_s, seconds_to_reach
 from planner.model.terms.cache_throughput import ecpus_per_iteration, peak_ecpu_per_s
 from planner.model.terms.exchange_cost import s3_exchange_cost, valkey_exchange_cost
 from planner.model.terms.s3_rates import (
@@ -84,6 +85,11 @@ class ChannelCosts(Protocol):
     def minimum_cost(self, problem: Problem, w: IntArray, k: IntArray, rates: ExchangeRates,
                      total_iterations: FloatArray, time_s: FloatArray) -> FloatArray:
         """USD the store meters whether used or not."""
+        ...
+
+    def ramp_s(self, problem: Problem, w: IntArray, k: IntArray, *, training_s: FloatArray,
+               iteration_s: FloatArray, exchange_s: FloatArray) -> FloatArray:
+        """Seconds a fresh store's ramp adds to the run; NaN where the store has none."""
         ...
 
     def over_rate_limit(self, problem: Problem, rates: ExchangeRates) -> BoolArray:
@@ -142,6 +148,10 @@ class S3Costs:
     def minimum_cost(self, problem: Problem, w: IntArray, k: IntArray, rates: ExchangeRates,
                      total_iterations: FloatArray, time_s: FloatArray) -> FloatArray:
         return np.zeros(np.shape(time_s), dtype=np.float64)
+
+    def ramp_s(self, problem: Problem, w: IntArray, k: IntArray, *, training_s: FloatArray,
+               iteration_s: FloatArray, exchange_s: FloatArray) -> FloatArray:
+        return np.full(np.shape(training_s), np.nan)  # S3 scales per prefix, not modelled
 
     def over_rate_limit(self, problem: Problem, rates: ExchangeRates) -> BoolArray:
         puts, gets = rates.s3_requests_per_prefix_per_s, rates.s3_get_per_prefix_per_s
@@ -213,6 +223,17 @@ class ValkeyCosts:
                                   peak_ecpu_per_s=rates.cache_ecpu_per_s_peak,
                                   consumed_ecpus=consumed, time_s=time_s)
 
+    def ramp_s(self, problem: Problem, w: IntArray, k: IntArray, *, training_s: FloatArray,
+               iteration_s: FloatArray, exchange_s: FloatArray) -> FloatArray:
+        if problem.cache_warm:
+            return np.zeros(np.shape(training_s), dtype=np.float64)
+        platform = problem.platform
+        return ramp_extra_s(training_s=training_s, iteration_s=iteration_s,
+                            exchange_s=exchange_s,
+                            ecpus_per_iteration=ecpus_per_iteration(problem, w, k),
+                            fresh_ecpu_per_s=platform.cache_fresh_ecpu_per_s,
+                            doubling_s=platform.cache_ramp_doubling_s)
+
     def over_rate_limit(self, problem: Problem, rates: ExchangeRates) -> BoolArray:
         return np.asarray(rates.cache_ecpu_per_s_peak > problem.max_cache_ecpu_per_s,
                           dtype=bool)
@@ -249,7 +270,22 @@ class ValkeyCosts:
             return []
         return [f"    cache throughput: peak {b['cache_ecpu_per_s_peak']:,.0f} ECPU/s, mean "
                 f"{b['cache_ecpu_per_s_mean']:,.0f} ECPU/s (cap "
-                f"{problem.max_cache_ecpu_per_s:,.0f} ECPU/s)"]
+                f"{problem.max_cache_ecpu_per_s:,.0f} ECPU/s)", _ramp_line(problem, b)]
+
+
+def _ramp_line(problem: Problem, b: Mapping[str, float]) -> str:
+    """What a fresh cache's ramp costs the plan (planner/model/terms/cache_ramp.py)."""
+    if problem.cache_warm:
+        return ("    cache ramp: none charged (--cache-warm: the cache already serves its "
+                "ECPU/s minimum)")
+    platform = problem.platform
+    fresh, doubling = platform.cache_fresh_ecpu_per_s, platform.cache_ramp_doubling_s
+    reach = float(seconds_to_reach(b["cache_ecpu_per_s_peak"], fresh_ecpu_per_s=fresh,
+                                   doubling_s=doubling))
+    return (f"    cache ramp: a fresh cache serves {fresh:,.0f} ECPU/s, doubling every "
+            f"{doubling:,.0f} s: the peak after {reach:,.0f} s; the ramp adds "
+            f"{b.get('cache_ramp_s', 0.0):,.1f} s (${b.get('cache_ramp_usd', 0.0):.4f} of "
+            "Lambda time) to the first segment (--cache-warm when it already runs)")
 
 
 # typed as the protocol, so mypy checks that each class implements every member

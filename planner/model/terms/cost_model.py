@@ -45,6 +45,9 @@ What the paper leaves out and a user pays for (documented additions):
   the run, the noncurrent period of pruned checkpoints and a month after the run; on Valkey,
   the cache's ECPU/s minimum, metered whether used or not. Not in ``run_cost``, whose terms the
   search's bounds take as floors: leaving a cost out keeps them floors.
+- A fresh ElastiCache Serverless cache's ramp (30,000 ECPU/s, doubling): the seconds it adds
+  to the first iterations, at every worker's Lambda price (planner/model/terms/cache_ramp.py);
+  none with ``cache_warm``.
 - ElastiCache Serverless throughput: a Valkey plan's peak ECPU/s must stay within one cache's
   maximum, 15,000,000 (planner/model/terms/cache_throughput.py; Violation.CACHE_THROUGHPUT,
   checked after every other constraint); an S3 plan's peak requests per second spread over
@@ -126,6 +129,10 @@ class Evaluation:
     s3_key_prefixes: FloatArray
     s3_requests_per_prefix_per_s: FloatArray
     s3_get_per_prefix_per_s: FloatArray
+    # seconds and Lambda USD a fresh cache's ramp adds (planner/model/terms/cache_ramp.py; 0
+    # with --cache-warm); NaN on S3
+    cache_ramp_s: FloatArray
+    cache_ramp_usd: FloatArray
 
     @property
     def rates(self) -> ExchangeRates:
@@ -270,13 +277,18 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     budget = problem.timeout_s - problem.timeout_margin_s - cold - load - checkpoint
     total_iterations = problem.epochs * iterations
     segment_iterations, segments = _segmenting(budget, iteration, total_iterations)
-    time = total_iterations * iteration + segments * (load + checkpoint) + cold
+    store = channel_costs(problem)
+    rates = store.rates(problem, w, mem, k, iteration)
+    # a fresh store's ramp slows the first iterations (planner/model/terms/cache_ramp.py)
+    ramp = store.ramp_s(problem, w, k, training_s=total_iterations * iteration,
+                        iteration_s=iteration,
+                        exchange_s=np.minimum(upload + aggregate + download, iteration))
+    time = (total_iterations * iteration + segments * (load + checkpoint) + cold
+            + np.nan_to_num(ramp))
 
     cost_lambda, cost_requests, cost_exchange, cost_checkpoint = run_cost(
         problem, mem, w, k, worker_seconds=w * time, time_s=time,
         iterations=total_iterations, segments=segments)
-    store = channel_costs(problem)
-    rates = store.rates(problem, w, mem, k, iteration)
     cost_storage = storage_cost(problem, w, k, sync_bsp, segments, time)
     cost_minimum = store.minimum_cost(problem, w, k, rates, total_iterations, time)
     cost = (cost_lambda + cost_requests + cost_exchange + cost_checkpoint + cost_storage
@@ -300,7 +312,8 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         violation=violation, cache_ecpu_per_s_peak=rates.cache_ecpu_per_s_peak,
         cache_ecpu_per_s_mean=rates.cache_ecpu_per_s_mean, s3_key_prefixes=rates.s3_key_prefixes,
         s3_requests_per_prefix_per_s=rates.s3_requests_per_prefix_per_s,
-        s3_get_per_prefix_per_s=rates.s3_get_per_prefix_per_s,
+        s3_get_per_prefix_per_s=rates.s3_get_per_prefix_per_s, cache_ramp_s=ramp,
+        cache_ramp_usd=problem.prices.lambda_mb_s(problem.arch) * mem * w * ramp,
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from fasdl.exchange.channel.valkey import ValkeyChannel
 from local.servers import ecpu_proxy
-from local.servers.ecpu_proxy import BURST_S, KB, EcpuBucket, EcpuProxy, ecpus_of
+from local.servers.ecpu_proxy import BURST_S, KB, EcpuBucket, EcpuProxy, Ramp, ecpus_of
 from local.servers.managed import HOST, ValkeyServer
 from tests.local.fake_clock import FakeClock
 
@@ -43,6 +43,28 @@ def test_the_bucket_holds_a_burst_then_the_rate(monkeypatch: pytest.MonkeyPatch)
     unmetered = EcpuBucket(None)
     unmetered.pay(10**9)
     assert unmetered.used == 10**9 and unmetered.throttled_s == 0.0
+
+
+def test_a_fresh_cache_ramps_from_its_first_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """30,000 ECPU/s from the first request, doubling every 150 s, up to the maximum."""
+    clock = FakeClock()
+    monkeypatch.setattr(ecpu_proxy, "time", SimpleNamespace(monotonic=clock, sleep=clock.sleep))
+    bucket = EcpuBucket(None)
+    bucket.set_rate(100_000, Ramp(30_000.0, 150.0))
+    clock.sleep(500.0)  # idle before the run: the ramp starts with the first request
+    bucket.pay(30_000)  # the fresh rate's burst
+    began = clock.now
+    bucket.pay(30_000)  # a second at 30,000/s
+    assert clock.now - began == pytest.approx(1.0)
+    clock.sleep(150.0)  # the first doubling: 60,000/s, the bucket refilled to a second of it
+    began = clock.now
+    bucket.pay(60_000 + 30_000)
+    assert clock.now - began == pytest.approx(0.5)
+    clock.sleep(300.0)  # 240,000/s by the ramp, held to the maximum of 100,000
+    began = clock.now
+    bucket.pay(100_000 + 50_000)
+    assert clock.now - began == pytest.approx(0.5)
+    assert Ramp(30_000.0, 150.0).rate(449.0) == 60_000.0 * 2
 
 
 @pytest.fixture

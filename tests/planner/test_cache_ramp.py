@@ -1,0 +1,58 @@
+"""A fresh ElastiCache Serverless cache's ramp (planner/model/terms/cache_ramp.py): what it adds
+to a run, and that a Valkey plan charges it unless the cache is warm."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from planner.model.terms.cache_ramp import ramp_extra_s, seconds_to_reach
+from planner.model.terms.cost_model import evaluate
+from tests.planner.search_helpers import paper_problem
+
+RAMP = {"fresh_ecpu_per_s": 30_000.0, "doubling_s": 150.0}
+
+
+def test_an_exchange_within_the_fresh_rate_loses_nothing() -> None:
+    extra = ramp_extra_s(training_s=1_000.0, iteration_s=1.0, exchange_s=0.5,
+                         ecpus_per_iteration=15_000.0, **RAMP)  # 30,000 ECPU/s exactly
+    assert float(extra) == 0.0
+
+
+def test_the_ramp_by_hand() -> None:
+    """E = 120,000 ECPUs in T_x = 1 s of a 2 s iteration: at 30,000 ECPU/s the exchange takes
+    4 s (slowdown 2.5), at 60,000 2 s (1.5), from 120,000 on 1 s. The first interval advances
+    150/2.5 = 60 s and adds 90, the second 100 s and adds 50."""
+    extra = ramp_extra_s(training_s=10_000.0, iteration_s=2.0, exchange_s=1.0,
+                         ecpus_per_iteration=120_000.0, **RAMP)
+    assert float(extra) == pytest.approx(140.0)
+    # a run done within the first interval pays only its own share: 30 s of training, 2.5x
+    short = ramp_extra_s(training_s=30.0, iteration_s=2.0, exchange_s=1.0,
+                         ecpus_per_iteration=120_000.0, **RAMP)
+    assert float(short) == pytest.approx(45.0)
+    assert float(seconds_to_reach(120_000.0, **RAMP)) == 300.0
+    assert float(seconds_to_reach(20_000.0, **RAMP)) == 0.0
+
+
+def test_a_slower_doubling_costs_more() -> None:
+    times = [float(ramp_extra_s(training_s=10_000.0, iteration_s=2.0, exchange_s=1.0,
+                                ecpus_per_iteration=480_000.0, fresh_ecpu_per_s=30_000.0,
+                                doubling_s=doubling)) for doubling in (150.0, 600.0)]
+    assert times[1] == pytest.approx(4 * times[0])
+
+
+def test_a_valkey_plan_charges_the_ramp_unless_the_cache_is_warm() -> None:
+    problem = paper_problem("resnet50-cifar10", 1e6, 512, 1, "valkey")
+    configuration = (np.array([8]), np.array([2048]), np.array([2]), np.array([64]),
+                     np.array([64]))
+    fresh = evaluate(problem, *configuration)
+    warm = evaluate(dataclasses.replace(problem, cache_warm=True), *configuration)
+    assert float(warm.cache_ramp_s[0]) == 0.0 and float(fresh.cache_ramp_s[0]) > 0.0
+    assert float(fresh.time_s[0]) == pytest.approx(float(warm.time_s[0])
+                                                   + float(fresh.cache_ramp_s[0]))
+    assert float(fresh.cost_lambda_usd[0]) == pytest.approx(
+        float(warm.cost_lambda_usd[0]) + float(fresh.cache_ramp_usd[0]))
+    on_s3 = evaluate(paper_problem("resnet50-cifar10", 1e6, 512, 1, "s3"), *configuration)
+    assert np.isnan(on_s3.cache_ramp_s[0])
