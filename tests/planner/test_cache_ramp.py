@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from planner.model.terms.cache_ramp import ramp_extra_s, seconds_to_reach
+from planner.model.terms.cache_throughput import peak_ecpu_per_key
 from planner.model.terms.cost_model import evaluate
+from planner.model.terms.exchange_time import non_aggregator_times
 from tests.planner.search_helpers import paper_problem
 
 RAMP = {"fresh_ecpu_per_s": 30_000.0, "doubling_s": 150.0}
@@ -56,3 +58,17 @@ def test_a_valkey_plan_charges_the_ramp_unless_the_cache_is_warm() -> None:
         float(warm.cost_lambda_usd[0]) + float(fresh.cache_ramp_usd[0]))
     on_s3 = evaluate(paper_problem("resnet50-cifar10", 1e6, 512, 1, "s3"), *configuration)
     assert np.isnan(on_s3.cache_ramp_s[0])
+
+
+def test_the_busiest_key_is_a_merged_shard_every_other_worker_reads() -> None:
+    """Issue 45's case: (W−1)·e(S_s) ECPUs within a non-aggregator's download time; more
+    aggregators make each key smaller."""
+    problem = paper_problem("resnet50-cifar10", 1e6, 512, 1, "valkey")
+    w, mem = np.array([64, 64]), np.array([2048, 2048])
+    k = np.array([1, 64])
+    per_key = peak_ecpu_per_key(problem, w, mem, k)
+    _, download_n = non_aggregator_times(problem, mem, k)
+    merged_kb = problem.workload.model_mb / k * 1024
+    np.testing.assert_allclose(per_key, 63 * merged_kb / download_n)
+    assert per_key[1] < per_key[0]
+    assert float(peak_ecpu_per_key(problem, 1, 2048, 1)) == 0.0

@@ -117,7 +117,7 @@ def test_each_store_reports_its_own_rates_and_nan_for_the_other() -> None:
 
 def _rates(peak: float = math.nan, puts: float = math.nan,
            gets: float = math.nan) -> ExchangeRates:
-    one = (np.array([value]) for value in (peak, math.nan, 1.0, puts, gets))
+    one = (np.array([value]) for value in (peak, math.nan, 1.0, puts, gets, math.nan))
     return ExchangeRates(*one)
 
 
@@ -176,6 +176,13 @@ def test_the_duration_billed_part_and_the_report() -> None:
         "    cache ramp: a fresh cache serves 30,000 ECPU/s, doubling every 150 s: the peak "
         "after 300 s; the ramp adds 12.5 s ($0.0042 of Lambda time) to the first segment "
         "(--cache-warm when it already runs)"]
+    hot = {**breakdown, "cache_ecpu_per_s_per_key": 90_000.0}
+    assert ValkeyCosts().report_lines(valkey, hot)[2] == (
+        "    WARNING hot key: each merged shard is one key that every other worker reads, "
+        "90,000 ECPU/s, above ElastiCache's ~30,000 per hash slot: on AWS the download phase "
+        "may take up to 3.0x as long (not in the prediction; more exchange chunks or "
+        "aggregators spread it)")
+    assert len(ValkeyCosts().report_lines(valkey, {**hot, "cache_ecpu_per_s_per_key": 2e4})) == 2
     warm = dataclasses.replace(valkey, cache_warm=True)
     assert ValkeyCosts().report_lines(warm, breakdown)[1] == (
         "    cache ramp: none charged (--cache-warm: the cache already serves its ECPU/s "

@@ -32,6 +32,12 @@ Pipelined (C > 1): a worker uploads while it downloads, so every worker's two di
 once: K·(E_up^a/U_a + E_down^a/D_a) + (W−K)·(E_up^n/U_n + E_down^n/D_n) with U, D the
 transfer seconds of planner/model/terms/pipelined.py and E the ECPUs of those requests.
 With the paper's traffic (``own_shard_local`` False) an aggregator moves K shards, not K−1.
+
+Per key: each merged shard (each of its C chunks) is one key, so one hash slot, and every
+other worker GETs it in the download phase: the busiest key takes (W−1)·e(S_s/C) ECPUs within
+a non-aggregator's download time T_down^n. AWS's "Scaling ElastiCache" page gives about
+30,000 ECPU/s per slot (90,000 with READONLY replica reads). The plan reports the figure and
+warns above the ceiling; neither the prediction nor the local relay charges it yet.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ if TYPE_CHECKING:
 
 FloatArray = NDArray[np.float64]
 KB_PER_MB = 1024.0
+SLOT_ECPU_PER_S = 30_000.0  # one hash slot's ceiling (module docstring)
 # CacheUsageLimits ECPUPerSecond accepts 1,000-15,000,000 (module docstring)
 
 
@@ -92,6 +99,18 @@ def peak_ecpu_per_s(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike,
                                       for x in (workers, memory_mb, aggregators)))
     peak = (_pipelined_peak(problem, w, mem, k) if problem.exchange_chunks > 1
             else _phased_peak(problem, w, mem, k))
+    return np.asarray(np.where(w <= 1, 0.0, peak), dtype=np.float64)
+
+
+def peak_ecpu_per_key(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike,
+                      aggregators: ArrayLike) -> FloatArray:
+    """The busiest key's ECPU/s: a merged chunk read by the W−1 other workers within a
+    non-aggregator's download time (module docstring); 0 for a single worker."""
+    w, mem, k = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64)
+                                      for x in (workers, memory_mb, aggregators)))
+    _, merged = _sizes(problem, k)
+    _, download_n = non_aggregator_times(problem, mem, k)
+    peak = _rate((w - 1.0) * merged, download_n)
     return np.asarray(np.where(w <= 1, 0.0, peak), dtype=np.float64)
 
 

@@ -30,7 +30,12 @@ from numpy.typing import NDArray
 
 from planner.model.inputs.problem import VIOLATION_TEXT, FloatArray, IntArray, Problem, Violation
 from planner.model.terms.cache_ramp import ramp_extra_s, seconds_to_reach
-from planner.model.terms.cache_throughput import ecpus_per_iteration, peak_ecpu_per_s
+from planner.model.terms.cache_throughput import (
+    SLOT_ECPU_PER_S,
+    ecpus_per_iteration,
+    peak_ecpu_per_key,
+    peak_ecpu_per_s,
+)
 from planner.model.terms.exchange_cost import s3_exchange_cost, valkey_exchange_cost
 from planner.model.terms.s3_rates import (
     GET_PER_PREFIX_PER_S,
@@ -55,6 +60,7 @@ class ExchangeRates:
     s3_key_prefixes: FloatArray
     s3_requests_per_prefix_per_s: FloatArray
     s3_get_per_prefix_per_s: FloatArray
+    cache_ecpu_per_s_per_key: FloatArray  # the busiest key's (one hash slot's)
 
 
 def _nans(shape: tuple[int, ...], count: int) -> list[FloatArray]:
@@ -142,8 +148,8 @@ class S3Costs:
         puts, gets = peak_s3_request_rates(problem, w, mem, k)
         prefixes = np.minimum(prefixes_needed(puts, gets),
                               problem.max_exchange_key_prefixes).astype(np.float64)
-        peak, mean = _nans(w.shape, 2)
-        return ExchangeRates(peak, mean, prefixes, puts / prefixes, gets / prefixes)
+        peak, mean, per_key = _nans(w.shape, 3)
+        return ExchangeRates(peak, mean, prefixes, puts / prefixes, gets / prefixes, per_key)
 
     def minimum_cost(self, problem: Problem, w: IntArray, k: IntArray, rates: ExchangeRates,
                      total_iterations: FloatArray, time_s: FloatArray) -> FloatArray:
@@ -214,7 +220,8 @@ class ValkeyCosts:
             mean = np.where(iteration_s > 0,
                             ecpus_per_iteration(problem, w, k) / iteration_s, 0.0)
         prefixes, puts, gets = _nans(w.shape, 3)
-        return ExchangeRates(peak, np.asarray(mean, dtype=np.float64), prefixes, puts, gets)
+        return ExchangeRates(peak, np.asarray(mean, dtype=np.float64), prefixes, puts, gets,
+                             peak_ecpu_per_key(problem, w, mem, k))
 
     def minimum_cost(self, problem: Problem, w: IntArray, k: IntArray, rates: ExchangeRates,
                      total_iterations: FloatArray, time_s: FloatArray) -> FloatArray:
@@ -270,7 +277,19 @@ class ValkeyCosts:
             return []
         return [f"    cache throughput: peak {b['cache_ecpu_per_s_peak']:,.0f} ECPU/s, mean "
                 f"{b['cache_ecpu_per_s_mean']:,.0f} ECPU/s (cap "
-                f"{problem.max_cache_ecpu_per_s:,.0f} ECPU/s)", _ramp_line(problem, b)]
+                f"{problem.max_cache_ecpu_per_s:,.0f} ECPU/s)", _ramp_line(problem, b),
+                *_hot_key_lines(b)]
+
+
+def _hot_key_lines(b: Mapping[str, float]) -> list[str]:
+    """The busiest key against one hash slot's ceiling (cache_throughput.py)."""
+    per_key = b.get("cache_ecpu_per_s_per_key")
+    if per_key is None or per_key <= SLOT_ECPU_PER_S:
+        return []
+    return [f"    WARNING hot key: each merged shard is one key that every other worker reads, "
+            f"{per_key:,.0f} ECPU/s, above ElastiCache's ~{SLOT_ECPU_PER_S:,.0f} per hash slot: "
+            f"on AWS the download phase may take up to {per_key / SLOT_ECPU_PER_S:.1f}x as "
+            "long (not in the prediction; more exchange chunks or aggregators spread it)"]
 
 
 def _ramp_line(problem: Problem, b: Mapping[str, float]) -> str:

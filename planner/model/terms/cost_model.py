@@ -129,6 +129,8 @@ class Evaluation:
     s3_key_prefixes: FloatArray
     s3_requests_per_prefix_per_s: FloatArray
     s3_get_per_prefix_per_s: FloatArray
+    # the busiest key's ECPU/s against one hash slot's ceiling; NaN on S3
+    cache_ecpu_per_s_per_key: FloatArray
     # seconds and Lambda USD a fresh cache's ramp adds (planner/model/terms/cache_ramp.py; 0
     # with --cache-warm); NaN on S3
     cache_ramp_s: FloatArray
@@ -139,7 +141,7 @@ class Evaluation:
         """The exchange's throughput figures, as the channel's object reads them."""
         return ExchangeRates(self.cache_ecpu_per_s_peak, self.cache_ecpu_per_s_mean,
                              self.s3_key_prefixes, self.s3_requests_per_prefix_per_s,
-                             self.s3_get_per_prefix_per_s)
+                             self.s3_get_per_prefix_per_s, self.cache_ecpu_per_s_per_key)
 
     @property
     def feasible(self) -> NDArray[np.bool_]:
@@ -312,7 +314,8 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         violation=violation, cache_ecpu_per_s_peak=rates.cache_ecpu_per_s_peak,
         cache_ecpu_per_s_mean=rates.cache_ecpu_per_s_mean, s3_key_prefixes=rates.s3_key_prefixes,
         s3_requests_per_prefix_per_s=rates.s3_requests_per_prefix_per_s,
-        s3_get_per_prefix_per_s=rates.s3_get_per_prefix_per_s, cache_ramp_s=ramp,
+        s3_get_per_prefix_per_s=rates.s3_get_per_prefix_per_s,
+        cache_ecpu_per_s_per_key=rates.cache_ecpu_per_s_per_key, cache_ramp_s=ramp,
         cache_ramp_usd=problem.prices.lambda_mb_s(problem.arch) * mem * w * ramp,
     )
 
