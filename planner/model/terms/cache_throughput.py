@@ -3,10 +3,12 @@
 ElastiCache Serverless meters requests in ECPUs: reads and writes take 1 ECPU per KB
 transferred (a GET of 3.2 KB takes 3.2 ECPUs), a simple command at least 1
 (https://aws.amazon.com/elasticache/pricing/, "ElastiCache Processing Units"). A cache consumes
-at most its CacheUsageLimits ECPUPerSecond maximum, which accepts 1,000-15,000,000
-(https://docs.aws.amazon.com/AmazonElastiCache/latest/APIReference/API_ECPUPerSecond.html,
-https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-elasticache-serverlesscache-ecpupersecond.html);
-above it the cache throttles, so a plan whose peak needs more cannot run at its predicted speed.
+at most its CacheUsageLimits ECPUPerSecond maximum; above it the cache throttles, so a plan
+whose peak needs more cannot run at its predicted speed. AWS's API and CloudFormation pages
+(API_ECPUPerSecond.html, aws-properties-elasticache-serverlesscache-ecpupersecond.html) state
+no range for it; 1,000-15,000,000 is what the infrastructure providers' docs give ("Must be
+between 1,000 and 15,000,000", the Pulumi/Terraform AWS provider's
+ServerlessCacheCacheUsageLimitsEcpuPerSecond), kept until an account says otherwise.
 
 With S_s = S_m/K, u the upload share (1 float32, 1/2 bfloat16), C chunks per shard and
 e(x MB) = max(1, 1024·x / kb_per_ecpu) the ECPUs of one request, an iteration issues
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
 FloatArray = NDArray[np.float64]
 KB_PER_MB = 1024.0
 SLOT_ECPU_PER_S = 30_000.0  # one hash slot's ceiling (module docstring)
-# CacheUsageLimits ECPUPerSecond accepts 1,000-15,000,000 (module docstring)
+# CacheUsageLimits ECPUPerSecond: 1,000-15,000,000 by the providers' docs (module docstring)
 
 
 def request_ecpus(problem: Problem, megabytes: ArrayLike) -> FloatArray:
