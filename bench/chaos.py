@@ -2,7 +2,8 @@
 
 ``python -m bench.chaos [--trials N] [--seed S] [--workers W]`` plans one small job
 (cnn-digits, 2 epochs in 2 segments), synthesizes it once per channel, runs the undisturbed
-reference once per channel, then N trials (``python -m local run`` each, reusing the synth).
+reference once per channel, beside the first trials (a trial needs it only to be judged), and N
+trials one after the other (``python -m local run`` each, reusing the synth).
 Every trial draws a channel and one to three faults of thirteen kinds (bench/chaos_schedule.py;
 the first trials together cover every kind once).
 
@@ -30,7 +31,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,31 +199,41 @@ def run_trials(trials: int, seed: int, job: Job, work: Path, say: Say, *,
                                                plan.segments))
     used = {*reference_channels, *(trial.channel for trial in schedule)}
     prepared = prepare(plan, work, tuple(c for c in CHANNELS if c in used), say)
-    expected = references(prepared, work, reference_channels, say)
     outcomes: Counter[str] = Counter()
     faults: Counter[str] = Counter()
-    for trial in schedule:
-        faults.update(list(trial.faults))
-        run_id = f"chaos-{seed}-{trial.index:03d}"
-        outcome = local_run(prepared, trial.channel, work / run_id, run_id,
-                            trial.options(work / run_id))
-        verdict, why = classify(outcome, expected[trial.channel], trial)
-        outcomes[verdict] += 1
-        attempts = [s.get("attempt") for s in (outcome.report or {}).get("segments", [])]
-        say(f"trial {trial.index + 1}/{trials} [{trial.channel}] {trial.describe()}: "
-            f"{verdict} in {outcome.seconds:.0f} s (segment attempts {attempts}, errors "
-            f"{errors_of(outcome.report)}; {why})")
-        injected = [line for line in outcome.output.splitlines()
-                    if line.startswith(("planted", "restarted", "storage fault",
-                                        "started a second"))]
-        for line in injected:
-            say(f"    {line}")
-        if verdict == "wrong":
-            say(f"    wrong trial output:\n{outcome.output[-3000:]}")
+    # the references beside the first trials: a trial needs them only to be judged
+    with ThreadPoolExecutor(1) as pool:
+        expected = pool.submit(references, prepared, work, reference_channels, say)
+        for trial in schedule:
+            faults.update(list(trial.faults))
+            _trial(prepared, trial, (trials, seed), work, expected, outcomes, say)
     return {"trials": trials, "identical": outcomes["identical"],
             "clean_failures": outcomes["clean_failure"], "wrong": outcomes["wrong"],
             "faults": {kind: faults[kind] for kind in FAULTS}, "seed": seed,
             "seconds": round(time.monotonic() - began, 1)}
+
+
+def _trial(prepared: Prepared, trial: Trial, of: tuple[int, int], work: Path,
+           expected: Future[dict[str, bytes]], outcomes: Counter[str], say: Say) -> None:
+    """Run one trial (of ``(trials, seed)``), judge it against its channel's reference and
+    say how it went."""
+    trials, seed = of
+    run_id = f"chaos-{seed}-{trial.index:03d}"
+    outcome = local_run(prepared, trial.channel, work / run_id, run_id,
+                        trial.options(work / run_id))
+    verdict, why = classify(outcome, expected.result()[trial.channel], trial)
+    outcomes[verdict] += 1
+    attempts = [s.get("attempt") for s in (outcome.report or {}).get("segments", [])]
+    say(f"trial {trial.index + 1}/{trials} [{trial.channel}] {trial.describe()}: "
+        f"{verdict} in {outcome.seconds:.0f} s (segment attempts {attempts}, errors "
+        f"{errors_of(outcome.report)}; {why})")
+    injected = [line for line in outcome.output.splitlines()
+                if line.startswith(("planted", "restarted", "storage fault",
+                                    "started a second"))]
+    for line in injected:
+        say(f"    {line}")
+    if verdict == "wrong":
+        say(f"    wrong trial output:\n{outcome.output[-3000:]}")
 
 
 def main(argv: list[str] | None = None) -> int:
