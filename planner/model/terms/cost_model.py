@@ -281,12 +281,11 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     segment_iterations, segments = _segmenting(budget, iteration, total_iterations)
     store = channel_costs(problem)
     rates = store.rates(problem, w, mem, k, iteration)
-    # a fresh store's ramp slows the first iterations (planner/model/terms/cache_ramp.py)
     ramp = store.ramp_s(problem, w, k, training_s=total_iterations * iteration,
-                        iteration_s=iteration,
-                        exchange_s=np.minimum(upload + aggregate + download, iteration))
+                        iteration_s=iteration, exchange_s=_exchange_s(iteration, upload,
+                                                                      aggregate, download))
     time = (total_iterations * iteration + segments * (load + checkpoint) + cold
-            + np.nan_to_num(ramp))
+            + np.nan_to_num(ramp))  # a fresh store's ramp slows the first iterations
 
     cost_lambda, cost_requests, cost_exchange, cost_checkpoint = run_cost(
         problem, mem, w, k, worker_seconds=w * time, time_s=time,
@@ -311,13 +310,17 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
         cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint,
         cost_storage_usd=cost_storage, cost_cache_minimum_usd=cost_minimum, cost_usd=cost,
-        violation=violation, cache_ecpu_per_s_peak=rates.cache_ecpu_per_s_peak,
-        cache_ecpu_per_s_mean=rates.cache_ecpu_per_s_mean, s3_key_prefixes=rates.s3_key_prefixes,
-        s3_requests_per_prefix_per_s=rates.s3_requests_per_prefix_per_s,
-        s3_get_per_prefix_per_s=rates.s3_get_per_prefix_per_s,
-        cache_ecpu_per_s_per_key=rates.cache_ecpu_per_s_per_key, cache_ramp_s=ramp,
+        violation=violation, cache_ramp_s=ramp,
         cache_ramp_usd=problem.prices.lambda_mb_s(problem.arch) * mem * w * ramp,
+        **{item.name: getattr(rates, item.name) for item in fields(rates)},  # same names
     )
+
+
+def _exchange_s(iteration: FloatArray, upload: FloatArray, aggregate: FloatArray,
+                download: FloatArray) -> FloatArray:
+    """The exchange's share of an iteration, the part a throttled cache stretches
+    (planner/model/terms/cache_ramp.py)."""
+    return np.asarray(np.minimum(upload + aggregate + download, iteration), dtype=np.float64)
 
 
 def misses_only_deadline(problem: Problem, evaluation: Evaluation) -> NDArray[np.bool_]:
