@@ -16,10 +16,8 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +60,6 @@ RUN_TIMEOUT_S = 300
 GUIDE = REPO_ROOT / "docs" / "user-guide.md"
 MARKER = "<!-- own-model-test -->"
 TABULAR_MARKER = "<!-- own-tabular-test -->"
-PROFILING = threading.Lock()
 
 
 def guide_commands(marker: str = MARKER) -> list[str]:
@@ -108,21 +105,37 @@ def _images(folder: Path) -> None:
             Image.fromarray(pixels.astype(np.uint8)).save(folder / name / f"{index}.png")
 
 
-def _journey(marker: str, root: Path) -> dict[str, Any]:
-    """The guide's marked block run in ``root`` as ``$WORK``; its last line, fasdl.evaluate's
-    JSON."""
+PROFILE_STEP = 2  # the blocks' third command: `local profile`
+
+
+def _steps(marker: str, root: Path, steps: slice) -> str:
+    """Commands ``steps`` of the guide's marked block, run in ``root`` as ``$WORK``; the last
+    one's stdout."""
     commands = guide_commands(marker)
-    assert len(commands) == 7
-    done = None
-    for command in commands:
-        # a profile times steps of a few ms against the fit's gates: one at a time, never
-        # beside the other journey's (side by side, the images profile failed them once)
-        with PROFILING if " -m local profile " in command else nullcontext():
-            done = _run("bash", "-c", command.replace("$WORK", str(root)), cwd=REPO_ROOT,
-                        timeout=900)
-    assert done is not None
-    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return result
+    assert len(commands) == 7 and " -m local profile " in commands[PROFILE_STEP]
+    stdout = ""
+    for command in commands[steps]:
+        stdout = _run("bash", "-c", command.replace("$WORK", str(root)), cwd=REPO_ROOT,
+                      timeout=900).stdout
+    return stdout
+
+
+def _both_journeys(blocks: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """Both guide blocks: the steps before and after the profiles side by side (each mostly
+    waits on servers and sandboxes), the profiles one after the other and beside nothing of
+    the other journey's (they time steps of a few ms against the fit's gates, which a
+    neighbour's run made them fail in a dry run). Each block's fasdl.evaluate JSON."""
+    def side_by_side(steps: slice) -> dict[str, str]:
+        with ThreadPoolExecutor(len(blocks)) as pool:
+            futures = {marker: pool.submit(_steps, marker, root, steps)
+                       for marker, root in blocks.items()}
+            return {marker: future.result() for marker, future in futures.items()}
+
+    side_by_side(slice(0, PROFILE_STEP))
+    for marker, root in blocks.items():
+        _steps(marker, root, slice(PROFILE_STEP, PROFILE_STEP + 1))
+    last = side_by_side(slice(PROFILE_STEP + 1, None))
+    return {marker: json.loads(stdout.splitlines()[-1]) for marker, stdout in last.items()}
 
 
 @dataclass(frozen=True)
@@ -134,8 +147,7 @@ class Journeys:
 
 @pytest.fixture(scope="module")
 def journeys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Journeys]:
-    """The user's files in temporary folders, then both guide blocks, as written, side by side
-    (each mostly waits on its servers and sandboxes)."""
+    """The user's files in temporary folders, then both guide blocks, as written."""
     root = tmp_path_factory.mktemp("own-model")
     model_file = root / "models" / "small_resnet.py"
     model_file.parent.mkdir()
@@ -143,12 +155,10 @@ def journeys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Journeys]:
     _images(root / "images")
     tabular = tmp_path_factory.mktemp("own-tabular")
     own_tabular.write_user_files(tabular)
-    with ThreadPoolExecutor(2) as pool:
-        images_run = pool.submit(_journey, MARKER, root)
-        tabular_run = pool.submit(_journey, TABULAR_MARKER, tabular)
-        evaluated, tabular_evaluated = images_run.result(), tabular_run.result()
+    evaluated = _both_journeys({MARKER: root, TABULAR_MARKER: tabular})
     yield Journeys(Prepared(root, model_file, root / "data", root / "plan.json",
-                            root / "cdk.out", evaluated), tabular, tabular_evaluated)
+                            root / "cdk.out", evaluated[MARKER]), tabular,
+                   evaluated[TABULAR_MARKER])
     shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(tabular, ignore_errors=True)
 
