@@ -28,7 +28,7 @@ MEASURED = {
     "local/run/test_run_faults.py": 305,  # + the budget stop and its resume (~37 s)
     "local/faults/test_chaos.py": 215,
     "local/run/test_run_e2e.py": 129,
-    "local/run/test_own_model_e2e.py": 140,  # + the tabular journey beside the images one
+    "local/run/test_own_model_e2e.py": 180,  # + the tabular journey after the images one
     "integration/test_workers.py": 113,
     "local/run/test_run_out_of_memory.py": 110,
     "integration/test_leftovers.py": 107,

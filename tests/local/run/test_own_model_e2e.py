@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,14 +104,11 @@ def _images(folder: Path) -> None:
             Image.fromarray(pixels.astype(np.uint8)).save(folder / name / f"{index}.png")
 
 
-PROFILE_STEP = 2  # the blocks' third command: `local profile`
-
-
 def _steps(marker: str, root: Path, steps: slice) -> str:
     """Commands ``steps`` of the guide's marked block, run in ``root`` as ``$WORK``; the last
     one's stdout."""
     commands = guide_commands(marker)
-    assert len(commands) == 7 and " -m local profile " in commands[PROFILE_STEP]
+    assert len(commands) == 7 and " -m local profile " in commands[2]
     stdout = ""
     for command in commands[steps]:
         stdout = _run("bash", "-c", command.replace("$WORK", str(root)), cwd=REPO_ROOT,
@@ -121,21 +117,12 @@ def _steps(marker: str, root: Path, steps: slice) -> str:
 
 
 def _both_journeys(blocks: dict[str, Path]) -> dict[str, dict[str, Any]]:
-    """Both guide blocks: the steps before and after the profiles side by side (each mostly
-    waits on servers and sandboxes), the profiles one after the other and beside nothing of
-    the other journey's (they time steps of a few ms against the fit's gates, which a
-    neighbour's run made them fail in a dry run). Each block's fasdl.evaluate JSON."""
-    def side_by_side(steps: slice) -> dict[str, str]:
-        with ThreadPoolExecutor(len(blocks)) as pool:
-            futures = {marker: pool.submit(_steps, marker, root, steps)
-                       for marker, root in blocks.items()}
-            return {marker: future.result() for marker, future in futures.items()}
-
-    side_by_side(slice(0, PROFILE_STEP))
-    for marker, root in blocks.items():
-        _steps(marker, root, slice(PROFILE_STEP, PROFILE_STEP + 1))
-    last = side_by_side(slice(PROFILE_STEP + 1, None))
-    return {marker: json.loads(stdout.splitlines()[-1]) for marker, stdout in last.items()}
+    """Both guide blocks, one after the other: a profile times steps of a few ms against the
+    fit's gates, which the images profile failed in three dry runs while the other journey
+    ran beside it (and in the last, beside only its first and last steps). Each block's
+    fasdl.evaluate JSON."""
+    return {marker: json.loads(_steps(marker, root, slice(None)).splitlines()[-1])
+            for marker, root in blocks.items()}
 
 
 @dataclass(frozen=True)
