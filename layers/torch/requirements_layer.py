@@ -144,6 +144,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def source_options(args: argparse.Namespace) -> list[str]:
+    """Where pip may take the wheels from, as --find-links / --index-url asked (either build)."""
+    options = []
+    if args.find_links is not None:
+        options += ["--find-links", str(args.find_links)]
+    if args.index_url is not None:
+        options += ["--index-url", args.index_url]
+    return options
+
+
 def install(args: argparse.Namespace, target: LambdaTarget, stage: Path) -> dict[str, str]:
     """The user's pins, installed for the target into ``stage/python``; returns them."""
     provided = installed(args.torch_layer / "python")
@@ -151,11 +161,7 @@ def install(args: argparse.Namespace, target: LambdaTarget, stage: Path) -> dict
         pins = user_pins(args.requirements, provided)
     except PlanError as error:
         die(str(error))
-    options = ["--no-deps"]
-    if args.find_links is not None:
-        options += ["--find-links", str(args.find_links)]
-    if args.index_url is not None:
-        options += ["--index-url", args.index_url]
+    options = ["--no-deps", *source_options(args)]
     log(f"installing {', '.join(f'{n}=={v}' for n, v in pins.items())} for "
         f"{target.describe()}")
     try:
@@ -238,11 +244,7 @@ def build_local(args: argparse.Namespace, work: Path) -> int:
     provided = read_requirements()
     pins = user_pins(args.requirements, provided)
     stage = work / "layer"
-    options = ["--no-deps", "--only-binary=:all:"]
-    if args.find_links is not None:
-        options += ["--find-links", str(args.find_links)]
-    if args.index_url is not None:
-        options += ["--index-url", args.index_url]
+    options = ["--no-deps", "--only-binary=:all:", *source_options(args)]
     specs = [f"{name}=={version}" for name, version in pins.items()]
     log(f"installing {', '.join(specs)} for this machine's Python {sys.version.split()[0]}")
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
