@@ -75,13 +75,13 @@ QUOTAS_PERMISSION = "servicequotas:ListServiceQuotas"
 MEMORY_WHY = {
     "service-quotas": "Service Quotas' Lambda quota {name!r} for this account",
     "heuristic-new-account": (
-        f"a heuristic ({{why}}): the concurrency quota is below Lambda's default "
+        f"inferred, a heuristic ({{why}}): the concurrency quota is below Lambda's default "
         f"{DEFAULT_ACCOUNT_CONCURRENCY:,}, the sign of a new account's reduced quotas, whose "
         f"function memory has been held at {NEW_ACCOUNT_MEMORY_MB:,} MB; AWS raises both with "
         "use: once a larger function deploys, rerun with --max-memory 10240"),
     "heuristic-lambda-maximum": (
-        "a heuristic ({why}): Lambda's maximum; if a deploy fails with 'MemorySize ... less "
-        "than or equal to 3008', rerun with --max-memory 3008"),
+        "inferred, a heuristic ({why}): Lambda's maximum; if a deploy fails with "
+        "'MemorySize ... less than or equal to 3008', rerun with --max-memory 3008"),
     "given": "as --max-memory gave it",
 }
 
@@ -96,7 +96,7 @@ def add_account_arguments(parser: argparse.ArgumentParser) -> None:
                         help="AWS named profile (default: the standard credential chain)")
     parser.add_argument("--max-memory", type=int, default=None,
                         help="record this function-memory limit in MB (128-10240) instead "
-                             "of the one inferred (no API reports it)")
+                             "of the one Service Quotas reports or, without it, inferred")
     parser.add_argument("--out", default=DEFAULT_OUT,
                         help=f"where to write the limits (default {DEFAULT_OUT})")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")

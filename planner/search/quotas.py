@@ -56,7 +56,7 @@ class AccountLimits:
     max_concurrency: int  # AccountLimit.UnreservedConcurrentExecutions: what the worker gets
     concurrent_executions: int  # AccountLimit.ConcurrentExecutions: the account's quota
     memory_source: str  # one of MEMORY_SOURCES (planner/commands/account.py says which is when)
-    memory_note: str  # where max_memory_mb came from, in words ("a heuristic (...)": inferred)
+    memory_note: str  # where max_memory_mb came from, in words ("inferred, a heuristic (...)")
     read_on: str  # the UTC date of the read, YYYY-MM-DD: quotas change
 
     def __post_init__(self) -> None:

@@ -85,10 +85,10 @@ def _clients(lambda_reply: dict[str, Any] | str,
 @pytest.mark.parametrize(("quota", "unreserved", "given", "quotas", "memory", "source", "note"), [
     # Service Quotas refuses: inferred, and said to be
     (10, 10, None, "AccessDeniedException", 3008, "heuristic-new-account",
-     "a heuristic (Service Quotas refused servicequotas:ListServiceQuotas "
+     "inferred, a heuristic (Service Quotas refused servicequotas:ListServiceQuotas "
      "(AccessDeniedException))"),
     (1000, 900, None, [OTHER_QUOTA], 10240, "heuristic-lambda-maximum",
-     "a heuristic (Service Quotas lists no Lambda memory quota for this account)"),
+     "inferred, a heuristic (Service Quotas lists no Lambda memory quota for this account)"),
     # read: whatever the concurrency says
     (1000, 1000, None, [OTHER_QUOTA, MEMORY_QUOTA], 3008, "service-quotas",
      "Service Quotas' Lambda quota 'Function memory maximum' for this account"),
@@ -126,7 +126,7 @@ def test_account_file_then_a_plan_within_it(capsys: pytest.CaptureFixture[str],
     written = json.loads(out.read_text())
     assert written["max_memory_mb"] == 3008
     assert written["memory_source"] == "heuristic-new-account"  # labelled in the file
-    assert "up to 3,008 MB: a heuristic (Service Quotas refused" in printed  # and said
+    assert "up to 3,008 MB: inferred, a heuristic (Service Quotas refused" in printed
     assert "--max-memory 3008 --max-concurrency 10" in printed and "W <= 5" in printed
     # memory below what the plan would pick alone, and 10 concurrent executions: W <= 5
     data = {**json.loads(out.read_text()), "max_memory_mb": 1024}
