@@ -60,7 +60,7 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
             **problem.workload.recipe.training_fields(
                 choice.global_batch, iterations_per_epoch, total_iterations),
         ),
-        prediction=prediction(choice),
+        prediction=prediction(choice, problem),
         quotas=plan_quotas(quotas) if quotas is not None else None,
         # the guards' limits, priced as the plan was (fasdl.contract.limits)
         limits=default_limits(
@@ -80,16 +80,24 @@ def to_plan(problem: Problem, choice: Choice, *, search: str, region: str | None
     )
 
 
-def prediction(choice: Choice) -> Prediction:
+def prediction(choice: Choice, problem: Problem) -> Prediction:
     """The choice's prediction: the figures the stack and the guard act on as typed fields
-    (fasdl.contract.prediction), the rest of the model's breakdown for the reader."""
+    (fasdl.contract.prediction), the rest of the model's breakdown for the reader; a charged
+    ramp with the platform's numbers it was charged by."""
     breakdown = {name: round(value, 6) for name, value in choice.breakdown.items()}
     rest = {name: value for name, value in breakdown.items() if name not in LOAD_BEARING}
+    ramp_s = breakdown.get("cache_ramp_s")
+    platform = problem.platform
     return Prediction(time_s=round(choice.time_s, 3), cost_usd=round(choice.cost_usd, 6),
                       lambda_compute_usd=breakdown["lambda_compute_usd"],
                       cache_ecpu_per_s_peak=breakdown.get("cache_ecpu_per_s_peak"),
                       cache_ecpu_per_s_mean=breakdown.get("cache_ecpu_per_s_mean"),
-                      cache_ramp_s=breakdown.get("cache_ramp_s"), breakdown=rest)
+                      cache_ramp_s=ramp_s,
+                      cache_fresh_ecpu_per_s=platform.cache_fresh_ecpu_per_s if ramp_s else None,
+                      cache_ramp_doubling_s=platform.cache_ramp_doubling_s if ramp_s else None,
+                      cache_slot_ecpu_per_s=(platform.cache_slot_ecpu_per_s
+                                             if "cache_ecpu_per_s_peak" in breakdown else None),
+                      breakdown=rest)
 
 
 def plan_quotas(quotas: Quotas) -> PlanQuotas:

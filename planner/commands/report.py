@@ -78,8 +78,13 @@ def _iteration_lines(problem: Problem, choice: Choice) -> list[str]:
         return [*lines, "      non-aggregator  none (K = W)"]
     upload, download = non_aggregator_times(problem, np.array([choice.memory_mb]),
                                             np.array([choice.aggregators]))
+    floors = channel_costs(problem).slot_floors(
+        problem, np.array([choice.workers]), np.array([choice.aggregators]))
+    floor = float(np.asarray(floors.download).flat[0])
+    hot = (f" (at least {floor:.3f} s at the hot key's slot rate)"
+           if floor > float(download[0]) else "")
     return [*lines, f"      non-aggregator  train {b['train_non_aggregator_s']:.3f} s (B^n), "
-                    f"upload {float(upload[0]):.3f} s, download {float(download[0]):.3f} s"]
+                    f"upload {float(upload[0]):.3f} s, download {float(download[0]):.3f} s{hot}"]
 
 
 def _cpu_lines(problem: Problem, choice: Choice) -> list[str]:

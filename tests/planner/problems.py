@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from fasdl.contract.cache import MAX_ECPU_PER_SECOND
 from fasdl.contract.workload import Workload
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfile, load_prices
@@ -46,6 +47,9 @@ def platforms(draw: Any, channel: str = "s3", client_cpu: bool = False) -> Platf
         down_peak=rising(5.0, 150.0), down_rate=rising(0.01, 2.0),
         invocation_overhead_s=draw(st.floats(0.0, 5.0)),
         torch_load_cpu_s=draw(st.floats(0.0, 30.0)),
+        # no per-slot ceiling: the formulas these check are the paper's (test_hot_key.py
+        # checks the floor it adds)
+        cache_slot_ecpu_per_s=float(MAX_ECPU_PER_SECOND),
         **(draw(cpu_coefficients()) if client_cpu else {}))
 
 

@@ -4,14 +4,18 @@ to a run, and that a Valkey plan charges it unless the cache is warm."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fasdl.contract.plan import Plan
+from fasdl.run.guards import ramp_fronts
 from planner.model.terms.cache_ramp import ramp_extra_s, seconds_to_reach
 from planner.model.terms.cache_throughput import peak_ecpu_per_key
 from planner.model.terms.cost_model import evaluate
 from planner.model.terms.exchange_time import non_aggregator_times
+from tests.planner.cli_helpers import cli, run
 from tests.planner.search_helpers import paper_problem
 
 RAMP = {"fresh_ecpu_per_s": 30_000.0, "doubling_s": 150.0}
@@ -72,3 +76,40 @@ def test_the_busiest_key_is_a_merged_shard_every_other_worker_reads() -> None:
     np.testing.assert_allclose(per_key, 63 * merged_kb / download_n)
     assert per_key[1] < per_key[0]
     assert float(peak_ecpu_per_key(problem, 1, 2048, 1)) == 0.0
+
+
+W64 = ("plan", "--workload", "resnet50-cifar10", "--channel", "valkey", "--deadline", "20000",
+       "--max-global-batch", "4096", "--epochs", "2", "--min-workers", "64",
+       "--max-concurrency", "128")
+
+
+def test_a_w64_plan_on_a_fresh_cache_charges_the_ramp_and_on_a_warm_one_not(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 45's done-when: W = 64 on Valkey. Fresh: the ramp by the documented rule (the
+    plan's own figures put through ramp_extra_s), in --json, --explain and the plan's typed
+    fields, charged to the first segment by the guards; warm: none."""
+    code, document, _ = run(capsys, *W64, "--out", str(tmp_path / "fresh.json"))
+    assert code == 0, document
+    breakdown = document["plan"]["prediction"]["breakdown"]
+    plan = Plan.from_json((tmp_path / "fresh.json").read_text())
+    prediction = plan.prediction
+    assert plan.deployment.workers == 64 and prediction is not None
+    assert prediction.cache_ramp_s == breakdown["cache_ramp_s"] > 0
+    assert (prediction.cache_fresh_ecpu_per_s, prediction.cache_ramp_doubling_s) == (
+        RAMP["fresh_ecpu_per_s"], RAMP["doubling_s"])
+    iteration = breakdown["iteration_s"]
+    exchange = min(iteration, sum(breakdown[f"{phase}_s"]
+                                  for phase in ("upload", "aggregate", "download")))
+    by_rule = float(ramp_extra_s(
+        training_s=plan.total_iterations * iteration, iteration_s=iteration,
+        exchange_s=exchange, ecpus_per_iteration=breakdown["cache_ecpu_per_s_mean"] * iteration,
+        **RAMP))
+    assert prediction.cache_ramp_s == pytest.approx(by_rule, rel=1e-4)
+    assert ramp_fronts(plan)[0] == prediction.cache_ramp_s  # the first segment's
+    code, explained, _ = cli(*W64, "--explain")
+    assert code == 0 and f"the ramp adds {prediction.cache_ramp_s:,.1f} s" in explained
+    code, document, _ = run(capsys, *W64, "--cache-warm")
+    warm = document["plan"]["prediction"]["breakdown"]
+    assert warm["cache_ramp_s"] == 0.0 and "cache_fresh_ecpu_per_s" not in warm
+    code, explained, _ = cli(*W64, "--cache-warm", "--explain")
+    assert "cache ramp: none charged (--cache-warm" in explained

@@ -178,9 +178,9 @@ def test_the_duration_billed_part_and_the_report() -> None:
         "(--cache-warm when it already runs)"]
     hot = {**breakdown, "cache_ecpu_per_s_per_key": 90_000.0}
     assert ValkeyCosts().report_lines(valkey, hot)[2] == (
-        "    WARNING hot key: each merged shard is one key that every other worker reads, "
-        "90,000 ECPU/s, above ElastiCache's ~30,000 per hash slot: on AWS the download phase "
-        "may take up to 3.0x as long (not in the prediction; more exchange chunks or "
+        "    hot key: each merged shard is one key that every other worker reads, 90,000 "
+        "ECPU/s at the network's speed, above ElastiCache's ~30,000 per hash slot: the "
+        "download phase is charged at the slot's rate, 3.0x as long (more exchange chunks or "
         "aggregators spread it)")
     assert len(ValkeyCosts().report_lines(valkey, {**hot, "cache_ecpu_per_s_per_key": 2e4})) == 2
     warm = dataclasses.replace(valkey, cache_warm=True)

@@ -108,13 +108,17 @@ def test_the_papers_choices_are_executable_under_our_model(name: str) -> None:
 @pytest.mark.parametrize("rule", ["align", "search"])
 def test_k_reduce_is_no_costlier_than_the_baselines(name: str, channel: str, rule: str) -> None:
     """Lemma 3.2 under one cost model, with the paper's K-Opt as a reference point: under the
-    paper's alignment rule, and with B^n searched (its grid holds the rule's B^n)."""
+    paper's alignment rule, and with B^n searched (its grid holds the rule's B^n). Where
+    K-REDUCE finds nothing in time (BERT-base on Valkey: its 420 MB of merged shards meet
+    ElastiCache's per-slot ceiling), neither does any baseline."""
     problem, (w, m, ba, k, bn) = table_iv_problem(name)
     problem = dataclasses.replace(problem, platform=load_platform(channel))
     kreduce = exact(problem, "kreduce", bn_rule=rule)
-    assert kreduce.choice is not None
-    for baseline in ("scatterreduce", "allreduce"):
-        other = exact(problem, baseline)
+    baselines = [exact(problem, baseline) for baseline in ("scatterreduce", "allreduce")]
+    if kreduce.choice is None:
+        assert channel == "valkey" and all(b.choice is None for b in baselines)
+        return
+    for other in baselines:
         if other.choice is not None:
             assert kreduce.choice.cost_usd <= other.choice.cost_usd * (1 + 1e-12)
     papers = evaluate(problem, w, m, k, ba, bn)

@@ -100,6 +100,25 @@ def test_check_stops_before_a_segment_that_would_pass_a_limit() -> None:
     guards.check(GUARDED, slow, None, now=1e9, done=5, following=5)
 
 
+def test_a_fresh_caches_ramp_is_charged_to_the_first_segment() -> None:
+    """Planned 100 s of which a 30 s ramp (the first iterations, planner cache_ramp.py): a run
+    that took 65 s for its first half is on pace (30 + 70/2), and its second half is 35 s; pro
+    rata it would read 1.3x slow and project 65 s, and a deadline of 110 s would stop it."""
+    ramped = dataclasses.replace(GUARDED, prediction=Prediction(
+        time_s=100.0, cost_usd=0.002, lambda_compute_usd=0.0015, cache_ramp_s=30.0,
+        cache_fresh_ecpu_per_s=30_000.0, cache_ramp_doubling_s=150.0))
+    assert guards.ramp_fronts(ramped) == (30.0, pytest.approx(0.0015 * 0.3))
+    assert guards.ramp_fronts(GUARDED) == (0.0, 0.0)
+    time = guards.project(65.0, 100.0, done=5, following=5, total=10, front=30.0)
+    assert time.ratio == pytest.approx(1.0) and time.next_segment == pytest.approx(35.0)
+    deadline = dataclasses.replace(LIMITS, deadline_s=110.0, budget_usd=1.0)
+    cheap = totals(worker_gb_s=10.0, requests=4)
+    guards.check(ramped, deadline, cheap, now=1065.0, done=5, following=5)
+    with pytest.raises(DeadlineExceeded):  # the same run judged without the ramp
+        guards.check(dataclasses.replace(GUARDED, limits=deadline), deadline, cheap,
+                     now=1065.0, done=5, following=5)
+
+
 def test_raised_limits_cover_the_whole_run_at_the_pace_so_far() -> None:
     spent = totals(worker_gb_s=40.0, requests=4)
     raised = guards.raised_limits(GUARDED, LIMITS, spent, now=1040.0, done=5)

@@ -86,6 +86,32 @@ def test_an_s3_plan_needs_no_cache_figures_and_a_prediction_stays_optional() -> 
     assert Plan.from_dict(valkey).prediction is None
 
 
+def test_a_charged_ramp_says_which_ramp_and_only_then() -> None:
+    """cache_ramp_s > 0 comes with the fresh rate and doubling interval the relay and the
+    guards act on (fasdl.contract.prediction); without a ramp they are refused."""
+    data = _valkey()
+    breakdown = data["prediction"]["breakdown"]
+    breakdown.update(cache_ramp_s=12.5, cache_fresh_ecpu_per_s=30_000.0,
+                     cache_ramp_doubling_s=150.0)
+    plan = Plan.from_dict(data)
+    assert plan.prediction is not None and plan.prediction.charges_cache_ramp
+    assert plan.prediction.cache_ramp_doubling_s == 150.0
+    assert plan.to_dict()["prediction"]["breakdown"] == breakdown
+    for name in ("cache_fresh_ecpu_per_s", "cache_ramp_doubling_s"):
+        missing = json.loads(json.dumps(data))
+        del missing["prediction"]["breakdown"][name]
+        error = _refused(missing)
+        assert error.field == f"prediction.breakdown.{name}" and "is missing" in str(error)
+    zero = json.loads(json.dumps(data))
+    zero["prediction"]["breakdown"]["cache_ramp_doubling_s"] = 0.0
+    assert "(0.0, 1000000000000.0]" in str(_refused(zero))
+    unramped = json.loads(json.dumps(data))
+    unramped["prediction"]["breakdown"]["cache_ramp_s"] = 0.0
+    error = _refused(unramped)
+    assert error.field == "prediction.breakdown.cache_fresh_ecpu_per_s"
+    assert "without a ramp charged" in str(error)
+
+
 def test_a_figure_given_as_a_field_and_in_the_breakdown_is_refused() -> None:
     with pytest.raises(PlanError, match="given twice") as raised:
         Prediction(time_s=1.0, cost_usd=1.0, lambda_compute_usd=0.5,

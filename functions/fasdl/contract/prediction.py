@@ -1,16 +1,21 @@
 """The plan's ``prediction``: the planner's time and cost, and the figures the stack and the budget
 guard act on.
 
-Four figures are load-bearing, so they are named, typed and validated fields:
+These figures are load-bearing, so they are named, typed and validated fields:
 ``lambda_compute_usd`` (the Lambda share of ``cost_usd``: the budget guard measures Lambda and
 estimates the rest pro rata, fasdl.run.usage) and, on the Valkey channel,
 ``cache_ecpu_per_s_peak`` / ``cache_ecpu_per_s_mean`` (the cache's ECPU/s maximum and minimum,
 infra/cache_limits.py) and ``cache_ramp_s`` (the seconds a fresh cache's ramp adds, as the plan
-charged them: 0 when it planned a warm cache or nothing is throttled; a local run's cache relay
-ramps only when it is above 0, local/servers/ecpu_proxy.py). Everything else in ``breakdown`` is
-informational (reports, summaries) and never read for control.
+charged them: 0 when it planned a warm cache or nothing is throttled; the budget and deadline
+guards charge them to the first segment, fasdl.run.guards), with the ramp it charged
+(``cache_fresh_ecpu_per_s``, ``cache_ramp_doubling_s``: given exactly when ``cache_ramp_s`` > 0;
+a local run's cache relay ramps by them, local/servers/ecpu_proxy.py), and
+``cache_slot_ecpu_per_s`` (the per-hash-slot ceiling the plan charged its hot keys by; a local
+run's relay holds every slot to it; plans written before it have none and are not held).
+Everything else in ``breakdown`` is informational (reports, summaries) and never read for
+control.
 
-In plan.json the three stay where planners have always written them, inside the
+In plan.json they stay where planners have always written them, inside the
 ``prediction.breakdown`` object, so plans already written and the template snapshots (which
 carry the plan in the trigger's environment) keep their bytes. :meth:`Prediction.from_dict` and
 :meth:`Prediction.to_dict` are the only code that knows that layout. A prediction without
@@ -32,8 +37,10 @@ MAX_ECPU = 1e12  # a prediction, not a limit: infra clamps to what ElastiCache a
 # unit in the last place
 ROUNDING_USD = 1e-6
 # The JSON home of the typed figures: inside prediction.breakdown (see the module docstring)
+RAMP_FIELDS: tuple[str, ...] = ("cache_fresh_ecpu_per_s", "cache_ramp_doubling_s")
 LOAD_BEARING: tuple[str, ...] = ("lambda_compute_usd", "cache_ecpu_per_s_peak",
-                                 "cache_ecpu_per_s_mean", "cache_ramp_s")
+                                 "cache_ecpu_per_s_mean", "cache_ramp_s", *RAMP_FIELDS,
+                                 "cache_slot_ecpu_per_s")
 JSON_FIELDS: tuple[str, ...] = ("time_s", "cost_usd", "breakdown")  # prediction's own keys
 
 
@@ -47,6 +54,9 @@ class Prediction:
     cache_ecpu_per_s_peak: float | None = None  # Valkey: the cache's ECPU/s maximum
     cache_ecpu_per_s_mean: float | None = None  # Valkey: the cache's ECPU/s minimum
     cache_ramp_s: float | None = None  # Valkey: what a fresh cache's ramp adds (0: none)
+    cache_fresh_ecpu_per_s: float | None = None  # the ramp charged: a fresh cache's rate
+    cache_ramp_doubling_s: float | None = None  # and its doubling interval
+    cache_slot_ecpu_per_s: float | None = None  # Valkey: the per-slot ceiling charged
     breakdown: dict[str, float] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -56,13 +66,32 @@ class Prediction:
         require_float(_path("lambda_compute_usd"), self.lambda_compute_usd, 0.0,
                       float(self.cost_usd) + ROUNDING_USD)  # cost_usd checked just above
         _check_cache_ecpu(self.cache_ecpu_per_s_peak, self.cache_ecpu_per_s_mean)
-        if self.cache_ramp_s is not None:
-            require_float(_path("cache_ramp_s"), self.cache_ramp_s, 0.0, MAX_SECONDS)
+        self._check_ramp()
+        if self.cache_slot_ecpu_per_s is not None:
+            require_float(_path("cache_slot_ecpu_per_s"), self.cache_slot_ecpu_per_s, 1.0,
+                          MAX_ECPU)
         require_number_map("prediction.breakdown", self.breakdown)
         for name in LOAD_BEARING:  # one home per figure: the typed field
             if name in self.breakdown:
                 raise PlanError(f"prediction.breakdown.{name}",
                                 f"is given twice: as Prediction.{name} and in breakdown")
+
+    def _check_ramp(self) -> None:
+        if self.cache_ramp_s is not None:
+            require_float(_path("cache_ramp_s"), self.cache_ramp_s, 0.0, MAX_SECONDS)
+        given = [name for name in RAMP_FIELDS if getattr(self, name) is not None]
+        if self.charges_cache_ramp and len(given) < len(RAMP_FIELDS):
+            missing = next(name for name in RAMP_FIELDS if name not in given)
+            raise PlanError(_path(missing), "is missing: a plan that charges a fresh cache's "
+                                            "ramp (cache_ramp_s > 0) says which ramp")
+        if given and not self.charges_cache_ramp:
+            raise PlanError(_path(given[0]), "is given without a ramp charged (cache_ramp_s "
+                                             "is 0 or missing)")
+        if given:
+            require_float(_path("cache_fresh_ecpu_per_s"), self.cache_fresh_ecpu_per_s, 1.0,
+                          MAX_ECPU)
+            require_float(_path("cache_ramp_doubling_s"), self.cache_ramp_doubling_s, 0.0,
+                          MAX_SECONDS, open_low=True)
 
     @property
     def has_cache_ecpu(self) -> bool:
@@ -78,7 +107,10 @@ class Prediction:
         planner's order (the Lambda share first, the cache's rates last)."""
         rates = {"cache_ecpu_per_s_peak": self.cache_ecpu_per_s_peak,
                  "cache_ecpu_per_s_mean": self.cache_ecpu_per_s_mean,
-                 "cache_ramp_s": self.cache_ramp_s}
+                 "cache_ramp_s": self.cache_ramp_s,
+                 "cache_fresh_ecpu_per_s": self.cache_fresh_ecpu_per_s,
+                 "cache_ramp_doubling_s": self.cache_ramp_doubling_s,
+                 "cache_slot_ecpu_per_s": self.cache_slot_ecpu_per_s}
         breakdown = {"lambda_compute_usd": self.lambda_compute_usd, **self.breakdown,
                      **{name: value for name, value in rates.items() if value is not None}}
         return {"time_s": self.time_s, "cost_usd": self.cost_usd, "breakdown": breakdown}

@@ -4,7 +4,13 @@ Before starting segment s+1 the trigger projects where the run would stand at it
 was measured so far (fasdl.run.usage: wall clock since the run started; the Lambda charge of
 the recorded invocations plus the plan's non-Lambda cost for the iterations done) plus the
 plan's prediction for the next segment (its share of the run's iterations) scaled by the
-measured/predicted ratio so far. When a projection passes ``limits.deadline_s`` or
+measured/predicted ratio so far. A fresh cache's ramp (``prediction.cache_ramp_s``) is charged
+to the first segment, as the planner charges it to the first iterations: the predicted seconds
+of the iterations done are the ramp plus the rest pro rata, and the next segment's the rest pro
+rata; its dollars likewise, the ramp's share of the Lambda cost taken as ramp seconds / run
+seconds (its Lambda time at every worker's price). A ramp longer than the first segment is
+charged there whole, so the ratio after it reads a little fast until the ramp is done. When a
+projection passes ``limits.deadline_s`` or
 ``limits.budget_usd`` the run stops before the segment: the checkpoint of the finished one is
 kept, and :class:`~fasdl.contract.limits.DeadlineExceeded` /
 :class:`~fasdl.contract.limits.BudgetExceeded` end the execution in ``DEADLINE_EXCEEDED`` /
@@ -43,14 +49,25 @@ class Projection:
 
 
 def project(measured: float, predicted_total: float | None, *, done: int, following: int,
-            total: int) -> Projection:
-    """``following`` more iterations after ``done`` of ``total``, from ``measured`` so far."""
+            total: int, front: float = 0.0) -> Projection:
+    """``following`` more iterations after ``done`` of ``total``, from ``measured`` so far;
+    ``front`` of ``predicted_total`` belongs to the first segment (module docstring)."""
     if done <= 0 or total <= 0:
         return Projection(measured, 0.0, None)
     if predicted_total is None or predicted_total <= 0:
         return Projection(measured, measured * following / done, None)
-    ratio = measured / (predicted_total * done / total)
-    return Projection(measured, predicted_total * following / total * ratio, ratio)
+    steady = max(0.0, predicted_total - front)
+    ratio = measured / (front + steady * done / total)
+    return Projection(measured, steady * following / total * ratio, ratio)
+
+
+def ramp_fronts(plan: Plan) -> tuple[float, float]:
+    """(seconds, USD) of a fresh cache's ramp the plan charged, both 0 without one."""
+    prediction = plan.prediction
+    if prediction is None or not prediction.charges_cache_ramp or prediction.time_s <= 0:
+        return 0.0, 0.0
+    seconds = float(prediction.cache_ramp_s or 0.0)
+    return seconds, prediction.lambda_compute_usd * min(1.0, seconds / prediction.time_s)
 
 
 def cost_so_far(usage: Mapping[str, float], plan: Plan, limits: Limits, done: int) -> float:
@@ -81,9 +98,10 @@ def check(plan: Plan, limits: Limits | None, usage: Mapping[str, float] | None, 
         return
     total, prediction = plan.total_iterations, plan.prediction
     where = f"before iterations {done}-{done + following} of {total}"
+    front_s, front_usd = ramp_fronts(plan)
     time = project(max(0.0, now - usage["started_at"]),
                    prediction.time_s if prediction else None,
-                   done=done, following=following, total=total)
+                   done=done, following=following, total=total, front=front_s)
     if time.at_end > limits.deadline_s:
         raise DeadlineExceeded(
             f"stopped {where}: {time.so_far:.1f} s so far + {time.next_segment:.1f} s for the "
@@ -91,7 +109,7 @@ def check(plan: Plan, limits: Limits | None, usage: Mapping[str, float] | None, 
             f"{limits.deadline_s:g} s; the last checkpoint is kept")
     cost = project(cost_so_far(usage, plan, limits, done),
                    prediction.cost_usd if prediction else None,
-                   done=done, following=following, total=total)
+                   done=done, following=following, total=total, front=front_usd)
     if cost.at_end > limits.budget_usd:
         raise BudgetExceeded(
             f"stopped {where}: ${cost.so_far:.6f} so far + ${cost.next_segment:.6f} for the "
@@ -111,11 +129,13 @@ def raised_limits(plan: Plan, limits: Limits, usage: Mapping[str, float], *, now
     (x 1.25 headroom), never below the current ones."""
     remaining = plan.total_iterations - done
     prediction = plan.prediction
+    front_s, front_usd = ramp_fronts(plan)
     time = project(max(0.0, now - usage["started_at"]),
                    prediction.time_s if prediction else None,
-                   done=done, following=remaining, total=plan.total_iterations)
+                   done=done, following=remaining, total=plan.total_iterations, front=front_s)
     cost = project(cost_so_far(usage, plan, limits, done),
                    prediction.cost_usd if prediction else None,
-                   done=done, following=remaining, total=plan.total_iterations)
+                   done=done, following=remaining, total=plan.total_iterations,
+                   front=front_usd)
     return {"deadline_s": round(max(limits.deadline_s, 1.25 * time.at_end), 1),
             "budget_usd": round(max(limits.budget_usd, 1.25 * cost.at_end), 6)}

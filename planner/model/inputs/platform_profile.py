@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fasdl.contract.cache import MAX_ECPU_PER_SECOND
 from fasdl.contract.fields import require_choice, require_pattern
 from fasdl.contract.plan import ARCHITECTURES, CHANNELS, IDENTIFIER
 from planner.model.inputs.profile_fields import (
@@ -58,8 +59,11 @@ TORCH_LOAD_THREADS = 1.0
 
 
 FRESH_CACHE_ECPU_PER_S, CACHE_RAMP_DOUBLING_S = 30_000.0, 150.0
-RAMP_DEFAULTS = {"cache_fresh_ecpu_per_s": FRESH_CACHE_ECPU_PER_S,
-                 "cache_ramp_doubling_s": CACHE_RAMP_DOUBLING_S}
+SLOT_ECPU_PER_S = 30_000.0  # one hash slot's ceiling (planner/model/terms/cache_throughput.py)
+# AWS's documented figures: left out of profile files at these values
+CACHE_DEFAULTS = {"cache_fresh_ecpu_per_s": FRESH_CACHE_ECPU_PER_S,
+                  "cache_ramp_doubling_s": CACHE_RAMP_DOUBLING_S,
+                  "cache_slot_ecpu_per_s": SLOT_ECPU_PER_S}
 
 CPU_FIELDS = ("cpu_up_request_s", "cpu_up_mb_s", "cpu_down_request_s", "cpu_down_mb_s",
               "cpu_fold_mb_s", "cpu_bf16_frame_mb_s", "cpu_bf16_fold_mb_s")
@@ -99,6 +103,9 @@ class PlatformProfile:
     # Valkey 8 (the middle, 150 s); not measured here
     cache_fresh_ecpu_per_s: float = FRESH_CACHE_ECPU_PER_S
     cache_ramp_doubling_s: float = CACHE_RAMP_DOUBLING_S
+    # and one hash slot's ceiling, the same page: about 30,000 ECPU/s (90,000 with READONLY
+    # replica reads); planner/model/terms/cache_throughput.py charges the hot key by it
+    cache_slot_ecpu_per_s: float = SLOT_ECPU_PER_S
     # where the transfer and cold_start coefficients come from (planner/model/inputs/provenance.py);
     # {} = not recorded, counted as provisional
     provenance: Mapping[str, Provenance] = field(default_factory=dict, hash=False)
@@ -133,8 +140,9 @@ class PlatformProfile:
             set_field(self, "duplex", duplex)
         for name in CPU_FIELDS:
             set_field(self, name, number(name, getattr(self, name), low=0.0))
-        set_field(self, "cache_fresh_ecpu_per_s", number(
-            "cache_fresh_ecpu_per_s", self.cache_fresh_ecpu_per_s, low=1.0, high=15e6))
+        for name in ("cache_fresh_ecpu_per_s", "cache_slot_ecpu_per_s"):
+            set_field(self, name, number(name, getattr(self, name), low=1.0,
+                                         high=MAX_ECPU_PER_SECOND))
         set_field(self, "cache_ramp_doubling_s", number(
             "cache_ramp_doubling_s", self.cache_ramp_doubling_s, low=0.0, above=True,
             high=86_400.0))
@@ -205,9 +213,9 @@ class PlatformProfile:
         if not self.cpu_profiled:
             for name in CPU_FIELDS:
                 del data[name]
-        for name, default in RAMP_DEFAULTS.items():
+        for name, default in CACHE_DEFAULTS.items():
             if data[name] == default:
-                del data[name]  # AWS's documented ramp: the files stay as they were
+                del data[name]  # AWS's documented figures: the files stay as they were
         return {key: list(value) if isinstance(value, tuple) else value
                 for key, value in data.items()}
 

@@ -37,9 +37,16 @@ With the paper's traffic (``own_shard_local`` False) an aggregator moves K shard
 
 Per key: each merged shard (each of its C chunks) is one key, so one hash slot, and every
 other worker GETs it in the download phase: the busiest key takes (W−1)·e(S_s/C) ECPUs within
-a non-aggregator's download time T_down^n. AWS's "Scaling ElastiCache" page gives about
-30,000 ECPU/s per slot (90,000 with READONLY replica reads). The plan reports the figure and
-warns above the ceiling; neither the prediction nor the local relay charges it yet.
+a non-aggregator's download time T_down^n (``peak_ecpu_per_key``, the demand at the network's
+speed). AWS's "Scaling ElastiCache" page gives about 30,000 ECPU/s per slot (90,000 with
+READONLY replica reads): the platform profile's ``cache_slot_ecpu_per_s`` R_slot. So a merged
+key's publish takes at least e(S_s/C)/R_slot and the download phase at least
+(W−1)·e(S_s/C)/R_slot (``slot_floors``, which exchange_time.iteration_times applies), when
+every worker fetches the K·C merged keys at once (the runtime keeps up to 8 GETs in flight):
+fewer in flight or keys sharing a slot take longer, so the floors are lower bounds. The
+cache-wide peak above still uses the unthrottled phase times (a maximum sized for them is
+never too small). The local relay meters every slot at the plan's R_slot
+(local/servers/slot_meter.py).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from planner.model.terms.exchange_time import aggregator_terms, non_aggregator_times
+from planner.model.terms.exchange_time import SlotFloors, aggregator_terms, non_aggregator_times
 from planner.model.terms.pipelined import pipelined_terms
 
 if TYPE_CHECKING:
@@ -57,7 +64,6 @@ if TYPE_CHECKING:
 
 FloatArray = NDArray[np.float64]
 KB_PER_MB = 1024.0
-SLOT_ECPU_PER_S = 30_000.0  # one hash slot's ceiling (module docstring)
 # CacheUsageLimits ECPUPerSecond: 1,000-15,000,000 by the providers' docs (module docstring)
 
 
@@ -114,6 +120,16 @@ def peak_ecpu_per_key(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike
     _, download_n = non_aggregator_times(problem, mem, k)
     peak = _rate((w - 1.0) * merged, download_n)
     return np.asarray(np.where(w <= 1, 0.0, peak), dtype=np.float64)
+
+
+def slot_floors(problem: Problem, workers: ArrayLike, aggregators: ArrayLike) -> SlotFloors:
+    """A merged key's publish and download phase at the per-slot ceiling: e(S_s/C)/R_slot and
+    (W−1)·e(S_s/C)/R_slot (module docstring); 0 for a single worker."""
+    w = np.asarray(workers, dtype=np.float64)
+    _, merged = _sizes(problem, aggregators)
+    one = np.where(w <= 1, 0.0, merged / problem.platform.cache_slot_ecpu_per_s)
+    return SlotFloors(publish=np.asarray(one, dtype=np.float64),
+                      download=np.asarray((w - 1.0) * one, dtype=np.float64))
 
 
 def _phased_peak(problem: Problem, w: FloatArray, mem: FloatArray, k: FloatArray

@@ -31,12 +31,13 @@ from numpy.typing import NDArray
 from planner.model.inputs.problem import VIOLATION_TEXT, FloatArray, IntArray, Problem, Violation
 from planner.model.terms.cache_ramp import ramp_extra_s, seconds_to_reach
 from planner.model.terms.cache_throughput import (
-    SLOT_ECPU_PER_S,
     ecpus_per_iteration,
     peak_ecpu_per_key,
     peak_ecpu_per_s,
+    slot_floors,
 )
 from planner.model.terms.exchange_cost import s3_exchange_cost, valkey_exchange_cost
+from planner.model.terms.exchange_time import SlotFloors
 from planner.model.terms.s3_rates import (
     GET_PER_PREFIX_PER_S,
     PUT_PER_PREFIX_PER_S,
@@ -96,6 +97,11 @@ class ChannelCosts(Protocol):
     def ramp_s(self, problem: Problem, w: IntArray, k: IntArray, *, training_s: FloatArray,
                iteration_s: FloatArray, exchange_s: FloatArray) -> FloatArray:
         """Seconds a fresh store's ramp adds to the run; NaN where the store has none."""
+        ...
+
+    def slot_floors(self, problem: Problem, w: IntArray, k: IntArray) -> SlotFloors:
+        """The fewest seconds a merged shard's publish and downloads take, whatever the
+        bandwidth (0: none)."""
         ...
 
     def over_rate_limit(self, problem: Problem, rates: ExchangeRates) -> BoolArray:
@@ -158,6 +164,9 @@ class S3Costs:
     def ramp_s(self, problem: Problem, w: IntArray, k: IntArray, *, training_s: FloatArray,
                iteration_s: FloatArray, exchange_s: FloatArray) -> FloatArray:
         return np.full(np.shape(training_s), np.nan)  # S3 scales per prefix, not modelled
+
+    def slot_floors(self, problem: Problem, w: IntArray, k: IntArray) -> SlotFloors:
+        return SlotFloors()  # S3's per-prefix request rates: rates()
 
     def over_rate_limit(self, problem: Problem, rates: ExchangeRates) -> BoolArray:
         puts, gets = rates.s3_requests_per_prefix_per_s, rates.s3_get_per_prefix_per_s
@@ -241,6 +250,9 @@ class ValkeyCosts:
                             fresh_ecpu_per_s=platform.cache_fresh_ecpu_per_s,
                             doubling_s=platform.cache_ramp_doubling_s)
 
+    def slot_floors(self, problem: Problem, w: IntArray, k: IntArray) -> SlotFloors:
+        return slot_floors(problem, w, k)
+
     def over_rate_limit(self, problem: Problem, rates: ExchangeRates) -> BoolArray:
         return np.asarray(rates.cache_ecpu_per_s_peak > problem.max_cache_ecpu_per_s,
                           dtype=bool)
@@ -278,18 +290,18 @@ class ValkeyCosts:
         return [f"    cache throughput: peak {b['cache_ecpu_per_s_peak']:,.0f} ECPU/s, mean "
                 f"{b['cache_ecpu_per_s_mean']:,.0f} ECPU/s (cap "
                 f"{problem.max_cache_ecpu_per_s:,.0f} ECPU/s)", _ramp_line(problem, b),
-                *_hot_key_lines(b)]
+                *_hot_key_lines(problem, b)]
 
 
-def _hot_key_lines(b: Mapping[str, float]) -> list[str]:
+def _hot_key_lines(problem: Problem, b: Mapping[str, float]) -> list[str]:
     """The busiest key against one hash slot's ceiling (cache_throughput.py)."""
-    per_key = b.get("cache_ecpu_per_s_per_key")
-    if per_key is None or per_key <= SLOT_ECPU_PER_S:
+    per_key, slot = b.get("cache_ecpu_per_s_per_key"), problem.platform.cache_slot_ecpu_per_s
+    if per_key is None or per_key <= slot:
         return []
-    return [f"    WARNING hot key: each merged shard is one key that every other worker reads, "
-            f"{per_key:,.0f} ECPU/s, above ElastiCache's ~{SLOT_ECPU_PER_S:,.0f} per hash slot: "
-            f"on AWS the download phase may take up to {per_key / SLOT_ECPU_PER_S:.1f}x as "
-            "long (not in the prediction; more exchange chunks or aggregators spread it)"]
+    return [f"    hot key: each merged shard is one key that every other worker reads, "
+            f"{per_key:,.0f} ECPU/s at the network's speed, above ElastiCache's ~{slot:,.0f} "
+            f"per hash slot: the download phase is charged at the slot's rate, "
+            f"{per_key / slot:.1f}x as long (more exchange chunks or aggregators spread it)"]
 
 
 def _ramp_line(problem: Problem, b: Mapping[str, float]) -> str:

@@ -271,15 +271,16 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
 
     train_a, train_n = wl.train_time(ba, mem), wl.train_time(bn, mem)
     busy = busy_s(wl, mem, ba, train_a), busy_s(wl, mem, bn, train_n)
-    upload, aggregate, download, iteration = iteration_times(problem, w, mem, k, train_a,
-                                                             train_n, sync_bsp, busy)
+    store = channel_costs(problem)
+    upload, aggregate, download, iteration = iteration_times(
+        problem, w, mem, k, train_a, train_n, sync_bsp, busy,
+        floors=store.slot_floors(problem, w, k))
 
     cold, load, checkpoint = _segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
     # any segment may start cold (the first, a retry): each must fit one
     budget = problem.timeout_s - problem.timeout_margin_s - cold - load - checkpoint
     total_iterations = problem.epochs * iterations
     segment_iterations, segments = _segmenting(budget, iteration, total_iterations)
-    store = channel_costs(problem)
     rates = store.rates(problem, w, mem, k, iteration)
     ramp = store.ramp_s(problem, w, k, training_s=total_iterations * iteration,
                         iteration_s=iteration, exchange_s=_exchange_s(iteration, upload,

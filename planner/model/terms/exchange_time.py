@@ -13,6 +13,12 @@ With bfloat16 uploads (``Problem.upload_share`` u = 1/2) the shards a worker upl
 aggregator downloads are u·S_s each (tp at that size); merged shards stay S_s.
 
 Pipelined (C > 1): planner/model/terms/pipelined.py.
+
+A store may floor a merged shard's publish and its downloads (``SlotFloors``: Valkey's hot key,
+the seconds the key's hash slot needs for its one write and its W−1 reads,
+planner/model/terms/cache_throughput.py): phased, the aggregator's publish takes at least the
+first and every role's download that moves anything at least the second; pipelined, the
+iteration takes at least the longer training step plus both.
 """
 
 from __future__ import annotations
@@ -44,6 +50,14 @@ def shard_throughputs(problem: Problem, memory_mb: ArrayLike, shard_mb: ArrayLik
     sent = np.asarray(shard_mb) * problem.upload_share
     return (up, down, platform.throughput("up", memory_mb, sent),
             platform.throughput("down", memory_mb, sent))
+
+
+@dataclass(frozen=True)
+class SlotFloors:
+    """The fewest seconds a merged shard's publish and its downloads take (0: no floor)."""
+
+    publish: FloatArray | float = 0.0
+    download: FloatArray | float = 0.0
 
 
 @dataclass(frozen=True)
@@ -104,16 +118,17 @@ def non_aggregator_times(problem: Problem, memory_mb: ArrayLike,
 
 def iteration_times(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
                     train_a: FloatArray, train_n: FloatArray, bsp: NDArray[np.bool_],
-                    busy: tuple[FloatArray, FloatArray]
+                    busy: tuple[FloatArray, FloatArray], floors: SlotFloors = SlotFloors()
                     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """An aggregator's (upload, aggregate, download) seconds and the iteration's, HAP or BSP.
 
     Pipelined (C > 1): upload and download are its K·C and (W+K−2)·C chunk requests and
     aggregate what the pipeline adds to the longer of the two (planner/model/terms/pipelined.py).
     Either way the iteration is at least each role's CPU_train/vCPUs(M) + CPU_exchange/vCPUs(M)
-    (planner/model/terms/client_cpu.py); ``busy`` holds each role's first term (>= its T_train)."""
+    (planner/model/terms/client_cpu.py); ``busy`` holds each role's first term (>= its T_train);
+    ``floors``: the store's (module docstring)."""
     upload, aggregate, download, iteration = _transfer_bound(problem, w, mem, k, train_a,
-                                                             train_n, bsp)
+                                                             train_n, bsp, floors)
     cpu_a, cpu_n = cpu_bounds(problem, w, mem, k, busy)
     return upload, aggregate, download, np.maximum(iteration, np.maximum(cpu_a, cpu_n))
 
@@ -129,8 +144,8 @@ def cpu_bounds(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
 
 
 def _transfer_bound(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
-                    train_a: FloatArray, train_n: FloatArray, bsp: NDArray[np.bool_]
-                    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+                    train_a: FloatArray, train_n: FloatArray, bsp: NDArray[np.bool_],
+                    floors: SlotFloors) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """iteration_times() as the transfers alone set it."""
     others = k < w  # K = W has no non-aggregator: its terms must not bind
     if problem.exchange_chunks > 1:
@@ -144,11 +159,16 @@ def _transfer_bound(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
         hap = np.maximum(train_a + comm_hap, np.where(others, non_aggregator, 0.0))
         loaded = np.where(others, np.maximum(terms.non_aggregator, terms.published(w, True)
                                              + terms.chunk_down_s), 0.0)
-        bsp_iteration = (np.maximum(train_a, np.where(others, train_n, 0.0))
-                         + np.maximum(comm_bsp, loaded))
-        return upload, aggregate, download, np.where(bsp, bsp_iteration, hap)
+        training = np.maximum(train_a, np.where(others, train_n, 0.0))
+        bsp_iteration = training + np.maximum(comm_bsp, loaded)
+        return upload, aggregate, download, np.maximum(
+            np.where(bsp, bsp_iteration, hap), training + floors.publish + floors.download)
     upload, aggregate, download = communication_times(problem, w, mem, k)
     upload_n, download_n = non_aggregator_times(problem, mem, k)
+    publish = aggregator_terms(problem, mem, k).publish
+    aggregate = aggregate + np.where(w > 1, np.maximum(floors.publish - publish, 0.0), 0.0)
+    download = np.where(download > 0, np.maximum(download, floors.download), download)
+    download_n = np.maximum(download_n, floors.download)
     comm_a = upload + aggregate + download
     hap = np.maximum(train_a + comm_a, np.where(others, train_n + upload_n + download_n, 0.0))
     # BSP: the merged shards exist once every upload is in and aggregated
