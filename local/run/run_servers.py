@@ -4,6 +4,7 @@ plus the environment that points the emulated functions at them."""
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,9 @@ from local.servers.cache_cap import (
 from local.servers.ecpu_proxy import EcpuProxy, Ramp
 from local.servers.layout import BUCKETS
 from local.servers.managed import RedisTlsClusterServer, SeaweedS3Server, ValkeyServer
-from planner.model.inputs.platform_profile import CACHE_RAMP_DOUBLING_S, FRESH_CACHE_ECPU_PER_S
 
 CACHE_NAME_ENV = "FASDL_CACHE_NAME"
+CACHE_REPORT = "cache.json"  # what the ECPU relay metered (EcpuProxy.summary)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,16 @@ def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tl
     return RunServers(s3, cache, control, logs, proxy, env, description)
 
 
+def planned_ramp(plan: Plan) -> Ramp | None:
+    """A fresh cache's ramp where the plan charged one, by the numbers it charged."""
+    prediction = plan.prediction
+    if prediction is None or not prediction.charges_cache_ramp:
+        return None
+    fresh, doubling = prediction.cache_fresh_ecpu_per_s, prediction.cache_ramp_doubling_s
+    assert fresh is not None and doubling is not None, "Prediction.validate checked them"
+    return Ramp(fresh, doubling)
+
+
 def cap_planned_cache(stack: ExitStack, servers: RunServers, plan: Plan, *,
                       at_peak: bool = False) -> str:
     """Hold the cache, on ``stack``, to the planned data cap (infra.cache_limits, in GB of
@@ -97,11 +108,10 @@ def cap_planned_cache(stack: ExitStack, servers: RunServers, plan: Plan, *,
     cache, proxy = servers.cache, servers.cache_proxy
     assert cache is not None and proxy is not None, "a Valkey plan's servers"
     limits = cache_limits(plan)
-    # a fresh cache's ramp where the plan charged one (AWS's documented numbers, as the
-    # shipped platform profiles have them)
-    charged = plan.prediction is not None and plan.prediction.charges_cache_ramp
-    ramp = Ramp(FRESH_CACHE_ECPU_PER_S, CACHE_RAMP_DOUBLING_S) if charged else None
+    ramp = planned_ramp(plan)
     proxy.bucket.set_rate(limits.ecpu_per_second, ramp)
+    slot = plan.prediction.cache_slot_ecpu_per_s if plan.prediction is not None else None
+    proxy.slots.set_rate(slot)
     peak_bytes = exchange_peak_mb(plan) * 2**20
     cap = int(CACHE_HEADROOM * peak_bytes) if at_peak else limits.storage_gb * 10**9
     workers = plan.deployment.workers
@@ -111,14 +121,18 @@ def cap_planned_cache(stack: ExitStack, servers: RunServers, plan: Plan, *,
     fresh = ("" if ramp is None else f", ramping as a fresh cache from "
                                      f"{ramp.fresh:,.0f} ECPU/s (doubling every "
                                      f"{ramp.doubling_s:g} s) as the plan charged")
+    per_slot = "" if slot is None else f", {slot:,.0f} ECPU/s per hash slot"
     return (f"cache capped at {cap / 1e6:,.3f} MB of data with {EVICTION_POLICY} eviction "
-            f"and {limits.ecpu_per_second:,} ECPU/s{fresh}")
+            f"and {limits.ecpu_per_second:,} ECPU/s{per_slot}{fresh}")
 
 
-def cache_report(servers: RunServers) -> list[str]:
-    """What the cache went through: ECPUs and time held back at the maximum, evictions."""
+def cache_report(servers: RunServers, report_dir: Path) -> list[str]:
+    """What the cache went through: ECPUs and time held back at the maximum (also in
+    ``report_dir``/cache.json), evictions."""
     if servers.cache is None or servers.cache_proxy is None:
         return []
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / CACHE_REPORT).write_text(json.dumps(servers.cache_proxy.summary(), indent=1))
     lines = [servers.cache_proxy.describe()]
     if evicted := evicted_keys(servers.cache):
         lines.append(f"WARNING: the cache evicted {evicted} keys at the planned data cap: on "

@@ -179,7 +179,7 @@ def _execute(plan: Plan, files: dict[str, Path], template: LocalTemplate, option
                                  on_poll=on_poll, say=say)
         if options.keep is not None:
             _keep(options.keep, run_id, work, files, client, report_dir, say)
-        for line in cache_report(servers):
+        for line in cache_report(servers, report_dir):
             say(line)
     say("stopped all local servers and invocations")
     return 0 if status == "SUCCEEDED" else 1

@@ -10,11 +10,19 @@ throttle milder), and every KB either way one more. A token bucket refills at th
 one second of burst; a chunk that finds the bucket empty waits until its ECPUs are paid, so a
 plan past its cap runs slower, not wrong. A plan that charged a fresh cache's ramp
 (``prediction.cache_ramp_s`` > 0, planner/model/terms/cache_ramp.py) gets a bucket that ramps as
-ElastiCache's user guide says a new cache does: from its first request it serves the fresh rate
-(30,000 ECPU/s), doubling every interval (150 s), until the maximum. The cluster announces the
-relay's port (``cluster-announce-port``), so a cluster client's redirections come back through
-it too; a restarted server (a chaos fault) forgets that, and clients that then reconnect from
-its slot map go around the relay, unmetered.
+ElastiCache's user guide says a new cache does, by the numbers the plan charged
+(``prediction.cache_fresh_ecpu_per_s``, ``cache_ramp_doubling_s``; AWS's are 30,000 ECPU/s
+doubling about every 150 s): it serves the fresh rate, doubling every interval from the first
+write (the run's first exchange, where the planner starts the ramp; the connections' slot-map
+requests come seconds earlier) until the maximum. The time held back is kept per interval of
+the ramp (:attr:`EcpuBucket.held_back_by_interval`, the last entry from the interval that
+reaches the maximum to the run's end), so a run shows the throttle fading. Every request
+also pays in its key's hash slot, held to the plan's per-slot rate
+(``prediction.cache_slot_ecpu_per_s``; local/servers/slot_meter.py).
+
+The cluster announces the relay's port (``cluster-announce-port``), so a cluster client's
+redirections come back through it too; a restarted server (a chaos fault) forgets that, and
+clients that then reconnect from its slot map go around the relay, unmetered.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Self
 import redis
 
 from local.servers.managed import HOST, RedisTlsClusterServer, ValkeyServer
+from local.servers.slot_meter import SlotMeter
 
 KB = 1024
 BURST_S = 1.0  # the bucket holds one second of the maximum
@@ -52,12 +61,15 @@ class EcpuBucket:
     """ECPUs metered and paid for at ``rate`` per second (None: metered, never held back), or
     along a fresh cache's :class:`Ramp` up to ``rate``."""
 
-    def __init__(self, rate: float | None) -> None:
+    def __init__(self, rate: float | None, burst_s: float = BURST_S) -> None:
         self.rate = rate
+        self.burst_s = burst_s
         self.ramp: Ramp | None = None
         self.used = 0
         self.throttled_s = 0.0
-        self._tokens = rate * BURST_S if rate else 0.0
+        # seconds held back in each doubling interval from the ramp's first request
+        self.held_back_by_interval: list[float] = []
+        self._tokens = rate * burst_s if rate else 0.0
         self._stamp = time.monotonic()
         self._first: float | None = None  # the first request after set_rate: the ramp's start
         self._lock = threading.Lock()
@@ -67,8 +79,9 @@ class EcpuBucket:
         cache's rate until that reaches ``rate``."""
         with self._lock:
             self.rate, self.ramp, self._first = rate, ramp, None
+            self.held_back_by_interval = []
             self._stamp = time.monotonic()
-            self._tokens = self._rate_at(self._stamp) * BURST_S
+            self._tokens = self._rate_at(self._stamp) * self.burst_s
 
     def _rate_at(self, now: float) -> float:
         cap = self.rate or math.inf
@@ -78,22 +91,45 @@ class EcpuBucket:
             return min(cap, self.ramp.fresh)
         return min(cap, self.ramp.rate(now - self._first))
 
-    def pay(self, ecpus: int) -> None:
-        """Take ``ecpus``; sleep for the debt when the bucket runs short."""
+    def start_ramp(self) -> None:
+        """The ramp's clock starts now (once): the relay calls it at the first write, the
+        run's first exchange, where the planner starts it (cache_ramp.py)."""
+        with self._lock:
+            if self._first is None:
+                self._first = time.monotonic()
+
+    def pay(self, ecpus: int, *, starts_ramp: bool = True) -> None:
+        """Take ``ecpus``; sleep for the debt when the bucket runs short. ``starts_ramp``:
+        a ramp not started yet starts with this request."""
         with self._lock:
             self.used += ecpus
             if not self.rate and self.ramp is None:
                 return
             now = time.monotonic()
-            if self._first is None:
+            if self._first is None and starts_ramp:
                 self._first = now
             rate = self._rate_at(now)
-            self._tokens = min(rate * BURST_S, self._tokens + (now - self._stamp) * rate) - ecpus
+            self._tokens = (min(rate * self.burst_s, self._tokens + (now - self._stamp) * rate)
+                            - ecpus)
             self._stamp = now
             wait = -self._tokens / rate if self._tokens < 0 else 0.0
             self.throttled_s += wait
+            self._book(now, wait)
         if wait:
             time.sleep(wait)
+
+
+    def _book(self, now: float, wait: float) -> None:
+        """Count ``wait`` in the ramp interval ``now`` falls in; once the ramp has reached the
+        maximum, in one last entry for the rest of the run."""
+        if self.ramp is None or self._first is None or now < self._first:
+            return
+        interval = int((now - self._first) // self.ramp.doubling_s)
+        if self.rate:  # the first interval whose rate reaches the maximum takes the rest
+            interval = min(interval, max(0, math.ceil(math.log2(self.rate / self.ramp.fresh))))
+        while len(self.held_back_by_interval) <= interval:
+            self.held_back_by_interval.append(0.0)
+        self.held_back_by_interval[interval] += wait
 
 
 def ecpus_of(chunk_bytes: int, *, request: bool) -> int:
@@ -109,6 +145,10 @@ class EcpuProxy:
                  ecpu_per_second: float | None = None) -> None:
         self.cache = cache
         self.bucket = EcpuBucket(ecpu_per_second)
+        # per hash slot: metered, held once set, without burst (a slot serves its rate); the
+        # first write starts a fresh cache's ramp
+        self.slots = SlotMeter(None, lambda rate: EcpuBucket(rate, burst_s=0.0),
+                               on_write=self.bucket.start_ramp)
         self._listener = socket.create_server((HOST, 0))
         self.port: int = self._listener.getsockname()[1]
         self._closing = threading.Event()
@@ -154,9 +194,15 @@ class EcpuProxy:
                                  daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, request: bool) -> None:
+        parser = self.slots.request_parser() if request else None
         with suppress(OSError):
             while chunk := source.recv(CHUNK):
-                self.bucket.pay(ecpus_of(len(chunk), request=request))
+                if parser is not None and not parser.broken:
+                    parser.feed(chunk)  # pays the requests' slots before they go on
+                    if parser.broken:
+                        self.slots.unparsed += 1
+                self.bucket.pay(ecpus_of(len(chunk), request=request),
+                                starts_ramp=parser is not None and parser.broken)
                 sink.sendall(chunk)
         for sock in (source, sink):
             with suppress(OSError):
@@ -167,5 +213,28 @@ class EcpuProxy:
         ramp = self.bucket.ramp
         fresh = ("" if ramp is None else f", a fresh cache from {ramp.fresh:,.0f}/s doubling "
                                          f"every {ramp.doubling_s:g} s")
+        by_interval = ("" if ramp is None else ", per ramp interval " + " / ".join(
+            f"{seconds:.1f}" for seconds in self.bucket.held_back_by_interval) + " s")
+        slots = self.slots
+        per_slot = f"{slots.ecpu_per_s:,.0f}/s" if slots.ecpu_per_s else "none"
+        busiest = max(slots.by_slot.values(), default=0)
+        unparsed = f", {slots.unparsed} connections not parsed" if slots.unparsed else ""
         return (f"cache ECPUs {self.bucket.used:,} (maximum {cap}{fresh}), held back "
-                f"{self.bucket.throttled_s:.1f} s at the maximum")
+                f"{self.bucket.throttled_s:.1f} s at the maximum{by_interval}; per hash slot "
+                f"(maximum {per_slot}) the busiest {busiest:,} ECPUs, held back "
+                f"{slots.held_back_s:.1f} s in all{unparsed}")
+
+    def summary(self) -> dict[str, object]:
+        """What the relay metered, for the run's ``cache.json`` (local/run/run_servers.py)."""
+        ramp = self.bucket.ramp
+        slots = self.slots
+        return {"ecpus": self.bucket.used, "ecpu_per_s_maximum": self.bucket.rate,
+                "held_back_s": round(self.bucket.throttled_s, 3),
+                "slots": {"ecpu_per_s_maximum": slots.ecpu_per_s,
+                          "held_back_s": round(slots.held_back_s, 3),
+                          "busiest_ecpus": max(slots.by_slot.values(), default=0),
+                          "unparsed_connections": slots.unparsed},
+                "ramp": None if ramp is None else {
+                    "fresh_ecpu_per_s": ramp.fresh, "doubling_s": ramp.doubling_s,
+                    "held_back_s_by_interval": [round(seconds, 3) for seconds
+                                                in self.bucket.held_back_by_interval]}}

@@ -3,14 +3,18 @@ the exchange's own Valkey channel talking to a real Valkey cluster through it.""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.valkey import ValkeyChannel
+from local.run.run_servers import planned_ramp
 from local.servers import ecpu_proxy
 from local.servers.ecpu_proxy import BURST_S, KB, EcpuBucket, EcpuProxy, Ramp, ecpus_of
 from local.servers.managed import HOST, ValkeyServer
@@ -65,6 +69,19 @@ def test_a_fresh_cache_ramps_from_its_first_request(monkeypatch: pytest.MonkeyPa
     bucket.pay(100_000 + 50_000)
     assert clock.now - began == pytest.approx(0.5)
     assert Ramp(30_000.0, 150.0).rate(449.0) == 60_000.0 * 2
+    # held back per doubling interval: 1 s in the first, 0.5 s in the second; the third
+    # (120,000/s by the ramp) reaches the maximum and takes the rest: the fourth's 0.5 s
+    assert bucket.held_back_by_interval == pytest.approx([1.0, 0.5, 0.5])
+
+
+def test_the_relay_ramps_by_the_numbers_the_plan_charged() -> None:
+    """local run's relay: the plan's fresh rate and doubling interval, none for a warm plan."""
+    plan = Plan.from_json(Path("tests/infra/plans/valkey_arm64.json").read_text())
+    assert plan.prediction is not None and planned_ramp(plan) is None
+    ramped = dataclasses.replace(plan, prediction=dataclasses.replace(
+        plan.prediction, cache_ramp_s=40.0, cache_fresh_ecpu_per_s=2_000.0,
+        cache_ramp_doubling_s=3.0))
+    assert planned_ramp(ramped) == Ramp(2_000.0, 3.0)
 
 
 @pytest.fixture
