@@ -47,3 +47,18 @@ def test_patterns_smoke(profiles: Path) -> None:
     assert verdict["measured_order"] == ["kreduce"] and verdict["kreduce_not_slower"] is None
     assert summary["met"] is None  # nothing to compare with at this size
     assert "patterns writes what it would write under docs/" in stdout
+
+
+def test_cache_scaling_smoke() -> None:
+    """The shipped profiles (no profiling at this size), one epoch on an emulated fresh cache
+    with a per-slot ceiling: the plan charges both, the relay ramps (its intervals are
+    reported) and holds the slots. How the ramp's throttle fades is the full size's goal (and
+    the relay's unit test's, tests/local/servers/test_ecpu_proxy.py)."""
+    summary, stdout = run_smoke("cache_scaling", timeout_s=300)
+    assert {"bench", "goal", "rows", "met"} <= set(summary)
+    [row] = summary["rows"]
+    assert row["fresh"] and row["hot_key"]
+    assert row["predicted_ramp_s"] > 0 and row["measured_s"] > 0
+    assert row["held_back_s_by_interval"], row  # the relay ramped by the plan's numbers
+    assert row["held_back_at_slots_s"] > 0
+    assert "cache_scaling writes what it would write under docs/" in stdout
