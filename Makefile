@@ -103,6 +103,7 @@ bench: setup
 	$(PY) -m bench.step_overhead
 	$(PY) -m bench.prediction
 	$(PY) -m bench.patterns
+	$(PY) -m bench.cache_scaling
 	$(PY) -m bench.cold_start
 	$(PY) -m bench.fuzz_inputs
 	$(PY) -m bench.memory_roles --workload squeezenet-cifar10
