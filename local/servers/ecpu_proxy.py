@@ -39,7 +39,7 @@ from typing import Self
 import redis
 
 from local.servers.managed import HOST, RedisTlsClusterServer, ValkeyServer
-from local.servers.slot_meter import SlotMeter
+from local.servers.slot_meter import SlotConnection, SlotMeter
 
 KB = 1024
 BURST_S = 1.0  # the bucket holds one second of the maximum
@@ -65,7 +65,7 @@ class EcpuBucket:
         self.rate = rate
         self.burst_s = burst_s
         self.ramp: Ramp | None = None
-        self.used = 0
+        self.used: float = 0
         self.throttled_s = 0.0
         # seconds held back in each doubling interval from the ramp's first request
         self.held_back_by_interval: list[float] = []
@@ -98,7 +98,7 @@ class EcpuBucket:
             if self._first is None:
                 self._first = time.monotonic()
 
-    def pay(self, ecpus: int, *, starts_ramp: bool = True) -> None:
+    def pay(self, ecpus: float, *, starts_ramp: bool = True) -> None:
         """Take ``ecpus``; sleep for the debt when the bucket runs short. ``starts_ramp``:
         a ramp not started yet starts with this request."""
         with self._lock:
@@ -189,20 +189,20 @@ class EcpuProxy:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._sockets += [client, server]
+            metered = self.slots.connection()  # both directions, paired per command
             for source, sink, request in ((client, server, True), (server, client, False)):
-                threading.Thread(target=self._pump, args=(source, sink, request),
+                threading.Thread(target=self._pump, args=(source, sink, request, metered),
                                  daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, request: bool) -> None:
-        parser = self.slots.request_parser() if request else None
+    def _pump(self, source: socket.socket, sink: socket.socket, request: bool,
+              metered: SlotConnection) -> None:
+        feed = metered.feed_request if request else metered.feed_reply
         with suppress(OSError):
             while chunk := source.recv(CHUNK):
-                if parser is not None and not parser.broken:
-                    parser.feed(chunk)  # pays the requests' slots before they go on
-                    if parser.broken:
-                        self.slots.unparsed += 1
+                feed(chunk)  # pays the values' slots before their bytes go on
+                # a connection the slots cannot follow starts a fresh cache's ramp itself
                 self.bucket.pay(ecpus_of(len(chunk), request=request),
-                                starts_ramp=parser is not None and parser.broken)
+                                starts_ramp=metered.broken)
                 sink.sendall(chunk)
         for sock in (source, sink):
             with suppress(OSError):
@@ -219,9 +219,9 @@ class EcpuProxy:
         per_slot = f"{slots.ecpu_per_s:,.0f}/s" if slots.ecpu_per_s else "none"
         busiest = max(slots.by_slot.values(), default=0)
         unparsed = f", {slots.unparsed} connections not parsed" if slots.unparsed else ""
-        return (f"cache ECPUs {self.bucket.used:,} (maximum {cap}{fresh}), held back "
+        return (f"cache ECPUs {self.bucket.used:,.0f} (maximum {cap}{fresh}), held back "
                 f"{self.bucket.throttled_s:.1f} s at the maximum{by_interval}; per hash slot "
-                f"(maximum {per_slot}) the busiest {busiest:,} ECPUs, held back "
+                f"(maximum {per_slot}) the busiest {busiest:,.0f} ECPUs, held back "
                 f"{slots.held_back_s:.1f} s in all{unparsed}")
 
     def summary(self) -> dict[str, object]:
@@ -232,7 +232,7 @@ class EcpuProxy:
                 "held_back_s": round(self.bucket.throttled_s, 3),
                 "slots": {"ecpu_per_s_maximum": slots.ecpu_per_s,
                           "held_back_s": round(slots.held_back_s, 3),
-                          "busiest_ecpus": max(slots.by_slot.values(), default=0),
+                          "busiest_ecpus": round(max(slots.by_slot.values(), default=0)),
                           "unparsed_connections": slots.unparsed},
                 "ramp": None if ramp is None else {
                     "fresh_ecpu_per_s": ramp.fresh, "doubling_s": ramp.doubling_s,

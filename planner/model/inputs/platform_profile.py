@@ -9,6 +9,7 @@ says where the ``transfer`` and ``cold_start`` coefficients come from.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -106,6 +107,10 @@ class PlatformProfile:
     # and one hash slot's ceiling, the same page: about 30,000 ECPU/s (90,000 with READONLY
     # replica reads); planner/model/terms/cache_throughput.py charges the hot key by it
     cache_slot_ecpu_per_s: float = SLOT_ECPU_PER_S
+    # The most one request moves per second whatever the fit says (MB/s; inf: no ceiling). Not
+    # a file field: the exchange's view of a store that meters requests per key sets it
+    # (ChannelCosts.exchange_platform: a Valkey key's slot, cache_throughput.py)
+    request_mb_per_s_max: float = math.inf
     # where the transfer and cold_start coefficients come from (planner/model/inputs/provenance.py);
     # {} = not recorded, counted as provisional
     provenance: Mapping[str, Provenance] = field(default_factory=dict, hash=False)
@@ -146,6 +151,9 @@ class PlatformProfile:
         set_field(self, "cache_ramp_doubling_s", number(
             "cache_ramp_doubling_s", self.cache_ramp_doubling_s, low=0.0, above=True,
             high=86_400.0))
+        if not (isinstance(self.request_mb_per_s_max, (int, float))
+                and self.request_mb_per_s_max > 0):
+            raise bad("request_mb_per_s_max", f"must be > 0, got {self.request_mb_per_s_max!r}")
         set_field(self, "provenance", parse_provenance(self.provenance, PLATFORM_GROUPS))
 
     def cold_start_s(self, memory_mb: ArrayLike) -> NDArray[np.float64]:
@@ -180,10 +188,12 @@ class PlatformProfile:
 
     def throughput(self, direction: Direction, memory_mb: ArrayLike,
                    size_mb: ArrayLike) -> NDArray[np.float64]:
-        """MB/s for one object of ``size_mb`` at memory M; broadcasts over both arrays."""
+        """MB/s for one object of ``size_mb`` at memory M, at most
+        ``request_mb_per_s_max``; broadcasts over both arrays."""
         peak, rate = self.coefficients(direction, memory_mb)
         size = sizes(size_mb)
-        return np.asarray(peak * -np.expm1(-rate * size), dtype=np.float64)
+        return np.asarray(np.minimum(peak * -np.expm1(-rate * size), self.request_mb_per_s_max),
+                          dtype=np.float64)
 
     def transfer_time(self, direction: Direction, memory_mb: ArrayLike,
                       size_mb: ArrayLike) -> NDArray[np.float64]:
@@ -196,7 +206,8 @@ class PlatformProfile:
             exponent = rate * size
             per_peak = np.where(exponent > 1e-9, size / -np.expm1(-exponent),
                                 1.0 / rate + size / 2.0)
-        return np.asarray(per_peak / peak, dtype=np.float64)
+        return np.asarray(np.maximum(per_peak / peak, size / self.request_mb_per_s_max),
+                          dtype=np.float64)
 
     @property
     def cpu_profiled(self) -> bool:
@@ -213,6 +224,7 @@ class PlatformProfile:
         if not self.cpu_profiled:
             for name in CPU_FIELDS:
                 del data[name]
+        del data["request_mb_per_s_max"]  # the exchange's view, never a file's
         for name, default in CACHE_DEFAULTS.items():
             if data[name] == default:
                 del data[name]  # AWS's documented figures: the files stay as they were
@@ -221,6 +233,9 @@ class PlatformProfile:
 
     @classmethod
     def from_dict(cls, data: object) -> PlatformProfile:
+        if isinstance(data, Mapping) and "request_mb_per_s_max" in data:
+            raise bad("request_mb_per_s_max", "is not a profile field: the planner derives it "
+                                              "from cache_slot_ecpu_per_s on Valkey")
         return construct(cls, data)
 
 

@@ -58,6 +58,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from planner.model.terms.exchange_time import SlotFloors, aggregator_terms, non_aggregator_times
 from planner.model.terms.pipelined import pipelined_terms
+from planner.model.terms.request_ceiling import exchange_platform
 
 if TYPE_CHECKING:
     from planner.model.inputs.problem import Problem
@@ -151,7 +152,7 @@ def _pipelined_peak(problem: Problem, w: FloatArray, mem: FloatArray, k: FloatAr
                     ) -> FloatArray:
     chunks = problem.exchange_chunks
     shard, merged = _sizes(problem, k)
-    terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks,
+    terms = pipelined_terms(exchange_platform(problem), mem, problem.workload.model_mb, k, chunks,
                             problem.upload_share)
     up_a, down_a = terms.aggregator_transfers(w)
     aggregator = (_rate((k - 1.0) * chunks * shard + chunks * merged, up_a)

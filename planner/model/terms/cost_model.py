@@ -78,6 +78,7 @@ from planner.model.terms.channels import ExchangeRates, channel_costs
 from planner.model.terms.exchange_time import communication_times, iteration_times
 from planner.model.terms.memory import memory_exceeded, role_max_batch
 from planner.model.terms.pipelined import pipelined_terms
+from planner.model.terms.request_ceiling import exchange_platform
 from planner.model.terms.segment_requests import segment_request_cost
 from planner.model.terms.storage_cost import storage_cost
 
@@ -165,7 +166,7 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
     w, mem, k, ba = (np.asarray(x, dtype=np.int64) for x in
                      (workers, memory_mb, aggregators, batch_aggregator))
     if problem.exchange_chunks > 1:  # the aggregator's extra seconds: c_a − c_n
-        terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k,
+        terms = pipelined_terms(exchange_platform(problem), mem, problem.workload.model_mb, k,
                                 problem.exchange_chunks, problem.upload_share)
         lag = terms.aggregator(w) - terms.non_aggregator
     else:

@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from planner.model.terms.client_cpu import exchange_cpu_bounds
 from planner.model.terms.pipelined import pipelined_terms
+from planner.model.terms.request_ceiling import exchange_platform
 
 if TYPE_CHECKING:
     from planner.model.inputs.problem import Problem
@@ -43,7 +44,7 @@ def shard_throughputs(problem: Problem, memory_mb: ArrayLike, shard_mb: ArrayLik
                       ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """(tp_up, tp_down) of a float32 shard (merged shards) and of a worker's shard as it
     travels, at ``upload_share`` of those bytes: the same two at float32."""
-    platform = problem.platform
+    platform = exchange_platform(problem)
     up, down = (platform.throughput(way, memory_mb, shard_mb) for way in ("up", "down"))
     if problem.upload_share == 1.0:
         return up, down, up, down
@@ -108,8 +109,8 @@ def non_aggregator_times(problem: Problem, memory_mb: ArrayLike,
     model_mb = problem.workload.model_mb
     if problem.exchange_chunks > 1:
         chunks = problem.exchange_chunks
-        terms = pipelined_terms(problem.platform, memory_mb, model_mb, aggregators, chunks,
-                                problem.upload_share)
+        terms = pipelined_terms(exchange_platform(problem), memory_mb, model_mb, aggregators,
+                                chunks, problem.upload_share)
         return terms.uploads_n, terms.downloads_n
     shard_mb = model_mb / np.asarray(aggregators, dtype=np.float64)
     _, tp_down, sent_up, _ = shard_throughputs(problem, memory_mb, shard_mb)
@@ -150,8 +151,8 @@ def _transfer_bound(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
     others = k < w  # K = W has no non-aggregator: its terms must not bind
     if problem.exchange_chunks > 1:
         chunks = problem.exchange_chunks
-        terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks,
-                                problem.upload_share)
+        terms = pipelined_terms(exchange_platform(problem), mem, problem.workload.model_mb, k,
+                                chunks, problem.upload_share)
         comm_hap, comm_bsp = terms.aggregator(w), terms.aggregator(w, lockstep=True)
         upload, download = terms.aggregator_transfers(w)
         aggregate = np.where(bsp, comm_bsp, comm_hap) - np.maximum(upload, download)

@@ -49,6 +49,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from planner.model.terms.exchange_time import aggregator_terms, non_aggregator_times
 from planner.model.terms.pipelined import pipelined_terms
+from planner.model.terms.request_ceiling import exchange_platform
 
 if TYPE_CHECKING:
     from planner.model.inputs.problem import Problem
@@ -95,7 +96,7 @@ def _phased_peak(problem: Problem, w: FloatArray, mem: FloatArray, k: FloatArray
 def _pipelined_peak(problem: Problem, w: FloatArray, mem: FloatArray, k: FloatArray
                     ) -> tuple[FloatArray, FloatArray]:
     chunks = problem.exchange_chunks
-    terms = pipelined_terms(problem.platform, mem, problem.workload.model_mb, k, chunks,
+    terms = pipelined_terms(exchange_platform(problem), mem, problem.workload.model_mb, k, chunks,
                             problem.upload_share)
     up_a, down_a = terms.aggregator_transfers(w)
     moved = k - 1.0 if problem.own_shard_local else k
