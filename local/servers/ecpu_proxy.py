@@ -39,9 +39,8 @@ from typing import Self
 import redis
 
 from local.servers.managed import HOST, RedisTlsClusterServer, ValkeyServer
-from local.servers.slot_meter import SlotConnection, SlotMeter
+from local.servers.slot_meter import KB, SlotConnection, SlotMeter
 
-KB = 1024
 BURST_S = 1.0  # the bucket holds one second of the maximum
 CHUNK = 64 * KB
 
@@ -117,7 +116,6 @@ class EcpuBucket:
             self._book(now, wait)
         if wait:
             time.sleep(wait)
-
 
     def _book(self, now: float, wait: float) -> None:
         """Count ``wait`` in the ramp interval ``now`` falls in; once the ramp has reached the

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from planner.model.terms.exchange_cost import KB_PER_MB
 from planner.model.terms.exchange_time import SlotFloors, aggregator_terms, non_aggregator_times
 from planner.model.terms.pipelined import pipelined_terms
 from planner.model.terms.request_ceiling import exchange_platform
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
     from planner.model.inputs.problem import Problem
 
 FloatArray = NDArray[np.float64]
-KB_PER_MB = 1024.0
 # CacheUsageLimits ECPUPerSecond: 1,000-15,000,000 by the providers' docs (module docstring)
 
 

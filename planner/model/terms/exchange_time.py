@@ -92,12 +92,15 @@ def aggregator_terms(problem: Problem, memory_mb: ArrayLike, aggregators: ArrayL
 
 
 def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray,
-                        aggregators: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """An aggregator's (T_up, T_agg, T_down) per iteration; all zero for a single worker."""
+                        aggregators: IntArray, publish_floor: FloatArray | float = 0.0
+                        ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """An aggregator's (T_up, T_agg, T_down) per iteration, its publish at least
+    ``publish_floor`` (a store's, ``SlotFloors``); all zero for a single worker."""
     terms = aggregator_terms(problem, memory_mb, aggregators)
     alone = workers <= 1
     upload = np.where(alone, 0.0, terms.upload)
-    aggregate = np.where(alone, 0.0, (workers - 1) * terms.per_peer + terms.publish)
+    publish = np.maximum(terms.publish, publish_floor)
+    aggregate = np.where(alone, 0.0, (workers - 1) * terms.per_peer + publish)
     download = np.where(alone, 0.0, terms.download)
     return upload, aggregate, download
 
@@ -164,10 +167,8 @@ def _transfer_bound(problem: Problem, w: IntArray, mem: IntArray, k: IntArray,
         bsp_iteration = training + np.maximum(comm_bsp, loaded)
         return upload, aggregate, download, np.maximum(
             np.where(bsp, bsp_iteration, hap), training + floors.publish + floors.download)
-    upload, aggregate, download = communication_times(problem, w, mem, k)
+    upload, aggregate, download = communication_times(problem, w, mem, k, floors.publish)
     upload_n, download_n = non_aggregator_times(problem, mem, k)
-    publish = aggregator_terms(problem, mem, k).publish
-    aggregate = aggregate + np.where(w > 1, np.maximum(floors.publish - publish, 0.0), 0.0)
     download = np.where(download > 0, np.maximum(download, floors.download), download)
     download_n = np.maximum(download_n, floors.download)
     comm_a = upload + aggregate + download

@@ -18,11 +18,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from planner.model.inputs.platform_profile import PlatformProfile
+from planner.model.terms.exchange_cost import KB_PER_MB
 
 if TYPE_CHECKING:
     from planner.model.inputs.problem import Problem
 
-KB_PER_MB = 1024.0
 
 
 def _slot_mb_per_s(problem: Problem) -> float:

@@ -16,8 +16,9 @@ from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.valkey import ValkeyChannel
 from local.run.run_servers import planned_ramp
 from local.servers import ecpu_proxy
-from local.servers.ecpu_proxy import BURST_S, KB, EcpuBucket, EcpuProxy, Ramp, ecpus_of
+from local.servers.ecpu_proxy import BURST_S, EcpuBucket, EcpuProxy, Ramp, ecpus_of
 from local.servers.managed import HOST, ValkeyServer
+from local.servers.slot_meter import KB
 from tests.local.fake_clock import FakeClock
 
 FRAME = 1024 * KB

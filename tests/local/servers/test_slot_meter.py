@@ -12,9 +12,9 @@ import pytest
 from redis.crc import key_slot
 
 from fasdl.exchange.channel.valkey import ValkeyChannel
-from local.servers.ecpu_proxy import KB, EcpuBucket, EcpuProxy
+from local.servers.ecpu_proxy import EcpuBucket, EcpuProxy
 from local.servers.managed import HOST, ValkeyServer
-from local.servers.slot_meter import ReplyParser, RequestParser, SlotMeter
+from local.servers.slot_meter import KB, ReplyParser, RequestParser, SlotMeter
 
 Request = tuple[bytes, bytes]
 
