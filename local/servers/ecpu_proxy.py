@@ -198,9 +198,9 @@ class EcpuProxy:
         with suppress(OSError):
             while chunk := source.recv(CHUNK):
                 feed(chunk)  # pays the values' slots before their bytes go on
-                # a connection the slots cannot follow starts a fresh cache's ramp itself
+                # a connection whose SETs are not seen starts a fresh cache's ramp itself
                 self.bucket.pay(ecpus_of(len(chunk), request=request),
-                                starts_ramp=metered.broken)
+                                starts_ramp=metered.blind)
                 sink.sendall(chunk)
         for sock in (source, sink):
             with suppress(OSError):

@@ -14,7 +14,7 @@ from redis.crc import key_slot
 from fasdl.exchange.channel.valkey import ValkeyChannel
 from local.servers.ecpu_proxy import EcpuBucket, EcpuProxy
 from local.servers.managed import HOST, ValkeyServer
-from local.servers.slot_meter import KB, ReplyParser, RequestParser, SlotMeter
+from local.servers.slot_meter import KB, NO_CEILING, ReplyParser, RequestParser, SlotMeter
 
 Request = tuple[bytes, bytes]
 
@@ -93,6 +93,26 @@ def test_a_value_pays_its_keys_slot_both_ways_and_a_miss_pays_nothing() -> None:
     assert writes == [1] and not connection.broken
     assert {bucket.rate for bucket in buckets[30_000.0]} == {30_000.0}
 
+
+
+@pytest.mark.parametrize("ceiling", [None, float(NO_CEILING)])
+def test_without_a_ceiling_a_connection_stops_parsing_after_the_first_set(
+        ceiling: float | None) -> None:
+    """Parsing costs the relay's CPU: once a SET has started a fresh cache's ramp and no slot
+    ceiling binds, nothing is parsed (nor paid) any more, on old and new connections."""
+    meter = SlotMeter(ceiling, Counting)
+    first, other = meter.connection(), meter.connection()
+    other.feed_request(_resp(b"GET", b"k"))
+    first.feed_request(STREAM)
+    assert first.blind and other.blind and not first.broken
+    paid = dict(meter.by_slot)
+    first.feed_request(_resp(b"SET", b"another", b"v" * 5000))
+    meter.connection().feed_request(_resp(b"SET", b"third", b"v" * 5000))
+    assert meter.by_slot == paid
+    meter.set_rate(30_000.0)  # a ceiling: new connections parse again
+    fresh = meter.connection()
+    fresh.feed_request(_resp(b"SET", b"another", b"v" * 5000))
+    assert not fresh.blind and key_slot(b"another") in meter.by_slot
 
 @pytest.fixture
 def valkey() -> Iterator[ValkeyServer]:
