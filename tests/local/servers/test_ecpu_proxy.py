@@ -120,3 +120,26 @@ def test_a_cluster_client_is_metered_and_held_to_the_maximum(valkey: ValkeyServe
         # How much was refilled is the relay's own speed, which load changes: not asserted.
         assert 0 < proxy.bucket.throttled_s < debt_s
         assert "held back" in proxy.describe()
+
+
+def test_a_slot_streams_at_its_rate_though_its_payer_wakes_late(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No burst, yet a payer that oversleeps each chunk's debt loses nothing: 75 chunks of 64
+    ECPUs at 82,113 ECPU/s take their 58 ms (without the credit, 0.3 ms late per chunk: 81
+    ms); after an idle gap the bucket grants nothing at once."""
+    clock = FakeClock()
+    late = 0.0003  # a scheduler's wake-up, on top of every sleep
+
+    def oversleep(seconds: float) -> None:
+        clock.sleep(seconds + late)
+
+    monkeypatch.setattr(ecpu_proxy, "time", SimpleNamespace(monotonic=clock, sleep=oversleep))
+    bucket = EcpuBucket(82_113.0, burst_s=0.0)
+    start = clock.now
+    for _ in range(75):
+        bucket.pay(64)
+    assert clock.now - start == pytest.approx(75 * 64 / 82_113.0, abs=0.001)
+    clock.now += 1.0  # idle
+    start = clock.now
+    bucket.pay(64)
+    assert clock.now - start == pytest.approx(64 / 82_113.0 + late)
