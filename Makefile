@@ -67,7 +67,8 @@ test: lint
 # The cheap tier (docs/development.md): no servers, sandboxes, pip, local runs or timing tests
 # (the cost marks of tests/costs.py), then tests/infra's checks of the templates its conftest
 # synthesizes once per session. ruff and the import contracts but not mypy: a cold mypy alone
-# takes 1.5 min of the 4 this target may take.
+# takes 1.5 min of the 4 this target may take. FASDL_FAST_TIER: the search-equivalence
+# properties at a quarter of their examples (tests/examples.py).
 COSTLY := servers or sandbox or network or e2e or serial
 TEMPLATE_TESTS := tests/infra/test_snapshots.py tests/infra/test_assertions.py \
 	tests/infra/test_security_assertions.py \
@@ -75,7 +76,7 @@ TEMPLATE_TESTS := tests/infra/test_snapshots.py tests/infra/test_assertions.py \
 test-fast: setup
 	$(VENV)/bin/ruff check .
 	PYTHONPATH=functions:. $(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -m "not ($(COSTLY) or synth)"; status=$$?; \
+	FASDL_FAST_TIER=1 $(PY) -m pytest -m "not ($(COSTLY) or synth)"; status=$$?; \
 		echo "cheap tier: $$SECONDS s"; exit $$status
 	$(PY) -m pytest -n 0 -m "not ($(COSTLY))" $(TEMPLATE_TESTS); status=$$?; \
 		echo "infra templates: $$SECONDS s"; exit $$status

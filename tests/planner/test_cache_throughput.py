@@ -20,10 +20,12 @@ from planner.model.terms.cache_throughput import (
 )
 from planner.model.terms.cost_model import evaluate
 from planner.search.searches import exact, exhaustive
+from tests.examples import examples
 from tests.planner.problems import problems
 from tests.planner.search_helpers import paper_problem, same_optimum
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(40), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
 def _shipped(channel: str) -> Problem:

@@ -19,10 +19,11 @@ from planner.model.terms.cost_model import evaluate
 from planner.model.terms.exchange_cost import s3_exchange_cost
 from planner.model.terms.pipelined import CHUNK_CHOICES, chunk_choices, pipelined_terms
 from planner.search.searches import AUTO, BN_RULES, PIPELINED, exact, exhaustive
+from tests.examples import examples
 from tests.planner.problems import problems, with_duplex
 from tests.planner.search_helpers import assert_satisfies_constraints, same_optimum, same_time
 
-SEARCH_SETTINGS = settings(max_examples=40, deadline=None,
+SEARCH_SETTINGS = settings(max_examples=examples(40), deadline=None,
                            suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -230,7 +231,7 @@ def test_the_pattern_is_the_best_chunk_count(problem: Problem) -> None:
     assert_satisfies_constraints(chunked, result.choice)
 
 
-@settings(SEARCH_SETTINGS, max_examples=15)  # two searches of each kind per example
+@settings(SEARCH_SETTINGS, max_examples=examples(15))  # two searches of each kind per example
 @given(problem=problems(small=True), objective=st.sampled_from(["cost", "time"]))
 def test_auto_is_the_better_of_phased_and_pipelined(problem: Problem, objective: str) -> None:
     """plan's default: whichever K-REDUCE is cheaper (faster for the time objective), the

@@ -24,10 +24,11 @@ from planner.model.inputs.profiles import load_platform, load_prices, load_workl
 from planner.search.heuristic import lambda_dnn, standalone, two_stage
 from planner.search.quotas import Quotas, Search, limit_memory, limit_workers, search_within
 from planner.search.searches import SearchResult, exact, exhaustive
+from tests.examples import examples
 from tests.planner.problems import problems
 from tests.planner.search_helpers import assert_satisfies_constraints, same_optimum
 
-QUOTA_SETTINGS = settings(max_examples=40, deadline=None,
+QUOTA_SETTINGS = settings(max_examples=examples(40), deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 QUOTA_NAMES = {"max-memory", "max-concurrency", "max-memory and max-concurrency"}
 NAMES = {"memory", "max-global-batch", "alignment", "dataset", "lambda-timeout", "deadline",
@@ -63,7 +64,7 @@ def test_every_search_and_baseline_stays_within_the_quotas(problem: Problem,
             assert_satisfies_constraints(problem, result.choice)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems(), concurrency=st.integers(2, 120),
        memory=st.one_of(st.just(3008), st.integers(128, 10240)))
 def test_exact_stays_within_the_quotas_on_the_full_grid(problem: Problem, concurrency: int,
@@ -114,7 +115,7 @@ def test_a_quota_is_named_exactly_when_raising_it_helps(problem: Problem,
         assert relaxed is not None and exact(relaxed).feasible
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(problem=problems(small=True), data=st.data())
 def test_quotas_just_below_the_optimum_bind_or_change_it(problem: Problem,
@@ -164,7 +165,7 @@ def cli(*argv: str) -> tuple[int, dict[str, Any], str]:
     return code, document, err.getvalue()
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workload=st.sampled_from(["bert-base-cola", "resnet50-cifar10", "mobilenet-cifar10",
                                  "squeezenet-cifar10", "cnn-digits", "mlp-digits"]),
        deadline=st.integers(300, 20_000), cap=st.integers(16, 1024), epochs=st.integers(1, 25),

@@ -24,6 +24,7 @@ from planner.model.terms.s3_rates import (
     s3_utilisation,
 )
 from planner.search.searches import exact, exhaustive
+from tests.examples import examples
 from tests.planner.problems import problems
 from tests.planner.search_helpers import paper_problem, same_optimum
 
@@ -68,7 +69,7 @@ def test_evaluate_spreads_the_peak_over_the_fewest_prefixes() -> None:
     assert np.isnan(valkey.s3_key_prefixes[0]) and np.isnan(valkey.s3_requests_per_prefix_per_s[0])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems(channel="s3"), workers=st.integers(1, 1000), data=st.data(),
        memory=st.integers(128, 10240), chunks=st.sampled_from([1, 2, 4]))
 def test_every_s3_plan_stays_within_the_documented_rates(problem: Problem, workers: int,
@@ -111,7 +112,7 @@ def test_wide_plans_carry_their_prefixes_and_rates(min_workers: int) -> None:
         assert plan.training.exchange_key_prefixes > 1
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems(channel="s3", small=True), put=st.floats(1.0, 200.0),
        prefixes=st.integers(1, 3))
 def test_limited_exact_equals_exhaustive_and_keeps_the_rates(problem: Problem, put: float,

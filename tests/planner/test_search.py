@@ -22,6 +22,7 @@ from planner.search.searches import (
     exhaustive,
     frontier,
 )
+from tests.examples import examples
 from tests.planner.problems import problems
 from tests.planner.search_helpers import (
     assert_satisfies_constraints,
@@ -30,7 +31,7 @@ from tests.planner.search_helpers import (
     same_time,
 )
 
-SEARCH_SETTINGS = settings(max_examples=60, deadline=None,
+SEARCH_SETTINGS = settings(max_examples=examples(60), deadline=None,
                            suppress_health_check=[HealthCheck.too_slow])
 
 
