@@ -30,6 +30,8 @@ from fasdl.contract.cache import (
 )
 from fasdl.contract.plan import UPLOAD_BYTES_PER_VALUE, Plan
 
+# DataStorage limits: "Minimum data storage size (1 GB)", "Maximum data storage size (5000 GB)"
+# (AWS's CDK reference, aws_cdk.aws_elasticache_alpha.CacheUsageLimitsProperty, 2026-11-30)
 MIN_STORAGE_GB = 1
 MAX_STORAGE_GB = 5_000
 # Measured Lambda network ceiling (~75 MB/s) reached at one vCPU (1,769 MB).

@@ -18,9 +18,9 @@ if TYPE_CHECKING:  # the planner passes arrays of W; the trigger has no numpy
 from fasdl.contract.fields import is_int_in
 
 NAME_MAX_LENGTH = 40  # ElastiCache's limit on a serverless cache's name
-# ECPUPerSecond limits of a serverless cache: AWS's API page states none; the infrastructure
-# providers' docs give 1,000-15,000,000 (planner/model/terms/cache_throughput.py); above its
-# maximum a cache throttles
+# ECPUPerSecond limits of a serverless cache: AWS's API page states none, AWS's CDK reference
+# (CacheUsageLimitsProperty) gives 1,000-15,000,000 (planner/model/terms/cache_throughput.py);
+# above its maximum a cache throttles
 MIN_ECPU_PER_SECOND = 1_000
 MAX_ECPU_PER_SECOND = 15_000_000
 # The data cap over the exchange's peak: ElastiCache Serverless evicts keys with a TTL (all of

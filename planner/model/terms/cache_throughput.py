@@ -6,9 +6,11 @@ transferred (a GET of 3.2 KB takes 3.2 ECPUs), a simple command at least 1
 at most its CacheUsageLimits ECPUPerSecond maximum; above it the cache throttles, so a plan
 whose peak needs more cannot run at its predicted speed. AWS's API and CloudFormation pages
 (API_ECPUPerSecond.html, aws-properties-elasticache-serverlesscache-ecpupersecond.html) state
-no range for it; 1,000-15,000,000 is what the infrastructure providers' docs give ("Must be
-between 1,000 and 15,000,000", the Pulumi/Terraform AWS provider's
-ServerlessCacheCacheUsageLimitsEcpuPerSecond), kept until an account says otherwise.
+no range for it. AWS's CDK reference does: "Minimum request rate limit (1000 ECPUs per second)",
+"Maximum request rate limit (15000000 ECPUs per second)" (docs.aws.amazon.com/cdk/api/v2/python/
+aws_cdk.aws_elasticache_alpha/CacheUsageLimitsProperty.html, checked 2026-11-30), as do the
+Pulumi/Terraform AWS provider's ("Must be between 1,000 and 15,000,000"). A deploy that AWS
+refuses fails at `cdk deploy`, before any run.
 
 With S_s = S_m/K, u the upload share (1 float32, 1/2 bfloat16), C chunks per shard and
 e(x MB) = max(1, 1024·x / kb_per_ecpu) the ECPUs of one request, an iteration issues
@@ -65,7 +67,7 @@ if TYPE_CHECKING:
     from planner.model.inputs.problem import Problem
 
 FloatArray = NDArray[np.float64]
-# CacheUsageLimits ECPUPerSecond: 1,000-15,000,000 by the providers' docs (module docstring)
+# CacheUsageLimits ECPUPerSecond: 1,000-15,000,000 by AWS's CDK reference (module docstring)
 
 
 def request_ecpus(problem: Problem, megabytes: ArrayLike) -> FloatArray:
