@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import prediction
+from bench.local_runs import PROFILE_SMOKE
 from tests.bench.smoke_run import docs_untouched, run_smoke
 
 __all__ = ["docs_untouched"]  # the fixture, used by name
@@ -24,7 +26,14 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("docs_untouched"
 
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("profiles")
+    """The smoke size's one profile, made here by the bench's own profile step (as
+    ``bench.prediction --smoke`` makes it), so neither test's own item pays it."""
+    folder = tmp_path_factory.mktemp("profiles")
+    config = prediction.CONFIGS[0]
+    prediction.profile(config.model, config.channel, prediction.profile_dir(folder, config),
+                       prediction.SMOKE_MEMORIES, PROFILE_SMOKE)
+    assert (prediction.profile_dir(folder, config) / "workload.json").is_file()
+    return folder
 
 
 def test_prediction_smoke(profiles: Path) -> None:
@@ -33,6 +42,7 @@ def test_prediction_smoke(profiles: Path) -> None:
             "pipelined_mean_abs_error", "met", "rows"} <= set(summary)
     [row] = summary["rows"]
     assert (row["config"], row["workers"], row["memory_mb"]) == ("s3-w2-m1024-k1", 2, 1024)
+    assert "reusing the cnn s3 profile" in stdout  # the fixture's, made by the same step
     assert row["predicted_s"] > 0 and row["measured_s"] > 0 and row["steady_iterations"] > 0
     assert "prediction writes what it would write under docs/" in stdout
 
