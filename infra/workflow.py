@@ -36,6 +36,7 @@ is what the trigger returns; every field each Lambda receives and returns is in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from aws_cdk import Duration, RemovalPolicy, Stack
@@ -46,7 +47,8 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from fasdl.contract import events
-from fasdl.contract.errors import CacheNotReady, RunExists, WorkerNotReady
+from fasdl.contract.cache import CACHE_WAIT_POLL_S, MAX_CACHE_WAIT_S
+from fasdl.contract.errors import CacheNotReady, CacheWarming, RunExists, WorkerNotReady
 from infra import guard_states, lambda_errors
 from infra.segment_states import (
     CRASHED,
@@ -83,6 +85,7 @@ class Retrier:
     max_attempts: int
     backoff: float
     max_delay_s: int
+    jitter: bool = True  # full jitter spreads W workers' retries; a timed wait keeps its span
 
     def worst_case_wait_s(self) -> float:
         return sum(min(self.interval_s * self.backoff ** k, self.max_delay_s)
@@ -109,6 +112,11 @@ RETRIERS = (
 # every 30 s for up to 5 minutes, on the trigger's tasks only. Nothing ran, so a retry is safe.
 NOT_READY_RETRIER = Retrier((WorkerNotReady.__name__, CacheNotReady.__name__), interval_s=30,
                             max_attempts=10, backoff=1.0, max_delay_s=30)
+# A plan that waits for its cache's pre-scaled minimum (fasdl/aws/cache_lookup.py
+# CacheWarming): asked again every 30 s for up to the longest wait a plan may hold.
+CACHE_WARMING_RETRIER = Retrier((CacheWarming.__name__,), interval_s=CACHE_WAIT_POLL_S,
+                                max_attempts=math.ceil(MAX_CACHE_WAIT_S / CACHE_WAIT_POLL_S),
+                                backoff=1.0, max_delay_s=CACHE_WAIT_POLL_S, jitter=False)
 TASK_TIMEOUT_SLACK_S = 60
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 STATE_MACHINE_ID = "StateMachine"
@@ -134,13 +142,15 @@ RUN_EXISTS = "Run exists"
 
 def add_lambda_retries(task: tasks.LambdaInvoke, *, trigger: bool = False) -> None:
     """The Retry rules of :data:`RETRIERS`, in order, with full jitter; ``trigger`` adds
-    :data:`NOT_READY_RETRIER` first."""
-    for retrier in ((NOT_READY_RETRIER, *RETRIERS) if trigger else RETRIERS):
+    :data:`NOT_READY_RETRIER` and :data:`CACHE_WARMING_RETRIER` first."""
+    first = (NOT_READY_RETRIER, CACHE_WARMING_RETRIER) if trigger else ()
+    for retrier in (*first, *RETRIERS):
         task.add_retry(errors=list(retrier.errors),
                        interval=Duration.seconds(retrier.interval_s),
                        max_attempts=retrier.max_attempts, backoff_rate=retrier.backoff,
                        max_delay=Duration.seconds(retrier.max_delay_s),
-                       jitter_strategy=sfn.JitterType.FULL)
+                       jitter_strategy=(sfn.JitterType.FULL if retrier.jitter
+                                        else sfn.JitterType.NONE))
 
 
 def is_distributed(workers: int, inline_max: int = INLINE_MAP_LIMIT) -> bool:

@@ -6,8 +6,12 @@ action. Locally the "cache stack" is the Valkey server the runner starts, and th
 answers for it with the query protocol's XML, as ElastiCache does (the request is a form POST
 with ``Action=DescribeServerlessCaches``; errors are ``<ErrorResponse>`` documents with the
 fault code, ``ServerlessCacheNotFoundFault`` for an unknown name). ``--cache-stack`` models
-the states a user can meet: ``deployed`` (default), ``absent`` (destroyed between runs and not
-deployed again) and ``creating:N`` (the first N lookups see a cache still being created).
+the states a user can meet: ``deployed`` (default: deployed a day ago), ``absent`` (destroyed
+between runs and not deployed again), ``creating:N`` (the first N lookups see a cache still
+being created; created when the runner starts) and ``age:S`` (deployed S seconds before the
+runner started: a plan that waits for the pre-scaled minimum, ``prediction.cache_wait_s``,
+holds its first segment until the cache is that old, fasdl/aws/cache_lookup.py). Every answer
+carries the cache's ``CreateTime``.
 API: https://docs.aws.amazon.com/AmazonElastiCache/latest/APIReference/API_DescribeServerlessCaches.html
 """
 
@@ -15,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
@@ -25,32 +31,38 @@ XML = {"Content-Type": "text/xml"}
 NAMESPACE = "http://elasticache.amazonaws.com/doc/2015-02-02/"
 ACTION = "DescribeServerlessCaches"
 NOT_FOUND = "ServerlessCacheNotFoundFault"
-STATES = ("deployed", "absent", "creating:N")
+STATES = ("deployed", "absent", "creating:N", "age:S")
+DEPLOYED_AGE_S = 86_400.0  # ``deployed``: long enough for any pre-scaled minimum
 
 
 @dataclass(frozen=True)
 class CacheStackState:
     deployed: bool = True
     creating_lookups: int = 0  # lookups answered "creating" before "available"
+    age_s: float = DEPLOYED_AGE_S  # how long before the runner started it was created
 
     @classmethod
     def parse(cls, text: str) -> CacheStackState:
-        """``deployed``, ``absent`` or ``creating:N`` (N >= 1)."""
+        """``deployed``, ``absent``, ``creating:N`` (N >= 1) or ``age:S`` (S >= 0 s)."""
         if text == "deployed":
             return cls()
         if text == "absent":
             return cls(deployed=False)
         kind, _, count = text.partition(":")
         if kind == "creating" and count.isdigit() and int(count) >= 1:
-            return cls(creating_lookups=int(count))
+            return cls(creating_lookups=int(count), age_s=0.0)
+        if kind == "age" and count.replace(".", "", 1).isdigit():
+            return cls(age_s=float(count))
         raise argparse.ArgumentTypeError(
-            f"--cache-stack must be one of {', '.join(STATES)} (N >= 1), got {text!r}")
+            f"--cache-stack must be one of {', '.join(STATES)} (N >= 1, S >= 0 seconds), got "
+            f"{text!r}")
 
     def describe(self) -> str:
         if not self.deployed:
             return "stack absent"
-        return (f"created after {self.creating_lookups} lookups" if self.creating_lookups
-                else "deployed")
+        if self.creating_lookups:
+            return f"created after {self.creating_lookups} lookups"
+        return "deployed" if self.age_s == DEPLOYED_AGE_S else f"deployed {self.age_s:g} s ago"
 
 
 class LocalElastiCache(LoopbackServer):
@@ -65,6 +77,8 @@ class LocalElastiCache(LoopbackServer):
         self.state = state
         self.lookups = 0
         self._lock = threading.Lock()
+        created = datetime.fromtimestamp(time.time() - state.age_s, tz=UTC)
+        self.create_time = created.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     def answer(self, request: Request) -> Reply:
         form = {key: values[0] for key, values in parse_qs(request.body.decode()).items()}
@@ -80,7 +94,8 @@ class LocalElastiCache(LoopbackServer):
                                         f"<Port>{self.port}</Port></Endpoint>")
         cache = (f"<member><ServerlessCacheName>{escape(name)}</ServerlessCacheName>"
                  f"<Status>{'creating' if creating else 'available'}</Status>"
-                 f"<Engine>valkey</Engine>{endpoint}</member>")
+                 f"<Engine>valkey</Engine><CreateTime>{self.create_time}</CreateTime>"
+                 f"{endpoint}</member>")
         return 200, XML, (f'<{ACTION}Response xmlns="{NAMESPACE}"><{ACTION}Result>'
                           f"<ServerlessCaches>{cache}</ServerlessCaches></{ACTION}Result>"
                           f"<ResponseMetadata><RequestId>local</RequestId></ResponseMetadata>"

@@ -97,6 +97,7 @@ def prediction(choice: Choice, problem: Problem) -> Prediction:
                       cache_ramp_doubling_s=platform.cache_ramp_doubling_s if ramp_s else None,
                       cache_slot_ecpu_per_s=(platform.cache_slot_ecpu_per_s
                                              if "cache_ecpu_per_s_peak" in breakdown else None),
+                      cache_wait_s=breakdown.get("cache_wait_s") or None,  # 0: it ramps
                       breakdown=rest)
 
 

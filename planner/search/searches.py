@@ -54,7 +54,7 @@ SEARCHES: tuple[str, ...] = ("exact", "two-stage", "exhaustive")
 # from, the S3 request rates per key prefix, and what a fresh cache's ramp adds
 CHANNEL_RATES = ("cache_ecpu_per_s_peak", "cache_ecpu_per_s_mean", "s3_key_prefixes",
                  "s3_requests_per_prefix_per_s", "s3_get_per_prefix_per_s",
-                 "cache_ecpu_per_s_per_key", "cache_ramp_s", "cache_ramp_usd")
+                 "cache_ecpu_per_s_per_key", "cache_ramp_s", "cache_ramp_usd", "cache_wait_s")
 __all__ = ["BN_RULES", "Choice", "Objective", "SearchResult", "best_index", "choice_from",
            "exact", "exhaustive", "frontier", "infeasibility"]
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
-from fasdl.contract.errors import next_memory_mb
+from fasdl.contract.cache import MAX_CACHE_WAIT_S
+from fasdl.contract.errors import CacheWarming, next_memory_mb
 from infra import lambda_errors, segment_states, workflow
 from infra.compute import ephemeral_storage_mb
 from infra.lambda_runtime import PYTHON_RUNTIME, RUNTIME_OS
@@ -193,7 +194,8 @@ def test_every_lambda_task_retries_service_errors_with_capped_jitter(synth: Synt
         # Function errors are the workflow's to handle, never blindly retried here; the
         # trigger's own "not ready yet" (worker Pending, cache being created) is the exception.
         retried = {name for rule in task["Retry"] for name in rule["ErrorEquals"]}
-        not_ready = set(workflow.NOT_READY_RETRIER.errors)
+        not_ready = {*workflow.NOT_READY_RETRIER.errors,
+                     *workflow.CACHE_WARMING_RETRIER.errors}
         is_trigger = task["Parameters"].get("action") in TRIGGER_ACTIONS
         # the VPC failures a retry cannot cure (no free IP addresses, ...) fail the run, named
         curable = set(lambda_errors.SERVICE_ERRORS) - set(lambda_errors.VPC_FAILURES)
@@ -201,6 +203,11 @@ def test_every_lambda_task_retries_service_errors_with_capped_jitter(synth: Synt
         if is_trigger:
             assert task["Retry"][0]["IntervalSeconds"] == 30
             assert workflow.NOT_READY_RETRIER.worst_case_wait_s() == 300
+            # a plan waiting for its cache's pre-scaled minimum: asked every 30 s, no
+            # jitter, for at least the longest wait a plan may hold
+            warming = rules[(CacheWarming.__name__,)]
+            assert warming["IntervalSeconds"] == 30 and warming["JitterStrategy"] == "NONE"
+            assert warming["MaxAttempts"] * 30 >= MAX_CACHE_WAIT_S >= 3_600
     # The documented bound: a throttled task gives up after at most ~6 minutes of waiting.
     assert workflow.RETRIERS[0].worst_case_wait_s() <= 400
 

@@ -4,13 +4,16 @@ to a run, and that a Valkey plan charges it unless the cache is warm."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fasdl.contract.plan import Plan
-from fasdl.run.guards import ramp_fronts
+from fasdl.run.guards import first_segment_fronts
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import load_platform
 from planner.model.terms.cache_ramp import ramp_extra_s, seconds_to_reach
 from planner.model.terms.cache_throughput import peak_ecpu_per_key
 from planner.model.terms.cost_model import evaluate
@@ -105,7 +108,7 @@ def test_a_w64_plan_on_a_fresh_cache_charges_the_ramp_and_on_a_warm_one_not(
         exchange_s=exchange, ecpus_per_iteration=breakdown["cache_ecpu_per_s_mean"] * iteration,
         **RAMP))
     assert prediction.cache_ramp_s == pytest.approx(by_rule, rel=1e-4)
-    assert ramp_fronts(plan)[0] == prediction.cache_ramp_s  # the first segment's
+    assert first_segment_fronts(plan)[0] == prediction.cache_ramp_s  # the first segment's
     code, explained, _ = cli(*W64, "--explain")
     assert code == 0 and f"the ramp adds {prediction.cache_ramp_s:,.1f} s" in explained
     code, document, _ = run(capsys, *W64, "--cache-warm")
@@ -113,3 +116,55 @@ def test_a_w64_plan_on_a_fresh_cache_charges_the_ramp_and_on_a_warm_one_not(
     assert warm["cache_ramp_s"] == 0.0 and "cache_fresh_ecpu_per_s" not in warm
     code, explained, _ = cli(*W64, "--cache-warm", "--explain")
     assert "cache ramp: none charged (--cache-warm" in explained
+
+
+def _slow_ramp(problem: Problem) -> Problem:
+    """AWS's older text: doubling every 10 minutes, not 2-3."""
+    return dataclasses.replace(problem, platform=dataclasses.replace(
+        problem.platform, cache_ramp_doubling_s=600.0))
+
+
+W64_M2048 = (np.array([64]), np.array([2048]), np.array([8]), np.array([16]), np.array([16]))
+
+
+def test_a_fresh_cache_is_waited_for_where_that_is_cheaper_and_meets_the_deadline() -> None:
+    """cost_model._start_fresh_cache: W = 64 at 2 GB on a ramp doubling every 600 s pays more
+    Lambda time than an hour of the cache's minimum, so the run waits cache_prescale_s, no
+    ramp, no Lambda during the wait; at 150 s it ramps; a deadline the wait would pass keeps
+    the ramp; a warm cache neither."""
+    problem = _slow_ramp(paper_problem("resnet50-cifar10", 1e6, 4096, 1, "valkey"))
+    waits = evaluate(problem, *W64_M2048)
+    warm = evaluate(dataclasses.replace(problem, cache_warm=True), *W64_M2048)
+    prescale = problem.platform.cache_prescale_s
+    assert prescale == 3_600.0
+    assert float(waits.cache_wait_s[0]) == prescale and float(waits.cache_ramp_s[0]) == 0.0
+    assert float(waits.time_s[0]) == pytest.approx(float(warm.time_s[0]) + prescale)
+    assert float(waits.cost_lambda_usd[0]) == pytest.approx(float(warm.cost_lambda_usd[0]))
+    assert float(waits.cost_cache_minimum_usd[0]) > float(warm.cost_cache_minimum_usd[0])
+    ramping = evaluate(paper_problem("resnet50-cifar10", 1e6, 4096, 1, "valkey"), *W64_M2048)
+    assert float(ramping.cache_wait_s[0]) == 0.0 and float(ramping.cache_ramp_s[0]) > 0.0
+    hurried = dataclasses.replace(problem, deadline_s=float(warm.time_s[0]) + prescale / 2)
+    ramps = evaluate(hurried, *W64_M2048)
+    assert float(ramps.cache_wait_s[0]) == 0.0 and float(ramps.cache_ramp_s[0]) > 0.0
+    assert float(ramps.cost_usd[0]) > float(waits.cost_usd[0])  # dearer, but in time
+    assert float(warm.cache_wait_s[0]) == 0.0 and float(warm.cache_ramp_s[0]) == 0.0
+
+
+def test_a_plan_that_waits_says_so_and_carries_the_wait(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The plan's typed prediction.cache_wait_s (what the trigger waits for), no ramp fields,
+    --explain's line, and the guards' first-segment front; the same plan on the shipped
+    150 s doubling ramps."""
+    platform = load_platform("valkey").to_dict()
+    platform["cache_ramp_doubling_s"] = 900.0  # the search finds cheap ramps at 600
+    (tmp_path / "slow-ramp.json").write_text(json.dumps(platform))
+    args = (*W64, "--platform", str(tmp_path / "slow-ramp.json"))
+    code, document, _ = run(capsys, *args, "--out", str(tmp_path / "plan.json"))
+    assert code == 0, document
+    plan = Plan.from_json((tmp_path / "plan.json").read_text())
+    prediction = plan.prediction
+    assert prediction is not None and prediction.cache_wait_s == 3_600.0
+    assert not prediction.charges_cache_ramp and prediction.cache_fresh_ecpu_per_s is None
+    assert first_segment_fronts(plan) == (3_600.0, 0.0)
+    code, explained, _ = cli(*args, "--explain")
+    assert code == 0 and "the first segment waits until the cache is 3,600 s old" in explained

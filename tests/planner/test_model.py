@@ -9,9 +9,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from planner.model.inputs.problem import Problem, Violation
+from planner.model.inputs.problem import FloatArray, Problem, Violation
 from planner.model.inputs.profiles import lambda_vcpus, load_platform, load_prices, load_workload
-from planner.model.terms.cost_model import aligned_non_aggregator_batch, evaluate
+from planner.model.terms.cost_model import Evaluation, aligned_non_aggregator_batch, evaluate
 from planner.model.terms.exchange_time import communication_times
 from tests.planner.problems import problems, without_storage_price
 
@@ -32,8 +32,16 @@ def test_time_falls_as_memory_grows(problem: Problem, workers: int, data: st.Dat
     assume(runnable(problem, low, batch))
     ev = evaluate(problem, workers, [low, high], aggregators, batch, batch)
     assume((ev.segment_iterations >= 1).all())
-    assert ev.time_s[1] <= ev.time_s[0] * (1 + 1e-12)
+    working = working_s(ev)
+    assert working[1] <= working[0] * (1 + 1e-12)
     assert ev.iteration_s[1] <= ev.iteration_s[0] * (1 + 1e-12)
+
+
+def working_s(ev: Evaluation) -> FloatArray:
+    """The run's time without its start on a fresh cache: ramping or waiting for the
+    pre-scaled minimum is a cost choice (cache_start.py), and where an hour's wait is the
+    cheaper one the time jumps by it."""
+    return np.asarray(ev.time_s - np.nan_to_num(ev.cache_ramp_s) - ev.cache_wait_s)
 
 
 @settings(max_examples=150, deadline=None)
@@ -54,7 +62,7 @@ def test_time_falls_as_batch_grows_at_fixed_workers(problem: Problem, workers: i
         # Whole segments are paid for: at the timeout boundary a larger batch can need more
         # segments (fewer iterations fit one); with no more segments the total falls too.
         if ev.segments[1] <= ev.segments[0]:
-            assert ev.time_s[1] <= ev.time_s[0] * (1 + 1e-12)
+            assert working_s(ev)[1] <= working_s(ev)[0] * (1 + 1e-12)
 
 
 @settings(max_examples=100, deadline=None)

@@ -107,8 +107,12 @@ def test_a_fresh_caches_ramp_is_charged_to_the_first_segment() -> None:
     ramped = dataclasses.replace(GUARDED, prediction=Prediction(
         time_s=100.0, cost_usd=0.002, lambda_compute_usd=0.0015, cache_ramp_s=30.0,
         cache_fresh_ecpu_per_s=30_000.0, cache_ramp_doubling_s=150.0))
-    assert guards.ramp_fronts(ramped) == (30.0, pytest.approx(0.0015 * 0.3))
-    assert guards.ramp_fronts(GUARDED) == (0.0, 0.0)
+    assert guards.first_segment_fronts(ramped) == (30.0, pytest.approx(0.0015 * 0.3))
+    assert guards.first_segment_fronts(GUARDED) == (0.0, 0.0)
+    # a plan that waits for its cache instead: the wait's seconds, no Lambda dollars
+    waits = dataclasses.replace(GUARDED, prediction=Prediction(
+        time_s=3_700.0, cost_usd=0.002, lambda_compute_usd=0.0015, cache_wait_s=3_600.0))
+    assert guards.first_segment_fronts(waits) == (3_600.0, 0.0)
     time = guards.project(65.0, 100.0, done=5, following=5, total=10, front=30.0)
     assert time.ratio == pytest.approx(1.0) and time.next_segment == pytest.approx(35.0)
     deadline = dataclasses.replace(LIMITS, deadline_s=110.0, budget_usd=1.0)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fasdl.contract.cache import MAX_CACHE_WAIT_S
 from fasdl.contract.lambda_quotas import PlanQuotas
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.prediction import Prediction
@@ -110,6 +111,24 @@ def test_a_charged_ramp_says_which_ramp_and_only_then() -> None:
     error = _refused(unramped)
     assert error.field == "prediction.breakdown.cache_fresh_ecpu_per_s"
     assert "without a ramp charged" in str(error)
+
+
+def test_a_plan_waits_for_its_cache_or_ramps_never_both() -> None:
+    """cache_wait_s (the trigger holds the first segment until the cache is that old): in
+    [0, MAX_CACHE_WAIT_S], kept through JSON, refused beside a charged ramp."""
+    data = _valkey()
+    data["prediction"]["breakdown"]["cache_wait_s"] = 3_600.0
+    plan = Plan.from_dict(data)
+    assert plan.prediction is not None and plan.prediction.cache_wait_s == 3_600.0
+    assert plan.to_dict()["prediction"]["breakdown"]["cache_wait_s"] == 3_600.0
+    both = json.loads(json.dumps(data))
+    both["prediction"]["breakdown"].update(cache_ramp_s=12.5, cache_fresh_ecpu_per_s=30_000.0,
+                                           cache_ramp_doubling_s=150.0)
+    error = _refused(both)
+    assert error.field == "prediction.breakdown.cache_wait_s" and "or ramps" in str(error)
+    too_long = json.loads(json.dumps(data))
+    too_long["prediction"]["breakdown"]["cache_wait_s"] = MAX_CACHE_WAIT_S + 1.0
+    assert f"[0.0, {MAX_CACHE_WAIT_S}" in str(_refused(too_long))
 
 
 def test_a_figure_given_as_a_field_and_in_the_breakdown_is_refused() -> None:

@@ -26,6 +26,11 @@ MAX_ECPU_PER_SECOND = 15_000_000
 # The data cap over the exchange's peak: ElastiCache Serverless evicts keys with a TTL (all of
 # the exchange's) least-recently-used at its cap, so the cap must never be reached
 CACHE_HEADROOM = 1.5
+# The longest a plan may wait before its first segment for the cache's pre-scaled minimum
+# (prediction.cache_wait_s; AWS: "within 60 minutes"), and how often the state machine asks
+# again (infra/workflow.py's retrier covers the whole wait)
+MAX_CACHE_WAIT_S = 3_900
+CACHE_WAIT_POLL_S = 30
 
 
 Workers = TypeVar("Workers", float, "NDArray[np.float64]")

@@ -42,6 +42,11 @@ class CacheNotReady(RuntimeError):
     """The exchange cache is being created or modified: the state machine retries later."""
 
 
+class CacheWarming(RuntimeError):
+    """The plan waits for the cache's pre-scaled minimum, and the cache is younger than the
+    wait: the state machine retries the start later (fasdl.aws.cache_lookup)."""
+
+
 class DatasetError(ValueError):
     """A dataset file or object is missing, malformed or does not match its partner; the
     message names it. One class for the trigger's header check (fasdl.run.dataset_check, stdlib

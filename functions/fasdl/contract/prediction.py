@@ -11,7 +11,10 @@ guards charge them to the first segment, fasdl.run.guards), with the ramp it cha
 (``cache_fresh_ecpu_per_s``, ``cache_ramp_doubling_s``: given exactly when ``cache_ramp_s`` > 0;
 a local run's cache relay ramps by them, local/servers/ecpu_proxy.py), and
 ``cache_slot_ecpu_per_s`` (the per-hash-slot ceiling the plan charged its hot keys by; a local
-run's relay holds every slot to it; plans written before it have none and are not held).
+run's relay holds every slot to it; plans written before it have none and are not held), and
+``cache_wait_s`` (> 0: instead of the ramp, the run waits before its first segment until the
+cache is that many seconds old, when the stack's pre-scaled minimum is in force; the trigger
+holds the first segment until then, fasdl.aws.cache_lookup).
 Everything else in ``breakdown`` is informational (reports, summaries) and never read for
 control.
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fasdl.contract.cache import MAX_CACHE_WAIT_S
 from fasdl.contract.fields import PlanError, require_float, require_number_map
 
 MAX_USD = 1e12
@@ -40,7 +44,7 @@ ROUNDING_USD = 1e-6
 RAMP_FIELDS: tuple[str, ...] = ("cache_fresh_ecpu_per_s", "cache_ramp_doubling_s")
 LOAD_BEARING: tuple[str, ...] = ("lambda_compute_usd", "cache_ecpu_per_s_peak",
                                  "cache_ecpu_per_s_mean", "cache_ramp_s", *RAMP_FIELDS,
-                                 "cache_slot_ecpu_per_s")
+                                 "cache_slot_ecpu_per_s", "cache_wait_s")
 JSON_FIELDS: tuple[str, ...] = ("time_s", "cost_usd", "breakdown")  # prediction's own keys
 
 
@@ -57,6 +61,7 @@ class Prediction:
     cache_fresh_ecpu_per_s: float | None = None  # the ramp charged: a fresh cache's rate
     cache_ramp_doubling_s: float | None = None  # and its doubling interval
     cache_slot_ecpu_per_s: float | None = None  # Valkey: the per-slot ceiling charged
+    cache_wait_s: float | None = None  # Valkey: the cache's age the first segment waits for
     breakdown: dict[str, float] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -79,6 +84,11 @@ class Prediction:
     def _check_ramp(self) -> None:
         if self.cache_ramp_s is not None:
             require_float(_path("cache_ramp_s"), self.cache_ramp_s, 0.0, MAX_SECONDS)
+        if self.cache_wait_s is not None:
+            require_float(_path("cache_wait_s"), self.cache_wait_s, 0.0, MAX_CACHE_WAIT_S)
+            if self.cache_wait_s > 0 and self.charges_cache_ramp:
+                raise PlanError(_path("cache_wait_s"), "is given with a ramp charged "
+                                "(cache_ramp_s > 0): a run waits for its cache or ramps")
         given = [name for name in RAMP_FIELDS if getattr(self, name) is not None]
         if self.charges_cache_ramp and len(given) < len(RAMP_FIELDS):
             missing = next(name for name in RAMP_FIELDS if name not in given)
@@ -110,7 +120,8 @@ class Prediction:
                  "cache_ramp_s": self.cache_ramp_s,
                  "cache_fresh_ecpu_per_s": self.cache_fresh_ecpu_per_s,
                  "cache_ramp_doubling_s": self.cache_ramp_doubling_s,
-                 "cache_slot_ecpu_per_s": self.cache_slot_ecpu_per_s}
+                 "cache_slot_ecpu_per_s": self.cache_slot_ecpu_per_s,
+                 "cache_wait_s": self.cache_wait_s}
         breakdown = {"lambda_compute_usd": self.lambda_compute_usd, **self.breakdown,
                      **{name: value for name, value in rates.items() if value is not None}}
         return {"time_s": self.time_s, "cost_usd": self.cost_usd, "breakdown": breakdown}

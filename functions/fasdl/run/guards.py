@@ -9,7 +9,9 @@ to the first segment, as the planner charges it to the first iterations: the pre
 of the iterations done are the ramp plus the rest pro rata, and the next segment's the rest pro
 rata; its dollars likewise, the ramp's share of the Lambda cost taken as ramp seconds / run
 seconds (its Lambda time at every worker's price). A ramp longer than the first segment is
-charged there whole, so the ratio after it reads a little fast until the ramp is done. When a
+charged there whole, so the ratio after it reads a little fast until the ramp is done. A plan
+that waits for the cache's pre-scaled minimum instead (``prediction.cache_wait_s``) starts its
+clock at the execution's start and charges the wait's seconds to the first segment. When a
 projection passes ``limits.deadline_s`` or
 ``limits.budget_usd`` the run stops before the segment: the checkpoint of the finished one is
 kept, and :class:`~fasdl.contract.limits.DeadlineExceeded` /
@@ -61,10 +63,16 @@ def project(measured: float, predicted_total: float | None, *, done: int, follow
     return Projection(measured, steady * following / total * ratio, ratio)
 
 
-def ramp_fronts(plan: Plan) -> tuple[float, float]:
-    """(seconds, USD) of a fresh cache's ramp the plan charged, both 0 without one."""
+def first_segment_fronts(plan: Plan) -> tuple[float, float]:
+    """(seconds, USD) the plan charged to the first segment alone: a fresh cache's ramp
+    (seconds and their Lambda share), or the wait for its pre-scaled minimum (seconds only:
+    no Lambda runs, its cache charges are pro rata like every non-Lambda cost); 0, 0 without."""
     prediction = plan.prediction
-    if prediction is None or not prediction.charges_cache_ramp or prediction.time_s <= 0:
+    if prediction is None or prediction.time_s <= 0:
+        return 0.0, 0.0
+    if prediction.cache_wait_s:
+        return float(prediction.cache_wait_s), 0.0
+    if not prediction.charges_cache_ramp:
         return 0.0, 0.0
     seconds = float(prediction.cache_ramp_s or 0.0)
     return seconds, prediction.lambda_compute_usd * min(1.0, seconds / prediction.time_s)
@@ -98,7 +106,7 @@ def check(plan: Plan, limits: Limits | None, usage: Mapping[str, float] | None, 
         return
     total, prediction = plan.total_iterations, plan.prediction
     where = f"before iterations {done}-{done + following} of {total}"
-    front_s, front_usd = ramp_fronts(plan)
+    front_s, front_usd = first_segment_fronts(plan)
     time = project(max(0.0, now - usage["started_at"]),
                    prediction.time_s if prediction else None,
                    done=done, following=following, total=total, front=front_s)
@@ -129,7 +137,7 @@ def raised_limits(plan: Plan, limits: Limits, usage: Mapping[str, float], *, now
     (x 1.25 headroom), never below the current ones."""
     remaining = plan.total_iterations - done
     prediction = plan.prediction
-    front_s, front_usd = ramp_fronts(plan)
+    front_s, front_usd = first_segment_fronts(plan)
     time = project(max(0.0, now - usage["started_at"]),
                    prediction.time_s if prediction else None,
                    done=done, following=remaining, total=plan.total_iterations, front=front_s)

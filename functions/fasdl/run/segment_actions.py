@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from fasdl.aws import account, cache_lookup, memory_report
@@ -57,8 +58,42 @@ def start_run(event: Mapping[str, Any], settings: Settings, s3: Any,
                                      settings.worker_function)
     logger.info("worker function ready", extra={"ready": ready})
     # a fresh run starts its totals; a resumed one keeps them (its pause not counted)
-    run["usage"] = usage.resume_clock(run, time.time()) or usage.new_usage(time.time())
+    now = time.time()
+    run["usage"] = usage.resume_clock(run, now) or _new_run_usage(event, settings, s3, run,
+                                                                  now)
     return run
+
+
+def _new_run_usage(event: Mapping[str, Any], settings: Settings, s3: Any, run: RunState,
+                   now: float) -> dict[str, float]:
+    """A new run's totals. A plan that waits for its cache's pre-scaled minimum
+    (``prediction.cache_wait_s``) waits here first (CacheWarming, retried by the state
+    machine), and its clock starts at the execution's start: the deadline counts the wait."""
+    if settings.channel != "valkey" or not settings.cache_name:
+        return usage.new_usage(now)
+    plan = run_state.load_run_plan(s3, settings.results_bucket, run)
+    wait_s = plan.prediction.cache_wait_s if plan.prediction is not None else None
+    if not wait_s:
+        return usage.new_usage(now)
+    import boto3
+
+    ready_for = cache_lookup.seconds_until_prescaled(
+        boto3.client("elasticache"), settings.cache_name, wait_s=wait_s, now=now,
+        stack_name=settings.stack)
+    started = min(now, _execution_start(event, now))
+    logger.info("cache pre-scaled", extra={"cache_wait_s": wait_s, "ready_for_s": ready_for,
+                                           "waited_s": now - started})
+    return {**usage.new_usage(started), usage.CACHE_WAIT: round(now - started, 3)}
+
+
+def _execution_start(event: Mapping[str, Any], default: float) -> float:
+    """``$$.Execution.StartTime`` (ISO 8601) in seconds since the epoch; ``default`` when the
+    event has none (in-process tests) or it does not parse."""
+    text = event.get("execution_started")
+    try:
+        return datetime.fromisoformat(str(text)).timestamp() if text else default
+    except ValueError:
+        return default
 
 
 def next_segment(settings: Settings, s3: Any, store: S3Channel, current: RunState,

@@ -38,6 +38,9 @@ OTHER_BASIS = ("the plan's prediction of Step Functions, S3, Valkey and storage 
 INVOCATION_FIELD = "invocation"  # a worker result's {billed_ms, memory_mb}
 USAGE_FIELDS = ("started_at", "worker_gb_s", "worker_requests", "trigger_gb_s",
                 "trigger_requests")
+# Seconds from the execution's start until its first segment, in a run whose plan waited for
+# its cache's pre-scaled minimum (fasdl.run.segment_actions; its clock started then): optional
+CACHE_WAIT = "cache_wait_s"
 # In the resume state of a run a guard stopped: when it stopped. The pause until the resume
 # does not count as the run's time (:func:`resume_clock`), so a raised deadline means the same.
 STOPPED_AT = "stopped_at"
@@ -85,12 +88,14 @@ def usage_of(run: Mapping[str, Any]) -> dict[str, float] | None:
         return None
     if not isinstance(usage, dict):
         raise UsageError(f"run state field 'run.usage': must be an object, got {usage!r}")
-    for name in USAGE_FIELDS:
+    given = [name for name in (*USAGE_FIELDS, CACHE_WAIT)
+             if name in USAGE_FIELDS or name in usage]
+    for name in given:
         value = usage.get(name)
         if not is_number(value) or value < 0:
             raise UsageError(f"run state field 'run.usage.{name}': must be a number >= 0, "
                              f"got {value!r}")
-    return {name: usage[name] for name in USAGE_FIELDS}
+    return {name: usage[name] for name in given}
 
 
 def resume_clock(run: Mapping[str, Any], now: float) -> dict[str, float] | None:
@@ -145,6 +150,22 @@ def predicted_other_usd(plan: Plan, done: int) -> float:
     return max(0.0, other) * min(done, plan.total_iterations) / plan.total_iterations
 
 
+def cache_start(plan: Plan, usage: Mapping[str, float]) -> dict[str, Any] | None:
+    """How a Valkey run met its cache: ``wait`` (its first segment waited ``waited_s`` from
+    the execution's start for the pre-scaled minimum), ``ramp`` (it started at once and the
+    plan charged ``ramp_s`` of a fresh cache's ramp) or ``warm`` (neither was charged: a warm
+    cache, or an exchange the fresh cache serves); None without a cache prediction."""
+    prediction = plan.prediction
+    if prediction is None or not prediction.has_cache_ecpu:
+        return None
+    if prediction.cache_wait_s:
+        return {"mode": "wait", "planned_wait_s": prediction.cache_wait_s,
+                "waited_s": usage.get(CACHE_WAIT, 0.0)}
+    if prediction.charges_cache_ramp:
+        return {"mode": "ramp", "ramp_s": prediction.cache_ramp_s}
+    return {"mode": "warm"}
+
+
 def measured(usage: Mapping[str, float], now: float, plan: Plan,
              limits: Limits | None, *, done: int | None = None) -> dict[str, Any]:
     """The summary's measured figures with the plan's predictions beside them; ``done``: the
@@ -153,6 +174,7 @@ def measured(usage: Mapping[str, float], now: float, plan: Plan,
     return {
         "measured_s": round(max(0.0, now - usage["started_at"]), 3),
         "predicted_s": prediction.time_s if prediction else None,
+        "cache_start": cache_start(plan, usage),
         "billed_gb_s": {"worker": round(usage["worker_gb_s"], 3),
                         "trigger": round(usage["trigger_gb_s"], 3)},
         "lambda_requests": int(usage["worker_requests"] + usage["trigger_requests"]),

@@ -99,6 +99,11 @@ class ChannelCosts(Protocol):
         """Seconds a fresh store's ramp adds to the run; NaN where the store has none."""
         ...
 
+    def prescale_wait_s(self, problem: Problem) -> float:
+        """Seconds a run may wait before its first segment for the store's pre-scaled
+        minimum instead of paying its ramp (cost_model.py chooses); 0: no such choice."""
+        ...
+
     def slot_floors(self, problem: Problem, w: IntArray, k: IntArray) -> SlotFloors:
         """The fewest seconds a merged shard's publish and downloads take, whatever the
         bandwidth (0: none)."""
@@ -164,6 +169,9 @@ class S3Costs:
     def ramp_s(self, problem: Problem, w: IntArray, k: IntArray, *, training_s: FloatArray,
                iteration_s: FloatArray, exchange_s: FloatArray) -> FloatArray:
         return np.full(np.shape(training_s), np.nan)  # S3 scales per prefix, not modelled
+
+    def prescale_wait_s(self, problem: Problem) -> float:
+        return 0.0
 
     def slot_floors(self, problem: Problem, w: IntArray, k: IntArray) -> SlotFloors:
         return SlotFloors()  # S3's per-prefix request rates: rates()
@@ -250,6 +258,9 @@ class ValkeyCosts:
                             fresh_ecpu_per_s=platform.cache_fresh_ecpu_per_s,
                             doubling_s=platform.cache_ramp_doubling_s)
 
+    def prescale_wait_s(self, problem: Problem) -> float:
+        return 0.0 if problem.cache_warm else problem.platform.cache_prescale_s
+
     def slot_floors(self, problem: Problem, w: IntArray, k: IntArray) -> SlotFloors:
         return slot_floors(problem, w, k)
 
@@ -310,6 +321,11 @@ def _ramp_line(problem: Problem, b: Mapping[str, float]) -> str:
         return ("    cache ramp: none charged (--cache-warm: the cache already serves its "
                 "ECPU/s minimum)")
     platform = problem.platform
+    if b.get("cache_wait_s", 0.0) > 0:
+        return (f"    cache start: the first segment waits until the cache is "
+                f"{b['cache_wait_s']:,.0f} s old, when its pre-scaled ECPU/s minimum is in "
+                "force (AWS: within 60 minutes), cheaper here than starting at once on a fresh "
+                "cache's ramp; the wait's cache charges are in the cost, no Lambda runs")
     fresh, doubling = platform.cache_fresh_ecpu_per_s, platform.cache_ramp_doubling_s
     reach = float(seconds_to_reach(b["cache_ecpu_per_s_peak"], fresh_ecpu_per_s=fresh,
                                    doubling_s=doubling))

@@ -47,7 +47,11 @@ What the paper leaves out and a user pays for (documented additions):
   search's bounds take as floors: leaving a cost out keeps them floors.
 - A fresh ElastiCache Serverless cache's ramp (30,000 ECPU/s, doubling): the seconds it adds
   to the first iterations, at every worker's Lambda price (planner/model/terms/cache_ramp.py);
-  none with ``cache_warm``.
+  none with ``cache_warm``. Or, where cheaper, the run waits before its first segment for the
+  stack's pre-scaled ECPU/s minimum (``cache_prescale_s``, AWS: "within 60 minutes"): no
+  ramp, the wait added to the run's time, its cache (the minimum and storage) billed for it,
+  no Lambda running. planner/model/terms/cache_start.py chooses per configuration: the cheaper
+  of the two that meets the deadline (the ramp when neither does, so the deadline binds).
 - ElastiCache Serverless throughput: a Valkey plan's peak ECPU/s must stay within one cache's
   maximum, 15,000,000 (planner/model/terms/cache_throughput.py; Violation.CACHE_THROUGHPUT,
   checked after every other constraint); an S3 plan's peak requests per second spread over
@@ -59,6 +63,7 @@ What the paper leaves out and a user pays for (documented additions):
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -74,6 +79,7 @@ from planner.model.inputs.problem import (
     Violation,
 )
 from planner.model.inputs.profiles import WorkloadProfile
+from planner.model.terms.cache_start import Priced, start_fresh_cache
 from planner.model.terms.channels import ExchangeRates, channel_costs
 from planner.model.terms.exchange_time import communication_times, iteration_times
 from planner.model.terms.memory import memory_exceeded, role_max_batch
@@ -136,6 +142,9 @@ class Evaluation:
     # with --cache-warm); NaN on S3
     cache_ramp_s: FloatArray
     cache_ramp_usd: FloatArray
+    # seconds the run waits before its first segment for the pre-scaled minimum instead (0:
+    # it ramps, or the cache is warm; module docstring)
+    cache_wait_s: FloatArray
 
     @property
     def rates(self) -> ExchangeRates:
@@ -283,19 +292,21 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     total_iterations = problem.epochs * iterations
     segment_iterations, segments = _segmenting(budget, iteration, total_iterations)
     rates = store.rates(problem, w, mem, k, iteration)
-    ramp = store.ramp_s(problem, w, k, training_s=total_iterations * iteration,
+    ramp = store_ramp = store.ramp_s(problem, w, k, training_s=total_iterations * iteration,
                         iteration_s=iteration, exchange_s=_exchange_s(iteration, upload,
                                                                       aggregate, download))
-    time = (total_iterations * iteration + segments * (load + checkpoint) + cold
-            + np.nan_to_num(ramp))  # a fresh store's ramp slows the first iterations
+    working = total_iterations * iteration + segments * (load + checkpoint) + cold
 
-    cost_lambda, cost_requests, cost_exchange, cost_checkpoint = run_cost(
-        problem, mem, w, k, worker_seconds=w * time, time_s=time,
-        iterations=total_iterations, segments=segments)
-    cost_storage = storage_cost(problem, w, k, sync_bsp, segments, time)
-    cost_minimum = store.minimum_cost(problem, w, k, rates, total_iterations, time)
-    cost = (cost_lambda + cost_requests + cost_exchange + cost_checkpoint + cost_storage
-            + cost_minimum)
+    priced = partial(_priced, RunShape(problem, w, mem, k, sync_bsp, total_iterations,
+                                       segments, working), rates)
+    ramp = np.nan_to_num(ramp)
+    chosen, wait = start_fresh_cache(problem.deadline_s, priced(ramp, 0.0), priced,
+                                     store.prescale_wait_s(problem))
+    ramp = np.where(wait > 0, 0.0, ramp)
+    time = chosen.time_s
+    (cost_lambda, cost_requests, cost_exchange, cost_checkpoint, cost_storage,
+     cost_minimum) = chosen.parts
+    cost = chosen.cost_usd
 
     violation = _violations(problem, w, mem, k, ba, bn, global_batch, segment_iterations, time)
     # the channel's throughput last: marked only where everything else holds
@@ -312,10 +323,37 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
         cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint,
         cost_storage_usd=cost_storage, cost_cache_minimum_usd=cost_minimum, cost_usd=cost,
-        violation=violation, cache_ramp_s=ramp,
+        violation=violation, cache_ramp_s=np.where(np.isnan(store_ramp), np.nan, ramp),
         cache_ramp_usd=problem.prices.lambda_mb_s(problem.arch) * mem * w * ramp,
+        cache_wait_s=wait,
         **{item.name: getattr(rates, item.name) for item in fields(rates)},  # same names
     )
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a run's cost terms take besides its seconds (:func:`_priced`)."""
+
+    problem: Problem
+    workers: IntArray
+    memory_mb: IntArray
+    aggregators: IntArray
+    bsp: NDArray[np.bool_]
+    iterations: FloatArray  # in all
+    segments: FloatArray
+    working_s: FloatArray  # training, loads, checkpoints and the cold start
+
+
+def _priced(run: RunShape, rates: ExchangeRates, ramp_s: FloatArray, wait_s: float) -> Priced:
+    """The run's seconds and cost terms with a fresh store's ramp (it slows the first
+    iterations) or a wait before the first segment (no Lambda runs during it)."""
+    problem, w, mem, k = run.problem, run.workers, run.memory_mb, run.aggregators
+    store = channel_costs(problem)
+    time_s = run.working_s + ramp_s + wait_s
+    parts = run_cost(problem, mem, w, k, worker_seconds=w * (run.working_s + ramp_s),
+                     time_s=time_s, iterations=run.iterations, segments=run.segments)
+    return Priced(time_s, (*parts, storage_cost(problem, w, k, run.bsp, run.segments, time_s),
+                           store.minimum_cost(problem, w, k, rates, run.iterations, time_s)))
 
 
 def _exchange_s(iteration: FloatArray, upload: FloatArray, aggregate: FloatArray,

@@ -4,13 +4,14 @@ the local answers parse as AWS's do, for each state of the cache stack."""
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 import boto3
 import pytest
 
-from fasdl.aws.cache_lookup import locate
-from fasdl.contract.errors import CacheMissing, CacheNotReady
+from fasdl.aws.cache_lookup import locate, seconds_until_prescaled
+from fasdl.contract.errors import CacheMissing, CacheNotReady, CacheWarming
 from local.aws.cache_plane import CacheStackState, LocalElastiCache
 
 NAME = "fasdlstack-exchange"
@@ -43,7 +44,25 @@ def test_cache_being_created_is_not_ready_then_available() -> None:
         assert api.lookups == 3
 
 
-@pytest.mark.parametrize("text", ["", "creating", "creating:0", "creating:x", "gone"])
+def test_a_plan_waits_until_the_cache_is_as_old_as_its_wait() -> None:
+    """CreateTime, as boto3 parses the local answer, against the plan's cache_wait_s: a
+    younger cache raises CacheWarming with the seconds left, an older one says since when."""
+    with LocalElastiCache(NAME, 6390, CacheStackState.parse("age:3500")) as api:
+        client = _client(api)
+        with pytest.raises(CacheWarming, match=r"waits until it is 3,600 s old.* 10\d s left"):
+            seconds_until_prescaled(client, NAME, wait_s=3_600.0, now=time.time())
+        ready_for = seconds_until_prescaled(client, NAME, wait_s=3_400.0, now=time.time())
+        assert 99.0 <= ready_for <= 110.0
+    with LocalElastiCache(NAME, 6390, CacheStackState()) as api:  # deployed: a day ago
+        assert seconds_until_prescaled(_client(api), NAME, wait_s=3_600.0,
+                                       now=time.time()) > 80_000
+    with LocalElastiCache(NAME, 6390, CacheStackState.parse("creating:1")) as api, \
+            pytest.raises(CacheNotReady):
+        seconds_until_prescaled(_client(api), NAME, wait_s=3_600.0, now=time.time())
+
+
+@pytest.mark.parametrize("text", ["", "creating", "creating:0", "creating:x", "gone", "age:",
+                                  "age:-5", "age:x"])
 def test_bad_cache_stack_option_names_the_choices(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="--cache-stack must be one of"):
         CacheStackState.parse(text)

@@ -5,16 +5,19 @@ ElastiCache's XML): the synthesized state machine, real servers, one process per
 The cache has its own stack so that destroying it between runs stops its billing; the trigger
 therefore finds its endpoint on every action and hands it to the workers and finalize in the
 run state. A destroyed cache stack fails the run before any worker starts, saying how to deploy
-it; a cache still being created is waited for (the state machine retries the trigger).
+it; a cache still being created is waited for (the state machine retries the trigger), and
+so is a cache younger than a plan's wait for its pre-scaled minimum.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from fasdl.contract.errors import CacheMissing, CacheNotReady
+from fasdl.contract.errors import CacheMissing, CacheNotReady, CacheWarming
+from fasdl.contract.prediction import RAMP_FIELDS
 from local.aws.template import synthesize
 from local.run.run_options import RunOptions
 from local.run.run_prep import prepare_dataset, prepare_plan
@@ -22,6 +25,7 @@ from tests.local.runs import Run, local_run
 
 EPOCHS = 1  # 22 iterations: one segment
 RUN_TIMEOUT_S = 180
+WAIT_S = 3_600.0  # AWS: a pre-scaled minimum is in force within 60 minutes
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +74,37 @@ def test_cache_being_created_is_waited_for(job: tuple[Path, Path], tmp_path: Pat
     assert len(triggers) == 1, result.report["invocations"]
     assert workers_invoked(result) == result.report["workers"]
     assert result.report["exchange_left"] == 0  # finalize reached the cache to clean it
+
+
+@pytest.fixture(scope="module")
+def waiting_job(job: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+                ) -> tuple[Path, Path]:
+    """The job's plan as the planner writes one that waits for its cache's pre-scaled
+    minimum instead of ramping (planner/model/terms/cost_model.py): cache_wait_s, no ramp."""
+    work = tmp_path_factory.mktemp("waiting-job")
+    data = json.loads(job[0].read_text())
+    breakdown = data["prediction"]["breakdown"]
+    for name in ("cache_ramp_s", *RAMP_FIELDS):
+        breakdown.pop(name, None)
+    breakdown["cache_wait_s"] = WAIT_S
+    (work / "plan.json").write_text(json.dumps(data))
+    return work / "plan.json", synthesize(work / "plan.json", work / "cdk.out").parent
+
+
+@pytest.mark.slow
+def test_a_plan_that_waits_holds_its_first_segment_until_the_cache_is_old_enough(
+        waiting_job: tuple[Path, Path], tmp_path: Path) -> None:
+    """A cache deployed WAIT_S − 5 s before the run: the trigger's first start raises
+    CacheWarming (the state machine asks again 30 s later, no jitter), the second starts;
+    the summary says the run waited, from the execution's start, and its clock counts it."""
+    result = run(waiting_job, tmp_path, "waits", "--cache-stack", f"age:{WAIT_S - 5:g}")
+    assert result.code == 0, result.output[-3000:]
+    warming = [i for i in result.report["invocations"] if i.get("worker") is None
+               and i.get("error") == CacheWarming.__name__]
+    assert len(warming) == 1, result.report["invocations"]
+    assert workers_invoked(result) == result.report["workers"]
+    measured = result.report["summary"]["measured"]
+    start = measured["cache_start"]
+    assert start["mode"] == "wait" and start["planned_wait_s"] == WAIT_S
+    assert 25.0 <= start["waited_s"] <= 60.0
+    assert measured["measured_s"] >= start["waited_s"]
