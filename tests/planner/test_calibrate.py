@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from planner.commands.calibrate import RolePoint, refit_cold_start, refit_compute
 from planner.commands.cli import main
+from planner.fit.refit import RolePoint, refit_cold_start, refit_compute
 from planner.model.inputs.profiles import load_platform, load_workload
 
 TRUE = load_workload("cnn-digits")

@@ -1,0 +1,1 @@
+"""Adaptive runs (issue 42): what a run measured, refitted; the rest re-planned."""
