@@ -11,7 +11,7 @@ between runs and not deployed again), ``creating:N`` (the first N lookups see a 
 being created; created when the runner starts) and ``age:S`` (deployed S seconds before the
 runner started: a plan that waits for the pre-scaled minimum, ``prediction.cache_wait_s``,
 holds its first segment until the cache is that old, fasdl/aws/cache_lookup.py). Every answer
-carries the cache's ``CreateTime``.
+carries the cache's ``CreateTime`` and the ECPU/s limits its synthesized stack sets.
 API: https://docs.aws.amazon.com/AmazonElastiCache/latest/APIReference/API_DescribeServerlessCaches.html
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import parse_qs
@@ -70,11 +71,14 @@ class LocalElastiCache(LoopbackServer):
 
     title = "local ElastiCache API"
 
-    def __init__(self, name: str, port: int, state: CacheStackState) -> None:
+    def __init__(self, name: str, port: int, state: CacheStackState,
+                 ecpu_per_second: Mapping[str, int] | None = None) -> None:
         super().__init__()
         self.name = name
         self.port = port
         self.state = state
+        # the stack's CacheUsageLimits.ECPUPerSecond (Maximum, Minimum), as it deployed them
+        self.ecpu_per_second = dict(ecpu_per_second or {})
         self.lookups = 0
         self._lock = threading.Lock()
         created = datetime.fromtimestamp(time.time() - state.age_s, tz=UTC)
@@ -95,11 +99,19 @@ class LocalElastiCache(LoopbackServer):
         cache = (f"<member><ServerlessCacheName>{escape(name)}</ServerlessCacheName>"
                  f"<Status>{'creating' if creating else 'available'}</Status>"
                  f"<Engine>valkey</Engine><CreateTime>{self.create_time}</CreateTime>"
-                 f"{endpoint}</member>")
+                 f"{self._usage_limits()}{endpoint}</member>")
         return 200, XML, (f'<{ACTION}Response xmlns="{NAMESPACE}"><{ACTION}Result>'
                           f"<ServerlessCaches>{cache}</ServerlessCaches></{ACTION}Result>"
                           f"<ResponseMetadata><RequestId>local</RequestId></ResponseMetadata>"
                           f"</{ACTION}Response>").encode()
+
+
+    def _usage_limits(self) -> str:
+        if not self.ecpu_per_second:
+            return ""
+        limits = "".join(f"<{name}>{value}</{name}>"
+                         for name, value in sorted(self.ecpu_per_second.items()))
+        return f"<CacheUsageLimits><ECPUPerSecond>{limits}</ECPUPerSecond></CacheUsageLimits>"
 
 
 def _fault(status: int, code: str, message: str) -> Reply:

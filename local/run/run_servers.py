@@ -28,6 +28,7 @@ from local.servers.managed import RedisTlsClusterServer, SeaweedS3Server, Valkey
 
 CACHE_NAME_ENV = "FASDL_CACHE_NAME"
 CACHE_REPORT = "cache.json"  # what the ECPU relay metered (EcpuProxy.summary)
+SERVERLESS_CACHE = "AWS::ElastiCache::ServerlessCache"
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,19 @@ def cache_name(template: LocalTemplate) -> str:
     if not isinstance(name, str) or not name:
         raise TemplateError(f"the trigger of a Valkey plan has no {CACHE_NAME_ENV}")
     return name
+
+
+def deployed_ecpu_limits(template: LocalTemplate) -> dict[str, int]:
+    """CacheUsageLimits.ECPUPerSecond of the serverless cache the synthesized cache stack
+    beside ``template`` deploys ({} when it sets none)."""
+    for path in sorted(template.path.parent.glob("*.template.json")):
+        resources = json.loads(path.read_text()).get("Resources", {})
+        for resource in resources.values():
+            if resource.get("Type") == SERVERLESS_CACHE:
+                limits = resource["Properties"].get("CacheUsageLimits", {})
+                return {name: int(value) for name, value in
+                        limits.get("ECPUPerSecond", {}).items()}
+    raise TemplateError(f"no {SERVERLESS_CACHE} in the templates beside {template.path}")
 
 
 def storage_servers(stack: ExitStack, *, channel: str, tls_cache: bool = False
@@ -74,7 +88,8 @@ def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tl
     if cache is not None:
         proxy = stack.enter_context(EcpuProxy(cache))
         elasticache = stack.enter_context(
-            LocalElastiCache(cache_name(template), proxy.port, cache_stack))
+            LocalElastiCache(cache_name(template), proxy.port, cache_stack,
+                             deployed_ecpu_limits(template)))
     control = stack.enter_context(ControlPlane(worker, region=region))
     logs = stack.enter_context(LocalLogs(template.function_named("handlers.worker")))
     env, servers = local_server_env(

@@ -5,13 +5,15 @@ on every action (a new cache gets a new endpoint). The workers sit in isolated s
 route to the ElastiCache API, and need none.
 
 API: https://docs.aws.amazon.com/AmazonElastiCache/latest/APIReference/API_DescribeServerlessCaches.html
-(``ServerlessCaches[].Status``, ``Endpoint.Address``/``Port``, ``CreateTime``;
-``ServerlessCacheNotFoundFault``).
+(``ServerlessCaches[].Status``, ``Endpoint.Address``/``Port``, ``CreateTime``,
+``CacheUsageLimits.ECPUPerSecond.Minimum``; ``ServerlessCacheNotFoundFault``).
 
 A plan that waits for the stack's pre-scaled ECPU/s minimum (``prediction.cache_wait_s``,
 planner/model/terms/cost_model.py) starts its first segment only once the cache is that old:
 AWS says a minimum is in force "within 60 minutes" and names no field that tells when, so the
-cache's age is what the trigger can read (:func:`seconds_until_prescaled`).
+cache's age is what the trigger can read (:func:`seconds_until_prescaled`); a cache without a
+minimum (deployed from another plan) has nothing to wait for and fails the run with the deploy
+command.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ def seconds_until_prescaled(client: Any, name: str, *, wait_s: float, now: float
     """Raise :class:`CacheWarming` while the available cache ``name`` is younger than
     ``wait_s`` (module docstring); else how long ago it reached that age (<= 0 never)."""
     cache = _available(client, name, stack_name)
+    limits = (cache.get("CacheUsageLimits") or {}).get("ECPUPerSecond") or {}
+    if not isinstance(limits.get("Minimum"), int) or limits["Minimum"] <= 0:
+        raise CacheMissing(f"the exchange cache {name!r} has no pre-scaled ECPU/s minimum "
+                           f"(CacheUsageLimits {limits or 'none'}), which the plan waits for; "
+                           f"{deploy_hint(stack_name)} from this plan")
     created = cache.get("CreateTime")
     if not isinstance(created, datetime) or created.tzinfo is None:
         raise CacheMissing(f"the exchange cache {name!r} reports no CreateTime ({created!r}): "

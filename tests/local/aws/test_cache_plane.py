@@ -44,19 +44,28 @@ def test_cache_being_created_is_not_ready_then_available() -> None:
         assert api.lookups == 3
 
 
+LIMITS = {"Maximum": 1_065_757, "Minimum": 423_249}  # what a stack deploys (the snapshot's)
+
+
 def test_a_plan_waits_until_the_cache_is_as_old_as_its_wait() -> None:
     """CreateTime, as boto3 parses the local answer, against the plan's cache_wait_s: a
-    younger cache raises CacheWarming with the seconds left, an older one says since when."""
-    with LocalElastiCache(NAME, 6390, CacheStackState.parse("age:3500")) as api:
+    younger cache raises CacheWarming with the seconds left, an older one says since when; a
+    cache without a pre-scaled minimum has nothing to wait for."""
+    with LocalElastiCache(NAME, 6390, CacheStackState.parse("age:3500"), LIMITS) as api:
         client = _client(api)
         with pytest.raises(CacheWarming, match=r"waits until it is 3,600 s old.* 10\d s left"):
             seconds_until_prescaled(client, NAME, wait_s=3_600.0, now=time.time())
         ready_for = seconds_until_prescaled(client, NAME, wait_s=3_400.0, now=time.time())
         assert 99.0 <= ready_for <= 110.0
-    with LocalElastiCache(NAME, 6390, CacheStackState()) as api:  # deployed: a day ago
+    with LocalElastiCache(NAME, 6390, CacheStackState(), LIMITS) as api:  # a day ago
         assert seconds_until_prescaled(_client(api), NAME, wait_s=3_600.0,
                                        now=time.time()) > 80_000
-    with LocalElastiCache(NAME, 6390, CacheStackState.parse("creating:1")) as api, \
+    for limits in (None, {"Maximum": 1_065_757}):
+        with LocalElastiCache(NAME, 6390, CacheStackState(), limits) as api, \
+                pytest.raises(CacheMissing, match=r"has no pre-scaled ECPU/s minimum.*"
+                                                  r"npx cdk deploy FasdlCacheStack"):
+            seconds_until_prescaled(_client(api), NAME, wait_s=3_600.0, now=time.time())
+    with LocalElastiCache(NAME, 6390, CacheStackState.parse("creating:1"), LIMITS) as api, \
             pytest.raises(CacheNotReady):
         seconds_until_prescaled(_client(api), NAME, wait_s=3_600.0, now=time.time())
 
