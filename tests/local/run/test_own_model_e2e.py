@@ -58,6 +58,7 @@ RUN_TIMEOUT_S = 300
 
 GUIDE = REPO_ROOT / "docs" / "user-guide.md"
 MARKER = "<!-- own-model-test -->"
+GATES_MISSED = "the fit is below the quality gates"  # local profile's exit-1 message
 TABULAR_MARKER = "<!-- own-tabular-test -->"
 
 
@@ -79,12 +80,17 @@ class Prepared:
     evaluated: dict[str, Any]  # the guide's last command: fasdl.evaluate --json
 
 
-def _run(*argv: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _run(*argv: str, cwd: Path, timeout: float = 600, again_if: str | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    """``argv``, which must succeed; once more first when it fails saying ``again_if``."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
                                  f"{os.environ.get('PATH', '')}",
            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
     done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, env=env,
                           timeout=timeout, check=False)
+    if done.returncode != 0 and again_if is not None and again_if in done.stdout + done.stderr:
+        done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, env=env,
+                              timeout=timeout, check=False)
     assert done.returncode == 0, f"{argv}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -111,8 +117,10 @@ def _steps(marker: str, root: Path, steps: slice) -> str:
     assert len(commands) == 7 and " -m local profile " in commands[2]
     stdout = ""
     for command in commands[steps]:
+        # the guide's own advice when a profile misses its gates on a busy machine: run it again
+        again = GATES_MISSED if " -m local profile " in command else None
         stdout = _run("bash", "-c", command.replace("$WORK", str(root)), cwd=REPO_ROOT,
-                      timeout=900).stdout
+                      timeout=900, again_if=again).stdout
     return stdout
 
 
