@@ -33,7 +33,7 @@ MEASURED = {
     "local/run/test_run_out_of_memory.py": 110,
     "integration/test_leftovers.py": 107,
     "bench/test_bench_smoke_runs.py": 150,  # + bench.cache_scaling (~45 s, not yet in a pass)
-    "local/run/test_run_cache_stack.py": 77,
+    "local/run/test_run_cache_stack.py": 135,  # + a plan that waits for its cache (~58 s)
     "local/run/test_run_text.py": 56,
     "local/run/test_run_quotas.py": 56,
     "bench/test_bench_smoke.py": 56,
