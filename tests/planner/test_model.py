@@ -41,7 +41,8 @@ def working_s(ev: Evaluation) -> FloatArray:
     """The run's time without its start on a fresh cache: ramping or waiting for the
     pre-scaled minimum is a cost choice (cache_start.py), and where an hour's wait is the
     cheaper one the time jumps by it."""
-    return np.asarray(ev.time_s - np.nan_to_num(ev.cache_ramp_s) - ev.cache_wait_s)
+    return np.asarray(ev.time_s - np.nan_to_num(ev.cache_ramp_s)
+                      - np.nan_to_num(ev.cache_wait_s))
 
 
 @settings(max_examples=150, deadline=None)

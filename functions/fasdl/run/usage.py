@@ -88,8 +88,7 @@ def usage_of(run: Mapping[str, Any]) -> dict[str, float] | None:
         return None
     if not isinstance(usage, dict):
         raise UsageError(f"run state field 'run.usage': must be an object, got {usage!r}")
-    given = [name for name in (*USAGE_FIELDS, CACHE_WAIT)
-             if name in USAGE_FIELDS or name in usage]
+    given = [*USAGE_FIELDS, *([CACHE_WAIT] if CACHE_WAIT in usage else [])]
     for name in given:
         value = usage.get(name)
         if not is_number(value) or value < 0:

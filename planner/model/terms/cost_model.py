@@ -143,7 +143,7 @@ class Evaluation:
     cache_ramp_s: FloatArray
     cache_ramp_usd: FloatArray
     # seconds the run waits before its first segment for the pre-scaled minimum instead (0:
-    # it ramps, or the cache is warm; module docstring)
+    # it ramps, or the cache is warm; module docstring); NaN on S3
     cache_wait_s: FloatArray
 
     @property
@@ -292,17 +292,13 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     total_iterations = problem.epochs * iterations
     segment_iterations, segments = _segmenting(budget, iteration, total_iterations)
     rates = store.rates(problem, w, mem, k, iteration)
-    ramp = store_ramp = store.ramp_s(problem, w, k, training_s=total_iterations * iteration,
+    ramp = store.ramp_s(problem, w, k, training_s=total_iterations * iteration,
                         iteration_s=iteration, exchange_s=_exchange_s(iteration, upload,
                                                                       aggregate, download))
     working = total_iterations * iteration + segments * (load + checkpoint) + cold
-
-    priced = partial(_priced, RunShape(problem, w, mem, k, sync_bsp, total_iterations,
-                                       segments, working), rates)
-    ramp = np.nan_to_num(ramp)
-    chosen, wait = start_fresh_cache(problem.deadline_s, priced(ramp, 0.0), priced,
-                                     store.prescale_wait_s(problem))
-    ramp = np.where(wait > 0, 0.0, ramp)
+    chosen, ramp, wait = _fresh_cache_start(
+        RunShape(problem, w, mem, k, sync_bsp, total_iterations, segments, working), rates,
+        ramp)
     time = chosen.time_s
     (cost_lambda, cost_requests, cost_exchange, cost_checkpoint, cost_storage,
      cost_minimum) = chosen.parts
@@ -323,7 +319,7 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         cost_lambda_usd=cost_lambda, cost_requests_usd=cost_requests,
         cost_exchange_usd=cost_exchange, cost_checkpoint_usd=cost_checkpoint,
         cost_storage_usd=cost_storage, cost_cache_minimum_usd=cost_minimum, cost_usd=cost,
-        violation=violation, cache_ramp_s=np.where(np.isnan(store_ramp), np.nan, ramp),
+        violation=violation, cache_ramp_s=ramp,
         cache_ramp_usd=problem.prices.lambda_mb_s(problem.arch) * mem * w * ramp,
         cache_wait_s=wait,
         **{item.name: getattr(rates, item.name) for item in fields(rates)},  # same names
@@ -354,6 +350,21 @@ def _priced(run: RunShape, rates: ExchangeRates, ramp_s: FloatArray, wait_s: flo
                      time_s=time_s, iterations=run.iterations, segments=run.segments)
     return Priced(time_s, (*parts, storage_cost(problem, w, k, run.bsp, run.segments, time_s),
                            store.minimum_cost(problem, w, k, rates, run.iterations, time_s)))
+
+
+def _fresh_cache_start(run: RunShape, rates: ExchangeRates, ramp_s: FloatArray
+                       ) -> tuple[Priced, FloatArray, FloatArray]:
+    """The run priced as it meets a fresh store: ramping through ``ramp_s`` (the store's
+    ramp, NaN where it has none) or waiting for its pre-scaled minimum, whichever
+    planner/model/terms/cache_start.py chooses; with the ramp charged and the seconds waited,
+    both NaN where the store has no ramp."""
+    priced = partial(_priced, run, rates)
+    ramp = np.nan_to_num(ramp_s)
+    chosen, wait = start_fresh_cache(run.problem.deadline_s, priced(ramp, 0.0), priced,
+                                     channel_costs(run.problem).prescale_wait_s(run.problem))
+    none = np.isnan(ramp_s)
+    return (chosen, np.where(none, np.nan, np.where(wait > 0, 0.0, ramp)),
+            np.where(none, np.nan, wait))
 
 
 def _exchange_s(iteration: FloatArray, upload: FloatArray, aggregate: FloatArray,
