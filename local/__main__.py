@@ -138,7 +138,7 @@ def _add_fault_options(parser: argparse.ArgumentParser) -> None:
                              "DescribeServerlessCaches sees it: deployed (default), absent "
                              "(destroyed: the run fails before any worker, saying how to "
                              "deploy it), creating:N (the first N lookups wait) or age:S "
-                             "(deployed S s before the run: a plan that waits for the "
+                             "(deployed S s before the first lookup: a plan that waits for the "
                              "cache's pre-scaled minimum holds its first segment until the "
                              "cache is prediction.cache_wait_s old)")
     parser.add_argument("--oom-error", choices=(OUT_OF_MEMORY, EXIT),

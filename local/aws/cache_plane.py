@@ -9,8 +9,9 @@ fault code, ``ServerlessCacheNotFoundFault`` for an unknown name). ``--cache-sta
 the states a user can meet: ``deployed`` (default: deployed a day ago), ``absent`` (destroyed
 between runs and not deployed again), ``creating:N`` (the first N lookups see a cache still
 being created; created when the runner starts) and ``age:S`` (deployed S seconds before the
-runner started: a plan that waits for the pre-scaled minimum, ``prediction.cache_wait_s``,
-holds its first segment until the cache is that old, fasdl/aws/cache_lookup.py). Every answer
+run's first lookup, however late the machine's load puts it: a plan that waits for the
+pre-scaled minimum, ``prediction.cache_wait_s``, holds its first segment until the cache is
+that old, fasdl/aws/cache_lookup.py). Every answer
 carries the cache's ``CreateTime`` and the ECPU/s limits its synthesized stack sets.
 API: https://docs.aws.amazon.com/AmazonElastiCache/latest/APIReference/API_DescribeServerlessCaches.html
 """
@@ -40,7 +41,7 @@ DEPLOYED_AGE_S = 86_400.0  # ``deployed``: long enough for any pre-scaled minimu
 class CacheStackState:
     deployed: bool = True
     creating_lookups: int = 0  # lookups answered "creating" before "available"
-    age_s: float = DEPLOYED_AGE_S  # how long before the runner started it was created
+    age_s: float = DEPLOYED_AGE_S  # how long before the first lookup it was created
 
     @classmethod
     def parse(cls, text: str) -> CacheStackState:
@@ -81,8 +82,17 @@ class LocalElastiCache(LoopbackServer):
         self.ecpu_per_second = dict(ecpu_per_second or {})
         self.lookups = 0
         self._lock = threading.Lock()
-        created = datetime.fromtimestamp(time.time() - state.age_s, tz=UTC)
-        self.create_time = created.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        self._create_time = ""  # set by the first lookup: see CacheStackState.age_s
+
+    def create_time(self) -> str:
+        """``CreateTime`` as ElastiCache writes it; anchored at the first lookup so that a
+        slow start of the runner cannot age the cache past what the caller asked for."""
+        with self._lock:
+            if not self._create_time:
+                created = datetime.fromtimestamp(time.time() - self.state.age_s, tz=UTC)
+                self._create_time = created.isoformat(timespec="milliseconds").replace(
+                    "+00:00", "Z")
+            return self._create_time
 
     def answer(self, request: Request) -> Reply:
         form = {key: values[0] for key, values in parse_qs(request.body.decode()).items()}
@@ -98,7 +108,7 @@ class LocalElastiCache(LoopbackServer):
                                         f"<Port>{self.port}</Port></Endpoint>")
         cache = (f"<member><ServerlessCacheName>{escape(name)}</ServerlessCacheName>"
                  f"<Status>{'creating' if creating else 'available'}</Status>"
-                 f"<Engine>valkey</Engine><CreateTime>{self.create_time}</CreateTime>"
+                 f"<Engine>valkey</Engine><CreateTime>{self.create_time()}</CreateTime>"
                  f"{self._usage_limits()}{endpoint}</member>")
         return 200, XML, (f'<{ACTION}Response xmlns="{NAMESPACE}"><{ACTION}Result>'
                           f"<ServerlessCaches>{cache}</ServerlessCaches></{ACTION}Result>"

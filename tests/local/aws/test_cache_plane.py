@@ -70,6 +70,15 @@ def test_a_plan_waits_until_the_cache_is_as_old_as_its_wait() -> None:
         seconds_until_prescaled(_client(api), NAME, wait_s=3_600.0, now=time.time())
 
 
+def test_the_age_counts_from_the_first_lookup_not_from_the_server_start() -> None:
+    """A runner that starts slowly under load must not age the cache past what was asked."""
+    with LocalElastiCache(NAME, 6390, CacheStackState.parse("age:3500"), LIMITS) as api:
+        time.sleep(1.5)
+        first = time.time()
+        with pytest.raises(CacheWarming, match=r" 10\d s left"):
+            seconds_until_prescaled(_client(api), NAME, wait_s=3_600.0, now=first)
+
+
 @pytest.mark.parametrize("text", ["", "creating", "creating:0", "creating:x", "gone", "age:",
                                   "age:-5", "age:x"])
 def test_bad_cache_stack_option_names_the_choices(text: str) -> None:

@@ -94,8 +94,8 @@ def waiting_job(job: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 @pytest.mark.slow
 def test_a_plan_that_waits_holds_its_first_segment_until_the_cache_is_old_enough(
         waiting_job: tuple[Path, Path], tmp_path: Path) -> None:
-    """A cache deployed WAIT_S − 5 s before the run: the trigger's first start raises
-    CacheWarming (the state machine asks again 30 s later, no jitter), the second starts;
+    """A cache deployed WAIT_S − 5 s before the run's first lookup: the trigger's first start
+    raises CacheWarming (the state machine asks again 30 s later, no jitter), the second starts;
     the summary says the run waited, from the execution's start, and its clock counts it."""
     result = run(waiting_job, tmp_path, "waits", "--cache-stack", f"age:{WAIT_S - 5:g}")
     assert result.code == 0, result.output[-3000:]
@@ -106,5 +106,5 @@ def test_a_plan_that_waits_holds_its_first_segment_until_the_cache_is_old_enough
     measured = result.report["summary"]["measured"]
     start = measured["cache_start"]
     assert start["mode"] == "wait" and start["planned_wait_s"] == WAIT_S
-    assert 25.0 <= start["waited_s"] <= 60.0
+    assert 25.0 <= start["waited_s"] <= 90.0  # one 30 s retry, on a loaded machine
     assert measured["measured_s"] >= start["waited_s"]
