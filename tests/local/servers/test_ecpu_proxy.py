@@ -143,3 +143,20 @@ def test_a_slot_streams_at_its_rate_though_its_payer_wakes_late(
     start = clock.now
     bucket.pay(64)
     assert clock.now - start == pytest.approx(64 / 82_113.0 + late)
+
+
+@pytest.mark.parametrize("forward_s", [0.0005, 0.001])
+def test_a_slot_overlaps_its_rate_with_the_streams_forwarding(
+        monkeypatch: pytest.MonkeyPatch, forward_s: float) -> None:
+    """A stream that forwards each chunk after paying it takes the larger of its slot time and
+    its forwarding, not their sum (0.5 ms per 64 KB chunk: the slot's 58 ms; 1 ms: 75 ms)."""
+    clock = FakeClock()
+    monkeypatch.setattr(ecpu_proxy, "time", SimpleNamespace(monotonic=clock, sleep=clock.sleep))
+    bucket = EcpuBucket(82_113.0, burst_s=0.0)
+    start = clock.now
+    for _ in range(75):
+        bucket.pay(64)
+        clock.sleep(forward_s)
+    slot_s = 75 * 64 / 82_113.0
+    assert clock.now - start == pytest.approx(max(slot_s, 75 * forward_s) + forward_s,
+                                              abs=0.001)
