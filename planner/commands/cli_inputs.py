@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from fasdl.contract.fields import FieldError
 from fasdl.contract.limits import BUDGET_FACTOR, DEADLINE_SLACK, MAX_BUDGET_USD, MAX_DEADLINE_S
 from fasdl.contract.plan import PlanError
-from planner.model.inputs.problem import ModelInputError, Problem
+from planner.model.inputs.problem import ModelInputError, Problem, default_timeout_margin
 from planner.model.inputs.profile_fields import read_profile_json
 from planner.model.inputs.profiles import (
     Prices,
@@ -69,8 +69,6 @@ FIT_FIELD_TO_ARGUMENT = {
 # --large). Beyond it nothing is measured, and ImageNet-size global batches (8k-64k) fit.
 MAX_GLOBAL_BATCH = 65536
 BATCH_STEP = Problem.batch_step  # the step of B^a in every search
-# The default --timeout-margin: 60 s, but never more than this share of --timeout.
-MAX_MARGIN_SECONDS, MARGIN_SHARE = 60.0, 0.1
 
 _Loaded = TypeVar("_Loaded")
 
@@ -79,11 +77,6 @@ class CliError(Exception):
     def __init__(self, argument: str, message: str) -> None:
         super().__init__(f"argument {argument}: {message}")
         self.argument = argument
-
-
-def default_timeout_margin(timeout_s: float) -> float:
-    """min(60 s, 10 % of the timeout): 60 s at the 900-s default, 6 s at Lambda's 60-s floor."""
-    return min(MAX_MARGIN_SECONDS, MARGIN_SHARE * timeout_s)
 
 
 def _load(argument: str, loader: Callable[..., _Loaded], *values: str) -> _Loaded:

@@ -21,6 +21,13 @@ from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfi
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+# The default --timeout-margin: 60 s, but never more than this share of --timeout.
+MAX_MARGIN_SECONDS, MARGIN_SHARE = 60.0, 0.1
+
+
+def default_timeout_margin(timeout_s: float) -> float:
+    """min(60 s, 10 % of the timeout): 60 s at the 900-s default, 6 s at Lambda's 60-s floor."""
+    return min(MAX_MARGIN_SECONDS, MARGIN_SHARE * timeout_s)
 
 
 class ModelInputError(FieldError):
