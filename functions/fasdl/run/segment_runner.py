@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -47,6 +48,7 @@ from fasdl.exchange import stores
 from fasdl.exchange.channel.base import Channel, ChannelTimeout
 from fasdl.exchange.inflight import cap_bytes
 from fasdl.exchange.kreduce import KReduceWorker
+from fasdl.run import reshape
 from fasdl.run.checkpoint import commit_manifest, load_manifest, restore_worker, save_worker
 from fasdl.run.fault_hooks import NO_FAULTS, FaultHooks
 from fasdl.run.fencing import (
@@ -88,6 +90,8 @@ CHECKPOINT_BASE_S = 2.0  # a few small PUTs plus the committer's wait
 CHECKPOINT_BYTES_PER_S = 20e6  # conservative S3 PUT throughput of one Lambda
 __all__ = ["SegmentTooLong", "TimeGuard", "WorkerEvent", "WorkerEventError", "peer_wait_s",
            "run_segment", "write_result"]
+
+_log = logging.getLogger(__name__)
 
 
 def _cached_labels(read_range: RangeReader, key: str, cache_dir: Path) -> np.ndarray:
@@ -227,7 +231,12 @@ def _restore(job: _Job, store: Channel, event: WorkerEvent) -> None:
         cursor = DataCursor()
     else:
         manifest = load_manifest(store, event.run_id, event.start_iteration, event.resume_epoch)
-        cursor = restore_worker(store, manifest, job.worker)
+        if reshape.changed(manifest, job.plan):  # an adaptive run's change (fasdl.run.reshape)
+            _log.info("restoring under a new configuration: %s",
+                      reshape.describe(manifest, job.plan))
+            cursor = reshape.restore_reshaped(store, manifest, job.worker, job.plan)
+        else:
+            cursor = restore_worker(store, manifest, job.worker)
     job.stream = BatchStream.for_plan(job.plan, event.worker, partition, cursor)
 
 
@@ -283,7 +292,8 @@ def _checkpoint(job: _Job, store: Channel, event: WorkerEvent, settings: Setting
                         timeout_s=min(float(job.plan.deployment.timeout_s),
                                       max(1.0, remaining_s() - settings.time_margin_s)),
                         meta={**job.meta, RESUMED_FROM: resumed_from(event.start_iteration,
-                                                                     event.resume_epoch)})
+                                                                     event.resume_epoch),
+                              reshape.CONFIGURATION: reshape.configuration_label(job.plan)})
     result.times["checkpoint_s"] = time.perf_counter() - saved
 
 
