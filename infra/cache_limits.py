@@ -2,6 +2,7 @@
 Valkey with them, and importing aws_cdk starts a Node process).
 
 Usage limits bound the bill, not the speed: the storage cap holds a few iterations of shards;
+all sized for the most workers the run may use (an adaptive run's ``deployment.workers_max``);
 the ECPU/s maximum is the plan's predicted peak (``Prediction.cache_ecpu_per_s_peak``,
 planner/model/terms/cache_throughput.py) with ECPU_HEADROOM, and its minimum the plan's mean ECPU/s
 (``Prediction.cache_ecpu_per_s_mean``), to pre-scale the cache (CacheUsageLimits accepts a
@@ -53,7 +54,7 @@ def exchange_peak_mb(plan: Plan) -> float:
     """The MB the plan's exchange holds at its peak (fasdl.contract.cache)."""
     training = plan.training
     copies = exchange_peak_copies(
-        plan.deployment.workers, chunks=training.exchange_chunks,
+        plan.deployment.ceiling, chunks=training.exchange_chunks,
         upload_share=UPLOAD_BYTES_PER_VALUE[training.exchange_dtype] / 4)
     return copies * plan.workload.model_mb
 
@@ -65,7 +66,7 @@ def cache_limits(plan: Plan) -> CacheLimits:
     prediction = plan.prediction
     peak = prediction.cache_ecpu_per_s_peak if prediction is not None else None
     mean = prediction.cache_ecpu_per_s_mean if prediction is not None else None
-    ecpu = (math.ceil(ECPU_HEADROOM * peak) if peak is not None
+    ecpu = (math.ceil(ECPU_HEADROOM * peak * ceiling_factor(plan)) if peak is not None
             else network_ecpu_per_second(plan))
     maximum = _ecpu_in_range(ecpu)
     return CacheLimits(
@@ -76,11 +77,19 @@ def cache_limits(plan: Plan) -> CacheLimits:
     )
 
 
+def ceiling_factor(plan: Plan) -> float:
+    """ceiling / W: an adaptive run may scale out to ``deployment.workers_max`` workers at the
+    plan's global batch, and the exchange's ECPU/s grows with the workers moving shards (the
+    per-worker rate taken as the plan's; the re-plan keeps its candidates within the
+    deployed maximum, planner/adapt/replan.py)."""
+    return plan.deployment.ceiling / plan.deployment.workers
+
+
 def network_ecpu_per_second(plan: Plan) -> int:
     """Every worker moving data at full Lambda network speed, both ways at once."""
     share = min(1.0, plan.deployment.memory_mb / FULL_VCPU_MEMORY_MB)
     kb_per_s = WORKER_PEAK_MB_PER_S * 1024 * share * 2  # upload and download at once
-    return math.ceil(plan.deployment.workers * kb_per_s)
+    return math.ceil(plan.deployment.ceiling * kb_per_s)
 
 
 def _ecpu_in_range(ecpu: int) -> int:

@@ -95,12 +95,13 @@ def plan_concurrency_quota(plan: Plan) -> int:
 
 
 def reserved_worker_concurrency(settings: SynthSettings) -> int | None:
-    """2·W reserved for the worker with ``-c reserve_concurrency=true``, else None. Lambda
+    """2·W reserved for the worker with ``-c reserve_concurrency=true``, else None (W: the
+    ceiling of an adaptive run, ``deployment.workers_max``). Lambda
     keeps 100 of the account's concurrency unreserved (PutFunctionConcurrency), so a
     reservation that would leave less of the plan's quota is refused here, not at deploy."""
     if not settings.reserve_concurrency:
         return None
-    workers = settings.plan.deployment.workers
+    workers = settings.plan.deployment.ceiling  # an adaptive run's most workers
     reserved = EXECUTIONS_PER_WORKER * workers
     quota = plan_concurrency_quota(settings.plan)
     if quota - reserved < MIN_UNRESERVED_CONCURRENCY:

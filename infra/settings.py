@@ -38,7 +38,9 @@ The plan is validated here, before any construct exists, so an invalid plan fail
 the plan's own :class:`~fasdl.contract.plan.PlanError` message. Two checks are the stack's: a
 plan whose ``deployment.memory_mb`` is above the account limit it records
 (``quotas.account_max_memory_mb``, from ``planner plan --account``) is refused, and so is a
-Valkey plan of one worker (nothing to exchange; see :func:`check_channel_has_exchange`).
+Valkey plan of one worker (nothing to exchange; see :func:`check_channel_has_exchange`), an
+adaptive run's ceiling beyond the plan's concurrency (:func:`check_ceiling`), and, until the
+state machine re-plans, an adaptive plan (:func:`check_adaptive_supported`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, cast
 
+from fasdl.contract.lambda_quotas import DEFAULT_ACCOUNT_CONCURRENCY
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.requirements import REQUIREMENTS_MANIFEST, local_layer, requirements_digest
 from fasdl.contract.workload import Workload
@@ -128,6 +131,8 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSett
     plan.check_environment_size()  # the trigger's environment carries it
     check_account_memory(plan)
     check_channel_has_exchange(plan)
+    check_ceiling(plan)
+    check_adaptive_supported(plan)
 
     packaging = str(context.get(CONTEXT_PACKAGING) or "zip")
     if packaging not in PACKAGINGS:
@@ -183,6 +188,38 @@ def check_channel_has_exchange(plan: Plan) -> None:
                         "is 'valkey' with deployment.workers = 1: one worker exchanges "
                         "nothing, so the VPC and cache a Valkey plan deploys would serve no "
                         "one; set deployment.channel to 's3' (the same training, no cache)")
+
+
+def check_ceiling(plan: Plan) -> None:
+    """An adaptive run's ceiling (``deployment.workers_max``) must fit the concurrency the plan
+    was made for, 2 executions per worker (a retried segment overlaps its aborted one), as
+    the planner keeps W; the stack's Map, reserved concurrency and cache are sized for it."""
+    ceiling = plan.deployment.workers_max
+    if ceiling is None:
+        return
+    quota = (plan.quotas.max_concurrency if plan.quotas is not None
+             else DEFAULT_ACCOUNT_CONCURRENCY)
+    if 2 * ceiling > quota:
+        raise PlanError("deployment.workers_max",
+                        f"is {ceiling}: 2·{ceiling} = {2 * ceiling} concurrent executions "
+                        f"exceed the plan's concurrency quota {quota} (quotas.max_concurrency;"
+                        f" Lambda's default {DEFAULT_ACCOUNT_CONCURRENCY} when absent); allowed"
+                        f" range is [{plan.deployment.workers}, {quota // 2}]")
+    if plan.training.adaptive == "off":
+        raise PlanError("deployment.workers_max",
+                        f"is {ceiling} but training.adaptive is 'off': only an adaptive run "
+                        "uses a ceiling, and the stack would be sized for workers that never "
+                        "run; set training.adaptive to deadline or cost, or drop workers_max")
+
+
+def check_adaptive_supported(plan: Plan) -> None:
+    """The re-plan between segments (planner/adapt) is not yet a state of the synthesized
+    state machine: an adaptive plan is refused rather than run as a static one."""
+    if plan.training.adaptive != "off":
+        raise PlanError("training.adaptive",
+                        f"is {plan.training.adaptive!r}, but this release's state machine does "
+                        "not re-plan between segments yet; set training.adaptive to 'off' (the "
+                        "run then keeps the plan's configuration and stops at a guard limit)")
 
 
 def _flag(context: dict[str, object], key: str) -> bool:

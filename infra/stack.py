@@ -62,7 +62,7 @@ class FasdlStack(Stack):
             security_group=self.network.worker_security_group if self.network else None,
             cache_name=cache_name(self.stack_name) if self.network else None)
         self.workflow = TrainingWorkflow(
-            self, "Workflow", workers=plan.deployment.workers,
+            self, "Workflow", workers=plan.deployment.ceiling,  # an adaptive run's W at most
             timeout_s=plan.deployment.timeout_s, trigger=self.compute.trigger,
             worker=self.compute.worker, finalize=self.compute.finalize,
             memory_mb=plan.deployment.memory_mb,

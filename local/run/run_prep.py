@@ -167,9 +167,9 @@ def prepare_template(plan: Plan, plan_path: Path, options: RunOptions, work: Pat
         raise InputError(f"the plan is for another stack: its deployment is "
                          f"{plan.deployment_fingerprint()}, the template's {deployed}")
     train = template.definition["States"].get("Train segment", {})
-    if train.get("MaxConcurrency") != plan.deployment.workers:
+    if train.get("MaxConcurrency") != plan.deployment.ceiling:
         raise InputError(f"W mismatch: the state machine runs {train.get('MaxConcurrency')} "
-                         f"workers at once, the plan has W={plan.deployment.workers}")
+                         f"workers at once, the plan has W={plan.deployment.ceiling}")
     return template
 
 

@@ -120,17 +120,19 @@ def _refit(problem: Problem, current: Configuration, memory_mb: int, bsp: bool,
 
 def adapt(plan: Plan, profiles: tuple[WorkloadProfile, PlatformProfile, Prices],
           boundary: Boundary, *, policy: str, workers_max: int, measured_on: str,
-          current: Configuration | None = None) -> Adaptation:
+          current: Configuration | None = None,
+          cache_ecpu_max: float | None = None) -> Adaptation:
     """The record of the decision before ``boundary.segment`` (module docstring);
     ``measured_on``: where the run runs (provenance's identifier: aws-lambda-x86_64,
-    local-emulation)."""
+    local-emulation); ``cache_ecpu_max``: the deployed cache's ECPU/s maximum (Valkey)."""
     problem = problem_of(plan, *profiles)
     current = current or configuration_of(plan)
     memory_mb, bsp = plan.deployment.memory_mb, plan.training.sync == "bsp"
     fit = _refit(problem, current, memory_mb, bsp, boundary.segments, measured_on)
     measured = replace(problem, workload=fit.workload, platform=fit.platform)
     decision = decide(measured, current, remaining_of(plan, boundary), policy=policy,
-                      memory_mb=memory_mb, workers_max=workers_max, bsp=bsp)
+                      memory_mb=memory_mb, workers_max=workers_max, bsp=bsp,
+                      cache_ecpu_max=cache_ecpu_max)
     return _record(boundary.segment, policy, decision, fit,
                    _coefficients(problem, memory_mb, 1.0),
                    _coefficients(measured, memory_mb, fit.exchange_factor))

@@ -33,13 +33,14 @@ from typing import Literal
 
 import numpy as np
 
+from fasdl.contract.training import ADAPTIVE_POLICIES
 from planner.model.inputs.problem import FloatArray, IntArray, Problem, Violation
 from planner.model.terms.cost_model import Evaluation, evaluate
 
-Policy = Literal["off", "deadline", "cost"]
-POLICIES: tuple[str, ...] = ("off", "deadline", "cost")
+POLICIES = ADAPTIVE_POLICIES  # the plan's training.adaptive
 PAYBACK_MARGIN = 0.10  # a change must save this share of continuing's cost
 DEADLINE_MARGIN = 0.10  # ... and, under ``cost``, leave this share of the remaining deadline
+UNBOUNDED_S = 1e9  # the model's largest deadline
 
 
 class ReplanError(ValueError):
@@ -110,15 +111,18 @@ def candidates(global_batch: int, workers_max: int, batch_step: int
 
 
 def remaining_problem(problem: Problem, remaining: Remaining, global_batch: int,
-                      memory_mb: int) -> Problem:
+                      memory_mb: int, cache_ecpu_max: float | None = None) -> Problem:
     """``problem`` as the rest of the run: one pass of the remaining iterations at G, at the
-    deployed M, on the run's warm cache, within the remaining deadline."""
+    deployed M, on the run's warm cache, within the remaining deadline and (Valkey) the
+    deployed cache's ECPU/s maximum ``cache_ecpu_max`` (None: the problem's)."""
     if remaining.iterations < 1:
         raise ReplanError(f"remaining.iterations must be >= 1, got {remaining.iterations}")
     if remaining.deadline_s <= 0 or remaining.budget_usd <= 0:
         raise ReplanError("remaining.deadline_s and remaining.budget_usd must be > 0, got "
                           f"{remaining.deadline_s} and {remaining.budget_usd}")
     workload = problem.workload.with_workload(samples=remaining.iterations * global_batch)
+    if cache_ecpu_max is not None:
+        problem = replace(problem, max_cache_ecpu_per_s=cache_ecpu_max)
     return replace(problem, workload=workload, epochs=1,
                    deadline_s=max(1.0, remaining.deadline_s), memory_min_mb=memory_mb,
                    memory_max_mb=memory_mb, memory_step_mb=1, cache_warm=True,
@@ -145,16 +149,19 @@ def _prospect(evaluation: Evaluation, index: int, warm: bool) -> Prospect:
 
 
 def decide(problem: Problem, current: Configuration, remaining: Remaining, *, policy: str,
-           memory_mb: int, workers_max: int, bsp: bool = False) -> Decision:
+           memory_mb: int, workers_max: int, bsp: bool = False,
+           cache_ecpu_max: float | None = None) -> Decision:
     """The decision at one segment boundary (module docstring); ``problem`` carries the
-    refitted profiles (planner/adapt/online_calibration.py)."""
+    refitted profiles (planner/adapt/online_calibration.py); ``cache_ecpu_max``: the deployed
+    cache's ECPU/s maximum, which no candidate may pass."""
     if policy not in POLICIES:
         raise ReplanError(f"training.adaptive must be one of {', '.join(POLICIES)}, got "
                           f"{policy!r}")
     if not 1 <= current.workers <= workers_max:
         raise ReplanError(f"the current W = {current.workers} is outside 1-{workers_max}, "
                           "the ceiling the stack was deployed for")
-    rest = remaining_problem(problem, remaining, current.global_batch, memory_mb)
+    rest = remaining_problem(problem, remaining, current.global_batch, memory_mb,
+                             cache_ecpu_max)
     now = evaluate(rest, current.workers, memory_mb, current.aggregators,
                    current.batch_aggregator, current.batch_non_aggregator, bsp=bsp)
     continuing = _prospect(now, 0, warm=True)
@@ -164,10 +171,11 @@ def decide(problem: Problem, current: Configuration, remaining: Remaining, *, po
         why = "policy off" if policy == "off" else "on course: the limits hold as measured"
         return Decision("continue", why, continuing, None)
     w, k, ba, bn = candidates(current.global_batch, workers_max, rest.batch_step)
-    every = evaluate(rest, w, memory_mb, k, ba, bn, bsp=bsp)
+    # the limits are judged here, on the remaining deadline and budget: evaluated without a
+    # deadline, so that its violation masks none checked after it (the cache's maximum)
+    every = evaluate(replace(rest, deadline_s=UNBOUNDED_S), w, memory_mb, k, ba, bn, bsp=bsp)
     time, cost = _prospects(every, warm=False)
-    # the limits are judged here, on the remaining deadline and budget
-    runnable = np.isin(every.violation, (Violation.NONE, Violation.DEADLINE))
+    runnable = every.violation == Violation.NONE
     keeps = runnable & (time <= remaining.deadline_s) & (cost <= remaining.budget_usd)
     if on_course:  # policy cost: worth a change only with both margins
         keeps &= ((time <= remaining.deadline_s * (1 - DEADLINE_MARGIN))

@@ -80,6 +80,35 @@ def test_one_valkey_worker_is_refused(tmp_path: Path) -> None:
     assert "deployment.workers = 1" in str(raised.value) and "'s3'" in str(raised.value)
 
 
+def _adaptive(tmp_path: Path, policy: str, ceiling: int, concurrency: int | None) -> Path:
+    data: dict[str, Any] = json.loads(DEFAULT_PLAN_PATH.read_text())
+    data["training"]["adaptive"] = policy
+    data["deployment"]["workers_max"] = ceiling
+    if concurrency is not None:
+        data["quotas"] = {"max_concurrency": concurrency, "max_memory_mb": 10240}
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_an_adaptive_runs_ceiling_must_fit_the_concurrency_and_the_policy(
+        tmp_path: Path) -> None:
+    """deployment.workers_max: 2 executions per worker within the plan's concurrency, and only
+    beside a policy; an adaptive plan is refused until the state machine re-plans."""
+    workers = json.loads(DEFAULT_PLAN_PATH.read_text())["deployment"]["workers"]
+    with pytest.raises(PlanError, match=r"2·60 = 120 concurrent executions exceed the plan's "
+                                        r"concurrency quota 100.*allowed range is "
+                                        rf"\[{workers}, 50\]") as raised:
+        _load(_adaptive(tmp_path, "deadline", 60, 100))
+    assert raised.value.field == "deployment.workers_max"
+    with pytest.raises(PlanError, match=r"training\.adaptive is 'off'") as raised:
+        _load(_adaptive(tmp_path, "off", 2 * workers, None))
+    assert raised.value.field == "deployment.workers_max"
+    with pytest.raises(PlanError, match="does not re-plan between segments yet") as raised:
+        _load(_adaptive(tmp_path, "cost", 2 * workers, None))
+    assert raised.value.field == "training.adaptive"
+
+
 def test_cdk_app_refuses_memory_above_the_account_limit(tmp_path: Path) -> None:
     """app.py (what ``cdk synth`` runs): one line naming the field and both numbers, exit 2,
     nothing staged."""

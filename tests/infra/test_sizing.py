@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from fasdl.contract.cache import MAX_ECPU_PER_SECOND
 from fasdl.contract.plan import Plan
 from infra.cache import ExchangeCache
 from infra.cache_limits import MAX_STORAGE_GB, CacheLimits, cache_limits
-from infra.compute import MAX_EPHEMERAL_MB, ephemeral_storage_mb
+from infra.compute import MAX_EPHEMERAL_MB, ephemeral_storage_mb, reserved_worker_concurrency
 from infra.settings import DEFAULT_PLAN_PATH
 
 
@@ -95,3 +96,20 @@ def test_the_cache_is_sized_from_the_typed_prediction_fields() -> None:
     Template.from_stack(stack).has_resource_properties("AWS::ElastiCache::ServerlessCache", {
         "CacheUsageLimits": {"DataStorage": {"Maximum": 3, "Unit": "GB"},
                              "ECPUPerSecond": {"Maximum": 5_000, "Minimum": 2_000}}})
+
+
+def test_an_adaptive_runs_cache_and_concurrency_hold_at_its_ceiling() -> None:
+    """deployment.workers_max = 4·W: storage for the ceiling's shards, the ECPU/s maximum the
+    planned peak x ceiling / W (with headroom), the minimum still the plan's mean; the
+    reserved concurrency 2 x the ceiling."""
+    plan = _predicted(400_000.0, 250_000.0, workers=16)
+    data = plan.to_dict()
+    data["training"]["adaptive"] = "deadline"
+    data["deployment"]["workers_max"] = 64
+    ceiling = Plan.from_dict(data)
+    static, adaptive = cache_limits(plan), cache_limits(ceiling)
+    assert adaptive.ecpu_per_second == 4 * static.ecpu_per_second == 2_400_000
+    assert adaptive.ecpu_per_second_minimum == static.ecpu_per_second_minimum == 250_000
+    assert adaptive.storage_gb > static.storage_gb
+    settings = SimpleNamespace(reserve_concurrency=True, plan=ceiling)
+    assert reserved_worker_concurrency(settings) == 128  # type: ignore[arg-type]

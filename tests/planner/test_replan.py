@@ -133,3 +133,38 @@ def test_the_remaining_problem_is_the_rest_of_the_run_at_the_deployed_memory() -
     assert (rest.memory_min_mb, rest.memory_max_mb, rest.epochs) == (PLAN.memory_mb,) * 2 + (1,)
     assert rest.cache_warm and rest.deadline_s == 300.0
     assert rest.workload.samples == half.iterations * CURRENT.global_batch
+
+
+def test_a_valkey_re_plan_keeps_within_the_deployed_caches_maximum() -> None:
+    """The deployed cache's ECPU/s maximum caps every candidate: a cap just under the peak of
+    the change made without one rules that change out, and what the decision names instead
+    fits the cap (a candidate past the cap that also misses the deadline is not let through
+    by the deadline's violation masking the cache's)."""
+    valkey = dataclasses.replace(paper_problem("resnet50-cifar10", DEADLINE_S, 2048, EPOCHS,
+                                               "valkey"), cache_warm=True)
+    memory = 2048
+    current = Configuration(2, 1, 16, 1008)  # G = 1024 over two workers
+    probe = remaining_problem(valkey, Remaining(40, 1e6, 1e6), current.global_batch, memory)
+    alone = evaluate(probe, current.workers, memory, current.aggregators,
+                     current.batch_aggregator, current.batch_non_aggregator)
+    remaining = Remaining(40, 0.5 * float(alone.time_s[0]), 1e6)  # continuing misses it
+    free = decide(valkey, current, remaining, policy="deadline", memory_mb=memory,
+                  workers_max=16)
+    assert free.action == "change" and free.chosen is not None
+    rest = remaining_problem(valkey, remaining, current.global_batch, memory)
+
+    def peak(configuration: Configuration) -> float:
+        c = configuration
+        return float(evaluate(rest, c.workers, memory, c.aggregators, c.batch_aggregator,
+                              c.batch_non_aggregator).cache_ecpu_per_s_peak[0])
+
+    cap = peak(free.chosen.configuration) - 1.0
+    capped = decide(valkey, current, remaining, policy="deadline", memory_mb=memory,
+                    workers_max=16, cache_ecpu_max=cap)
+    # nothing within the cap keeps the deadline here: a stop naming the fastest within it
+    assert capped.action == "stop" and capped.chosen is not None
+    assert capped.chosen.configuration.workers < free.chosen.configuration.workers
+    assert peak(capped.chosen.configuration) <= cap
+    nothing = decide(valkey, current, remaining, policy="deadline", memory_mb=memory,
+                     workers_max=16, cache_ecpu_max=1_000.0)  # ElastiCache's least
+    assert (nothing.action, nothing.chosen) == ("stop", None)

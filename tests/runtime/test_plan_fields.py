@@ -198,3 +198,37 @@ def test_a_plan_moved_to_another_channel_drops_the_prediction_made_for_its_own()
     with pytest.raises(PlanError, match="cache_ecpu_per_s_peak"):
         Plan.from_dict({**planned.to_dict(), "deployment": {
             **planned.to_dict()["deployment"], "channel": "valkey"}})
+
+
+def test_an_adaptive_plan_states_its_policy_and_ceiling_and_older_plans_read_as_before() -> None:
+    """training.adaptive and deployment.workers_max (issue 42): written only when set, so a
+    plan without them writes byte for byte as before; the ceiling goes into the fingerprint
+    the stack checks runs against."""
+    data = json.loads(DEFAULT_PLAN.read_text())
+    plain = Plan.from_dict(data)
+    assert plain.training.adaptive == "off" and plain.deployment.workers_max is None
+    assert plain.deployment.ceiling == plain.deployment.workers
+    assert "adaptive" not in plain.to_dict()["training"]
+    assert "workers_max" not in plain.to_dict()["deployment"]
+    assert plain.to_json() == Plan.from_json(plain.to_json()).to_json()
+    workers = plain.deployment.workers
+    data["training"]["adaptive"] = "cost"
+    data["deployment"]["workers_max"] = 4 * workers
+    adaptive = Plan.from_dict(data)
+    assert adaptive.deployment.ceiling == 4 * workers
+    assert adaptive.deployment_fingerprint().split(":")[3] == f"W{workers}-{4 * workers}"
+    assert Plan.from_json(adaptive.to_json()) == adaptive
+
+
+@pytest.mark.parametrize(("section", "field", "value", "message"), [
+    ("training", "adaptive", "always", r"training\.adaptive.*off, deadline, cost"),
+    ("deployment", "workers_max", 0, r"deployment\.workers_max"),
+    ("deployment", "workers_max", 1001, r"deployment\.workers_max"),
+])
+def test_a_bad_policy_or_ceiling_names_the_field(section: str, field: str, value: object,
+                                                 message: str) -> None:
+    data = json.loads(DEFAULT_PLAN.read_text())
+    data[section][field] = value
+    assert _refused(data).field.startswith(f"{section}.{field}")
+    with pytest.raises(PlanError, match=message):
+        Plan.from_dict(data)

@@ -168,6 +168,13 @@ def test_plan_for_another_stack_names_the_deployment_field() -> None:
     with pytest.raises(RunStateError, match="FASDL_DEPLOYMENT"):
         check_deployment(plan, "garbage")
     check_deployment(plan, plan.deployment_fingerprint())
+    # a stack deployed for an adaptive run's ceiling serves only plans with that ceiling
+    ceiling = dataclasses.replace(plan, deployment=dataclasses.replace(plan.deployment,
+                                                                       workers_max=16))
+    assert parse_fingerprint(ceiling.deployment_fingerprint())["workers"] == "4-16"
+    check_deployment(ceiling, ceiling.deployment_fingerprint())
+    with pytest.raises(PlanError, match=r"deployment.workers.*workers=4-16, the plan has 4"):
+        check_deployment(plan, ceiling.deployment_fingerprint())
 
 
 def test_run_id_defaults_to_the_execution_and_is_checked() -> None:

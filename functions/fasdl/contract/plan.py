@@ -98,6 +98,9 @@ class Deployment:
     workers: int
     region: str = "us-east-1"
     timeout_s: int = MAX_TIMEOUT_S
+    # the most workers an adaptive run may scale to (training.adaptive): the stack's
+    # concurrency, Map and cache are sized for it; None: W (written only when set)
+    workers_max: int | None = None
 
     def validate(self) -> None:
         require_choice("deployment.channel", self.channel, CHANNELS)
@@ -106,11 +109,24 @@ class Deployment:
         require_int("deployment.workers", self.workers, 1, MAX_WORKERS)
         require_region("deployment.region", self.region)
         require_int("deployment.timeout_s", self.timeout_s, 60, MAX_TIMEOUT_S)
+        if self.workers_max is not None:
+            require_int("deployment.workers_max", self.workers_max, self.workers, MAX_WORKERS)
+
+    @property
+    def ceiling(self) -> int:
+        """The most workers the stack serves: ``workers_max``, or W."""
+        return self.workers if self.workers_max is None else self.workers_max
+
+    @property
+    def workers_label(self) -> str:
+        """W, or W-ceiling when the stack serves more (the fingerprint's W part)."""
+        return (str(self.workers) if self.workers_max is None
+                else f"{self.workers}-{self.workers_max}")
 
     def fingerprint(self) -> str:
         """What a deployed stack is built for; a run's plan must match it."""
-        return (f"{self.channel}:{self.arch}:{self.memory_mb}MB:W{self.workers}:{self.region}:"
-                f"{self.timeout_s}s")
+        return (f"{self.channel}:{self.arch}:{self.memory_mb}MB:W{self.workers_label}:"
+                f"{self.region}:{self.timeout_s}s")
 
 
 @dataclass(frozen=True)
@@ -244,6 +260,8 @@ class Plan:
             if getattr(self, name) is None:
                 data.pop(name)
         data["workload"] = self.workload.to_dict()
+        if self.deployment.workers_max is None:
+            data["deployment"].pop("workers_max")
         if self.prediction is not None:
             data["prediction"] = self.prediction.to_dict()
         if self.quotas is not None:

@@ -58,6 +58,9 @@ UPLOAD_BYTES_PER_VALUE: dict[str, int] = {"float32": 4, "bfloat16": 2}
 EXCHANGE_STATE_MODELS: dict[str, int] = {"float32": 0, "bfloat16": 2}
 MAX_EPOCHS = 100_000
 MAX_EXCHANGE_CHUNKS = 1024
+# Adaptive runs (planner/adapt): never re-plan; re-plan when a limit would be missed; also
+# scale in when cheaper. "off" until the state machine runs the re-plan (issue 42).
+ADAPTIVE_POLICIES: tuple[str, ...] = ("off", "deadline", "cost")
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,12 @@ class Training:
     # the warm-up ramps from this rate (0: from zero; Goyal et al.: from the base rate)
     warmup_start_learning_rate: float = 0.0
     hap_merge: str = "reapply"
+    adaptive: str = "off"  # ADAPTIVE_POLICIES
 
     # written only off their defaults: older plans read and fit the trigger's 4 KB as before
     OMITTED_AT_DEFAULT = ("lr_scaling", "base_learning_rate", "base_batch",
-                          "warmup_start_learning_rate", "hap_merge", "exchange_key_prefixes")
+                          "warmup_start_learning_rate", "hap_merge", "exchange_key_prefixes",
+                          "adaptive")
 
     def validate(self, workers: int) -> None:
         require_int("training.aggregators", self.aggregators, 1, workers)
@@ -114,6 +119,7 @@ class Training:
         require_int("training.epochs", self.epochs, 1, MAX_EPOCHS)
         require_int("training.segment_iterations", self.segment_iterations, 1, 10**9)
         require_choice("training.sync", self.sync, SYNC_MODES)
+        require_choice("training.adaptive", self.adaptive, ADAPTIVE_POLICIES)
         require_float("training.learning_rate", self.learning_rate, 0.0, 10.0, open_low=True)
         require_float("training.momentum", self.momentum, 0.0, 1.0, open_high=True)
         require_float("training.weight_decay", self.weight_decay, 0.0, 1.0)

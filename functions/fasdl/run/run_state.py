@@ -180,7 +180,8 @@ def check_deployment(plan: Plan, fingerprint: str) -> None:
         return
     deployed = parse_fingerprint(fingerprint)
     for name in _DEPLOYMENT_FIELDS:
-        value = str(getattr(plan.deployment, name))
+        value = (plan.deployment.workers_label if name == "workers"
+                 else str(getattr(plan.deployment, name)))
         if value != deployed[name]:
             raise PlanError(f"deployment.{name}",
                             f"the stack is deployed for {name}={deployed[name]}, the plan has "
