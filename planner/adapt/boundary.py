@@ -59,6 +59,7 @@ class Adaptation:
     chosen: Configuration | None
     before: tuple[float, float]  # continuing: predicted seconds and USD for the rest
     after: tuple[float, float] | None  # the chosen configuration's
+    segment_iterations: int | None  # the chosen configuration's segment length (cost model)
     planned: dict[str, float]  # coefficients as planned ...
     measured: dict[str, float]  # ... and as the segments refitted them
     kept: tuple[str, ...]  # what the segments could not identify
@@ -149,5 +150,7 @@ def _record(segment: int, policy: str, decision: Decision, fit: OnlineFit,
                       reason=decision.reason, current=continuing.configuration,
                       chosen=None if chosen is None else chosen.configuration,
                       before=(continuing.time_s, continuing.cost_usd),
-                      after=_figures(chosen), planned=planned,
+                      after=_figures(chosen),
+                      segment_iterations=None if chosen is None else chosen.segment_iterations,
+                      planned=planned,
                       measured=measured, kept=fit.kept)

@@ -25,7 +25,7 @@ PLANTS = [
     ("planner/commands/calibrate.py", "import planner.commands.cli",
      "The planner's rooms import only downwards"),
     ("planner/model/terms/cost_model.py", "import fasdl.exchange.kreduce",
-     "The planner takes from the runtime its contract and four named modules only"),
+     "The planner takes from the runtime its contract and the named modules only"),
     ("functions/fasdl/contract/keys.py", "import torch",
      "The runtime's contract imports only the standard library"),
     ("local/servers/managed.py", "import local.run.runner",

@@ -128,6 +128,16 @@ def plan_key(run: str) -> str:
     return f"{run_prefix(run)}plan.json"
 
 
+def adapted_plan_key(run: str, segment: int) -> str:
+    """The plan an adaptive run changed to, from segment ``segment`` on (written once)."""
+    return f"{run_prefix(run)}plans/{_check_index('segment', segment, 10**5):05d}.json"
+
+
+def adaptation_key(run: str, segment: int) -> str:
+    """An adaptive run's decision at the boundary before ``segment`` (written once)."""
+    return f"{run_prefix(run)}adaptations/{_check_index('segment', segment, 10**5):05d}.json"
+
+
 def segments_prefix(run: str) -> str:
     """The workers' segment results."""
     return f"{run_prefix(run)}segments/"

@@ -1,0 +1,190 @@
+"""The re-plan step of an adaptive run (issue 42): between the trigger's ``next`` (which has
+issued the segment and run the guards) and the segment's workers, it takes the run state and
+returns it, changed only by a recorded decision.
+
+At the boundary before segment i (not the first): the segments finished since the current
+plan took over are refitted and the rest re-planned (planner/adapt/boundary.py). The decision
+is written once, to ``adaptations/<i>`` (a conditional create; an attempt that finds it there
+uses it and never decides again, so a retried or resumed step reproduces the run state). A
+change applies at an epoch's start only (fasdl/run/reshape.py): at once when segment i starts
+one, else the segment is cut to end at the next epoch's start and the change is pending
+(``run.adaptive.pending``) until that boundary, which makes no decision of its own (at most
+one change per boundary, and none while one waits). Applying writes the new plan once
+(``plans/<i>``: the plan with the chosen W, K, B^a, B^n and segment length; the deployment's
+ceiling, limits and prediction as they were), points ``run.plan_key`` at it and lists the new
+workers. A stop decision changes nothing here: the guards stop the run as they do for a
+static one, and the record names the fastest configuration and its cost.
+
+The run state gains ``adaptive``: ``since`` (the segment the current plan took over at),
+``pending`` (a decision's key, or null) and ``changes``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fasdl.contract.keys import adaptation_key, adapted_plan_key, results_key
+from fasdl.contract.plan import Plan
+from fasdl.run.guards import cost_so_far, run_limits
+from fasdl.run.usage import usage_of
+from planner.adapt.boundary import Boundary, adapt
+from planner.adapt.online_calibration import SegmentRoles
+from planner.adapt.replan import ReplanError
+from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfile
+
+ADAPTIVE = "adaptive"  # the run state's section (module docstring)
+
+
+class RunStore(Protocol):
+    """The results bucket as the step uses it."""
+
+    def read(self, key: str) -> bytes | None: ...
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Write ``key`` unless it exists; False when it did."""
+        ...
+
+    def segment_roles(self, run_id: str, index: int) -> Mapping[str, Mapping[str, Any]] | None:
+        """fasdl.run.role_times' figures of segment ``index`` (its last attempt), or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class StepContext:
+    runs_prefix: str
+    profiles: tuple[WorkloadProfile, PlatformProfile, Prices]
+    now: float  # seconds since the epoch
+    measured_on: str  # aws-lambda-x86_64, local-emulation, ...
+    cache_ecpu_max: float | None = None  # the deployed cache's ECPU/s maximum (Valkey)
+
+
+def adaptive_state(run: Mapping[str, Any]) -> dict[str, Any]:
+    state = run.get(ADAPTIVE) or {"since": 0, "pending": None, "changes": 0}
+    return {"since": int(state["since"]), "pending": state["pending"],
+            "changes": int(state["changes"])}
+
+
+def replan_step(run: Mapping[str, Any], store: RunStore, context: StepContext
+                ) -> dict[str, Any]:
+    """The run state for the segment about to start (module docstring)."""
+    plan = _load_plan(store, run["plan_key"])
+    segment, state = run["segment"], adaptive_state(run)
+    if plan.training.adaptive == "off" or segment["start_iteration"] == 0:
+        return dict(run)
+    if state["pending"] is not None:
+        return _pending(run, plan, store, context, state)
+    key = results_key(context.runs_prefix, adaptation_key(run["run_id"], segment["index"]))
+    record = _read_json(store, key)
+    if record is None:
+        record = _decide(run, plan, store, context, state)
+        if not store.create(key, _json(record)):  # another attempt decided first: its record
+            record = _read_json(store, key)
+            if record is None:
+                raise ReplanError(f"{key}: exists, yet cannot be read")
+    if record["action"] != "change":
+        return {**run, ADAPTIVE: state}
+    if record["applies_from_iteration"] == segment["start_iteration"]:
+        return _apply(run, plan, store, context, record, state)
+    return _cut(run, record["applies_from_iteration"], {**state, "pending": key})
+
+
+def _decide(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepContext,
+            state: Mapping[str, Any]) -> dict[str, Any]:
+    """The decision at this boundary, as recorded (module docstring)."""
+    segment = run["segment"]
+    roles = [(index, store.segment_roles(run["run_id"], index))
+             for index in range(state["since"], segment["index"])]
+    measured = tuple(SegmentRoles(index, found) for index, found in roles if found)
+    if not measured:
+        raise ReplanError(f"segments {state['since']}-{segment['index'] - 1}: no worker "
+                          "results to measure the run by")
+    done = int(segment["start_iteration"])
+    adaptation = adapt(plan, context.profiles, _boundary(run, plan, context.now, measured),
+                       policy=plan.training.adaptive,
+                       workers_max=plan.deployment.ceiling, measured_on=context.measured_on,
+                       cache_ecpu_max=context.cache_ecpu_max)
+    record = adaptation.to_dict()
+    per_epoch = plan.iterations_per_epoch
+    applies = -(-done // per_epoch) * per_epoch  # the first epoch start at or after ``done``
+    if record["action"] == "change" and applies >= plan.total_iterations:
+        record.update(action="continue", reason=record["reason"] + "; but a change applies "
+                      "at an epoch's start, and the run ends first")
+    record["applies_from_iteration"] = applies
+    return record
+
+
+def _boundary(run: Mapping[str, Any], plan: Plan, now: float,
+              measured: tuple[SegmentRoles, ...]) -> Boundary:
+    """Where the run stands: the guards' clock and spending (fasdl.run.guards)."""
+    usage = usage_of(run)
+    limits = run_limits(plan, run)
+    if usage is None or limits is None:
+        raise ReplanError("run.usage and the plan's limits: an adaptive run measures its "
+                          "clock and spending against them, and has neither")
+    done = int(run["segment"]["start_iteration"])
+    return Boundary(segment=int(run["segment"]["index"]), iterations_done=done,
+                    elapsed_s=max(0.0, now - usage["started_at"]),
+                    spent_usd=cost_so_far(usage, plan, limits, done), segments=measured)
+
+
+def _pending(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepContext,
+             state: Mapping[str, Any]) -> dict[str, Any]:
+    """A change waiting for its epoch's start: applied there, the segment cut before it."""
+    record = _read_json(store, state["pending"])
+    if record is None:
+        raise ReplanError(f"run.adaptive.pending: {state['pending']} cannot be read")
+    if record["applies_from_iteration"] == run["segment"]["start_iteration"]:
+        return _apply(run, plan, store, context, record, {**state, "pending": None})
+    return _cut(run, record["applies_from_iteration"], dict(state))
+
+
+def _cut(run: Mapping[str, Any], end: int, state: dict[str, Any]) -> dict[str, Any]:
+    """The segment ends at iteration ``end`` at the latest."""
+    segment = dict(run["segment"])
+    segment["iterations"] = min(int(segment["iterations"]), end - int(segment["start_iteration"]))
+    return {**run, "segment": segment, ADAPTIVE: state}
+
+
+def _apply(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepContext,
+           record: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, Any]:
+    """The new plan written once, the run state switched to it."""
+    chosen, segment = record["chosen"], dict(run["segment"])
+    length = int(record["segment_iterations"])
+    changed = dataclasses.replace(
+        plan, deployment=dataclasses.replace(plan.deployment, workers=chosen["workers"]),
+        training=dataclasses.replace(
+            plan.training, aggregators=chosen["aggregators"],
+            batch_aggregator=chosen["batch_aggregator"],
+            batch_non_aggregator=chosen["batch_non_aggregator"], segment_iterations=length))
+    key = results_key(context.runs_prefix, adapted_plan_key(run["run_id"], segment["index"]))
+    text = changed.to_json().encode()
+    if not store.create(key, text) and store.read(key) != text:
+        raise ReplanError(f"{key}: holds another plan than this decision makes")
+    segment["iterations"] = min(length, plan.total_iterations - int(segment["start_iteration"]))
+    return {**run, "plan_key": key, "segment": segment,
+            "workers": list(range(chosen["workers"])),
+            ADAPTIVE: {"since": int(segment["index"]), "pending": None,
+                       "changes": int(state["changes"]) + 1}}
+
+
+def _load_plan(store: RunStore, key: str) -> Plan:
+    data = store.read(key)
+    if data is None:
+        raise ReplanError(f"run.plan_key: {key} cannot be read")
+    return Plan.from_json(data)
+
+
+def _read_json(store: RunStore, key: str) -> dict[str, Any] | None:
+    data = store.read(key)
+    if data is None:
+        return None
+    record: dict[str, Any] = json.loads(data)
+    return record
+
+
+def _json(record: Mapping[str, Any]) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
