@@ -76,13 +76,21 @@ def segment_results(s3: Any, settings: Settings, run_id: str, *, index: int | No
     return dict(found)
 
 
-def summarize(results: Mapping[tuple[int, int], list[dict[str, Any]]],
-              workers: int) -> dict[str, Any]:
-    """Per segment: the highest attempt with all W results (the one the run continued from)."""
+def kept_attempts(results: Mapping[tuple[int, int], list[dict[str, Any]]], workers: int
+                  ) -> dict[int, tuple[int, list[dict[str, Any]]]]:
+    """Per segment: the highest attempt with all W results (the one the run continued from),
+    else its first attempt."""
     chosen: dict[int, tuple[int, list[dict[str, Any]]]] = {}
     for (index, attempt), items in sorted(results.items()):
         if len(items) == workers or index not in chosen:
             chosen[index] = (attempt, items)
+    return chosen
+
+
+def summarize(results: Mapping[tuple[int, int], list[dict[str, Any]]],
+              workers: int) -> dict[str, Any]:
+    """Per segment: the highest attempt with all W results (the one the run continued from)."""
+    chosen = kept_attempts(results, workers)
     segments: list[dict[str, Any]] = []
     totals: dict[str, float] = defaultdict(float)
     for index, (attempt, items) in sorted(chosen.items()):
