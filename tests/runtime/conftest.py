@@ -18,6 +18,7 @@ from typing import Any
 
 import boto3
 import pytest
+import torch
 from botocore.stub import Stubber
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
@@ -41,6 +42,17 @@ def offline_client(service: str) -> Any:
     """A client that never reaches AWS: fixed region, dummy credentials."""
     return boto3.client(service, region_name="us-east-1", aws_access_key_id="x",
                         aws_secret_access_key="y")
+
+
+@pytest.fixture
+def deterministic_torch() -> Iterator[None]:
+    """One thread and deterministic kernels: bitwise comparisons of trained state hold."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +36,7 @@ RECIPE = {"optimizer": "adamw", "lr_schedule": "cosine", "warmup_iterations": 2,
           "augmentation": "cifar", "weight_decay": 0.01, "learning_rate": 0.01}
 
 
-@pytest.fixture(autouse=True)
-def _deterministic_torch() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.use_deterministic_algorithms(False)
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("deterministic_torch")  # tests/runtime/conftest.py
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ same way on every attempt, at an epoch's start (issue 42, step 4)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +37,7 @@ NETWORK = "mobilenet"  # small, with batch-norm buffers
 PER_EPOCH = 2  # iterations: 32 samples at a global batch of 16
 
 
-@pytest.fixture(autouse=True)
-def _deterministic_torch() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.use_deterministic_algorithms(False)
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("deterministic_torch")  # tests/runtime/conftest.py
 
 
 @pytest.fixture(scope="module")
