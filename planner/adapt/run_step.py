@@ -29,12 +29,16 @@ from typing import Any, Protocol
 
 from fasdl.contract.keys import adaptation_key, adapted_plan_key, results_key
 from fasdl.contract.plan import Plan
-from fasdl.run.guards import cost_so_far, run_limits
+from fasdl.run.guards import cost_so_far, projections, run_limits, since_of
 from fasdl.run.usage import usage_of
 from planner.adapt.boundary import Boundary, adapt
 from planner.adapt.online_calibration import SegmentRoles
+from planner.adapt.plan_problem import problem_of
 from planner.adapt.replan import ReplanError
 from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfile
+from planner.model.terms.cost_model import evaluate
+from planner.search.prediction import prediction
+from planner.search.searches import choice_from
 
 ADAPTIVE = "adaptive"  # the run state's section (module docstring)
 
@@ -152,23 +156,57 @@ def _cut(run: Mapping[str, Any], end: int, state: dict[str, Any]) -> dict[str, A
 def _apply(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepContext,
            record: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, Any]:
     """The new plan written once, the run state switched to it."""
-    chosen, segment = record["chosen"], dict(run["segment"])
-    length = int(record["segment_iterations"])
+    segment = dict(run["segment"])
+    changed = changed_plan(plan, record, context.profiles)
+    key = results_key(context.runs_prefix, adapted_plan_key(run["run_id"], segment["index"]))
+    text = changed.to_json().encode()
+    if not store.create(key, text) and store.read(key) != text:
+        raise ReplanError(f"{key}: holds another plan than this decision makes")
+    start = int(segment["start_iteration"])
+    segment["iterations"] = min(changed.training.segment_iterations,
+                                plan.total_iterations - start)
+    return {**run, "plan_key": key, "segment": segment,
+            "workers": list(range(changed.deployment.workers)),
+            ADAPTIVE: {"since": int(segment["index"]), "pending": None,
+                       "changes": int(state["changes"]) + 1,
+                       **_change_point(run, plan, context.now)}}
+
+
+def changed_plan(plan: Plan, record: Mapping[str, Any],
+                 profiles: tuple[WorkloadProfile, PlatformProfile, Prices]) -> Plan:
+    """``plan`` at the recorded decision's configuration and segment length, its prediction
+    the new configuration's for the whole run by the plan's own profiles (the guards scale it
+    by the pace measured since the change, fasdl.run.guards)."""
+    chosen = record["chosen"]
     changed = dataclasses.replace(
         plan, deployment=dataclasses.replace(plan.deployment, workers=chosen["workers"]),
         training=dataclasses.replace(
             plan.training, aggregators=chosen["aggregators"],
             batch_aggregator=chosen["batch_aggregator"],
-            batch_non_aggregator=chosen["batch_non_aggregator"], segment_iterations=length))
-    key = results_key(context.runs_prefix, adapted_plan_key(run["run_id"], segment["index"]))
-    text = changed.to_json().encode()
-    if not store.create(key, text) and store.read(key) != text:
-        raise ReplanError(f"{key}: holds another plan than this decision makes")
-    segment["iterations"] = min(length, plan.total_iterations - int(segment["start_iteration"]))
-    return {**run, "plan_key": key, "segment": segment,
-            "workers": list(range(chosen["workers"])),
-            ADAPTIVE: {"since": int(segment["index"]), "pending": None,
-                       "changes": int(state["changes"]) + 1}}
+            batch_non_aggregator=chosen["batch_non_aggregator"],
+            segment_iterations=int(record["segment_iterations"])))
+    problem = dataclasses.replace(problem_of(plan, *profiles), cache_warm=True)
+    t = changed.training
+    evaluation = evaluate(problem, changed.deployment.workers, plan.deployment.memory_mb,
+                          t.aggregators, t.batch_aggregator, t.batch_non_aggregator,
+                          bsp=t.sync == "bsp")
+    choice = choice_from(evaluation, 0, problem.exchange_chunks)
+    return dataclasses.replace(changed, prediction=prediction(choice, problem))
+
+
+def _change_point(run: Mapping[str, Any], plan: Plan, now: float) -> dict[str, float]:
+    """Where the run stands at the change, for the guards (fasdl.run.guards.Since): its
+    seconds and dollars so far and the measured/predicted ratios until then."""
+    usage, limits = usage_of(run), run_limits(plan, run)
+    if usage is None or limits is None:
+        raise ReplanError("run.usage and the plan's limits: an adaptive run measures its "
+                          "clock and spending against them, and has neither")
+    done = int(run["segment"]["start_iteration"])
+    time, cost = projections(plan, limits, usage, now=now, done=done, following=0,
+                             since=since_of(run))
+    return {"since_iteration": done, "since_s": round(max(0.0, now - usage["started_at"]), 3),
+            "since_usd": round(cost_so_far(usage, plan, limits, done), 6),
+            "ratio_s": round(time.ratio or 1.0, 6), "ratio_usd": round(cost.ratio or 1.0, 6)}
 
 
 def _load_plan(store: RunStore, key: str) -> Plan:

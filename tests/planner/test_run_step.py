@@ -100,7 +100,16 @@ def test_a_slow_run_decides_once_waits_for_the_epoch_and_then_switches_plans() -
     assert new.global_batch == ADAPTIVE_PLAN.global_batch
     assert new.deployment.ceiling == ADAPTIVE_PLAN.deployment.ceiling
     assert switched["workers"] == list(range(chosen["workers"]))
-    assert switched[ADAPTIVE] == {"since": index, "pending": None, "changes": 1}
+    change = switched[ADAPTIVE]
+    assert {key: change[key] for key in ("since", "pending", "changes")} == {
+        "since": index, "pending": None, "changes": 1}
+    # where the run stood, for the guards: 2x the planned pace so far
+    assert change["since_iteration"] == PER_EPOCH
+    assert change["since_s"] == pytest.approx(5 * segment_s(2.0))
+    assert change["ratio_s"] == pytest.approx(2.0, rel=0.05)
+    # the new plan predicts its own configuration over the whole run
+    assert new.prediction is not None and ADAPTIVE_PLAN.prediction is not None
+    assert new.prediction.time_s < ADAPTIVE_PLAN.prediction.time_s
     assert switched["segment"]["iterations"] == min(record["segment_iterations"],
                                                     new.total_iterations - PER_EPOCH)
 

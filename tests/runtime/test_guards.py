@@ -100,6 +100,33 @@ def test_check_stops_before_a_segment_that_would_pass_a_limit() -> None:
     guards.check(GUARDED, slow, None, now=1e9, done=5, following=5)
 
 
+def test_after_an_adaptive_change_the_pace_is_measured_since_the_change() -> None:
+    """The plan after a change predicts the new configuration (100 s for the run, 10 s per
+    iteration); the run took 150 s for its first 5 iterations at the old one. Measured
+    since the change (2 iterations in 24 s: ratio 1.2) the next 2 take 24 s; before any
+    has run, the ratio at the change (3.0) holds. The whole run's ratio would read the
+    old configuration's seconds against the new prediction and stop a run that keeps its
+    deadline."""
+    since = guards.Since(iteration=5, seconds=150.0, usd=0.0, ratio_s=3.0, ratio_usd=1.0)
+    at_change = guards.project_since(150.0, 100.0, done=5, following=2, total=10,
+                                     since=since, usd=False)
+    assert at_change.next_segment == pytest.approx(100.0 * 2 / 10 * 3.0)
+    later = guards.project_since(174.0, 100.0, done=7, following=2, total=10, since=since,
+                                 usd=False)
+    assert later.ratio == pytest.approx(1.2) and later.next_segment == pytest.approx(24.0)
+    deadline = dataclasses.replace(LIMITS, deadline_s=200.0, budget_usd=1.0)
+    run = {"adaptive": {"since": 1, "pending": None, "changes": 1, "since_iteration": 5,
+                        "since_s": 150.0, "since_usd": 0.0, "ratio_s": 3.0,
+                        "ratio_usd": 1.0}}
+    guards.check(GUARDED, deadline, totals(), now=1174.0, done=7, following=2,
+                 since=guards.since_of(run))  # 174 + 24 = 198 s: it keeps the deadline
+    with pytest.raises(DeadlineExceeded):  # 174 s against 70 s predicted: ratio 2.5
+        guards.check(GUARDED, deadline, totals(), now=1174.0, done=7, following=2)
+    assert guards.since_of({"adaptive": {"since": 0, "pending": None, "changes": 0}}) is None
+    with pytest.raises(PlanError, match=r"run\.adaptive\.ratio_s"):
+        guards.since_of({"adaptive": {**run["adaptive"], "ratio_s": None}})
+
+
 def test_a_fresh_caches_ramp_is_charged_to_the_first_segment() -> None:
     """Planned 100 s of which a 30 s ramp (the first iterations, planner cache_ramp.py): a run
     that took 65 s for its first half is on pace (30 + 70/2), and its second half is 35 s; pro

@@ -119,6 +119,9 @@ class RunState(TypedDict):
     # across "Continue as new"; every trigger action adds its own invocation
     usage: NotRequired[dict[str, float]]
     limits: NotRequired[dict[str, float]]  # the input's limits of a resumed run
+    # an adaptive run's changes (planner/adapt/run_step.py): since, pending, changes and, after
+    # a change, where the run stood then (fasdl.run.guards.SINCE_FIELDS)
+    adaptive: NotRequired[dict[str, Any]]
 
 
 class ExecutionInput(TypedDict, total=False):

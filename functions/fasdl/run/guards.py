@@ -21,6 +21,11 @@ iterations: measured x next / done. Stdlib only.
 
 The limits are the plan's, or the execution input's ``limits`` (a resumed run's new ones,
 kept in ``run.limits``).
+
+After an adaptive run's change (``run.adaptive``, planner/adapt/run_step.py) the plan is the
+one changed to, whose prediction is the new configuration's for the whole run: the ratio is
+then measured over the iterations since the change (seconds and dollars since it, against
+that prediction pro rata), and before any has run it is the ratio at the change, kept with it.
 """
 
 from __future__ import annotations
@@ -30,11 +35,40 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fasdl.contract.fields import is_number
 from fasdl.contract.limits import BudgetExceeded, DeadlineExceeded, Limits
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.run.usage import lambda_usd, predicted_other_usd
 
 LIMIT_NAMES = ("deadline_s", "budget_usd")  # what an execution input may change
+SINCE_FIELDS = ("since_iteration", "since_s", "since_usd", "ratio_s", "ratio_usd")
+
+
+@dataclass(frozen=True)
+class Since:
+    """Where the run stood when its current plan took over (an adaptive run's change)."""
+
+    iteration: int
+    seconds: float
+    usd: float
+    ratio_s: float  # measured / predicted at the change: the pace until one more is measured
+    ratio_usd: float
+
+
+def since_of(run: Mapping[str, Any]) -> Since | None:
+    """``run.adaptive``'s change point, or None (no change yet, or a static run)."""
+    state = run.get("adaptive") or {}
+    if not state.get("changes"):
+        return None
+    values: list[float] = []
+    for name in SINCE_FIELDS:
+        value = state.get(name)
+        if not is_number(value) or value < 0:
+            raise PlanError(f"run.adaptive.{name}", f"must be a number >= 0 after a change, "
+                                                    f"got {value!r}")
+        values.append(float(value))
+    iteration, seconds, usd, ratio_s, ratio_usd = values
+    return Since(int(iteration), seconds, usd, ratio_s, ratio_usd)
 
 
 @dataclass(frozen=True)
@@ -61,6 +95,19 @@ def project(measured: float, predicted_total: float | None, *, done: int, follow
     steady = max(0.0, predicted_total - front)
     ratio = measured / (front + steady * done / total)
     return Projection(measured, steady * following / total * ratio, ratio)
+
+
+def project_since(measured: float, predicted_total: float | None, *, done: int,
+                  following: int, total: int, since: Since, usd: bool) -> Projection:
+    """:func:`project` from the change point ``since`` on (module docstring)."""
+    start, ratio = (since.usd, since.ratio_usd) if usd else (since.seconds, since.ratio_s)
+    if predicted_total is None or predicted_total <= 0:
+        return project(measured, predicted_total, done=done, following=following, total=total)
+    if done <= since.iteration:
+        return Projection(measured, predicted_total * following / total * ratio, ratio)
+    part = project(max(0.0, measured - start), predicted_total, done=done - since.iteration,
+                   following=following, total=total)
+    return Projection(measured, part.next_segment, part.ratio)
 
 
 def first_segment_fronts(plan: Plan) -> tuple[float, float]:
@@ -99,30 +146,46 @@ def run_limits(plan: Plan, run: Mapping[str, Any]) -> Limits | None:
 
 
 def check(plan: Plan, limits: Limits | None, usage: Mapping[str, float] | None, *, now: float,
-          done: int, following: int) -> None:
+          done: int, following: int, since: Since | None = None) -> None:
     """Raise DeadlineExceeded / BudgetExceeded when ``following`` more iterations after
-    ``done`` would pass a limit; nothing to check without limits or measurements."""
+    ``done`` would pass a limit; nothing to check without limits or measurements.
+    ``since``: an adaptive run's last change (module docstring)."""
     if limits is None or usage is None or following <= 0:
         return
-    total, prediction = plan.total_iterations, plan.prediction
+    total = plan.total_iterations
     where = f"before iterations {done}-{done + following} of {total}"
-    front_s, front_usd = first_segment_fronts(plan)
-    time = project(max(0.0, now - usage["started_at"]),
-                   prediction.time_s if prediction else None,
-                   done=done, following=following, total=total, front=front_s)
+    time, cost = projections(plan, limits, usage, now=now, done=done, following=following,
+                              since=since)
     if time.at_end > limits.deadline_s:
         raise DeadlineExceeded(
             f"stopped {where}: {time.so_far:.1f} s so far + {time.next_segment:.1f} s for the "
             f"next segment{_ratio(time)} = {time.at_end:.1f} s > limits.deadline_s "
             f"{limits.deadline_s:g} s; the last checkpoint is kept")
-    cost = project(cost_so_far(usage, plan, limits, done),
-                   prediction.cost_usd if prediction else None,
-                   done=done, following=following, total=total, front=front_usd)
     if cost.at_end > limits.budget_usd:
         raise BudgetExceeded(
             f"stopped {where}: ${cost.so_far:.6f} so far + ${cost.next_segment:.6f} for the "
             f"next segment{_ratio(cost)} = ${cost.at_end:.6f} > limits.budget_usd "
             f"${limits.budget_usd:g}; the last checkpoint is kept")
+
+
+def projections(plan: Plan, limits: Limits, usage: Mapping[str, float], *, now: float,
+                 done: int, following: int, since: Since | None
+                 ) -> tuple[Projection, Projection]:
+    """(seconds, USD) at the end of the next ``following`` iterations."""
+    total, prediction = plan.total_iterations, plan.prediction
+    seconds, usd = max(0.0, now - usage["started_at"]), cost_so_far(usage, plan, limits, done)
+    planned_s = prediction.time_s if prediction else None
+    planned_usd = prediction.cost_usd if prediction else None
+    if since is not None:
+        return (project_since(seconds, planned_s, done=done, following=following,
+                              total=total, since=since, usd=False),
+                project_since(usd, planned_usd, done=done, following=following, total=total,
+                              since=since, usd=True))
+    front_s, front_usd = first_segment_fronts(plan)
+    return (project(seconds, planned_s, done=done, following=following, total=total,
+                    front=front_s),
+            project(usd, planned_usd, done=done, following=following, total=total,
+                    front=front_usd))
 
 
 def _ratio(projection: Projection) -> str:

@@ -111,7 +111,8 @@ def next_segment(settings: Settings, s3: Any, store: S3Channel, current: RunStat
     following = run_state.next_state(current, plan, epoch=finished["epoch"])
     done = finished["start_iteration"] + finished["iterations"]
     guards.check(plan, guards.run_limits(plan, current), totals, now=time.time(), done=done,
-                 following=0 if following["done"] else following["segment"]["iterations"])
+                 following=0 if following["done"] else following["segment"]["iterations"],
+                 since=guards.since_of(current))
     run = run_state.next_state(current, plan, epoch=issue_epoch(
         current["run_id"], supersedes=finished["epoch"], call="next"))
     if totals is not None:
