@@ -22,6 +22,10 @@ def test_a_console_resume_must_match_an_existing_run() -> None:
     forged = [
         ({**run, "run_id": "../x"}, "run_id"),
         ({**run, "plan_key": "runs/other/plan.json"}, "resume.plan_key"),
+        ({**run, "plan_key": "runs/real/plans/../plan.json"}, "resume.plan_key"),
+        ({**run, "plan_key": "runs/other/plans/00003.json"}, "resume.plan_key"),
+        # a plan an adaptive run changed to is its own: accepted, then read (absent here)
+        ({**run, "plan_key": "runs/real/plans/00003.json"}, "cannot read"),
         ({**run, "run_id": "ghost", "plan_key": "runs/ghost/plan.json"}, "cannot read"),
         ({**run, "segment": {**run["segment"], "iterations": 10**9}}, "run past the plan"),
         ({**run, "workers": list(range(1000))}, "resume.workers"),

@@ -128,9 +128,21 @@ def plan_key(run: str) -> str:
     return f"{run_prefix(run)}plan.json"
 
 
+def adapted_plans_prefix(run: str) -> str:
+    """The plans an adaptive run changed to."""
+    return f"{run_prefix(run)}plans/"
+
+
 def adapted_plan_key(run: str, segment: int) -> str:
     """The plan an adaptive run changed to, from segment ``segment`` on (written once)."""
-    return f"{run_prefix(run)}plans/{_check_index('segment', segment, 10**5):05d}.json"
+    return f"{adapted_plans_prefix(run)}{_check_index('segment', segment, 10**5):05d}.json"
+
+
+def is_adapted_plan_key(run: str, key: str) -> bool:
+    """Whether ``key`` (without the runs prefix) is one of :func:`adapted_plan_key`'s."""
+    name = key.removeprefix(adapted_plans_prefix(run))
+    return key.startswith(adapted_plans_prefix(run)) and re.fullmatch(r"\d{5}\.json",
+                                                                       name) is not None
 
 
 def adaptation_key(run: str, segment: int) -> str:

@@ -272,9 +272,14 @@ def check_resume(run: Mapping[str, Any], s3: Any, *, results_bucket: str,
     its checkpoints and its fence; anything else could mix keys or train past the plan."""
     run_id = resolve_run_id({"run_id": run["run_id"]}, None)
     own_plan = keys.results_key(runs_prefix, keys.plan_key(run_id))
-    if run["plan_key"] != own_plan:
+    given = str(run["plan_key"])
+    adapted = given.startswith(runs_prefix) and keys.is_adapted_plan_key(
+        run_id, given.removeprefix(runs_prefix))
+    if given != own_plan and not adapted:
         raise RunStateError(f"input field 'resume.plan_key': must be run {run_id!r}'s own plan "
-                            f"{own_plan}, got {run['plan_key']!r}")
+                            f"{own_plan} or one it changed to (an adaptive run's "
+                            f"{keys.results_key(runs_prefix, keys.adapted_plans_prefix(run_id))}"
+                            f"NNNNN.json), got {given!r}")
     plan = load_run_plan(s3, results_bucket, run)
     seg = run["segment"]
     if seg["start_iteration"] + seg["iterations"] > plan.total_iterations:
