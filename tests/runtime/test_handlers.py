@@ -206,6 +206,20 @@ def test_finalize_succeeded_writes_model_and_summary(s3: Any) -> None:
     assert measured["lambda_requests"] == 2 and measured["predicted_s"] is None
     assert measured["billed_gb_s"]["trigger"] > 0 and measured["measured_lambda_usd"] is None
     assert measured["measured_basis"].startswith("estimated from in-function durations")
+    assert "adaptations" not in summary  # a static run has none
+
+
+def test_an_adaptive_runs_decisions_go_into_its_summary_in_segment_order(s3: Any) -> None:
+    """What planner/adapt/run_step.py recorded at each boundary, as written, in segment
+    order; none for a run that recorded none."""
+    from fasdl.run.results import adaptation_records
+    settings = Settings.from_env()
+    for segment in (12, 3, 7):
+        key = settings.results_key(f"ad/adaptations/{segment:05d}.json")
+        s3.put_object(Bucket=RESULTS, Key=key, Body=json.dumps(
+            {"segment": segment, "action": "continue"}).encode())
+    assert [r["segment"] for r in adaptation_records(s3, settings, "ad")] == [3, 7, 12]
+    assert adaptation_records(s3, settings, "none") == []
 
 
 def test_finalize_rejects_a_damaged_or_missing_final_model(s3: Any) -> None:

@@ -145,9 +145,14 @@ def is_adapted_plan_key(run: str, key: str) -> bool:
                                                                        name) is not None
 
 
+def adaptations_prefix(run: str) -> str:
+    """An adaptive run's decisions, one per segment boundary."""
+    return f"{run_prefix(run)}adaptations/"
+
+
 def adaptation_key(run: str, segment: int) -> str:
     """An adaptive run's decision at the boundary before ``segment`` (written once)."""
-    return f"{run_prefix(run)}adaptations/{_check_index('segment', segment, 10**5):05d}.json"
+    return f"{adaptations_prefix(run)}{_check_index('segment', segment, 10**5):05d}.json"
 
 
 def segments_prefix(run: str) -> str:

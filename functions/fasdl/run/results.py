@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from fasdl.contract import keys
 from fasdl.contract.errors import failure_advice
 from fasdl.contract.keys import EXPORT_OBJECTS, manifest_key
 from fasdl.contract.settings import Settings
@@ -221,6 +222,9 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any], execution: 
                "model_key": model_key, "export_key": export_key, "workers": workers,
                **summarize(segment_results(s3, settings, run_id), workers),
                "measured": dict(measured) if measured is not None else None}
+    adaptations = adaptation_records(s3, settings, run_id)
+    if adaptations:  # an adaptive run's decisions (planner/adapt/run_step.py)
+        summary["adaptations"] = adaptations
     summary_key = settings.summary_key(run_id)
     _put_json(s3, settings.results_bucket, summary_key, summary)
     return {"run_id": run_id, "model_key": model_key, "summary_key": summary_key,
@@ -228,6 +232,21 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any], execution: 
                       "final_accuracy": summary["final_accuracy"],
                       "final_mcc": summary["final_mcc"],
                       "iterations": summary["iterations"]}}
+
+
+def adaptation_records(s3: Any, settings: Settings, run_id: str) -> list[dict[str, Any]]:
+    """An adaptive run's decisions, one per segment boundary, in segment order (the step
+    writes each once, so what is listed is final)."""
+    prefix = settings.results_key(keys.adaptations_prefix(run_id))
+    listed = [item["Key"]
+              for page in s3.get_paginator("list_objects_v2").paginate(
+                  Bucket=settings.results_bucket, Prefix=prefix)
+              for item in page.get("Contents", [])]
+    records = []
+    for key in sorted(listed):
+        body = s3.get_object(Bucket=settings.results_bucket, Key=key)["Body"].read()
+        records.append(json.loads(body))
+    return records
 
 
 def failed_run_id(state: Mapping[str, Any], execution: str) -> str:
