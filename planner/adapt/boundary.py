@@ -133,7 +133,8 @@ def adapt(plan: Plan, profiles: tuple[WorkloadProfile, PlatformProfile, Prices],
     measured = replace(problem, workload=fit.workload, platform=fit.platform)
     decision = decide(measured, current, remaining_of(plan, boundary), policy=policy,
                       memory_mb=memory_mb, workers_max=workers_max, bsp=bsp,
-                      cache_ecpu_max=cache_ecpu_max)
+                      cache_ecpu_max=cache_ecpu_max,
+                      key_prefixes=plan.training.exchange_key_prefixes)
     return _record(boundary.segment, policy, decision, fit,
                    _coefficients(problem, memory_mb, 1.0),
                    _coefficients(measured, memory_mb, fit.exchange_factor))

@@ -111,10 +111,13 @@ def candidates(global_batch: int, workers_max: int, batch_step: int
 
 
 def remaining_problem(problem: Problem, remaining: Remaining, global_batch: int,
-                      memory_mb: int, cache_ecpu_max: float | None = None) -> Problem:
+                      memory_mb: int, cache_ecpu_max: float | None = None,
+                      key_prefixes: int | None = None) -> Problem:
     """``problem`` as the rest of the run: one pass of the remaining iterations at G, at the
-    deployed M, on the run's warm cache, within the remaining deadline and (Valkey) the
-    deployed cache's ECPU/s maximum ``cache_ecpu_max`` (None: the problem's)."""
+    deployed M, on the run's warm cache, within the remaining deadline, (Valkey) the deployed
+    cache's ECPU/s maximum ``cache_ecpu_max`` and (S3) the run's ``key_prefixes`` (None:
+    the problem's): the exchange's keys keep their labels through a change, so cleanups
+    cover them."""
     if remaining.iterations < 1:
         raise ReplanError(f"remaining.iterations must be >= 1, got {remaining.iterations}")
     if remaining.deadline_s <= 0 or remaining.budget_usd <= 0:
@@ -123,6 +126,8 @@ def remaining_problem(problem: Problem, remaining: Remaining, global_batch: int,
     workload = problem.workload.with_workload(samples=remaining.iterations * global_batch)
     if cache_ecpu_max is not None:
         problem = replace(problem, max_cache_ecpu_per_s=cache_ecpu_max)
+    if key_prefixes is not None:
+        problem = replace(problem, max_exchange_key_prefixes=key_prefixes)
     return replace(problem, workload=workload, epochs=1,
                    deadline_s=max(1.0, remaining.deadline_s), memory_min_mb=memory_mb,
                    memory_max_mb=memory_mb, memory_step_mb=1, cache_warm=True,
@@ -150,10 +155,11 @@ def _prospect(evaluation: Evaluation, index: int, warm: bool) -> Prospect:
 
 def decide(problem: Problem, current: Configuration, remaining: Remaining, *, policy: str,
            memory_mb: int, workers_max: int, bsp: bool = False,
-           cache_ecpu_max: float | None = None) -> Decision:
+           cache_ecpu_max: float | None = None, key_prefixes: int | None = None) -> Decision:
     """The decision at one segment boundary (module docstring); ``problem`` carries the
     refitted profiles (planner/adapt/online_calibration.py); ``cache_ecpu_max``: the deployed
-    cache's ECPU/s maximum, which no candidate may pass."""
+    cache's ECPU/s maximum, and ``key_prefixes`` the S3 exchange's, which no candidate may
+    pass."""
     if policy not in POLICIES:
         raise ReplanError(f"training.adaptive must be one of {', '.join(POLICIES)}, got "
                           f"{policy!r}")
@@ -161,7 +167,7 @@ def decide(problem: Problem, current: Configuration, remaining: Remaining, *, po
         raise ReplanError(f"the current W = {current.workers} is outside 1-{workers_max}, "
                           "the ceiling the stack was deployed for")
     rest = remaining_problem(problem, remaining, current.global_batch, memory_mb,
-                             cache_ecpu_max)
+                             cache_ecpu_max, key_prefixes)
     now = evaluate(rest, current.workers, memory_mb, current.aggregators,
                    current.batch_aggregator, current.batch_non_aggregator, bsp=bsp)
     continuing = _prospect(now, 0, warm=True)

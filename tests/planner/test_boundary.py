@@ -9,6 +9,7 @@ import json
 import pytest
 
 from fasdl.contract.plan import Plan
+from planner.adapt import boundary
 from planner.adapt.boundary import Boundary, adapt, remaining_of
 from planner.adapt.online_calibration import SegmentRoles
 from planner.adapt.plan_problem import configuration_of
@@ -160,3 +161,18 @@ def test_slower_transfers_show_as_the_exchange_factor() -> None:
     assert record.measured["exchange_factor"] == pytest.approx(2.0)
     assert record.planned["exchange_factor"] == 1.0
     assert not any(item.startswith("exchange kept") for item in record.kept)
+
+
+def test_the_boundary_holds_the_re_plan_to_the_plans_key_prefixes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+    real = boundary.decide
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.update(kwargs)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(boundary, "decide", spy)
+    adapt(PLAN, PROFILES, at([measured(0)], segment_s(1.0)), policy="deadline",
+          workers_max=CEILING, measured_on=WHERE)
+    assert seen["key_prefixes"] == PLAN.training.exchange_key_prefixes

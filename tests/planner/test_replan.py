@@ -168,3 +168,14 @@ def test_a_valkey_re_plan_keeps_within_the_deployed_caches_maximum() -> None:
     nothing = decide(valkey, current, remaining, policy="deadline", memory_mb=memory,
                      workers_max=16, cache_ecpu_max=1_000.0)  # ElastiCache's least
     assert (nothing.action, nothing.chosen) == ("stop", None)
+
+
+def test_the_s3_exchanges_key_prefixes_stay_the_runs() -> None:
+    """A change keeps the exchange's hashed key labels (the cleanups cover the run's P): the
+    re-plan's problem allows at most the plan's P, and so every candidate that would need
+    more is refused by the cost model's S3 request-rate check (planner/model/terms/s3_rates)."""
+    capped = remaining_problem(PROBLEM, ALL, CURRENT.global_batch, PLAN.memory_mb,
+                               key_prefixes=3)
+    assert capped.max_exchange_key_prefixes == 3
+    assert remaining_problem(PROBLEM, ALL, CURRENT.global_batch, PLAN.memory_mb
+                             ).max_exchange_key_prefixes == PROBLEM.max_exchange_key_prefixes
