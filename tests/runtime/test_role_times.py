@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fasdl.run.results import summarize
+from fasdl.run.results import kept_attempts, summarize
 from fasdl.run.role_times import role_of, role_times
 
 
@@ -65,3 +65,18 @@ def test_results_without_a_role_give_no_roles() -> None:
                  load_s=0.1, billed_ms=3100)
     del old["role"]
     assert role_times([(0, [old])]) == {}
+
+
+def test_each_segment_keeps_its_own_ws_complete_attempt_after_an_adaptive_change() -> None:
+    """Segment 0 ran at W = 2 (its first attempt torn: one result of two), then the run
+    scaled in to W = 1 for segment 1. Read with the final W = 1 for every segment, segment
+    0's torn attempt looks complete and is kept; with each segment's own W, its second."""
+    def at(worker: int, compute_s: float) -> dict[str, Any]:
+        return result(worker, "aggregator", 16, iterations=10, compute_s=compute_s,
+                      upload_s=1.0, total_s=3.0, load_s=0.2, billed_ms=3500)
+
+    results = {(0, 0): [at(0, 9.0)], (0, 1): [at(0, 2.0), at(1, 2.0)], (1, 0): [at(0, 1.0)]}
+    assert {i: attempt for i, (attempt, _) in kept_attempts(results, None).items()} == {
+        0: 1, 1: 0}
+    assert kept_attempts(results, 1)[0][0] == 0  # one W for the run: the torn attempt
+    assert summarize(results, None)["segments"][0]["workers_reported"] == 2

@@ -77,20 +77,26 @@ def segment_results(s3: Any, settings: Settings, run_id: str, *, index: int | No
     return dict(found)
 
 
-def kept_attempts(results: Mapping[tuple[int, int], list[dict[str, Any]]], workers: int
-                  ) -> dict[int, tuple[int, list[dict[str, Any]]]]:
+def kept_attempts(results: Mapping[tuple[int, int], list[dict[str, Any]]],
+                  workers: int | None) -> dict[int, tuple[int, list[dict[str, Any]]]]:
     """Per segment: the highest attempt with all W results (the one the run continued from),
-    else its first attempt."""
+    else its first attempt. ``workers`` None: each segment's own W, the most results any of
+    its attempts has (an adaptive run changes W between segments; a segment the run went on
+    from has a complete attempt)."""
+    full: dict[int, int] = {}
+    for (index, _), items in results.items():
+        full[index] = workers if workers is not None else max(full.get(index, 0), len(items))
     chosen: dict[int, tuple[int, list[dict[str, Any]]]] = {}
     for (index, attempt), items in sorted(results.items()):
-        if len(items) == workers or index not in chosen:
+        if len(items) == full[index] or index not in chosen:
             chosen[index] = (attempt, items)
     return chosen
 
 
 def summarize(results: Mapping[tuple[int, int], list[dict[str, Any]]],
-              workers: int) -> dict[str, Any]:
-    """Per segment: the highest attempt with all W results (the one the run continued from)."""
+              workers: int | None) -> dict[str, Any]:
+    """Per segment: the highest attempt with all W results (the one the run continued from;
+    ``workers`` None: each segment's own W, :func:`kept_attempts`)."""
     chosen = kept_attempts(results, workers)
     segments: list[dict[str, Any]] = []
     totals: dict[str, float] = defaultdict(float)
@@ -220,7 +226,8 @@ def write_final(s3: Any, settings: Settings, run: Mapping[str, Any], execution: 
     workers = len(run.get("workers", [])) or int(manifest["workers"])
     summary = {"run_id": run_id, "execution": execution, "plan_key": run.get("plan_key"),
                "model_key": model_key, "export_key": export_key, "workers": workers,
-               **summarize(segment_results(s3, settings, run_id), workers),
+               # each segment's own W: an adaptive run changes it between segments
+               **summarize(segment_results(s3, settings, run_id), None),
                "measured": dict(measured) if measured is not None else None}
     adaptations = adaptation_records(s3, settings, run_id)
     if adaptations:  # an adaptive run's decisions (planner/adapt/run_step.py)

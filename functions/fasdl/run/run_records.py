@@ -51,6 +51,5 @@ class RunRecords:
         found = segment_results(self._s3, self._settings, run_id, index=index)
         if not found:
             return None
-        workers = max(len(items) for items in found.values())
-        (_, items), = kept_attempts(found, workers).values()
+        (_, items), = kept_attempts(found, None).values()
         return role_times([(index, items)]) or None
