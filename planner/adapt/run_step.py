@@ -10,13 +10,15 @@ change applies at an epoch's start only (fasdl/run/reshape.py): at once when seg
 one, else the segment is cut to end at the next epoch's start and the change is pending
 (``run.adaptive.pending``) until that boundary, which makes no decision of its own (at most
 one change per boundary, and none while one waits). Applying writes the new plan once
-(``plans/<i>``: the plan with the chosen W, K, B^a, B^n and segment length; the deployment's
-ceiling, limits and prediction as they were), points ``run.plan_key`` at it and lists the new
-workers. A stop decision changes nothing here: the guards stop the run as they do for a
-static one, and the record names the fastest configuration and its cost.
+(``plans/<i>``: the plan with the chosen W, K, B^a, B^n and segment length, its prediction the
+new configuration's for the whole run, the deployment's ceiling and the limits as they were),
+points ``run.plan_key`` at it and lists the new workers. A stop decision changes nothing here:
+the guards stop the run as they do for a static one, and the record names the fastest
+configuration and its cost.
 
 The run state gains ``adaptive``: ``since`` (the segment the current plan took over at),
-``pending`` (a decision's key, or null) and ``changes``.
+``pending`` (a decision's key, or null), ``changes`` and, after a change, where the run stood
+then (fasdl.run.guards.SINCE_FIELDS: the guards measure the pace from there).
 """
 
 from __future__ import annotations
