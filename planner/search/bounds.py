@@ -42,10 +42,11 @@ from planner.model.inputs.compute import seconds_per_sample
 from planner.model.inputs.problem import FloatArray, IntArray, Problem
 from planner.model.terms import cost_model
 from planner.model.terms.channels import channel_costs
-from planner.model.terms.cost_model import aligned_non_aggregator_batch, segment_io_mb
+from planner.model.terms.cost_model import aligned_non_aggregator_batch
 from planner.model.terms.exchange_time import aggregator_terms, non_aggregator_times
 from planner.model.terms.memory import role_max_batch
 from planner.model.terms.pipelined import pipelined_terms
+from planner.model.terms.segments import segment_io_mb
 
 BnRule = Literal["search", "align"]
 BN_RULES: tuple[str, ...] = ("search", "align")

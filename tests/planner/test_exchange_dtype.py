@@ -17,9 +17,10 @@ from fasdl.training.networks import build_model
 from planner.commands.cli import main
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
-from planner.model.terms.cost_model import evaluate, segment_io_mb
+from planner.model.terms.cost_model import evaluate
 from planner.model.terms.exchange_cost import exchange_bytes_per_iteration_mb
 from planner.model.terms.exchange_time import communication_times, non_aggregator_times
+from planner.model.terms.segments import segment_io_mb
 from tests.runtime.kreduce_helpers import CLASSES, INPUT_SHAPE, make_plan, make_workers
 
 

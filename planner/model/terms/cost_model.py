@@ -69,9 +69,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fasdl.contract.plan import (
-    EXCHANGE_STATE_MODELS,
-)
 from planner.model.inputs.problem import (
     FloatArray,
     IntArray,
@@ -86,6 +83,7 @@ from planner.model.terms.memory import memory_exceeded, role_max_batch
 from planner.model.terms.pipelined import pipelined_terms
 from planner.model.terms.request_ceiling import exchange_platform
 from planner.model.terms.segment_requests import segment_request_cost
+from planner.model.terms.segments import segment_load_and_checkpoint, segmenting
 from planner.model.terms.storage_cost import storage_cost
 
 # Step Functions transitions: start/trigger/finalize, and per segment the Map, the Choice and
@@ -194,47 +192,6 @@ def aligned_non_aggregator_batch(problem: Problem, workers: ArrayLike, memory_mb
     return np.where(k >= w, ba, bn)
 
 
-def segment_io_mb(problem: Problem, aggregators: ArrayLike) -> tuple[FloatArray, FloatArray]:
-    """MB a segment reads when it starts (the merged model and the optimizer state, 2·S_m) and
-    writes at its end (the merged model and an aggregator's optimizer shard, S_m + S_m/K). With
-    bfloat16 uploads both also carry the codec's state (fasdl.exchange.codec): the last merged
-    model and the residual, 2·S_m, and an aggregator's previous merged shard, S_m/K."""
-    model = problem.workload.model_mb
-    shard = model / np.asarray(aggregators, dtype=np.float64)
-    codec = (np.zeros_like(shard) if problem.exchange_dtype == "float32"
-             else EXCHANGE_STATE_MODELS[problem.exchange_dtype] * model + shard)
-    return (np.asarray(2.0 * model + codec, dtype=np.float64),
-            np.asarray(model + shard + codec, dtype=np.float64))
-
-
-def _segment_load_and_checkpoint(problem: Problem, mem: IntArray, k: IntArray, ba: IntArray,
-                                 bn: IntArray, global_batch: IntArray
-                                 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Seconds of the run's cold start (the platform's, then the data partition, which stays in
-    /tmp), of each segment's load (in a warm sandbox) and of its checkpoint write
-    (:func:`segment_io_mb`)."""
-    wl, platform = problem.workload, problem.platform
-    # A fitted m < -M makes the alignment rule's B^n negative; _violations marks those
-    # configurations infeasible, so only keep their sizes valid here.
-    partition_mb = np.maximum(wl.dataset_mb * np.maximum(ba, bn) / global_batch, 0.0)
-    cold = platform.cold_start_s(mem) + platform.transfer_time("down", mem, partition_mb)
-    load_mb, checkpoint_mb = segment_io_mb(problem, k)
-    load = platform.transfer_time("down", mem, load_mb)
-    checkpoint = platform.transfer_time("up", mem, checkpoint_mb)
-    return cold, load, checkpoint
-
-
-def _segmenting(budget: FloatArray, iteration: FloatArray, total_iterations: FloatArray
-                ) -> tuple[IntArray, FloatArray]:
-    """Iterations that fit a segment's time ``budget`` (0: none), and the segments needed."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fit = np.floor(budget / iteration)
-    segment_iterations = np.where(np.isfinite(fit) & (fit > 0), fit, 0).astype(np.int64)
-    with np.errstate(divide="ignore"):
-        segments = np.ceil(total_iterations / np.maximum(segment_iterations, 1))
-    return segment_iterations, segments
-
-
 def busy_s(workload: WorkloadProfile, memory_mb: ArrayLike, batch: ArrayLike,
            train_s: ArrayLike) -> FloatArray:
     """A role's training in the CPU bound: its training CPU at M's share, never below its
@@ -286,11 +243,11 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
         problem, w, mem, k, train_a, train_n, sync_bsp, busy,
         floors=store.slot_floors(problem, w, k))
 
-    cold, load, checkpoint = _segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
+    cold, load, checkpoint = segment_load_and_checkpoint(problem, mem, k, ba, bn, global_batch)
     # any segment may start cold (the first, a retry): each must fit one
     budget = problem.timeout_s - problem.timeout_margin_s - cold - load - checkpoint
     total_iterations = problem.epochs * iterations
-    segment_iterations, segments = _segmenting(budget, iteration, total_iterations)
+    segment_iterations, segments = segmenting(budget, iteration, total_iterations)
     rates = store.rates(problem, w, mem, k, iteration)
     ramp = store.ramp_s(problem, w, k, training_s=total_iterations * iteration,
                         iteration_s=iteration, exchange_s=_exchange_s(iteration, upload,
