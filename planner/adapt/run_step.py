@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from fasdl.contract.keys import adaptation_key, adapted_plan_key, results_key
 from fasdl.contract.plan import Plan
-from fasdl.run.guards import cost_so_far, projections, run_limits, since_of
+from fasdl.run.guards import Projection, projections, run_limits, since_of
 from fasdl.run.usage import usage_of
 from planner.adapt.boundary import Boundary, adapt
 from planner.adapt.online_calibration import SegmentRoles
@@ -123,18 +123,23 @@ def _decide(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepCo
     return record
 
 
-def _boundary(run: Mapping[str, Any], plan: Plan, now: float,
-              measured: tuple[SegmentRoles, ...]) -> Boundary:
-    """Where the run stands: the guards' clock and spending (fasdl.run.guards)."""
-    usage = usage_of(run)
-    limits = run_limits(plan, run)
+def _standing(run: Mapping[str, Any], plan: Plan, now: float) -> tuple[Projection, Projection]:
+    """Where the run stands at this boundary as the guards see it (fasdl.run.guards, nothing
+    following): seconds and dollars so far, and the measured/predicted ratios."""
+    usage, limits = usage_of(run), run_limits(plan, run)
     if usage is None or limits is None:
         raise ReplanError("run.usage and the plan's limits: an adaptive run measures its "
                           "clock and spending against them, and has neither")
-    done = int(run["segment"]["start_iteration"])
-    return Boundary(segment=int(run["segment"]["index"]), iterations_done=done,
-                    elapsed_s=max(0.0, now - usage["started_at"]),
-                    spent_usd=cost_so_far(usage, plan, limits, done), segments=measured)
+    return projections(plan, limits, usage, now=now, done=int(run["segment"]["start_iteration"]),
+                       following=0, since=since_of(run))
+
+
+def _boundary(run: Mapping[str, Any], plan: Plan, now: float,
+              measured: tuple[SegmentRoles, ...]) -> Boundary:
+    time, cost = _standing(run, plan, now)
+    return Boundary(segment=int(run["segment"]["index"]),
+                    iterations_done=int(run["segment"]["start_iteration"]),
+                    elapsed_s=time.so_far, spent_usd=cost.so_far, segments=measured)
 
 
 def _pending(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepContext,
@@ -199,15 +204,9 @@ def changed_plan(plan: Plan, record: Mapping[str, Any],
 def _change_point(run: Mapping[str, Any], plan: Plan, now: float) -> dict[str, float]:
     """Where the run stands at the change, for the guards (fasdl.run.guards.Since): its
     seconds and dollars so far and the measured/predicted ratios until then."""
-    usage, limits = usage_of(run), run_limits(plan, run)
-    if usage is None or limits is None:
-        raise ReplanError("run.usage and the plan's limits: an adaptive run measures its "
-                          "clock and spending against them, and has neither")
-    done = int(run["segment"]["start_iteration"])
-    time, cost = projections(plan, limits, usage, now=now, done=done, following=0,
-                             since=since_of(run))
-    return {"since_iteration": done, "since_s": round(max(0.0, now - usage["started_at"]), 3),
-            "since_usd": round(cost_so_far(usage, plan, limits, done), 6),
+    time, cost = _standing(run, plan, now)
+    return {"since_iteration": int(run["segment"]["start_iteration"]),
+            "since_s": round(time.so_far, 3), "since_usd": round(cost.so_far, 6),
             "ratio_s": round(time.ratio or 1.0, 6), "ratio_usd": round(cost.ratio or 1.0, 6)}
 
 
