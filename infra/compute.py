@@ -42,6 +42,7 @@ from infra.settings import (
     Packaging,
     SynthSettings,
     SynthSettingsError,
+    plan_concurrency_quota,
 )
 from infra.storage import EXCHANGE_PREFIX, RUNS_PREFIX, Storage
 from infra.user_code import (
@@ -84,14 +85,6 @@ def ephemeral_storage_mb(plan: Plan) -> int:
     partition_mb = plan.workload.dataset_mb * largest / plan.workload.samples
     data_mb = math.ceil(1.5 * partition_mb + 4 * plan.workload.model_mb)
     return min(MAX_EPHEMERAL_MB, TORCH_TMP_RESERVE_MB + max(MIN_DATA_MB, data_mb))
-
-
-def plan_concurrency_quota(plan: Plan) -> int:
-    """The account concurrency the plan was made for: the planner's --max-concurrency
-    (``quotas.max_concurrency``, planner/search/quotas.py), or Lambda's default for a plan
-    without quotas (made for the default ones; fasdl.contract.plan refuses an older plan that
-    kept them in its provenance)."""
-    return plan.quotas.max_concurrency if plan.quotas is not None else DEFAULT_ACCOUNT_CONCURRENCY
 
 
 def reserved_worker_concurrency(settings: SynthSettings) -> int | None:

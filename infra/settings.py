@@ -52,7 +52,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, cast
 
-from fasdl.contract.lambda_quotas import DEFAULT_ACCOUNT_CONCURRENCY
+from fasdl.contract.lambda_quotas import DEFAULT_ACCOUNT_CONCURRENCY, EXECUTIONS_PER_WORKER
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.requirements import REQUIREMENTS_MANIFEST, local_layer, requirements_digest
 from fasdl.contract.workload import Workload
@@ -190,6 +190,14 @@ def check_channel_has_exchange(plan: Plan) -> None:
                         "one; set deployment.channel to 's3' (the same training, no cache)")
 
 
+def plan_concurrency_quota(plan: Plan) -> int:
+    """The account concurrency the plan was made for: the planner's --max-concurrency
+    (``quotas.max_concurrency``, planner/search/quotas.py), or Lambda's default for a plan
+    without quotas (made for the default ones; fasdl.contract.plan refuses an older plan that
+    kept them in its provenance)."""
+    return plan.quotas.max_concurrency if plan.quotas is not None else DEFAULT_ACCOUNT_CONCURRENCY
+
+
 def check_ceiling(plan: Plan) -> None:
     """An adaptive run's ceiling (``deployment.workers_max``) must fit the concurrency the plan
     was made for, 2 executions per worker (a retried segment overlaps its aborted one), as
@@ -197,14 +205,14 @@ def check_ceiling(plan: Plan) -> None:
     ceiling = plan.deployment.workers_max
     if ceiling is None:
         return
-    quota = (plan.quotas.max_concurrency if plan.quotas is not None
-             else DEFAULT_ACCOUNT_CONCURRENCY)
-    if 2 * ceiling > quota:
+    quota, needed = plan_concurrency_quota(plan), EXECUTIONS_PER_WORKER * ceiling
+    if needed > quota:
         raise PlanError("deployment.workers_max",
-                        f"is {ceiling}: 2·{ceiling} = {2 * ceiling} concurrent executions "
-                        f"exceed the plan's concurrency quota {quota} (quotas.max_concurrency;"
-                        f" Lambda's default {DEFAULT_ACCOUNT_CONCURRENCY} when absent); allowed"
-                        f" range is [{plan.deployment.workers}, {quota // 2}]")
+                        f"is {ceiling}: {EXECUTIONS_PER_WORKER}·{ceiling} = {needed} concurrent "
+                        f"executions exceed the plan's concurrency quota {quota} "
+                        f"(quotas.max_concurrency; Lambda's default "
+                        f"{DEFAULT_ACCOUNT_CONCURRENCY} when absent); allowed range is "
+                        f"[{plan.deployment.workers}, {quota // EXECUTIONS_PER_WORKER}]")
     if plan.training.adaptive == "off":
         raise PlanError("deployment.workers_max",
                         f"is {ceiling} but training.adaptive is 'off': only an adaptive run "
