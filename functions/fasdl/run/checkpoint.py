@@ -225,8 +225,15 @@ def _buffers_bytes(model: torch.nn.Module) -> bytes | None:
     return stream.getvalue()
 
 
-def _restore_buffers(model: torch.nn.Module, data: bytes) -> None:
-    with np.load(io.BytesIO(data), allow_pickle=False) as arrays, torch.no_grad():
+def buffer_arrays(data: bytes) -> dict[str, np.ndarray]:
+    """A ``worker/i/buffers`` object's arrays by buffer name."""
+    with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+        return {name: arrays[name] for name in arrays.files}
+
+
+def restore_buffers(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
+    """Copy ``arrays`` into ``model``'s buffers; every buffer must be there."""
+    with torch.no_grad():
         for name, tensor in model.named_buffers():
             if name not in arrays:
                 raise CheckpointError(f"checkpoint lacks model buffer {name!r}")
@@ -292,7 +299,8 @@ def restore_worker(store: Channel, manifest: Manifest, worker: KReduceWorker,
     except ValueError as error:
         raise CheckpointError(f"checkpoint does not fit this model: {error}") from error
     if f"{prefix}/buffers" in manifest.objects:
-        _restore_buffers(worker.model, read_object(store, manifest, f"{prefix}/buffers"))
+        restore_buffers(worker.model,
+                        buffer_arrays(read_object(store, manifest, f"{prefix}/buffers")))
     rng_bytes = read_object(store, manifest, f"{prefix}/torch_rng")
     torch.set_rng_state(torch.frombuffer(bytearray(rng_bytes), dtype=torch.uint8))
     if numpy_rng is not None:

@@ -27,7 +27,6 @@ configuration restores by one written rule, the same on every attempt:
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 
@@ -37,7 +36,14 @@ import torch
 from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.kreduce import KReduceWorker
-from fasdl.run.checkpoint import CheckpointError, Manifest, array_from_bytes, read_object
+from fasdl.run.checkpoint import (
+    CheckpointError,
+    Manifest,
+    array_from_bytes,
+    buffer_arrays,
+    read_object,
+    restore_buffers,
+)
 from fasdl.training.data import DataCursor
 
 CONFIGURATION = "configuration"  # the manifest meta entry: the writer's W,K,B^a,B^n
@@ -97,9 +103,7 @@ def _buffers(store: Channel, manifest: Manifest, index: int) -> dict[str, np.nda
     """Worker ``index``'s batch-norm buffers, or the old workers' mean for a new worker
     (integer buffers: worker 0's); None when the model has none."""
     def read(old: int) -> dict[str, np.ndarray]:
-        data = read_object(store, manifest, f"worker/{old:04d}/buffers")
-        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-            return {name: arrays[name] for name in arrays.files}
+        return buffer_arrays(read_object(store, manifest, f"worker/{old:04d}/buffers"))
     if "worker/0000/buffers" not in manifest.objects:
         return None
     if index < manifest.workers:
@@ -135,9 +139,7 @@ def restore_reshaped(store: Channel, manifest: Manifest, worker: KReduceWorker,
         raise CheckpointError(f"checkpoint does not fit this model: {error}") from error
     buffers = _buffers(store, manifest, worker.worker_id)
     if buffers is not None:
-        with torch.no_grad():
-            for name, tensor in worker.model.named_buffers():
-                tensor.copy_(torch.from_numpy(buffers[name]))
+        restore_buffers(worker.model, buffers)
     torch.manual_seed(plan.training.seed + resume * SEED_STRIDE + worker.worker_id)
     return DataCursor(epoch=resume // per_epoch, position=0)
 
