@@ -34,13 +34,18 @@ from typing import Literal
 import numpy as np
 
 from fasdl.contract.training import ADAPTIVE_POLICIES
-from planner.model.inputs.problem import FloatArray, IntArray, Problem, Violation
+from planner.model.inputs.problem import (
+    MAX_PROBLEM_DEADLINE_S,
+    FloatArray,
+    IntArray,
+    Problem,
+    Violation,
+)
 from planner.model.terms.cost_model import Evaluation, evaluate
 
 POLICIES = ADAPTIVE_POLICIES  # the plan's training.adaptive
 PAYBACK_MARGIN = 0.10  # a change must save this share of continuing's cost
 DEADLINE_MARGIN = 0.10  # ... and, under ``cost``, leave this share of the remaining deadline
-UNBOUNDED_S = 1e9  # the model's largest deadline
 
 
 class ReplanError(ValueError):
@@ -179,7 +184,8 @@ def decide(problem: Problem, current: Configuration, remaining: Remaining, *, po
     w, k, ba, bn = candidates(current.global_batch, workers_max, rest.batch_step)
     # the limits are judged here, on the remaining deadline and budget: evaluated without a
     # deadline, so that its violation masks none checked after it (the cache's maximum)
-    every = evaluate(replace(rest, deadline_s=UNBOUNDED_S), w, memory_mb, k, ba, bn, bsp=bsp)
+    every = evaluate(replace(rest, deadline_s=MAX_PROBLEM_DEADLINE_S), w, memory_mb, k, ba, bn,
+                     bsp=bsp)
     time, cost = _prospects(every, warm=False)
     runnable = every.violation == Violation.NONE
     keeps = runnable & (time <= remaining.deadline_s) & (cost <= remaining.budget_usd)

@@ -21,6 +21,7 @@ from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfi
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+MAX_PROBLEM_DEADLINE_S = 1e9  # the largest deadline a problem takes
 # The default --timeout-margin: 60 s, but never more than this share of --timeout.
 MAX_MARGIN_SECONDS, MARGIN_SHARE = 60.0, 0.1
 
@@ -118,7 +119,7 @@ class Problem:
 
     def __post_init__(self) -> None:
         _check_int("epochs", self.epochs, 1, 100_000)
-        _check_number("deadline_s", self.deadline_s, 1.0, 1e9)
+        _check_number("deadline_s", self.deadline_s, 1.0, MAX_PROBLEM_DEADLINE_S)
         _check_int("max_global_batch", self.max_global_batch, 1, 10_000_000)
         _check_number("timeout_s", self.timeout_s, 60.0, 900.0)
         _check_number("timeout_margin_s", self.timeout_margin_s, 0.0, self.timeout_s / 2)
