@@ -9,8 +9,10 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from fasdl.exchange.inflight import downloads_at_once
 from planner.fit.client_cpu import fit_client_cpu
 from planner.fit.profiler import fit_workload
 from planner.fit.samples import SampleError, TrainSample, TransferRecord, read_samples
@@ -26,6 +28,7 @@ from planner.model.inputs.profiles import (
 )
 from planner.model.terms.client_cpu import exchange_cpu_bounds
 from planner.model.terms.cost_model import evaluate
+from planner.model.terms.exchange_time import communication_times
 
 KAPPA = {"cpu_up_request_s": 0.004, "cpu_up_mb_s": 0.002, "cpu_down_request_s": 0.003,
          "cpu_down_mb_s": 0.0015, "cpu_fold_mb_s": 0.001, "cpu_bf16_frame_mb_s": 0.0025,
@@ -212,3 +215,26 @@ def test_train_samples_carry_their_cpu(tmp_path: Path) -> None:
     path.write_text(json.dumps({**line, "cpu_s": "fast"}) + "\n")
     with pytest.raises(SampleError, match=r"samples.jsonl:1: field 'cpu_s'"):
         read_samples([path])
+
+
+def test_an_aggregator_that_fetches_one_frame_at_a_time_folds_in_series() -> None:
+    """Valkey at 512 MB: C = 25.6 MB holds one 4.7 MB read at 3 copies, so the next GET waits
+    for each fold (measured: docs/results.md, "A fresh cache and a hot key"); at 3,008 MB C
+    holds four and only its own shard's and the last peer's folds follow the downloads."""
+    kappa = {"cpu_fold_mb_s": KAPPA["cpu_fold_mb_s"]}
+    folding, plain = (dataclasses.replace(problem_with(k), platform=dataclasses.replace(
+        load_platform("valkey"), **k)) for k in (kappa, {}))  # type: ignore[arg-type]
+    model, w, k = folding.workload.model_mb, 4, 1
+    assert downloads_at_once(512, model, model, "valkey") == 1
+    assert downloads_at_once(512, model, model, "s3") == 5
+    assert downloads_at_once(3008, model, model, "valkey") == 4
+    for memory, folds_in_series in ((512, w), (3008, 2)):
+        fold = model * KAPPA["cpu_fold_mb_s"] / (memory / 1769)
+        aggregate = communication_times(folding, np.array([w]), np.array([memory]),
+                                        np.array([k]))[1]
+        unfolded = communication_times(plain, np.array([w]), np.array([memory]),
+                                       np.array([k]))[1]
+        assert float(aggregate[0] - unfolded[0]) == pytest.approx(folds_in_series * fold)
+    # a single worker folds nothing
+    assert float(communication_times(folding, np.array([1]), np.array([512]),
+                                     np.array([1]))[1][0]) == 0.0

@@ -64,6 +64,9 @@ def add_weighted(total: np.ndarray, part: np.ndarray, weight: float,
 # redis-py's pure-Python reply parser buffers the value, then copies it out (3 f). A download
 # is counted at this size until folded.
 READ_COPIES: dict[str, float] = {"s3": 1.0, "valkey": 3.0}
+# GETs and PUTs a worker keeps in flight at once (fasdl.exchange.kreduce's default): S3's
+# latency dominates small shards
+MAX_IN_FLIGHT = 8
 FloatArray = NDArray[np.float64]
 
 
@@ -80,6 +83,19 @@ def cap_bytes(memory_mb: float, model_mb: float, setting_mb: float = 0.0) -> int
     else the default :func:`default_inflight_mb` the plan's memory model assumes."""
     megabytes = setting_mb or float(default_inflight_mb(memory_mb, model_mb))
     return max(1, int(megabytes * MIB))
+
+
+def downloads_at_once(memory_mb: ArrayLike, model_mb: float, frame_mb: ArrayLike,
+                      channel: str) -> FloatArray:
+    """Frames of ``frame_mb`` a phased aggregator fetches at once under the default cap C:
+    as many as C holds at the channel's READ_COPIES each, at least one, at most MAX_IN_FLIGHT.
+
+    At one, :func:`fetch_in_order` asks for the next frame only after the caller has folded
+    the last, so the folds add to the downloads instead of overlapping them.
+    """
+    cap = default_inflight_mb(memory_mb, model_mb)
+    held = READ_COPIES[channel] * (np.asarray(frame_mb, dtype=np.float64) + HEADER_SIZE / MIB)
+    return np.asarray(np.clip(np.floor(cap / held), 1.0, MAX_IN_FLIGHT), dtype=np.float64)
 
 
 def exchange_memory_mb(model_mb: ArrayLike, memory_mb: ArrayLike, workers: ArrayLike,

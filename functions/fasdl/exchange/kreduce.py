@@ -72,7 +72,7 @@ class KReduceWorker:
 
     def __init__(self, plan: Plan, worker_id: int, channel: Channel, model: nn.Module,
                  run_id: str, epoch: int, *, loss_fn: Loss | None = None,
-                 wait_timeout_s: float = 300.0, max_in_flight: int = 8,
+                 wait_timeout_s: float = 300.0, max_in_flight: int = inflight.MAX_IN_FLIGHT,
                  inflight_bytes: int | None = None) -> None:
         self.workers = plan.deployment.workers
         self.aggregators = plan.training.aggregators
@@ -95,7 +95,6 @@ class KReduceWorker:
         batches = np.array([plan.batch_of(i) for i in range(self.workers)], dtype=np.float64)
         self.weights = batches / batches.sum()
         self._frame_run = f"{run_id}/{epoch}"  # frames of another epoch are rejected
-        # S3 GET/PUT latency dominates small shards: keep several requests in flight
         self._pool = ThreadPoolExecutor(max_in_flight, "kreduce") if max_in_flight > 1 else None
         self._max_in_flight = max_in_flight
         # frames held at once (fasdl.exchange.inflight): the planner's memory model assumes this cap

@@ -143,8 +143,7 @@ def _phased_peak(problem: Problem, w: FloatArray, mem: FloatArray, k: FloatArray
     moved = k - 1.0 if problem.own_shard_local else k  # shards an aggregator ships each way
     others = np.maximum(w - k, 0.0)
     upload = k * _rate(moved * shard, terms.upload) + others * _rate(k * shard, upload_n)
-    aggregate = k * _rate((w - 1.0) * shard + merged,
-                          (w - 1.0) * terms.per_peer + terms.publish)
+    aggregate = k * _rate((w - 1.0) * shard + merged, terms.aggregate(w))
     download = k * _rate(moved * merged, terms.download) + others * _rate(k * merged,
                                                                           download_n)
     return np.asarray(np.maximum(np.maximum(upload, aggregate), download), dtype=np.float64)

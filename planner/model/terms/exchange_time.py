@@ -4,10 +4,16 @@ Phased (C = 1), the paper's equations with the thesis corrections
 (planner/model/terms/cost_model.py's docstring lists them):
 
 - upload        T_up = S_m / tp_up(S_s)  (an aggregator: (K−1)·S_s with own_shard_local)
-- aggregation   T_agg = (W−1)·S_s/tp_down(S_s) + S_s/tp_up(S_s)
+- aggregation   T_agg = (W−1)·(S_s/tp_down(S_s) + s·F_p) + S_s/tp_up(S_s) + F_o + (1−s)·F_p
 - download      T_down = S_m / tp_down(S_s)
 - HAP           T = max(T_train^a + T_up + T_agg + T_down, T_train^n + T_up^n + T_down^n)
 - BSP           T = max(T_train^a + T_up, T_train^n + T_up^n) + T_agg + max(T_down, T_down^n)
+
+The folds F_o (its own shard) and F_p (a peer's copy) are κ_fold·S_s/vCPUs(M)
+(planner/model/terms/client_cpu.py; 0 in a profile without exchange CPU): the runtime folds a
+copy once it has arrived, so the last one's fold follows the downloads, and where the frame
+cap holds one download at a time (s = 1, fasdl.exchange.inflight.downloads_at_once) the next
+GET waits for each fold. Measured in series: docs/results.md, "A fresh cache and a hot key".
 
 With bfloat16 uploads (``Problem.upload_share`` u = 1/2) the shards a worker uploads and an
 aggregator downloads are u·S_s each (tp at that size); merged shards stay S_s.
@@ -29,7 +35,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from planner.model.terms.client_cpu import exchange_cpu_bounds
+from fasdl.exchange.inflight import downloads_at_once
+from planner.model.inputs.profiles import lambda_vcpus
+from planner.model.terms.client_cpu import codec_cpu_per_mb, exchange_cpu_bounds
 from planner.model.terms.pipelined import pipelined_terms
 from planner.model.terms.request_ceiling import exchange_platform
 
@@ -63,17 +71,27 @@ class SlotFloors:
 
 @dataclass(frozen=True)
 class AggregatorTerms:
-    """A phased aggregator's exchange in W: T_up, T_agg = (W−1)·per_peer + publish, T_down."""
+    """A phased aggregator's exchange in W: T_up, T_agg = (W−1)·per_peer + publish + folds,
+    T_down."""
 
     upload: FloatArray
-    per_peer: FloatArray  # one peer's shard downloaded
+    per_peer: FloatArray  # one peer's shard downloaded (and folded, when in series)
     publish: FloatArray   # the merged shard uploaded
     download: FloatArray
+    folds: FloatArray     # the folds no download overlaps
 
     @property
     def fixed(self) -> FloatArray:
         """Everything but the W−1 peer downloads: c_a = fixed + (W−1)·per_peer."""
-        return np.asarray(self.upload + self.publish + self.download, dtype=np.float64)
+        return np.asarray(self.upload + self.publish + self.download + self.folds,
+                          dtype=np.float64)
+
+    def aggregate(self, workers: ArrayLike, publish_floor: FloatArray | float = 0.0
+                  ) -> FloatArray:
+        """T_agg at W (its publish at least ``publish_floor``); 0 for a single worker."""
+        w = np.asarray(workers, dtype=np.float64)
+        phase = (w - 1.0) * self.per_peer + np.maximum(self.publish, publish_floor) + self.folds
+        return np.asarray(np.where(w <= 1, 0.0, phase), dtype=np.float64)
 
 
 def aggregator_terms(problem: Problem, memory_mb: ArrayLike, aggregators: ArrayLike
@@ -86,9 +104,15 @@ def aggregator_terms(problem: Problem, memory_mb: ArrayLike, aggregators: ArrayL
     # the shards an aggregator ships: all K (paper) or all but its own (runtime)
     moved_mb = model_mb - shard_mb if problem.own_shard_local else np.full_like(shard_mb,
                                                                                  model_mb)
+    _, fold_own, fold_peer = codec_cpu_per_mb(problem.platform, problem.upload_share)
+    vcpus = lambda_vcpus(memory_mb)
+    own, peer = shard_mb * fold_own / vcpus, shard_mb * fold_peer / vcpus
+    one_at_a_time = downloads_at_once(memory_mb, model_mb, sent_mb, problem.channel) <= 1.0
     return AggregatorTerms(upload=moved_mb * problem.upload_share / sent_up,
-                           per_peer=sent_mb / sent_down, publish=shard_mb / tp_up,
-                           download=moved_mb / tp_down)
+                           per_peer=sent_mb / sent_down + np.where(one_at_a_time, peer, 0.0),
+                           publish=shard_mb / tp_up, download=moved_mb / tp_down,
+                           folds=np.asarray(own + np.where(one_at_a_time, 0.0, peer),
+                                            dtype=np.float64))
 
 
 def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray,
@@ -99,10 +123,8 @@ def communication_times(problem: Problem, workers: IntArray, memory_mb: IntArray
     terms = aggregator_terms(problem, memory_mb, aggregators)
     alone = workers <= 1
     upload = np.where(alone, 0.0, terms.upload)
-    publish = np.maximum(terms.publish, publish_floor)
-    aggregate = np.where(alone, 0.0, (workers - 1) * terms.per_peer + publish)
     download = np.where(alone, 0.0, terms.download)
-    return upload, aggregate, download
+    return upload, terms.aggregate(workers, publish_floor), download
 
 
 def non_aggregator_times(problem: Problem, memory_mb: ArrayLike,

@@ -85,7 +85,7 @@ def _phased_peak(problem: Problem, w: FloatArray, mem: FloatArray, k: FloatArray
     upload_n, download_n = non_aggregator_times(problem, mem, k)
     moved = k - 1.0 if problem.own_shard_local else k
     others = np.maximum(w - k, 0.0)
-    aggregate_s = (w - 1.0) * terms.per_peer + terms.publish
+    aggregate_s = terms.aggregate(w)
     upload = k * _rate(moved, terms.upload) + others * _rate(k, upload_n)
     aggregate_put = k * _rate(1.0 + w, aggregate_s)
     aggregate_get = k * _rate(w - 1.0, aggregate_s)
