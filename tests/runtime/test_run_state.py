@@ -175,6 +175,15 @@ def test_plan_for_another_stack_names_the_deployment_field() -> None:
     check_deployment(ceiling, ceiling.deployment_fingerprint())
     with pytest.raises(PlanError, match=r"deployment.workers.*workers=4-16, the plan has 4"):
         check_deployment(plan, ceiling.deployment_fingerprint())
+    # ... of any W up to it: the plans a re-plan changes to
+    fewer = make_plan(2, 1, 8, 8, "hap")
+    fewer = dataclasses.replace(fewer, deployment=dataclasses.replace(
+        plan.deployment, workers=2, workers_max=16))
+    check_deployment(fewer, ceiling.deployment_fingerprint())
+    other_ceiling = dataclasses.replace(fewer, deployment=dataclasses.replace(
+        fewer.deployment, workers_max=8))
+    with pytest.raises(PlanError, match=r"deployment.workers.*workers=4-16, the plan has 2-8"):
+        check_deployment(other_ceiling, ceiling.deployment_fingerprint())
 
 
 def test_run_id_defaults_to_the_execution_and_is_checked() -> None:

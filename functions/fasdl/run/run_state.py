@@ -175,20 +175,31 @@ def parse_fingerprint(fingerprint: str) -> dict[str, str]:
 
 
 def check_deployment(plan: Plan, fingerprint: str) -> None:
-    """Raise a PlanError naming the first deployment field that differs from the stack's."""
+    """Raise a PlanError naming the first deployment field that differs from the stack's.
+
+    A stack deployed for an adaptive run (``W<w>-<ceiling>``) serves any W up to its ceiling
+    (the plans a re-plan changes to, planner/adapt/run_step.py): the plan's ceiling must be the
+    stack's, its W may differ."""
     if not fingerprint or plan.deployment_fingerprint() == fingerprint:
         return
     deployed = parse_fingerprint(fingerprint)
     for name in _DEPLOYMENT_FIELDS:
         value = (plan.deployment.workers_label if name == "workers"
                  else str(getattr(plan.deployment, name)))
+        if name == "workers" and _within_ceiling(plan, deployed[name]):
+            continue
         if value != deployed[name]:
             raise PlanError(f"deployment.{name}",
                             f"the stack is deployed for {name}={deployed[name]}, the plan has "
                             f"{value}; a plan for another deployment needs its own stack "
                             f"(cdk deploy -c plan=...)")
-    raise PlanError("deployment", f"fingerprint {plan.deployment_fingerprint()!r} does not "
-                                  f"match the stack's {fingerprint!r}")
+
+
+def _within_ceiling(plan: Plan, deployed: str) -> bool:
+    """Whether ``deployed`` (``<w>-<ceiling>``) is an adaptive stack of the plan's ceiling."""
+    _, dash, ceiling = deployed.partition("-")
+    return bool(dash) and plan.deployment.workers_max is not None and \
+        str(plan.deployment.workers_max) == ceiling
 
 
 def resolve_plan(execution_input: Mapping[str, Any], deployed_json: str | None,
