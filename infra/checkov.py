@@ -60,7 +60,8 @@ def _only_vpc_eni_wildcards(resource: CfnResource) -> bool:
 
 
 FUNCTION = "AWS::Lambda::Function"
-COMPUTE_FUNCTIONS = r"Compute/[A-Za-z0-9]+/Resource"
+# the four FasDL functions and an adaptive plan's re-plan function (infra/replan.py)
+COMPUTE_FUNCTIONS = r"(Compute/[A-Za-z0-9]+|Replan/Replan)/Resource"
 # aws-cdk-lib's singleton that empties the exchange bucket (auto_delete_objects).
 AUTO_DELETE_HANDLER = re.escape(f"{AUTO_DELETE_PROVIDER_ID}/Handler")
 
@@ -97,7 +98,8 @@ ACKNOWLEDGED: tuple[Acknowledgement, ...] = (
         "CKV_AWS_115", FUNCTION, COMPUTE_FUNCTIONS,
         "Reserved concurrency both caps a function and withholds that many executions from "
         "the account's other functions for as long as it exists, idle or not. Trigger, "
-        "finalize and profilers run one invocation per execution step or memory; the workers' "
+        "finalize, re-plan and profilers run one invocation per execution step or memory; the "
+        "workers' "
         "2W fit the pool because the planner keeps W within --max-concurrency / 2, and "
         "infra/settings.py's reserve_concurrency is the opt-in for reserving them.",
         _unset("reserved_concurrent_executions")),

@@ -216,6 +216,15 @@ class Compute(Construct):
         access.grant_profiler(self.roles[PROFILER_ID], datasets=storage.datasets,
                               results=storage.results, exchange=storage.exchange)
 
+    @property
+    def environment(self) -> dict[str, str]:
+        """Every function's common variables (a copy), for functions built beside these."""
+        return dict(self._environment)
+
+    @property
+    def architecture(self) -> lambda_.Architecture:
+        return self._architecture
+
     def _common_environment(self, stack_name: str, storage: Storage,
                             cache_name: str | None) -> dict[str, str]:
         deployment = self._deployment

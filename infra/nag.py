@@ -22,6 +22,11 @@ ACKNOWLEDGED: list[tuple[str, str, list[str] | None]] = [
      "(runs/, exchange/, profiles/) or the datasets of a bucket this stack owns.",
      [r"/^Resource::<[A-Za-z0-9]+Bucket[A-Za-z0-9]+\.Arn>\/([a-z]+\/)?\*$/"]),
     ("AwsSolutions-IAM5",
+     "An adaptive run's re-plan function creates only its decisions and the plans it changes "
+     "to, under any run of the runs prefix (runs/<run>/adaptations/, runs/<run>/plans/); "
+     "run ids are known only at run time (infra/replan.py).",
+     [r"/^Resource::<[A-Za-z0-9]+Bucket[A-Za-z0-9]+\.Arn>\/runs\/\*\/(adaptations|plans)\/\*$/"]),
+    ("AwsSolutions-IAM5",
      "Only actions without resource-level permissions are granted on '*': Lambda VPC ENI "
      "management, X-Ray tracing (SF2), vended log delivery (SF1) and the trigger's "
      "lambda:GetAccountSettings; the list and a test guarding it are "

@@ -39,8 +39,8 @@ the plan's own :class:`~fasdl.contract.plan.PlanError` message. Two checks are t
 plan whose ``deployment.memory_mb`` is above the account limit it records
 (``quotas.account_max_memory_mb``, from ``planner plan --account``) is refused, and so is a
 Valkey plan of one worker (nothing to exchange; see :func:`check_channel_has_exchange`), an
-adaptive run's ceiling beyond the plan's concurrency (:func:`check_ceiling`), and, until the
-state machine re-plans, an adaptive plan (:func:`check_adaptive_supported`).
+adaptive run's ceiling beyond the plan's concurrency (:func:`check_ceiling`), and an adaptive
+plan without the profiles it was made with beside it (:func:`check_adaptive_profiles`).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from typing import Literal, cast
 from fasdl.contract.lambda_quotas import DEFAULT_ACCOUNT_CONCURRENCY, EXECUTIONS_PER_WORKER
 from fasdl.contract.plan import Plan, PlanError
 from fasdl.contract.requirements import REQUIREMENTS_MANIFEST, local_layer, requirements_digest
+from fasdl.contract.training import profiles_path
 from fasdl.contract.workload import Workload
 from infra.lambda_runtime import (
     PYTHON_RUNTIME,
@@ -132,7 +133,7 @@ def load_settings(context: dict[str, object], *, warn: bool = True) -> SynthSett
     check_account_memory(plan)
     check_channel_has_exchange(plan)
     check_ceiling(plan)
-    check_adaptive_supported(plan)
+    check_adaptive_profiles(plan, plan_path)
 
     packaging = str(context.get(CONTEXT_PACKAGING) or "zip")
     if packaging not in PACKAGINGS:
@@ -220,14 +221,19 @@ def check_ceiling(plan: Plan) -> None:
                         "run; set training.adaptive to deadline or cost, or drop workers_max")
 
 
-def check_adaptive_supported(plan: Plan) -> None:
-    """The re-plan between segments (planner/adapt) is not yet a state of the synthesized
-    state machine: an adaptive plan is refused rather than run as a static one."""
-    if plan.training.adaptive != "off":
+def check_adaptive_profiles(plan: Plan, plan_path: Path) -> None:
+    """An adaptive plan re-plans from the profiles it was made with, which ``planner plan
+    --adaptive`` writes beside it (fasdl.contract.training); the synth ships them with the
+    re-plan function, so a plan without them is refused here, not at its first boundary."""
+    if plan.training.adaptive == "off":
+        return
+    profiles = profiles_path(plan_path)
+    if not profiles.is_file():
         raise PlanError("training.adaptive",
-                        f"is {plan.training.adaptive!r}, but this release's state machine does "
-                        "not re-plan between segments yet; set training.adaptive to 'off' (the "
-                        "run then keeps the plan's configuration and stops at a guard limit)")
+                        f"is {plan.training.adaptive!r}, and an adaptive run re-plans from the "
+                        f"profiles the plan was made with, expected in {profiles} (python -m "
+                        "planner plan --adaptive ... --out PLAN writes them beside PLAN); plan "
+                        "again with --adaptive, or set training.adaptive to 'off'")
 
 
 def _flag(context: dict[str, object], key: str) -> bool:

@@ -8,10 +8,12 @@ from aws_cdk import CfnOutput, CfnParameter, CfnRule, CfnRuleAssertion, Environm
 from constructs import Construct
 
 from fasdl.contract.cache import cache_name, cache_stack_name
+from fasdl.contract.training import profiles_path
 from infra.cache import FasdlCacheStack
 from infra.cache_limits import cache_limits
 from infra.checkov import add_skips
 from infra.compute import (
+    RUNTIME,
     CodeAssets,
     Compute,
     ephemeral_storage_mb,
@@ -27,6 +29,7 @@ from infra.profiling_workflow import (
     ProfilingWorkflow,
     profiling_memories,
 )
+from infra.replan import ReplanFunction, stage_replan_code
 from infra.settings import SynthSettings
 from infra.storage import Storage
 from infra.workflow import TrainingWorkflow
@@ -61,12 +64,14 @@ class FasdlStack(Stack):
             vpc=self.network.vpc if self.network else None,
             security_group=self.network.worker_security_group if self.network else None,
             cache_name=cache_name(self.stack_name) if self.network else None)
+        self.replan = self._build_replan() if plan.training.adaptive != "off" else None
         self.workflow = TrainingWorkflow(
             self, "Workflow", workers=plan.deployment.ceiling,  # an adaptive run's W at most
             timeout_s=plan.deployment.timeout_s, trigger=self.compute.trigger,
             worker=self.compute.worker, finalize=self.compute.finalize,
             memory_mb=plan.deployment.memory_mb,
-            inline_map_max_workers=settings.inline_map_max_workers)
+            inline_map_max_workers=settings.inline_map_max_workers,
+            replan=self.replan.function if self.replan is not None else None)
         # Opt-in (-c profiling=true): profiler functions per memory and their state machine.
         memories = profiling_memories(
             {key: self.node.try_get_context(key) for key in (CONTEXT_PROFILING,
@@ -85,6 +90,18 @@ class FasdlStack(Stack):
             self._refuse_deployment()
         add_suppressions(self)
         add_skips(self)
+
+    def _build_replan(self) -> ReplanFunction:
+        """An adaptive plan's re-plan function, with the profiles the plan was made with
+        (infra.settings checked that they lie beside it)."""
+        plan = self.settings.plan
+        return ReplanFunction(
+            self, "Replan", code_dir=stage_replan_code(profiles_path(self.settings.plan_path)),
+            layer=self.compute.layer, architecture=self.compute.architecture, runtime=RUNTIME,
+            environment=self.compute.environment,
+            measured_on=f"aws-lambda-{plan.deployment.arch}", results=self.storage.results,
+            cache_ecpu_max=(cache_limits(plan).ecpu_per_second if self.network is not None
+                            else None))
 
     def _refuse_deployment(self) -> None:
         """CloudFormation checks template rules before it creates or updates any resource

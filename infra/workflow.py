@@ -14,6 +14,8 @@ States::
     Plan run --RunExists--> Run exists (Fail: the run id is another execution's; no finalize)
     Plan next segment --deadline or budget would be passed--> Record stop -> Which limit?
         -> Deadline exceeded | Budget exceeded (infra/guard_states.py)
+    An adaptive plan (training.adaptive not off): Plan next segment -> Re-plan segment ->
+        Count segment (infra/replan.py: the segment as issued, cut, or on a changed plan)
 
 A crashed worker (process died: ``Runtime.ExitError``; or a peer gave up waiting for its
 shards: ``ChannelTimeout``/``ChannelError``) reruns the same segment from its checkpoint
@@ -128,6 +130,7 @@ PLAN_RUN = "Plan run"
 MORE_SEGMENTS = "More segments?"
 TRAIN_SEGMENT = "Train segment"
 PLAN_NEXT = "Plan next segment"
+REPLAN = "Re-plan segment"  # an adaptive plan's only (infra/replan.py)
 SHORTEN = "Shorten segment"
 RETRY = "Retry segment"
 COUNT = "Count segment"
@@ -175,7 +178,8 @@ class TrainingWorkflow(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, workers: int, timeout_s: int,
                  trigger: lambda_.IFunction, worker: lambda_.IFunction,
                  finalize: lambda_.IFunction, memory_mb: int,
-                 inline_map_max_workers: int = INLINE_MAP_LIMIT) -> None:
+                 inline_map_max_workers: int = INLINE_MAP_LIMIT,
+                 replan: lambda_.IFunction | None = None) -> None:
         super().__init__(scope, construct_id)
         self._workers = workers
         self._distributed = is_distributed(workers, inline_map_max_workers)
@@ -184,6 +188,7 @@ class TrainingWorkflow(Construct):
         self._trigger = trigger
         self._worker = worker
         self._finalize = finalize
+        self._replan = replan
         self.name = state_machine_name(Stack.of(self).stack_name)
         self.segment_limit = segments_per_execution(workers, inline_map_max_workers)
         self.log_group = logs.LogGroup(self, LOG_GROUP_ID, retention=LOG_RETENTION,
@@ -290,8 +295,12 @@ class TrainingWorkflow(Construct):
         continued = sfn.Succeed(self, CONTINUED, state_name=CONTINUED)
 
         self._catch_run_exists(plan_run)
+        # an adaptive run re-plans once the next segment is issued, before it trains
+        replan = (self._invoke(REPLAN, self._replan, {"run.$": "$.run"}, result_path="$.run")
+                  if self._replan is not None else None)
         catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
             plan_run, train, plan_next, shorten, retry, finalize, continue_as_new,
+            *([replan] if replan is not None else []),
             *self._wire_outcome(train, ok=plan_next, shorten=shorten, retry=retry,
                                 fail=record_failure)]
         for state in catching:
@@ -304,7 +313,7 @@ class TrainingWorkflow(Construct):
                                                            self.segment_limit),
                   continue_as_new.next(continued))
         more.otherwise(train)
-        plan_next.next(count)
+        (plan_next.next(replan).next(count) if replan is not None else plan_next.next(count))
         shorten.next(count)
         retry.next(count)
         count.next(more)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasdl.contract.training import profiles_path
 from local.faults.injection import InputError
 
 KEPT_FILE = "kept.json"
@@ -77,6 +78,8 @@ def keep_run(directory: Path, *, run_id: str, plan_path: Path, files: Mapping[st
     results = directory / RESULTS_DIR
     shutil.rmtree(results, ignore_errors=True)
     shutil.copyfile(plan_path, directory / "plan.json")
+    if profiles_path(plan_path).is_file():  # an adaptive plan's: --resume synthesizes again
+        shutil.copyfile(profiles_path(plan_path), profiles_path(directory / "plan.json"))
     for name, path in files.items():
         target = directory / DATASET_DIR / name
         target.parent.mkdir(parents=True, exist_ok=True)

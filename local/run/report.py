@@ -179,6 +179,8 @@ def build_report(plan: Plan, *, run_id: str, channel: str, status: str, measured
         "starts": {"cold": sum(i.cold_start is True for i in invocations),
                    "warm": sum(i.cold_start is False for i in invocations)},
         "measured_lambda_usd": lambda_cost_usd(plan, invocations),
+        # an adaptive run's decisions, one per segment boundary (planner/adapt/run_step.py)
+        "adaptations": (summary or {}).get("adaptations") or [],
         "summary": summary, "failure": failure, "execution_error": execution.get("error"),
         "execution_cause": execution.get("cause"),
         "plan": plan.to_dict(),
@@ -238,6 +240,7 @@ def format_summary(report: dict[str, Any]) -> str:
     if reference:
         lines.append(f"  one process on the union batch (--reference), same recipe and rows: "
                      f"{_reference_metrics(reference[-1])}")
+    lines.extend(_adaptation_lines(report.get("adaptations") or []))
     totals = report["time_split_s"]
     whole = sum(totals.values()) or 1.0
     parts = ", ".join(f"{name} {value:.1f} s ({100 * value / whole:.0f}%)"
@@ -255,6 +258,25 @@ def format_summary(report: dict[str, Any]) -> str:
             lines.append(f"    what to do: {failure['advice']}")
     lines.append(verdict(report))
     return "\n".join(lines)
+
+
+def _adaptation_lines(adaptations: list[dict[str, Any]]) -> list[str]:
+    """One line per re-plan: where, what, why, and the configuration (W, K, B^a, B^n)."""
+    def config(found: dict[str, Any] | None) -> str:
+        if not found:
+            return "-"
+        return (f"W={found['workers']} K={found['aggregators']} "
+                f"B^a={found['batch_aggregator']} B^n={found['batch_non_aggregator']}")
+
+    lines = [f"  re-plans: {len(adaptations)}, "
+             f"{sum(a['action'] == 'change' for a in adaptations)} changed the configuration"
+             ] if adaptations else []
+    for record in adaptations:
+        changed = (f": {config(record['current'])} -> {config(record['chosen'])}"
+                   if record["action"] == "change" else "")
+        lines.append(f"    before segment {record['segment']}: {record['action']}{changed} "
+                     f"({record['reason']})")
+    return lines
 
 
 def _reference_metrics(point: dict[str, Any]) -> str:

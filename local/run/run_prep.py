@@ -5,6 +5,7 @@ others (:class:`~local.faults.injection.InputError`: exit 2)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fasdl.contract.plan import Plan
+from fasdl.contract.training import profiles_path
 from local.aws.template import (
     LocalTemplate,
     TemplateError,
@@ -79,6 +81,16 @@ def prepare_plan(options: RunOptions, work: Path, say: Say) -> Plan:
         training["segment_iterations"] = options.segment_iterations
     plan = Plan.from_dict(data)
     return plan.on_channel(options.channel) if options.channel else plan
+
+
+def copy_profiles(source: Path | None, plan_path: Path) -> None:
+    """An adaptive plan's profiles (fasdl.contract.training) beside the plan the run synthesizes
+    from; synth refuses an adaptive plan without them, naming the path."""
+    if source is None:
+        return
+    profiles = profiles_path(source)
+    if profiles.is_file():
+        shutil.copyfile(profiles, profiles_path(plan_path))
 
 
 def whole_epoch_segments(plan: Plan) -> Plan:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fasdl.contract.cache import CACHE_HEADROOM
 from fasdl.contract.plan import Plan
+from fasdl.contract.training import MEASURED_ON_ENV
 from infra.cache_limits import cache_limits, exchange_peak_mb
 from local.aws.cache_plane import CacheStackState, LocalElastiCache
 from local.aws.control_plane import ControlPlane, WorkerFunction
@@ -96,6 +97,7 @@ def start_servers(stack: ExitStack, template: LocalTemplate, *, channel: str, tl
         s3, cache, lambda_tmp, control.endpoint_url,
         elasticache.endpoint_url if elasticache is not None else None)
     env["AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"] = logs.endpoint_url
+    env[MEASURED_ON_ENV] = "local-emulation"  # an adaptive run's refits say where they ran
     description = f"{servers}, {control.describe()}, CloudWatch Logs at {logs.endpoint_url}"
     if elasticache is not None:
         description += (f", ElastiCache API at {elasticache.endpoint_url} (cache "

@@ -50,6 +50,7 @@ from local.run.report import Progress
 from local.run.run_limits import with_limits
 from local.run.run_options import RunOptions
 from local.run.run_prep import (
+    copy_profiles,
     plan_text,
     prepare_dataset,
     prepare_plan,
@@ -84,6 +85,7 @@ def run(options: RunOptions, say: Say = print) -> int:
                                    deadline_s=options.deadline_s)
             plan_path = work / "plan.json"
             plan.save(plan_path)
+            copy_profiles(options.plan, plan_path)  # an adaptive plan's, for its re-plan
             say(plan_text(plan))
             template = prepare_template(plan, plan_path, options, work, say)
             worker = WorkerFunction.of(template, options.account, WORKER_HANDLER)

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from fasdl.contract.plan import EXCHANGE_DTYPES, PlanError
 from planner.commands.account import add_account_arguments, command_account
+from planner.commands.adaptive_plan import adaptive_plan, add_adaptive_arguments, write_profiles
 from planner.commands.calibrate import add_calibrate_arguments, command_calibrate
 from planner.commands.cli_inputs import (
     BATCH_STEP,
@@ -149,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="two-stage only: the early stop exactly as printed in Alg. 3.1")
     plan.add_argument("--out", help="write the plan JSON here (e.g. plan.json)")
     add_limit_arguments(plan)
+    add_adaptive_arguments(plan)
     plan.add_argument("--explain", action="store_true",
                       help="also compare one instance (GPU, CPU, --instance) and say which "
                            "option is cheapest and which meets the deadline")
@@ -208,19 +210,21 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     if result.choice is None:
         return _infeasible(args, result, emit, explained, profiled_range_hint(problem, args))
     try:
-        plan = to_plan(problem, result.choice, search=result.method, quotas=quotas,
-                       **limits)
+        plan = adaptive_plan(to_plan(problem, result.choice, search=result.method,
+                                     quotas=quotas, **limits), args, quotas)
         plan.check_environment_size()  # what the synth will ask of it
     except PlanError as error:  # a choice the contract refuses: name where it came from
         raise CliError("--workload", str(error)) from error
+    profiles = None
     if args.out:
         write_atomically("--out", args.out, plan_json(problem, result.choice, plan))
+        profiles = write_profiles(plan, args.out, problem)
     warnings = converted + extrapolation_warnings(problem.workload, result.choice.memory_mb)
     if args.json:
         emit(json.dumps({"status": "ok", "search": _search_summary(result),
                          "plan": plan.to_dict(),
                          "confidence": confidence_section(problem, result.choice),
-                         "out": args.out, "warnings": warnings,
+                         "out": args.out, "profiles": profiles, "warnings": warnings,
                          **explained[1]}))
     else:
         emit(describe_choice(problem, result))
@@ -230,7 +234,7 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         for line in explained[0]:
             emit(line)
         if args.out:
-            emit(f"wrote {args.out}")
+            emit(f"wrote {args.out}" + (f" and {profiles}" if profiles else ""))
     return EXIT_OK
 
 

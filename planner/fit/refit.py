@@ -59,8 +59,6 @@ def _compute_at_fixed_m(batch: np.ndarray, memory: np.ndarray, seconds: np.ndarr
 def refit_compute(workload: WorkloadProfile, points: Sequence[RolePoint],
                   measured_on: str) -> Refit:
     """a, b, m from the points as far as they identify them (module docstring)."""
-    from planner.fit.profiler import fit_compute  # scipy: only the fit loads it
-
     batch, memory, seconds = (np.array([getattr(p, name) for p in points], dtype=np.float64)
                               for name in ("batch", "memory_mb", "compute_s"))
     memories, batches = distinct(memory.tolist()), distinct(batch.tolist())
@@ -69,6 +67,10 @@ def refit_compute(workload: WorkloadProfile, points: Sequence[RolePoint],
     kept: list[str] = []
     a, b, m = workload.a, workload.b, workload.m
     if len(memories) >= 2 and len(batches) >= 2:
+        # scipy: only a full fit loads it (an adaptive run's re-plan has one memory size and
+        # ships without scipy, infra/replan.py)
+        from planner.fit.profiler import fit_compute
+
         a, b, m = fit_compute(batch, memory, seconds)
     else:
         if len(memories) >= 2:

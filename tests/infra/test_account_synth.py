@@ -94,7 +94,7 @@ def _adaptive(tmp_path: Path, policy: str, ceiling: int, concurrency: int | None
 def test_an_adaptive_runs_ceiling_must_fit_the_concurrency_and_the_policy(
         tmp_path: Path) -> None:
     """deployment.workers_max: 2 executions per worker within the plan's concurrency, and only
-    beside a policy; an adaptive plan is refused until the state machine re-plans."""
+    beside a policy; an adaptive plan needs the profiles it was made with beside it."""
     workers = json.loads(DEFAULT_PLAN_PATH.read_text())["deployment"]["workers"]
     with pytest.raises(PlanError, match=r"2·60 = 120 concurrent executions exceed the plan's "
                                         r"concurrency quota 100.*allowed range is "
@@ -104,9 +104,14 @@ def test_an_adaptive_runs_ceiling_must_fit_the_concurrency_and_the_policy(
     with pytest.raises(PlanError, match=r"training\.adaptive is 'off'") as raised:
         _load(_adaptive(tmp_path, "off", 2 * workers, None))
     assert raised.value.field == "deployment.workers_max"
-    with pytest.raises(PlanError, match="does not re-plan between segments yet") as raised:
+    with pytest.raises(PlanError, match=r"expected in .*adaptive\.profiles\.json .*--adaptive"
+                       ) as raised:
         _load(_adaptive(tmp_path, "cost", 2 * workers, None))
     assert raised.value.field == "training.adaptive"
+    (tmp_path / "adaptive.profiles.json").write_text("{}")  # the synth only ships it
+    settings = load_settings({"plan": str(_adaptive(tmp_path, "cost", 2 * workers, None)),
+                              "torch_layer": str(STUB_TORCH_LAYER)}, warn=False)
+    assert settings.plan.deployment.ceiling == 2 * workers
 
 
 def test_cdk_app_refuses_memory_above_the_account_limit(tmp_path: Path) -> None:

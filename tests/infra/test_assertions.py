@@ -29,8 +29,8 @@ def test_every_function_and_the_layer_run_on_amazon_linux_2023(synth: Synth) -> 
     load them, so no function of ours may use it, and the layer must declare the same."""
     ours = {logical: f["Properties"] for logical, f
             in synth.resources("AWS::Lambda::Function").items()
-            if str(f["Properties"].get("Handler", "")).startswith("handlers.")}
-    assert len(ours) >= 4, sorted(ours)  # worker, trigger, finalize, profiler(s)
+            if str(f["Properties"].get("Handler", "")).startswith(("handlers.", "replan."))}
+    assert len(ours) >= 4, sorted(ours)  # worker, trigger, finalize, profiler(s), re-plan
     assert {logical: props["Runtime"] for logical, props in ours.items()} == {
         logical: PYTHON_RUNTIME for logical in ours}
     assert RUNTIME_OS[PYTHON_RUNTIME].glibc >= (2, 28)
@@ -62,6 +62,7 @@ def test_every_function_has_own_role_and_log_group(synth: Synth) -> None:
     profiling = synth.stack.profiling
     extra = len(set(profiling.memories) - {synth.settings.plan.deployment.memory_mb}) \
         if profiling else 0  # one profiler per extra profiled memory
+    extra += synth.stack.replan is not None  # an adaptive plan's re-plan function
     # worker, trigger, finalize, profiler, and CDK's auto-delete function of the exchange bucket
     assert len(functions) == 5 + extra
     assert len(roles) == len(groups) == 5 + extra
@@ -91,7 +92,7 @@ def test_worker_and_finalize_in_vpc_only_for_valkey(synth: Synth) -> None:
 
 # ---- workflow --------------------------------------------------------------------------
 def test_map_concurrency_is_w(synth: Synth) -> None:
-    workers = synth.settings.plan.deployment.workers
+    workers = synth.settings.plan.deployment.ceiling  # an adaptive run's W at most
     train = state_machine_definition(synth)["States"][workflow.TRAIN_SEGMENT]
     assert train["Type"] == "Map"
     assert train["MaxConcurrency"] == workers
@@ -110,7 +111,7 @@ def test_state_machine_shape(synth: Synth) -> None:
             workflow.PLAN_NEXT, workflow.SHORTEN, workflow.COUNT, workflow.CONTINUE,
             workflow.FINALIZE, workflow.RECORD_FAILURE, workflow.FAILED} <= set(states)
     choice = states[workflow.MORE_SEGMENTS]
-    limit = workflow.segments_per_execution(synth.settings.plan.deployment.workers)
+    limit = workflow.segments_per_execution(synth.settings.plan.deployment.ceiling)
     assert {"Variable": "$.count.segments", "NumericGreaterThanEquals": limit,
             "Next": workflow.CONTINUE} in choice["Choices"]
     assert choice["Default"] == workflow.TRAIN_SEGMENT

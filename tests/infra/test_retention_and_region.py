@@ -61,7 +61,10 @@ def test_the_cache_is_pre_scaled_to_the_minimum_the_planner_prices(valkey_synth:
     assert (peak, mean) == (710504.448, 423248.208047)
     ((cache,),) = [list(valkey_synth.cache.resources("AWS::ElastiCache::ServerlessCache").values())]
     limits = cache["Properties"]["CacheUsageLimits"]["ECPUPerSecond"]
-    assert limits == {"Maximum": math.ceil(1.5 * peak), "Minimum": math.ceil(mean)}
+    # an adaptive plan's cache serves its ceiling: the peak scaled by ceiling / W
+    deployment = valkey_synth.settings.plan.deployment
+    assert (deployment.workers, deployment.ceiling) == (8, 16)
+    assert limits == {"Maximum": math.ceil(1.5 * peak * 16 / 8), "Minimum": math.ceil(mean)}
     assert limits["Minimum"] == int(cache_minimum_ecpu_per_s(mean))
     assert prediction.breakdown["cache_minimum_usd"] > 0
 

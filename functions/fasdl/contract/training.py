@@ -6,6 +6,7 @@ which re-exports every name here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from fasdl.contract.fields import PlanError, require_choice, require_float, require_int
 from fasdl.contract.keys import MAX_EXCHANGE_KEY_PREFIXES
@@ -164,3 +165,22 @@ class Training:
         require_choice("training.hap_merge", self.hap_merge, HAP_MERGES)
         require_float("training.warmup_start_learning_rate", self.warmup_start_learning_rate,
                       0.0, 10.0)
+
+
+# ---- an adaptive run's re-plan (replan/handler.py, infra/replan.py) -----------------------
+# ``planner plan --adaptive`` writes the profiles the plan was made with beside it
+# (``plan.json`` → ``plan.profiles.json``): plan.json names them only, and it rides in the
+# trigger's 4 KB environment. The synth copies that file into the re-plan function's code as
+# ``profiles.json`` and refuses an adaptive plan without it.
+PROFILES_SUFFIX = ".profiles.json"
+BUNDLED_PROFILES = "profiles.json"  # in the re-plan function's code, beside its packages
+# Variables of the re-plan function alone (infra renders them, the handler reads them)
+MEASURED_ON_ENV = "FASDL_MEASURED_ON"  # the platform a re-plan's measurements come from
+CACHE_ECPU_MAX_ENV = "FASDL_CACHE_ECPU_MAX"  # the deployed cache's ECPU/s maximum (Valkey)
+PROFILES_ENV = "FASDL_REPLAN_PROFILES"  # tests and local runs: another profiles file
+
+
+def profiles_path(plan_path: Path) -> Path:
+    """``plan.json`` → ``plan.profiles.json`` (any name: the suffix replaces ``.json``)."""
+    name = plan_path.name.removesuffix(".json")
+    return plan_path.with_name(name + PROFILES_SUFFIX)
