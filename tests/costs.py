@@ -57,6 +57,7 @@ PATHS: dict[str, tuple[str, ...]] = {
         (SERVERS, SYNTH, SANDBOX),  # in-process
     "local/run/test_run_cache_stack.py": (SYNTH,),
     "local/run/test_run_faults.py": (SYNTH,),
+    "local/run/test_run_adaptive.py": (SYNTH,),
     "local/run/test_run_guards.py": (SYNTH,),
     "local/run/test_run_guards.py::test_deadline_stop_ends_in_its_own_failed_state": (SANDBOX,),
     "local/run/test_run_out_of_memory.py": (SYNTH,),

@@ -22,11 +22,14 @@ import pytest
 
 from fasdl.contract.plan import Plan
 from infra.settings import REPO_ROOT
-from tests.local.runs import local_run
+from fasdl.run.fault_hooks import CRASH_ITERATION_ENV, CRASH_WORKER_ENV
+from local.aws.template import synthesize
+from tests.local.runs import Job, Run, local_run
 
 EPOCHS = 3  # a segment each as planned
 CEILING = 6
 RUN_TIMEOUT_S = 300
+CRASH_AT = 20  # in the second segment, after the change at iteration 11
 
 
 def plan_adaptive(directory: Path) -> Path:
@@ -46,14 +49,25 @@ def plan_adaptive(directory: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
+    plan = plan_adaptive(tmp_path_factory.mktemp("adaptive"))
+    return Job(plan, synthesize(plan, plan.parent / "cdk.out").parent)
+
+
+@pytest.fixture(scope="module")
+def reference(job: Job, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """The undisturbed adaptive run."""
+    return local_run(job.plan, job.cdk_out, tmp_path_factory.mktemp("reference") / "run",
+                     "adaptive-1", timeout_s=RUN_TIMEOUT_S)
+
+
 @pytest.mark.slow
 def test_an_adaptive_run_records_each_decision_and_trains_on_the_changed_plan(
-        tmp_path: Path) -> None:
-    plan_path = plan_adaptive(tmp_path)
-    plan = Plan.load(plan_path)
+        job: Job, reference: Run) -> None:
+    plan = Plan.load(job.plan)
     assert plan.deployment.workers >= 4 and plan.deployment.ceiling == CEILING
-    result = local_run(plan_path, None, tmp_path / "run", "adaptive-1",
-                       timeout_s=RUN_TIMEOUT_S)
+    result = reference
     assert result.code == 0, result.output[-4000:]
     report = result.report
     adaptations = report["adaptations"]
@@ -75,3 +89,27 @@ def test_an_adaptive_run_records_each_decision_and_trains_on_the_changed_plan(
     assert f"re-plans: {len(adaptations)}" in result.output
     assert "before segment 1:" in result.output
     assert report["final_accuracy"] is not None
+
+
+@pytest.mark.slow
+def test_a_crashed_segment_after_a_change_reruns_on_the_recorded_decision(
+        job: Job, reference: Run, tmp_path: Path) -> None:
+    """The only worker of the changed configuration dies mid-segment: the retry takes the
+    run state the re-plan returned (its plan, its workers), decides nothing again, and the
+    run ends with the undisturbed run's weights, bit for bit (both chose W = 1 at the first
+    boundary: far ahead of a cost plan, nothing is cheaper than one worker)."""
+    first = reference.report["adaptations"][0]
+    assert first["action"] == "change" and first["chosen"]["workers"] == 1, first
+    result = local_run(job.plan, job.cdk_out, tmp_path / "run", "adaptive-crash",
+                       "--inject-env", f"worker:{CRASH_ITERATION_ENV}={CRASH_AT}",
+                       "--inject-env", f"worker:{CRASH_WORKER_ENV}=0", timeout_s=RUN_TIMEOUT_S)
+    assert result.code == 0, result.output[-4000:]
+    report = result.report
+    segments = [a["segment"] for a in report["adaptations"]]
+    assert segments == sorted(set(segments))  # one decision per boundary, the retry none
+    (decided,) = [a for a in report["adaptations"] if a["segment"] == first["segment"]]
+    assert (decided["action"], decided["chosen"]) == ("change", first["chosen"])
+    assert report["summary"]["retried_attempts"] == 1
+    retried = [s for s in report["segments"] if s["attempt"] == 1]
+    assert [s["workers"] for s in retried] == [1]  # the retry ran the recorded plan's worker
+    assert result.model is not None and result.model == reference.model
