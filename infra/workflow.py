@@ -15,7 +15,8 @@ States::
     Plan next segment --deadline or budget would be passed--> Record stop -> Which limit?
         -> Deadline exceeded | Budget exceeded (infra/guard_states.py)
     An adaptive plan (training.adaptive not off): Plan next segment -> Re-plan segment ->
-        Count segment (infra/replan.py: the segment as issued, cut, or on a changed plan)
+        Count segment and Plan run -> Re-plan resumed segment -> More segments? (infra/replan.py:
+        the segment as issued, cut, or on a changed plan; a fresh run's first passes through)
 
 A crashed worker (process died: ``Runtime.ExitError``; or a peer gave up waiting for its
 shards: ``ChannelTimeout``/``ChannelError``) reruns the same segment from its checkpoint
@@ -131,6 +132,7 @@ MORE_SEGMENTS = "More segments?"
 TRAIN_SEGMENT = "Train segment"
 PLAN_NEXT = "Plan next segment"
 REPLAN = "Re-plan segment"  # an adaptive plan's only (infra/replan.py)
+REPLAN_START = "Re-plan resumed segment"  # a resumed run's first: a fresh run passes through
 SHORTEN = "Shorten segment"
 RETRY = "Retry segment"
 COUNT = "Count segment"
@@ -295,12 +297,12 @@ class TrainingWorkflow(Construct):
         continued = sfn.Succeed(self, CONTINUED, state_name=CONTINUED)
 
         self._catch_run_exists(plan_run)
-        # an adaptive run re-plans once the next segment is issued, before it trains
-        replan = (self._invoke(REPLAN, self._replan, {"run.$": "$.run"}, result_path="$.run")
-                  if self._replan is not None else None)
+        # an adaptive run re-plans once a segment is issued, before it trains: after "Plan
+        # next segment", and after "Plan run" for a resumed (or continued) run
+        replans = [self._invoke(name, self._replan, {"run.$": "$.run"}, result_path="$.run")
+                   for name in (REPLAN, REPLAN_START) if self._replan is not None]
         catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
-            plan_run, train, plan_next, shorten, retry, finalize, continue_as_new,
-            *([replan] if replan is not None else []),
+            plan_run, train, plan_next, shorten, retry, finalize, continue_as_new, *replans,
             *self._wire_outcome(train, ok=plan_next, shorten=shorten, retry=retry,
                                 fail=record_failure)]
         for state in catching:
@@ -313,11 +315,12 @@ class TrainingWorkflow(Construct):
                                                            self.segment_limit),
                   continue_as_new.next(continued))
         more.otherwise(train)
-        (plan_next.next(replan).next(count) if replan is not None else plan_next.next(count))
+        (plan_next.next(replans[0]).next(count) if replans else plan_next.next(count))
         shorten.next(count)
         retry.next(count)
         count.next(more)
-        return initialize.next(plan_run).next(more)
+        started = plan_run.next(replans[1]) if replans else plan_run
+        return initialize.next(started).next(more)
 
     def _catch_run_exists(self, plan_run: tasks.LambdaInvoke) -> None:
         """Another execution owns the run id: fail with the trigger's message and never reach

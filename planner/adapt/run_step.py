@@ -81,10 +81,16 @@ def replan_step(run: Mapping[str, Any], store: RunStore, context: StepContext
     segment, state = run["segment"], adaptive_state(run)
     if plan.training.adaptive == "off" or segment["start_iteration"] == 0:
         return dict(run)
+    applied = results_key(context.runs_prefix, adapted_plan_key(run["run_id"],
+                                                                 segment["index"]))
+    if run["plan_key"] == applied:  # this boundary's change is the run's plan already: a
+        return dict(run)  # resumed or continued execution issued the segment anew
     if state["pending"] is not None:
         return _pending(run, plan, store, context, state)
     key = results_key(context.runs_prefix, adaptation_key(run["run_id"], segment["index"]))
     record = _read_json(store, key)
+    if record is None and _spent(run, plan, context.now):
+        return {**run, ADAPTIVE: state}  # nothing left to re-plan for: the guards stop it
     if record is None:
         record = _decide(run, plan, store, context, state)
         if not store.create(key, _json(record)):  # another attempt decided first: its record
@@ -109,7 +115,9 @@ def _decide(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepCo
         raise ReplanError(f"segments {state['since']}-{segment['index'] - 1}: no worker "
                           "results to measure the run by")
     done = int(segment["start_iteration"])
-    adaptation = adapt(plan, context.profiles, _boundary(run, plan, context.now, measured),
+    # the limits the guards hold the run to: a resumed run's input may have changed them
+    limited = dataclasses.replace(plan, limits=run_limits(plan, run))
+    adaptation = adapt(limited, context.profiles, _boundary(run, plan, context.now, measured),
                        policy=plan.training.adaptive,
                        workers_max=plan.deployment.ceiling, measured_on=context.measured_on,
                        cache_ecpu_max=context.cache_ecpu_max)
@@ -132,6 +140,16 @@ def _standing(run: Mapping[str, Any], plan: Plan, now: float) -> tuple[Projectio
                           "clock and spending against them, and has neither")
     return projections(plan, limits, usage, now=now, done=int(run["segment"]["start_iteration"]),
                        following=0, since=since_of(run))
+
+
+def _spent(run: Mapping[str, Any], plan: Plan, now: float) -> bool:
+    """Whether the run has used its whole deadline or budget already (a resumed run whose
+    input kept the old limits, say)."""
+    limits = run_limits(plan, run)
+    if limits is None:
+        return False
+    time, cost = _standing(run, plan, now)
+    return time.so_far >= limits.deadline_s or cost.so_far >= limits.budget_usd
 
 
 def _boundary(run: Mapping[str, Any], plan: Plan, now: float,

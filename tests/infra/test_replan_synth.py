@@ -37,19 +37,26 @@ def test_only_an_adaptive_plan_gets_the_re_plan_state(synths: dict[str, Synth]) 
         handlers = {f["Properties"].get("Handler")
                     for f in synth.resources("AWS::Lambda::Function").values()}
         assert (workflow.REPLAN in states) == adaptive == (HANDLER in handlers), synth.name
+        assert (workflow.REPLAN_START in states) == adaptive
         if not adaptive:
             assert states[workflow.PLAN_NEXT]["Next"] == workflow.COUNT
+            assert states[workflow.PLAN_RUN]["Next"] == workflow.MORE_SEGMENTS
 
 
-def test_the_re_plan_sits_between_plan_next_and_count(valkey_synth: Synth) -> None:
+def test_the_re_plan_follows_every_state_that_issues_a_segment(valkey_synth: Synth) -> None:
+    """After "Plan next segment" (then Count segment) and after "Plan run" (a resumed or
+    continued run's segment; a fresh run's first passes through)."""
     states = state_machine_definition(valkey_synth)["States"]
-    assert states[workflow.PLAN_NEXT]["Next"] == workflow.REPLAN
-    replan = states[workflow.REPLAN]
-    assert replan["Next"] == workflow.COUNT and replan["ResultPath"] == "$.run"
-    assert replan["Parameters"] == {"run.$": "$.run"}
-    assert replan["Catch"][-1]["Next"] == workflow.RECORD_FAILURE
-    assert [rule["ErrorEquals"] for rule in replan["Retry"]] == [
-        list(retrier.errors) for retrier in workflow.RETRIERS]
+    for issuer, name, then in ((workflow.PLAN_NEXT, workflow.REPLAN, workflow.COUNT),
+                               (workflow.PLAN_RUN, workflow.REPLAN_START,
+                                workflow.MORE_SEGMENTS)):
+        assert states[issuer]["Next"] == name
+        replan = states[name]
+        assert replan["Next"] == then and replan["ResultPath"] == "$.run"
+        assert replan["Parameters"] == {"run.$": "$.run"}
+        assert replan["Catch"][-1]["Next"] == workflow.RECORD_FAILURE
+        assert [rule["ErrorEquals"] for rule in replan["Retry"]] == [
+            list(retrier.errors) for retrier in workflow.RETRIERS]
 
 
 def test_the_function_ships_the_profiles_outside_the_vpc(valkey_synth: Synth) -> None:

@@ -112,6 +112,10 @@ def test_a_slow_run_decides_once_waits_for_the_epoch_and_then_switches_plans() -
     assert new.prediction.time_s < ADAPTIVE_PLAN.prediction.time_s
     assert switched["segment"]["iterations"] == min(record["segment_iterations"],
                                                     new.total_iterations - PER_EPOCH)
+    # the same segment re-planned again after the switch (a resumed or continued execution
+    # issues it anew): the change is the run's plan already, nothing moves or is counted twice
+    again = {**switched, "segment": {**switched["segment"], "epoch": 9}}
+    assert replan_step(again, store, CONTEXT) == again
 
 
 def test_as_planned_the_step_records_continue_and_changes_nothing() -> None:
@@ -140,3 +144,20 @@ def test_a_run_without_results_or_usage_is_refused_naming_what_is_missing() -> N
     without = {key: value for key, value in run_state(2, 16, 10.0).items() if key != "usage"}
     with pytest.raises(ReplanError, match=r"run\.usage"):
         replan_step(without, slow_store(2), CONTEXT)
+
+
+def test_the_run_limits_decide_and_a_spent_run_is_left_to_the_guards() -> None:
+    """A resumed run's input limits (run.limits) are the ones re-planned for; a run past
+    its deadline records nothing (the guards stop it)."""
+    assert ADAPTIVE_PLAN.limits is not None
+    length = ADAPTIVE_PLAN.training.segment_iterations
+    late = ADAPTIVE_PLAN.limits.deadline_s + 1.0
+    store = slow_store(2)
+    state = run_state(2, 2 * length, late)
+    assert replan_step(state, store, CONTEXT) == {**state, ADAPTIVE: {
+        "since": 0, "pending": None, "changes": 0}}
+    assert not any("/adaptations/" in key for key in store.objects)
+    extended = {**state, "limits": {"deadline_s": 10 * late}}
+    replan_step(extended, store, CONTEXT)
+    record = json.loads(store.objects[f"{PREFIX}{RUN}/adaptations/00002.json"])
+    assert record["segment"] == 2 and record["policy"] == ADAPTIVE_PLAN.training.adaptive

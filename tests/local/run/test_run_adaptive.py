@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
+from fasdl.contract.limits import BUDGET_EXCEEDED
 from fasdl.contract.plan import Plan
-from infra.settings import REPO_ROOT
 from fasdl.run.fault_hooks import CRASH_ITERATION_ENV, CRASH_WORKER_ENV
+from infra.settings import REPO_ROOT
 from local.aws.template import synthesize
-from tests.local.runs import Job, Run, local_run
+from tests.local.runs import Job, Run, local_run, resumed_run
 
 EPOCHS = 3  # a segment each as planned
 CEILING = 6
@@ -113,3 +114,25 @@ def test_a_crashed_segment_after_a_change_reruns_on_the_recorded_decision(
     retried = [s for s in report["segments"] if s["attempt"] == 1]
     assert [s["workers"] for s in retried] == [1]  # the retry ran the recorded plan's worker
     assert result.model is not None and result.model == reference.model
+
+
+@pytest.mark.slow
+def test_a_run_resumed_after_a_guard_stop_re_plans_its_first_segment(
+        job: Job, reference: Run, tmp_path: Path) -> None:
+    """The budget guard stops the run at the first boundary, before its re-plan; the resumed
+    execution re-plans the segment it issues ("Re-plan resumed segment"), makes the same
+    change, and ends with the undisturbed adaptive run's weights."""
+    kept = tmp_path / "kept"
+    stopped = local_run(job.plan, job.cdk_out, tmp_path / "stopped", "adaptive-stop",
+                        "--budget-usd", "0.0001", "--keep", str(kept), timeout_s=RUN_TIMEOUT_S)
+    assert stopped.code == 1 and stopped.report["status"] == BUDGET_EXCEEDED, \
+        stopped.output[-3000:]
+    assert stopped.report["adaptations"] == [] and stopped.report["summary"] is None
+    resumed = resumed_run(kept, job.cdk_out, tmp_path / "resumed", "--budget-usd", "5",
+                          timeout_s=RUN_TIMEOUT_S)
+    assert resumed.code == 0, resumed.output[-4000:]
+    (decided, *_) = resumed.report["adaptations"]
+    first = reference.report["adaptations"][0]
+    assert (decided["segment"], decided["action"], decided["chosen"]) == (
+        first["segment"], "change", first["chosen"])
+    assert resumed.model is not None and resumed.model == reference.model
