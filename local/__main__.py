@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  "bandwidth from a platform profile: a shipped name, a JSON "
                                  "path, or none for the channel's shipped profile "
                                  "(docs/emulation.md)")
+    run_parser.add_argument("--cpu-slower", type=float, default=1.0, metavar="F",
+                            help="with --emulate-lambda: a platform F times slower in compute "
+                                 "(M/1769/F vCPU; 1-16, default 1)")
     run_parser.add_argument("--tls-cache", action="store_true",
                             help="valkey channel: a TLS + cluster-mode redis-server 7 "
                                  "(like ElastiCache Serverless) instead of valkey-server")
@@ -181,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 0:
         print(f"fasdl local: --threads must be >= 0, got {args.threads}", file=sys.stderr)
         return 2
+    if args.cpu_slower != 1.0 and args.emulate_lambda is None:
+        print("fasdl local: --cpu-slower slows the emulated Lambda CPU; pass --emulate-lambda "
+              "with it", file=sys.stderr)
+        return 2
     try:
         injected = tuple(parse_inject_env(text) for text in args.inject_env)
         service_errors = tuple(parse_service_fault(text) for text in args.inject_service_error)
@@ -195,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout, workers_timeout_s=args.workers_timeout,
         report_dir=args.report_dir, dataset_dir=args.dataset, cdk_out=args.cdk_out,
         segment_iterations=args.segment_iterations, threads=threads or None,
-        emulate_lambda=args.emulate_lambda,
+        emulate_lambda=args.emulate_lambda, cpu_slower=args.cpu_slower,
         tls_cache=args.tls_cache, run_id=args.run_id, inject_env=injected,
         restart_cache_at=args.restart_cache_at, memory_limit=args.memory_limit == "on",
         cache_at_peak=args.cache_at_peak,

@@ -48,20 +48,28 @@ class EmulationError(ValueError):
 class LambdaEmulation:
     platform: PlatformProfile | None = None  # channel bandwidth from tp(M, S); None: no shaping
     cpu: bool = True  # cap CPU at M/1769 vCPU
+    # a platform this many times slower in compute: M/1769/F vCPU (Lambda still shows
+    # ceil(M/1769) vCPUs to the function, so the threads stay); bench.adaptive's cases
+    cpu_slower: float = 1.0
 
     def describe_platform(self) -> str:
         """What a run under this emulation ran on, for its report: ``local-emulation`` and the
         channel's profile (calibrate tells it from AWS Lambda, planner/commands/calibrate.py)."""
         shaped = f" ({self.platform.name})" if self.platform is not None else ""
-        return f"local-emulation{shaped}" + ("" if self.cpu else ", CPU not capped")
+        slower = f", compute {self.cpu_slower:g}x slower" if self.cpu_slower != 1.0 else ""
+        return f"local-emulation{shaped}" + ("" if self.cpu else ", CPU not capped") + slower
 
     def cpu_share(self, memory_mb: float) -> float:
-        """vCPUs Lambda gives memory M, bounded by this host's CPUs."""
-        return min(memory_mb / LAMBDA_MB_PER_VCPU, LAMBDA_MAX_VCPUS, os.cpu_count() or 1)
+        """vCPUs Lambda gives memory M, bounded by this host's CPUs, over ``cpu_slower``."""
+        return self._lambda_vcpus(memory_mb) / self.cpu_slower
 
     def threads(self, memory_mb: float) -> int:
-        """Threads to run: Lambda shows ceil(share) vCPUs to the function."""
-        return max(1, math.ceil(self.cpu_share(memory_mb)))
+        """Threads to run: Lambda shows ceil(M/1769) vCPUs to the function."""
+        return max(1, math.ceil(self._lambda_vcpus(memory_mb)))
+
+    @staticmethod
+    def _lambda_vcpus(memory_mb: float) -> float:
+        return min(memory_mb / LAMBDA_MB_PER_VCPU, LAMBDA_MAX_VCPUS, os.cpu_count() or 1)
 
     def shaping_env(self, memory_mb: float) -> dict[str, str]:
         """The child's environment that makes local/lambda_/invoke.py shape its channels: JSON
@@ -95,7 +103,11 @@ def _shipped(name: str) -> PlatformProfile | None:
     return None
 
 
-def load_emulation(platform: str | None, *, channel: str, cpu: bool = True) -> LambdaEmulation:
+MAX_CPU_SLOWER = 16.0
+
+
+def load_emulation(platform: str | None, *, channel: str, cpu: bool = True,
+                   cpu_slower: float = 1.0) -> LambdaEmulation:
     """The emulation for a run over ``channel``: ``platform`` None or "default" uses the
     shipped profile of that channel, otherwise a shipped profile name or a JSON file path."""
     try:
@@ -113,7 +125,10 @@ def load_emulation(platform: str | None, *, channel: str, cpu: bool = True) -> L
     if profile.channel != channel:
         raise EmulationError(f"{FLAG}: platform {profile.name!r} profiles the "
                              f"{profile.channel} channel, but the run uses {channel}")
-    return LambdaEmulation(platform=profile, cpu=cpu)
+    if not 1.0 <= cpu_slower <= MAX_CPU_SLOWER:
+        raise EmulationError(f"--cpu-slower: must be in [1, {MAX_CPU_SLOWER:g}], got "
+                             f"{cpu_slower:g}")
+    return LambdaEmulation(platform=profile, cpu=cpu, cpu_slower=cpu_slower)
 
 
 def install_shaping(text: str) -> None:

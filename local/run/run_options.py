@@ -38,6 +38,7 @@ class RunOptions:
     restart_cache_at: int | None = None  # valkey: restart it once iteration N's shards appear
     cache_at_peak: bool = False  # valkey: cap at the planned peak, not the GB it rounds up to
     emulate_lambda: str | None = None  # Lambda CPU + bandwidth: "default", a profile name/path
+    cpu_slower: float = 1.0  # with emulate_lambda: compute this many times slower
     memory_limit: bool = True  # kill an invocation past its memory size, as Lambda does
     oom_error: str = OUT_OF_MEMORY  # how such a kill is reported (or Runtime.ExitError)
     # Reuse an idle sandbox this long (0: every start cold, the default for now: a warm worker

@@ -74,7 +74,8 @@ def run(options: RunOptions, say: Say = print) -> int:
             options, resumed = _resuming(options)
             plan = prepare_plan(options, work, say)
             emulation = None if options.emulate_lambda is None else load_emulation(
-                options.emulate_lambda, channel=plan.deployment.channel)
+                options.emulate_lambda, channel=plan.deployment.channel,
+                cpu_slower=options.cpu_slower)
             if options.restart_cache_at is not None and plan.deployment.channel != "valkey":
                 raise InputError("--restart-cache-at needs the valkey channel")
             plan, files = prepare_dataset(plan, options, work, say)
