@@ -156,13 +156,8 @@ def _add_fault_options(parser: argparse.ArgumentParser) -> None:
                              "off is for debugging, peaks are still measured)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "instance-epoch":
-        return instance_epoch.main(args, say=lambda text: print(text, flush=True))
-    if args.command == "profile":
-        interrupts.install()  # SIGTERM unwinds like Ctrl-C, so everything is stopped
-        return profile_command.main(args, say=lambda text: print(text, flush=True))
+def _refused(args: argparse.Namespace) -> str | None:
+    """What is wrong with the run's numbers and flags together, or None."""
     for name, value in (("--epochs", args.epochs), ("--workers", args.workers),
                         ("--timeout", args.timeout), ("--workers-timeout", args.workers_timeout),
                         ("--segment-iterations", args.segment_iterations),
@@ -172,21 +167,28 @@ def main(argv: list[str] | None = None) -> int:
                         ("--truncate-frame", args.truncate_frame),
                         ("--budget-usd", args.budget_usd), ("--deadline-s", args.deadline_s)):
         if value is not None and value <= 0:
-            print(f"fasdl local: {name} must be > 0, got {value}", file=sys.stderr)
-            return 2
+            return f"{name} must be > 0, got {value}"
     if args.plan is not None and args.workload != DEFAULT_WORKLOAD:
-        print("fasdl local: --workload plans a job; a --plan file already names its workload",
-              file=sys.stderr)
-        return 2
+        return "--workload plans a job; a --plan file already names its workload"
     if args.warm_idle < 0:
-        print(f"fasdl local: --warm-idle must be >= 0 s, got {args.warm_idle}", file=sys.stderr)
-        return 2
+        return f"--warm-idle must be >= 0 s, got {args.warm_idle}"
     if args.threads is not None and args.threads < 0:
-        print(f"fasdl local: --threads must be >= 0, got {args.threads}", file=sys.stderr)
-        return 2
+        return f"--threads must be >= 0, got {args.threads}"
     if args.cpu_slower != 1.0 and args.emulate_lambda is None:
-        print("fasdl local: --cpu-slower slows the emulated Lambda CPU; pass --emulate-lambda "
-              "with it", file=sys.stderr)
+        return "--cpu-slower slows the emulated Lambda CPU; pass --emulate-lambda with it"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "instance-epoch":
+        return instance_epoch.main(args, say=lambda text: print(text, flush=True))
+    if args.command == "profile":
+        interrupts.install()  # SIGTERM unwinds like Ctrl-C, so everything is stopped
+        return profile_command.main(args, say=lambda text: print(text, flush=True))
+    refusal = _refused(args)
+    if refusal is not None:
+        print(f"fasdl local: {refusal}", file=sys.stderr)
         return 2
     try:
         injected = tuple(parse_inject_env(text) for text in args.inject_env)
