@@ -15,6 +15,11 @@ faults broken: a key evicted from the capped cache, a second execution not refus
 JSON summary ``{"trials", "identical", "clean_failures", "wrong", "faults"}``; the goal is
 ``wrong == 0`` always. Only the channels the schedule and the references use are synthesized.
 
+``--adaptive deadline|cost``: the job re-plans between segments (training.adaptive, the
+planned W its ceiling): a decision is made once per boundary and recorded, and a faulted
+trial must still end with the undisturbed adaptive run's weights. Far ahead of the shipped
+profile's plan, ``cost`` changes to one worker at the first boundary.
+
 ``--smoke`` (or FASDL_BENCH_SMOKE=1, bench/smoke.py): one trial of W = 2 and one epoch in one
 segment (tests/local/faults/test_chaos.py's job), seed 290: a torn frame planted and a second
 execution started with the run id, on S3; the reference on S3 only.
@@ -32,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +45,14 @@ from bench.chaos_schedule import CHANNELS, FAULTS, Shape, Trial, draw_trials
 from bench.smoke import parse_args
 from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
+from fasdl.contract.training import ADAPTIVE_POLICIES, profiles_path
 from infra.compute import TRIGGER_ID
 from infra.settings import REPO_ROOT
 from local.aws.template import synthesize
 from local.run.run_options import RunOptions
 from local.run.run_prep import prepare_dataset, prepare_plan
+from planner.adapt.profiles_file import profiles_json
+from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 
 OUTCOMES = ("identical", "clean_failure", "wrong")
 EVICTED = "WARNING: the cache evicted"  # local/run/run_servers.py's cache_report
@@ -62,6 +70,7 @@ class Job:
     workers: int = 4
     epochs: int = 2
     segment_iterations: int = 22  # one epoch of cnn-digits at a global batch of 64
+    adaptive: str = "off"  # training.adaptive: the run re-plans between segments
 
 
 @dataclass(frozen=True)
@@ -151,7 +160,23 @@ def plan_job(job: Job, work: Path) -> Plan:
     plan = prepare_plan(RunOptions(workers=job.workers, epochs=job.epochs,
                                    segment_iterations=job.segment_iterations), work, quiet)
     plan, _ = prepare_dataset(plan, RunOptions(), work, quiet)
-    return plan
+    if job.adaptive == "off":
+        return plan
+    # an adaptive run: the ceiling is the planned W, so a re-plan may use fewer workers, another
+    # K or other batches; far ahead of the shipped profile's plan, policy cost scales in
+    return replace(plan, training=replace(plan.training, adaptive=job.adaptive))
+
+
+def write_profiles(plan: Plan, path: Path) -> None:
+    """An adaptive plan's profiles beside it (the planner's own, as ``planner plan`` wrote
+    them for the local job: the shipped workload, the channel's platform, the region's
+    prices)."""
+    if plan.training.adaptive == "off":
+        return
+    profiles = profiles_json(load_workload(plan.workload.name),
+                             load_platform(plan.deployment.channel, plan.deployment.arch),
+                             load_prices(plan.deployment.region))
+    profiles_path(path).write_text(profiles)
 
 
 def prepare(plan: Plan, work: Path, channels: tuple[str, ...], say: Say) -> Prepared:
@@ -160,6 +185,7 @@ def prepare(plan: Plan, work: Path, channels: tuple[str, ...], say: Say) -> Prep
     for channel in channels:
         plans[channel] = work / f"plan-{channel}.json"
         plan.on_channel(channel).save(plans[channel])
+        write_profiles(plan.on_channel(channel), plans[channel])
     began = time.monotonic()
     with ThreadPoolExecutor(len(channels)) as pool:
         synths = {c: pool.submit(synthesize, plans[c], work / f"cdk.out-{c}")
@@ -207,7 +233,7 @@ def run_trials(trials: int, seed: int, job: Job, work: Path, say: Say, *,
         for trial in schedule:
             faults.update(list(trial.faults))
             _trial(prepared, trial, (trials, seed), work, expected, outcomes, say)
-    return {"trials": trials, "identical": outcomes["identical"],
+    return {"trials": trials, "adaptive": job.adaptive, "identical": outcomes["identical"],
             "clean_failures": outcomes["clean_failure"], "wrong": outcomes["wrong"],
             "faults": {kind: faults[kind] for kind in FAULTS}, "seed": seed,
             "seconds": round(time.monotonic() - began, 1)}
@@ -242,12 +268,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=12, help="schedule seed (default 12)")
     parser.add_argument("--workers", type=int, default=Job.workers, help="W (default 4)")
     parser.add_argument("--keep", type=Path, help="keep every run's report folder here")
+    parser.add_argument("--adaptive", choices=ADAPTIVE_POLICIES, default="off",
+                        help="the job's training.adaptive: runs that re-plan between segments "
+                             "(default off)")
     args = parse_args(parser, argv, trials=1, seed=SMOKE_SEED, workers=2)
     if args.trials < 1 or args.workers < 2:
         parser.error("--trials must be >= 1 and --workers >= 2")
     work = args.keep or Path(tempfile.mkdtemp(prefix="fasdl-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
-    job = Job(workers=args.workers, epochs=1) if args.smoke else Job(workers=args.workers)
+    job = (Job(workers=args.workers, epochs=1, adaptive=args.adaptive) if args.smoke
+           else Job(workers=args.workers, adaptive=args.adaptive))
     try:
         summary = run_trials(args.trials, args.seed, job, work,
                              lambda text: print(text, flush=True),

@@ -204,7 +204,9 @@ def changed_plan(plan: Plan, record: Mapping[str, Any],
     by the pace measured since the change, fasdl.run.guards)."""
     chosen = record["chosen"]
     changed = dataclasses.replace(
-        plan, deployment=dataclasses.replace(plan.deployment, workers=chosen["workers"]),
+        # the ceiling stated, so the stack (built for it) serves this plan's W
+        plan, deployment=dataclasses.replace(plan.deployment, workers=chosen["workers"],
+                                             workers_max=plan.deployment.ceiling),
         training=dataclasses.replace(
             plan.training, aggregators=chosen["aggregators"],
             batch_aggregator=chosen["batch_aggregator"],

@@ -184,6 +184,13 @@ def test_plan_for_another_stack_names_the_deployment_field() -> None:
         fewer.deployment, workers_max=8))
     with pytest.raises(PlanError, match=r"deployment.workers.*workers=4-16, the plan has 2-8"):
         check_deployment(other_ceiling, ceiling.deployment_fingerprint())
+    # a stack built for W alone (an adaptive plan without workers_max) has W as its ceiling
+    within = dataclasses.replace(fewer, deployment=dataclasses.replace(
+        fewer.deployment, workers_max=4))
+    check_deployment(within, plan.deployment_fingerprint())
+    with pytest.raises(PlanError, match=r"deployment.workers.*workers=4, the plan has 2"):
+        check_deployment(dataclasses.replace(within, deployment=dataclasses.replace(
+            within.deployment, workers_max=None)), plan.deployment_fingerprint())
 
 
 def test_run_id_defaults_to_the_execution_and_is_checked() -> None:

@@ -177,9 +177,8 @@ def parse_fingerprint(fingerprint: str) -> dict[str, str]:
 def check_deployment(plan: Plan, fingerprint: str) -> None:
     """Raise a PlanError naming the first deployment field that differs from the stack's.
 
-    A stack deployed for an adaptive run (``W<w>-<ceiling>``) serves any W up to its ceiling
-    (the plans a re-plan changes to, planner/adapt/run_step.py): the plan's ceiling must be the
-    stack's, its W may differ."""
+    A stack serves a plan of any W up to its ceiling when the plan states that ceiling (the
+    plans a re-plan changes to, planner/adapt/run_step.py, do): its W may differ."""
     if not fingerprint or plan.deployment_fingerprint() == fingerprint:
         return
     deployed = parse_fingerprint(fingerprint)
@@ -196,9 +195,10 @@ def check_deployment(plan: Plan, fingerprint: str) -> None:
 
 
 def _within_ceiling(plan: Plan, deployed: str) -> bool:
-    """Whether ``deployed`` (``<w>-<ceiling>``) is an adaptive stack of the plan's ceiling."""
-    _, dash, ceiling = deployed.partition("-")
-    return bool(dash) and plan.deployment.workers_max is not None and \
+    """Whether the stack's ceiling (``<w>-<ceiling>``, or ``<w>`` alone) is the ceiling the
+    plan states (``deployment.workers_max``: a plan a re-plan changed to always states it)."""
+    ceiling = deployed.rpartition("-")[2]
+    return plan.deployment.workers_max is not None and \
         str(plan.deployment.workers_max) == ceiling
 
 
