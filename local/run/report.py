@@ -4,7 +4,8 @@ Workers write one result JSON per segment attempt to the results bucket
 (``runs/<run_id>/segments/<index:05d>/attempt-<a>/worker-<w:04d>.json``, fasdl.run.segment_runner);
 :class:`Progress` polls those keys and prints a line per finished segment. :func:`build_report`
 turns them, the plan's prediction and the emulator's invocations into one JSON-able dict;
-:func:`write_report` writes ``report.json``, ``training.png`` (loss, accuracy) and
+:func:`write_report` writes ``report.json``, ``training.png`` (loss, accuracy; an adaptive
+run's workers beside the loss) and
 ``time_split.png`` (where each worker's time went).
 """
 
@@ -298,11 +299,35 @@ def _error_message(cause: Any) -> str:
         str(parsed)[:600]
 
 
+def _configuration_axis(loss_axes: Any, segments: list[dict[str, Any]],
+                        adaptations: list[dict[str, Any]]) -> Any:
+    """An adaptive run's workers over the iterations, on a second axis beside the loss, each
+    change marked where it applied."""
+    axis = loss_axes.twinx()
+    starts = [0, *itertools.accumulate(s["iterations"] for s in segments)]
+    workers = [s["workers"] for s in segments]
+    axis.step(starts, [*workers, workers[-1]], where="post", color="tab:green",
+              label="workers W")
+    for record in adaptations:
+        if record["action"] == "change":
+            axis.axvline(record["applies_from_iteration"], color="tab:green", linestyle=":")
+            axis.annotate(f"W {record['current']['workers']}→{record['chosen']['workers']}",
+                          (record["applies_from_iteration"], record["chosen"]["workers"]),
+                          color="tab:green", fontsize=8)
+    axis.set(ylabel="workers W (adaptive run)", ylim=(0, max(workers) + 1))
+    axis.legend(loc="center right")
+    return axis
+
+
 def _training_figure(plt: Any, segments: list[dict[str, Any]],
-                     reference: list[dict[str, Any]]) -> Any:
+                     reference: list[dict[str, Any]],
+                     adaptations: list[dict[str, Any]] | None = None) -> Any:
     """Loss and test metric at each segment's end iteration; dashed, the single-process
-    reference (local.run.reference) when the run trained one."""
+    reference (local.run.reference) when the run trained one; an adaptive run's workers
+    beside the loss."""
     figure, (loss_axes, metric_axes) = plt.subplots(1, 2, figsize=(10, 4))
+    if adaptations and segments:
+        _configuration_axis(loss_axes, segments, adaptations)
     ends = list(itertools.accumulate(s["iterations"] for s in segments))
     loss_axes.plot(ends, [s["loss_last"] for s in segments], marker="o", label="last")
     loss_axes.plot(ends, [s["loss_mean"] for s in segments], marker=".", label="mean")
@@ -337,7 +362,8 @@ def write_report(report: dict[str, Any], directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = [directory / "report.json"]
     written[0].write_text(json.dumps(report, indent=2, sort_keys=True))
-    figure = _training_figure(plt, report["segments"], report.get("reference") or [])
+    figure = _training_figure(plt, report["segments"], report.get("reference") or [],
+                              report.get("adaptations") or [])
     figure.tight_layout()
     written.append(directory / "training.png")
     figure.savefig(written[-1], dpi=100)
