@@ -18,8 +18,8 @@ from fasdl.contract.settings import Settings
 from fasdl.contract.training import MEASURED_ON_ENV, PROFILES_ENV
 from local.servers.managed import SeaweedS3Server
 from planner.adapt.profiles_file import profiles_json
-from tests.integration.test_run_records import records, write_results  # noqa: F401 (fixture)
-from tests.planner.test_boundary import measured, segment_s
+from tests.integration.test_run_records import records, seeded_run  # noqa: F401 (fixture)
+from tests.planner.test_boundary import segment_s
 from tests.planner.test_run_step import ADAPTIVE_PLAN, CONTEXT, run_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,11 +59,7 @@ def test_the_handler_decides_once_and_counts_its_own_invocation(
         records: tuple[Any, Settings, Any, str],  # noqa: F811 (the fixture)
         seaweed_server: SeaweedS3Server, tmp_path: Path) -> None:
     _, settings, client, run_id = records
-    plan_key = settings.plan_key(run_id)
-    client.put_object(Bucket=settings.results_bucket, Key=plan_key,
-                      Body=ADAPTIVE_PLAN.to_json().encode())
-    for index in range(2):
-        write_results(client, settings, run_id, measured(index, compute=2.0))
+    plan_key = seeded_run(client, settings, run_id, 2)
     profiles = tmp_path / "plan.profiles.json"
     profiles.write_text(profiles_json(*CONTEXT.profiles))
     length = ADAPTIVE_PLAN.training.segment_iterations
@@ -91,10 +87,7 @@ def test_unreadable_profiles_fail_naming_the_file(
         records: tuple[Any, Settings, Any, str],  # noqa: F811 (the fixture)
         seaweed_server: SeaweedS3Server, tmp_path: Path) -> None:
     _, settings, client, run_id = records
-    plan_key = settings.plan_key(run_id)
-    client.put_object(Bucket=settings.results_bucket, Key=plan_key,
-                      Body=ADAPTIVE_PLAN.to_json().encode())
-    write_results(client, settings, run_id, measured(0, compute=2.0))
+    plan_key = seeded_run(client, settings, run_id, 1)
     broken = tmp_path / "plan.profiles.json"
     broken.write_text(json.dumps({"workload": {}, "platform": 3}))
     state = {**run_state(1, ADAPTIVE_PLAN.training.segment_iterations, segment_s(2.0)),

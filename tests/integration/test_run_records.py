@@ -49,6 +49,16 @@ def write_results(client: Any, settings: Settings, run_id: str, segment: Segment
                           Body=json.dumps(body).encode())
 
 
+def seeded_run(client: Any, settings: Settings, run_id: str, segments: int) -> str:
+    """The adaptive plan and ``segments`` slow segments' results in the bucket; the plan key."""
+    plan_key = settings.plan_key(run_id)
+    client.put_object(Bucket=settings.results_bucket, Key=plan_key,
+                      Body=ADAPTIVE_PLAN.to_json().encode())
+    for index in range(segments):
+        write_results(client, settings, run_id, measured(index, compute=2.0))
+    return plan_key
+
+
 def test_a_record_is_created_once_and_read_back(records: tuple[RunRecords, Settings, Any,
                                                                 str]) -> None:
     store, settings, _, run_id = records
@@ -78,11 +88,7 @@ def test_the_re_plan_step_decides_once_over_the_bucket(
     """A slow run's step over SeaweedFS: the decision written once under the runs prefix; a
     second step (a retried invocation) returns the same run state from it."""
     store, settings, client, run_id = records
-    plan_key = settings.plan_key(run_id)
-    client.put_object(Bucket=settings.results_bucket, Key=plan_key,
-                      Body=ADAPTIVE_PLAN.to_json().encode())
-    for index in range(2):
-        write_results(client, settings, run_id, measured(index, compute=2.0))
+    plan_key = seeded_run(client, settings, run_id, 2)
     length = ADAPTIVE_PLAN.training.segment_iterations
     state = {**run_state(2, 2 * length, 2 * segment_s(2.0)), "run_id": run_id,
              "plan_key": plan_key}
