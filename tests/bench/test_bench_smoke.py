@@ -96,6 +96,21 @@ def test_convergence_smoke() -> None:
     assert set(summary["max_gap_points"]) == {"bsp", "hap", "hap-paper"}
 
 
+@pytest.mark.timeout(300)
+def test_convergence_adaptive_smoke() -> None:
+    """The change of configuration at the middle epoch's start runs for both sync modes (the
+    changed workers restore from the checkpoint by the rule, tests/runtime/test_reshape.py)
+    and both runs learn: past chance (0.1) after two epochs."""
+    summary, _ = run_smoke("convergence_adaptive", timeout_s=240)
+    assert summary["benchmark"] == "convergence_adaptive" and summary["epochs"] == 2
+    assert summary["change"] == {"epoch": 1, "workers": [4, 2], "aggregators": [2, 1]}
+    for sync in ("bsp", "hap"):
+        run = summary["runs"][sync]
+        assert run["adaptive"] > 0.2 and run["static"] > 0.2, run
+        assert run["gap_points"] == pytest.approx(100 * (run["static"] - run["adaptive"]),
+                                                  abs=0.02)
+
+
 @pytest.mark.network  # without a torch wheel in /opt/wheels, the layer build runs pip
 @pytest.mark.timeout(600)
 @pytest.mark.usefixtures("docs_untouched")
