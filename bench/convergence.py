@@ -69,6 +69,7 @@ from fasdl.exchange.channel.memory import MemoryChannel
 from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.training.augment import Normalization, normalization_of, training_tensors
 from fasdl.training.data import (
+    BatchStream,
     LocalFiles,
     Partition,
     class_count,
@@ -214,18 +215,36 @@ def reference(case: Case, plan: Plan, train: Partition, test: Partition) -> floa
 
 def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
     """W K-REDUCE workers as threads through the in-memory channel; worker 0's metric."""
+    workers = case_workers(case, plan, train, epoch=1)
+    try:
+        train_workers(plan, workers, worker_streams(plan, train), range(plan.total_iterations))
+    finally:
+        for worker in workers:
+            worker.close()
+    # an aggregator: it holds the merged model
+    return score(workers[0].model, test, case, plan.training.augmentation,
+                 class_count(train.y), normalization_of(plan.workload))
+
+
+def case_workers(case: Case, plan: Plan, train: Partition, epoch: int) -> list[KReduceWorker]:
+    """The plan's W workers of the case's seeded network, on one in-memory channel."""
     model = network(case, plan, train)
     channel = MemoryChannel()
-    workers = [KReduceWorker(plan, w, channel, copy.deepcopy(model), case.name, 1,
-                             wait_timeout_s=120.0) for w in range(case.workers)]
-    sources = worker_streams(plan, train)
-    normalization = normalization_of(plan.workload)  # images, normalize: the dataset's
+    return [KReduceWorker(plan, w, channel, copy.deepcopy(model), case.name, epoch,
+                          wait_timeout_s=120.0) for w in range(plan.deployment.workers)]
+
+
+def train_workers(plan: Plan, workers: list[KReduceWorker], streams: list[BatchStream],
+                  iterations: range) -> None:
+    """Every worker's ``iterations``, one thread each, drawing from its stream (images
+    normalised as the dataset says); the first error is raised once all have stopped."""
+    normalization = normalization_of(plan.workload)
     errors: list[BaseException] = []
 
     def train_worker(worker: KReduceWorker) -> None:
         try:
-            for iteration in range(plan.total_iterations):
-                batch = training_tensors(*sources[worker.worker_id].next_batch(),
+            for iteration in iterations:
+                batch = training_tensors(*streams[worker.worker_id].next_batch(),
                                          plan.training.augmentation, seed=plan.training.seed,
                                          worker=worker.worker_id, iteration=iteration,
                                          normalization=normalization)
@@ -238,13 +257,8 @@ def kreduce(case: Case, plan: Plan, train: Partition, test: Partition) -> float:
         thread.start()
     for thread in threads:
         thread.join()
-    for worker in workers:
-        worker.close()
     if errors:
         raise errors[0]
-    # an aggregator: it holds the merged model
-    return score(workers[0].model, test, case, plan.training.augmentation,
-                 class_count(train.y), normalization)
 
 
 def run_names(case: Case) -> list[str]:

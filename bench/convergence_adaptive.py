@@ -20,27 +20,34 @@ one seed, the change after the first.
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from bench.convergence import CASES, GOALS, Case, kreduce, load_case, make_plan, network, score
+from bench.convergence import (
+    CASES,
+    GOALS,
+    Case,
+    case_workers,
+    kreduce,
+    load_case,
+    make_plan,
+    score,
+    train_workers,
+)
 from bench.smoke import parse_args
 from fasdl.contract.plan import Plan
 from fasdl.exchange.channel.memory import MemoryChannel
-from fasdl.exchange.kreduce import KReduceWorker
 from fasdl.run.checkpoint import commit_manifest, load_manifest, save_worker
 from fasdl.run.reshape import CONFIGURATION, configuration_label, restore_reshaped
-from fasdl.training.augment import normalization_of, training_tensors
-from fasdl.training.data import BatchStream, Partition, class_count
+from fasdl.training.augment import normalization_of
+from fasdl.training.data import Partition, class_count
 from local.run.reference import worker_streams
 
 CASE = "digits"
@@ -57,47 +64,13 @@ def changed_plan(plan: Plan) -> Plan:
                                      batch_aggregator=batch, batch_non_aggregator=batch))
 
 
-def train(plan: Plan, workers: list[KReduceWorker], streams: list[BatchStream],
-          iterations: range) -> None:
-    """Every worker's iterations, one thread each; the first error is raised."""
-    normalization = normalization_of(plan.workload)
-    errors: list[BaseException] = []
-
-    def loop(worker: KReduceWorker) -> None:
-        try:
-            for iteration in iterations:
-                batch = training_tensors(*streams[worker.worker_id].next_batch(),
-                                         plan.training.augmentation, seed=plan.training.seed,
-                                         worker=worker.worker_id, iteration=iteration,
-                                         normalization=normalization)
-                worker.step(*batch, iteration)
-        except BaseException as error:  # re-raised below
-            errors.append(error)
-
-    threads = [threading.Thread(target=loop, args=(worker,)) for worker in workers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-
-
-def workers_of(case: Case, plan: Plan, train_split: Partition, epoch: int
-               ) -> list[KReduceWorker]:
-    model = network(case, plan, train_split)
-    channel = MemoryChannel()
-    return [KReduceWorker(plan, w, channel, copy.deepcopy(model), case.name, epoch,
-                          wait_timeout_s=120.0) for w in range(plan.deployment.workers)]
-
-
 def adaptive(case: Case, plan: Plan, train_split: Partition, test: Partition) -> float:
     """The plan to its middle epoch's start, then the changed plan from its checkpoint."""
     changed = changed_plan(plan)
     change_at = (case.epochs // 2) * plan.iterations_per_epoch
-    old = workers_of(case, plan, train_split, epoch=1)
+    old = case_workers(case, plan, train_split, epoch=1)
     streams = worker_streams(plan, train_split)
-    train(plan, old, streams, range(change_at))
+    train_workers(plan, old, streams, range(change_at))
     store = MemoryChannel()
     for worker, stream in zip(old, streams, strict=True):
         save_worker(store, RUN, 1, worker, stream.cursor)
@@ -105,11 +78,11 @@ def adaptive(case: Case, plan: Plan, train_split: Partition, test: Partition) ->
     commit_manifest(store, RUN, change_at, 1, workers=len(old), timeout_s=10.0,
                     meta={CONFIGURATION: configuration_label(plan)})
     manifest = load_manifest(store, RUN, change_at, 1)
-    new = workers_of(case, changed, train_split, epoch=2)
+    new = case_workers(case, changed, train_split, epoch=2)
     new_streams = worker_streams(changed, train_split)
     for worker, stream in zip(new, new_streams, strict=True):
         stream.cursor = restore_reshaped(store, manifest, worker, changed)
-    train(changed, new, new_streams, range(change_at, changed.total_iterations))
+    train_workers(changed, new, new_streams, range(change_at, changed.total_iterations))
     for worker in new:
         worker.close()
     return score(new[0].model, test, case, plan.training.augmentation,
