@@ -300,7 +300,7 @@ class TrainingWorkflow(Construct):
         # an adaptive run re-plans once a segment is issued, before it trains: after "Plan
         # next segment", and after "Plan run" for a resumed (or continued) run
         replans = [self._invoke(name, self._replan, {"run.$": "$.run"}, result_path="$.run")
-                   for name in (REPLAN, REPLAN_START) if self._replan is not None]
+                   for name in (REPLAN, REPLAN_START)] if self._replan is not None else []
         catching: list[sfn.TaskStateBase | sfn.Map | sfn.DistributedMap] = [
             plan_run, train, plan_next, shorten, retry, finalize, continue_as_new, *replans,
             *self._wire_outcome(train, ok=plan_next, shorten=shorten, retry=retry,
@@ -315,12 +315,14 @@ class TrainingWorkflow(Construct):
                                                            self.segment_limit),
                   continue_as_new.next(continued))
         more.otherwise(train)
-        (plan_next.next(replans[0]).next(count) if replans else plan_next.next(count))
+        issued_next, issued_start = sfn.Chain.start(plan_next), sfn.Chain.start(plan_run)
+        if replans:  # each issuing state hands its run state to its re-plan
+            issued_next, issued_start = (plan_next.next(replans[0]), plan_run.next(replans[1]))
+        issued_next.next(count)
         shorten.next(count)
         retry.next(count)
         count.next(more)
-        started = plan_run.next(replans[1]) if replans else plan_run
-        return initialize.next(started).next(more)
+        return initialize.next(issued_start).next(more)
 
     def _catch_run_exists(self, plan_run: tasks.LambdaInvoke) -> None:
         """Another execution owns the run id: fail with the trigger's message and never reach
