@@ -133,3 +133,17 @@ def grant_profiler(role: iam.Role, *, datasets: s3.IBucket, results: s3.IBucket,
     allow_objects(role, datasets, "", READ)
     allow_objects(role, results, PROFILES_PREFIX, READ_WRITE)
     allow_objects(role, exchange, EXCHANGE_PREFIX, READ_WRITE_DELETE)
+
+
+# the keys an adaptive run's re-plan creates once each (fasdl.contract.keys: adaptation_key,
+# adapted_plan_key), under any run of the runs prefix
+REPLAN_WRITTEN = ("*/adaptations/*", "*/plans/*")
+
+
+def grant_replan(role: iam.Role, *, results: s3.IBucket) -> None:
+    """Read the run's records; create its decisions and changed plans, nothing else."""
+    allow_objects(role, results, RUNS_PREFIX, READ)
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=["s3:PutObject"],
+        resources=[results.arn_for_objects(f"{RUNS_PREFIX}{pattern}")
+                   for pattern in REPLAN_WRITTEN]))

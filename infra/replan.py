@@ -1,12 +1,14 @@
 """The re-plan function of an adaptive run (issue 42): synthesized only for a plan whose
-``training.adaptive`` is not ``off``; the workflow calls it after "Plan next segment".
+``training.adaptive`` is not ``off``; the workflow calls it after "Plan next segment" and
+after "Plan run" (infra/workflow.py).
 
 Its code is the planner (the same exact search and cost model as ``planner plan``), the
 runtime's ``fasdl`` package (the run's records, the guards' clock), its handler
 (replan/handler.py) and the profiles the plan was made with, staged into one folder at synth.
 numpy, google-crc32c, boto3 and Powertools come from the torch layer's ``python/`` (its torch
 archive is never unpacked here). It reads the run's records under the runs prefix and writes
-only its decisions and the plans it changes to (``adaptations/``, ``plans/``). Outside the VPC,
+only its decisions and the plans it changes to (``adaptations/``, ``plans/``;
+infra.access.grant_replan, beside the other functions' grants). Outside the VPC,
 like the trigger: it talks to S3 alone.
 """
 
@@ -17,7 +19,6 @@ import tempfile
 from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
@@ -26,7 +27,6 @@ from constructs import Construct
 from fasdl.contract.training import BUNDLED_PROFILES, CACHE_ECPU_MAX_ENV, MEASURED_ON_ENV
 from infra import access
 from infra.settings import FUNCTIONS_DIR, REPO_ROOT
-from infra.storage import RUNS_PREFIX
 
 REPLAN_ID = "Replan"
 HANDLER = "replan.handler.handler"
@@ -35,8 +35,6 @@ MEMORY_MB = 1_769
 TIMEOUT = Duration.seconds(300)
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "tests", ".*")
-# the keys it creates once each (fasdl.contract.keys: adaptation_key, adapted_plan_key)
-WRITTEN = ("*/adaptations/*", "*/plans/*")
 
 
 def stage_replan_code(profiles: Path) -> Path:
@@ -63,7 +61,7 @@ class ReplanFunction(Construct):
         self.log_group = logs.LogGroup(self, "Logs", retention=LOG_RETENTION,
                                        removal_policy=RemovalPolicy.DESTROY)
         access.allow_logs(self.role, self.log_group)
-        grant_replan(self.role, results=results)
+        access.grant_replan(self.role, results=results)
         env = {**environment, MEASURED_ON_ENV: measured_on}
         if cache_ecpu_max is not None:
             env[CACHE_ECPU_MAX_ENV] = str(cache_ecpu_max)
@@ -73,11 +71,3 @@ class ReplanFunction(Construct):
             architecture=architecture, memory_size=MEMORY_MB, timeout=TIMEOUT,
             description="FasDL adaptive run: measure, re-plan the rest", role=self.role,
             log_group=self.log_group, environment=env)
-
-
-def grant_replan(role: iam.Role, *, results: s3.IBucket) -> None:
-    """Read the run's records; create its decisions and changed plans, nothing else."""
-    access.allow_objects(role, results, RUNS_PREFIX, access.READ)
-    role.add_to_principal_policy(iam.PolicyStatement(
-        actions=["s3:PutObject"],
-        resources=[results.arn_for_objects(f"{RUNS_PREFIX}{pattern}") for pattern in WRITTEN]))
