@@ -23,9 +23,11 @@ from fasdl.contract.plan import Plan
 from planner.adapt.online_calibration import (
     AGGREGATOR,
     NON_AGGREGATOR,
+    ClockWindow,
     OnlineFit,
     SegmentRoles,
     online_fit,
+    segment_overhead_s,
 )
 from planner.adapt.plan_problem import configuration_of, problem_of
 from planner.adapt.replan import Configuration, Decision, Prospect, Remaining, ReplanError, decide
@@ -45,6 +47,7 @@ class Boundary:
     elapsed_s: float
     spent_usd: float
     segments: tuple[SegmentRoles, ...]  # finished, at the current configuration
+    window: ClockWindow | None = None  # the run's clock over them (None: not known)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class Adaptation:
     planned: dict[str, float]  # coefficients as planned ...
     measured: dict[str, float]  # ... and as the segments refitted them
     kept: tuple[str, ...]  # what the segments could not identify
+    elapsed_s: float  # the run's clock at this boundary ...
+    iterations_done: int  # ... and its iterations: a later boundary's clock window
 
     def to_dict(self) -> dict[str, Any]:
         rounded: dict[str, Any] = _rounded(asdict(self))
@@ -97,7 +102,8 @@ def remaining_of(plan: Plan, boundary: Boundary) -> Remaining:
 def _coefficients(problem: Problem, memory_mb: int, factor: float) -> dict[str, float]:
     workload, platform = problem.workload, problem.platform
     return {"a": workload.a, "b": workload.b, "m": workload.m,
-            "cold_start_s": float(platform.cold_start_s(memory_mb)), "exchange_factor": factor}
+            "cold_start_s": float(platform.cold_start_s(memory_mb)), "exchange_factor": factor,
+            "segment_overhead_s": platform.segment_overhead_s}
 
 
 def _predicted_exchange_s(problem: Problem, current: Configuration, memory_mb: int,
@@ -130,28 +136,43 @@ def adapt(plan: Plan, profiles: tuple[WorkloadProfile, PlatformProfile, Prices],
     current = current or configuration_of(plan)
     memory_mb, bsp = plan.deployment.memory_mb, plan.training.sync == "bsp"
     fit = _refit(problem, current, memory_mb, bsp, boundary.segments, measured_on)
+    fit = _with_overhead(replace(problem, workload=fit.workload, platform=fit.platform),
+                         current, memory_mb, bsp, boundary.window, fit)
     measured = replace(problem, workload=fit.workload, platform=fit.platform)
     decision = decide(measured, current, remaining_of(plan, boundary), policy=policy,
                       memory_mb=memory_mb, workers_max=workers_max, bsp=bsp,
                       cache_ecpu_max=cache_ecpu_max,
                       key_prefixes=plan.training.exchange_key_prefixes)
-    return _record(boundary.segment, policy, decision, fit,
-                   _coefficients(problem, memory_mb, 1.0),
+    return _record(boundary, policy, decision, fit, _coefficients(problem, memory_mb, 1.0),
                    _coefficients(measured, memory_mb, fit.exchange_factor))
+
+
+def _with_overhead(refitted: Problem, current: Configuration, memory_mb: int, bsp: bool,
+                   window: ClockWindow | None, fit: OnlineFit) -> OnlineFit:
+    """``fit`` with the segment overhead the clock window shows beyond the refitted model."""
+    if window is None or window.segments < 1:
+        return replace(fit, kept=(*fit.kept, "segment overhead kept: no clock window"))
+    at = evaluate(refitted, current.workers, memory_mb, current.aggregators,
+                  current.batch_aggregator, current.batch_non_aggregator, bsp=bsp)
+    overhead = segment_overhead_s(window, iteration_s=float(at.iteration_s[0]),
+                                  cold_start_s=float(at.cold_start_s[0]),
+                                  load_and_checkpoint_s=float(at.load_s[0] + at.checkpoint_s[0]))
+    return replace(fit, platform=replace(fit.platform, segment_overhead_s=overhead))
 
 
 def _figures(prospect: Prospect | None) -> tuple[float, float] | None:
     return None if prospect is None else (prospect.time_s, prospect.cost_usd)
 
 
-def _record(segment: int, policy: str, decision: Decision, fit: OnlineFit,
+def _record(boundary: Boundary, policy: str, decision: Decision, fit: OnlineFit,
             planned: dict[str, float], measured: dict[str, float]) -> Adaptation:
     chosen, continuing = decision.chosen, decision.current
-    return Adaptation(segment=segment, policy=policy, action=decision.action,
+    return Adaptation(segment=boundary.segment, policy=policy, action=decision.action,
                       reason=decision.reason, current=continuing.configuration,
                       chosen=None if chosen is None else chosen.configuration,
                       before=(continuing.time_s, continuing.cost_usd),
                       after=_figures(chosen),
                       segment_iterations=None if chosen is None else chosen.segment_iterations,
                       planned=planned,
-                      measured=measured, kept=fit.kept)
+                      measured=measured, kept=fit.kept, elapsed_s=boundary.elapsed_s,
+                      iterations_done=boundary.iterations_done)

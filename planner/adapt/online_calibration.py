@@ -18,6 +18,10 @@ starts and later segments' warm starts. From those:
   exchange holds their wait for the aggregators, so it identifies nothing.
 * **cold start**: the first segment's cold starts, by planner calibrate's rules (one memory
   size: torch_load_cpu_s at the profile's invocation overhead).
+* **segment overhead**: the run's clock over the segments at this configuration
+  (:class:`ClockWindow`, warm segments only once a boundary after the first recorded its
+  clock) less what the refitted model charges them, per segment: the state machine's steps and
+  invocations between segments, which no worker measures (:func:`segment_overhead_s`).
 
 A coefficient the segments cannot identify keeps its planned value, and the result says so
 (:attr:`OnlineFit.kept`), as planner calibrate does.
@@ -30,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.fit.refit import RolePoint, refit_cold_start, refit_compute
+from planner.model.inputs.platform_profile import MAX_SEGMENT_OVERHEAD_S
 from planner.model.inputs.profiles import PlatformProfile, WorkloadProfile
 
 HALF_LIFE_SEGMENTS = 2.0  # a segment counts half as much as the one two segments later
@@ -144,3 +149,27 @@ def online_fit(workload: WorkloadProfile, platform: PlatformProfile,
         factor = exchange[0] / predicted_exchange_s
         platform = scaled_transfers(platform, factor)
     return OnlineFit(workload, platform, factor, tuple(kept))
+
+
+@dataclass(frozen=True)
+class ClockWindow:
+    """The run's clock over finished segments at the current configuration: how many, their
+    iterations and seconds, and whether the first of them started the configuration's
+    sandboxes (its cold start is in those seconds)."""
+
+    segments: int
+    iterations: int
+    elapsed_s: float
+    cold: bool
+
+
+def segment_overhead_s(window: ClockWindow, *, iteration_s: float, cold_start_s: float,
+                       load_and_checkpoint_s: float) -> float:
+    """Seconds per segment the clock shows beyond what the refitted model charges its
+    iterations, loads, checkpoints and (``window.cold``) its cold start: the steps and
+    invocations between segments (PlatformProfile.segment_overhead_s), at least 0."""
+    if window.segments < 1:
+        raise CalibrationError(f"clock window: segments must be >= 1, got {window.segments}")
+    charged = (window.iterations * iteration_s + window.segments * load_and_checkpoint_s
+               + (cold_start_s if window.cold else 0.0))
+    return min(MAX_SEGMENT_OVERHEAD_S, max(0.0, (window.elapsed_s - charged) / window.segments))

@@ -6,7 +6,9 @@ coefficients (it rides in the trigger's environment, 4 KB in all), so the profil
 it. From the plan: the workload section (its sizes, as the run uses them), epochs, the global
 batch cap, the function timeout, the channel and arch, the exchange's chunks and dtype, the
 cache's start (a plan that charged a ramp or a wait was made for a fresh cache) and, as the
-deadline, the run's guard (``limits.deadline_s``: what the run must keep). Not in a plan, so
+deadline, the run's guard (``limits.deadline_s``: what the run must keep), and as the most
+iterations a segment holds, the plan's segment length (a change never checkpoints less often
+than planned). Not in a plan, so
 the planner's defaults: the timeout margin (``default_timeout_margin``), the batch step and the
 search's memory grid (a re-plan keeps the deployed M).
 """
@@ -26,6 +28,13 @@ def configuration_of(plan: Plan) -> Configuration:
     training = plan.training
     return Configuration(plan.deployment.workers, training.aggregators,
                          training.batch_aggregator, training.batch_non_aggregator)
+
+
+def _segment_ceiling(plan: Plan) -> int | None:
+    """The plan's segment length as a ceiling; None for a plan of one segment (the model counts
+    fractional iterations, and one segment has no checkpoint cadence to keep)."""
+    length = plan.training.segment_iterations
+    return length if length < plan.total_iterations else None
 
 
 def problem_of(plan: Plan, workload: WorkloadProfile, platform: PlatformProfile,
@@ -55,6 +64,7 @@ def problem_of(plan: Plan, workload: WorkloadProfile, platform: PlatformProfile,
             timeout_s=float(deployment.timeout_s),
             timeout_margin_s=default_timeout_margin(deployment.timeout_s),
             exchange_chunks=plan.training.exchange_chunks,
-            exchange_dtype=plan.training.exchange_dtype, cache_warm=not fresh_cache)
+            exchange_dtype=plan.training.exchange_dtype, cache_warm=not fresh_cache,
+            segment_iterations_max=_segment_ceiling(plan))
     except ModelInputError as error:
         raise ReplanError(f"the plan's problem: {error}") from error

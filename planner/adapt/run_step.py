@@ -34,7 +34,7 @@ from fasdl.contract.plan import Plan
 from fasdl.run.guards import Projection, projections, run_limits, since_of
 from fasdl.run.usage import usage_of
 from planner.adapt.boundary import Boundary, adapt
-from planner.adapt.online_calibration import SegmentRoles
+from planner.adapt.online_calibration import ClockWindow, SegmentRoles
 from planner.adapt.plan_problem import problem_of
 from planner.adapt.replan import ReplanError
 from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfile
@@ -117,7 +117,9 @@ def _decide(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepCo
     done = int(segment["start_iteration"])
     # the limits the guards hold the run to: a resumed run's input may have changed them
     limited = dataclasses.replace(plan, limits=run_limits(plan, run))
-    adaptation = adapt(limited, context.profiles, _boundary(run, plan, context.now, measured),
+    boundary = _boundary(run, plan, context.now, measured)
+    boundary = dataclasses.replace(boundary, window=_clock_window(run, store, context, boundary))
+    adaptation = adapt(limited, context.profiles, boundary,
                        policy=plan.training.adaptive,
                        workers_max=plan.deployment.ceiling, measured_on=context.measured_on,
                        cache_ecpu_max=context.cache_ecpu_max)
@@ -158,6 +160,25 @@ def _boundary(run: Mapping[str, Any], plan: Plan, now: float,
     return Boundary(segment=int(run["segment"]["index"]),
                     iterations_done=int(run["segment"]["start_iteration"]),
                     elapsed_s=time.so_far, spent_usd=cost.so_far, segments=measured)
+
+
+def _clock_window(run: Mapping[str, Any], store: RunStore, context: StepContext,
+                  boundary: Boundary) -> ClockWindow:
+    """The run's clock over the segments at the current configuration: from the earliest
+    later boundary that recorded its clock (warm segments only), else from where the
+    configuration took over (its cold start included)."""
+    since = adaptive_state(run)["since"]
+    for index in range(since + 1, boundary.segment):
+        found = _read_json(store, results_key(context.runs_prefix,
+                                              adaptation_key(run["run_id"], index)))
+        if found is not None and "elapsed_s" in found:
+            return ClockWindow(boundary.segment - index,
+                               boundary.iterations_done - int(found["iterations_done"]),
+                               boundary.elapsed_s - float(found["elapsed_s"]), cold=False)
+    change = since_of(run)
+    start_s, start_iteration = (0.0, 0) if change is None else (change.seconds, change.iteration)
+    return ClockWindow(boundary.segment - since, boundary.iterations_done - start_iteration,
+                       boundary.elapsed_s - start_s, cold=True)
 
 
 def _pending(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepContext,

@@ -182,6 +182,24 @@ def test_lambda_timeout_splits_long_epochs_into_segments() -> None:
     assert evaluate(tight, 1, 10240, 1, 80, 80).violation[0] == Violation.LAMBDA_TIMEOUT
 
 
+def test_a_segment_ceiling_and_overhead_charge_the_runs_time_not_its_workers() -> None:
+    """segment_iterations_max splits the run into more segments; each segment's overhead
+    (the platform's segment_overhead_s) adds to the run's seconds, and no worker bills it."""
+    problem = Problem(workload=load_workload("cnn-digits"), platform=load_platform("s3"),
+                      prices=load_prices(), epochs=4, deadline_s=80_000, max_global_batch=128)
+    one = evaluate(problem, 4, 1024, 2, 32, 32)
+    assert one.segments[0] == 1
+    capped = dataclasses.replace(problem, segment_iterations_max=5)
+    split = evaluate(capped, 4, 1024, 2, 32, 32)
+    assert split.segment_iterations[0] == 5
+    assert split.segments[0] == np.ceil(4 * one.iterations_per_epoch[0] / 5)
+    slow = dataclasses.replace(capped, platform=dataclasses.replace(capped.platform,
+                                                                    segment_overhead_s=3.0))
+    charged = evaluate(slow, 4, 1024, 2, 32, 32)
+    assert charged.time_s[0] == pytest.approx(split.time_s[0] + 3.0 * split.segments[0])
+    assert charged.cost_lambda_usd[0] == pytest.approx(split.cost_lambda_usd[0])
+
+
 def _with_torch_load(problem: Problem, cpu_s: float) -> Problem:
     return dataclasses.replace(problem, platform=dataclasses.replace(problem.platform,
                                                                      torch_load_cpu_s=cpu_s))

@@ -9,11 +9,13 @@ import pytest
 
 from planner.adapt.online_calibration import (
     CalibrationError,
+    ClockWindow,
     OnlineFit,
     SegmentRoles,
     online_fit,
     recency_weights,
     scaled_transfers,
+    segment_overhead_s,
     weighted_per_iteration,
 )
 from planner.model.inputs.profiles import load_platform, load_workload
@@ -100,3 +102,21 @@ def test_bad_figures_name_the_field_and_nothing_is_refitted_from_nothing() -> No
     empty = fit([SegmentRoles(0, {})])
     assert empty.workload == WORKLOAD and empty.exchange_factor == 1.0
     assert len(empty.kept) == 2
+
+
+def test_the_clock_beyond_the_model_is_the_segment_overhead() -> None:
+    """A cold window pays the configuration's cold start once; a warm one does not; a clock
+    faster than the model gives 0, never a negative overhead; no segments is refused."""
+    iteration, cold, load = 0.5, 12.0, 0.25
+    warm = ClockWindow(segments=4, iterations=40, elapsed_s=4 * (10 * iteration + load + 3.0),
+                       cold=False)
+    assert segment_overhead_s(warm, iteration_s=iteration, cold_start_s=cold,
+                              load_and_checkpoint_s=load) == pytest.approx(3.0)
+    started = replace(warm, elapsed_s=warm.elapsed_s + cold, cold=True)
+    assert segment_overhead_s(started, iteration_s=iteration, cold_start_s=cold,
+                              load_and_checkpoint_s=load) == pytest.approx(3.0)
+    assert segment_overhead_s(replace(warm, elapsed_s=1.0), iteration_s=iteration,
+                              cold_start_s=cold, load_and_checkpoint_s=load) == 0.0
+    with pytest.raises(CalibrationError, match="segments must be >= 1"):
+        segment_overhead_s(replace(warm, segments=0), iteration_s=iteration,
+                           cold_start_s=cold, load_and_checkpoint_s=load)

@@ -141,9 +141,18 @@ def test_bad_workload_fields_are_named(field: str, value: object) -> None:
     ("memory_mb", [256.0, 128.0]), ("memory_mb", []), ("memory_mb", "128"),
     ("up_peak", [1.0]), ("invocation_overhead_s", -1.0), ("torch_load_cpu_s", -0.5),
     ("torch_load_cpu_s", "slow"), ("torch_load_cpu_s", math.inf), ("torch_load_cpu_s", None),
+    ("segment_overhead_s", -1.0), ("segment_overhead_s", 901.0),
 ])
 def test_bad_platform_fields_are_named(field: str, value: object) -> None:
     _expect_field(PlatformProfile, load_platform("s3").to_dict() | {field: value}, field)
+
+
+def test_a_measured_segment_overhead_round_trips_and_zero_stays_out_of_files() -> None:
+    shipped = load_platform("s3")
+    assert "segment_overhead_s" not in shipped.to_dict()
+    measured = PlatformProfile.from_dict(shipped.to_dict() | {"segment_overhead_s": 4.5})
+    assert measured.segment_overhead_s == 4.5
+    assert PlatformProfile.from_dict(measured.to_dict()) == measured
 
 
 def test_a_platform_without_the_torch_load_names_it_with_its_range() -> None:

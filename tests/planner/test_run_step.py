@@ -14,7 +14,16 @@ from fasdl.contract.plan import Plan
 from planner.adapt.online_calibration import SegmentRoles
 from planner.adapt.replan import ReplanError
 from planner.adapt.run_step import ADAPTIVE, StepContext, replan_step
-from tests.planner.test_boundary import PLAN, PROFILES, measured, segment_s
+from planner.model.terms.cost_model import evaluate
+from tests.planner.test_boundary import (
+    CURRENT,
+    PLAN,
+    PROBLEM,
+    PROFILES,
+    M,
+    measured,
+    segment_s,
+)
 
 NOW = 1_800_000_000.0
 PREFIX = "runs/"
@@ -161,3 +170,25 @@ def test_the_run_limits_decide_and_a_spent_run_is_left_to_the_guards() -> None:
     replan_step(extended, store, CONTEXT)
     record = json.loads(store.objects[f"{PREFIX}{RUN}/adaptations/00002.json"])
     assert record["segment"] == 2 and record["policy"] == ADAPTIVE_PLAN.training.adaptive
+
+
+def test_the_segments_overhead_is_measured_from_the_run_clock() -> None:
+    """Every segment takes OVERHEAD_S more than its iterations, load and checkpoint: the
+    first boundary sees it beside the cold start, the second from the first's recorded clock
+    (warm segments only), and both records carry it."""
+    overhead = 7.0
+    length = ADAPTIVE_PLAN.training.segment_iterations
+    planned = evaluate(PROBLEM, CURRENT.workers, M, CURRENT.aggregators,
+                       CURRENT.batch_aggregator, CURRENT.batch_non_aggregator)
+    segment = segment_s(1.0) + float(planned.load_s[0] + planned.checkpoint_s[0]) + overhead
+    store = Store(ADAPTIVE_PLAN, {i: measured(i) for i in range(2)})
+    first_s = float(planned.cold_start_s[0]) + segment
+    replan_step(run_state(1, length, first_s), store, CONTEXT)
+    replan_step(run_state(2, 2 * length, first_s + segment), store, CONTEXT)
+    records = [json.loads(store.objects[f"{PREFIX}{RUN}/adaptations/{i:05d}.json"])
+               for i in (1, 2)]
+    assert [r["elapsed_s"] for r in records] == pytest.approx([first_s, first_s + segment])
+    assert [r["iterations_done"] for r in records] == [length, 2 * length]
+    for record in records:
+        assert record["measured"]["segment_overhead_s"] == pytest.approx(overhead, rel=1e-3)
+        assert record["planned"]["segment_overhead_s"] == 0.0

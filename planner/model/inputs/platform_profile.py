@@ -68,6 +68,7 @@ CACHE_DEFAULTS = {"cache_fresh_ecpu_per_s": FRESH_CACHE_ECPU_PER_S,
                   "cache_prescale_s": PRESCALE_S,
                   "cache_slot_ecpu_per_s": SLOT_ECPU_PER_S}
 
+MAX_SEGMENT_OVERHEAD_S = 900.0  # a segment's overhead beyond Lambda's longest invocation: a bad fit
 CPU_FIELDS = ("cpu_up_request_s", "cpu_up_mb_s", "cpu_down_request_s", "cpu_down_mb_s",
               "cpu_fold_mb_s", "cpu_bf16_frame_mb_s", "cpu_bf16_fold_mb_s")
 
@@ -113,6 +114,10 @@ class PlatformProfile:
     # and one hash slot's ceiling, the same page: about 30,000 ECPU/s (90,000 with READONLY
     # replica reads); planner/model/terms/cache_throughput.py charges the hot key by it
     cache_slot_ecpu_per_s: float = SLOT_ECPU_PER_S
+    # Seconds each segment adds outside its workers' iterations, load and checkpoint: the state
+    # machine's steps and invocations between segments. 0 (left out of files) unless measured:
+    # an adaptive run identifies it from its clock (planner/adapt/online_calibration.py)
+    segment_overhead_s: float = 0.0
     # The most one request moves per second whatever the fit says (MB/s; inf: no ceiling). Not
     # a file field: the exchange's view of a store that meters requests per key sets it
     # (ChannelCosts.exchange_platform: a Valkey key's slot, cache_throughput.py)
@@ -161,6 +166,8 @@ class PlatformProfile:
         set_field(self, "cache_prescale_s", number(
             "cache_prescale_s", self.cache_prescale_s, low=0.0, above=True,
             high=float(MAX_CACHE_WAIT_S)))
+        set_field(self, "segment_overhead_s", number(
+            "segment_overhead_s", self.segment_overhead_s, low=0.0, high=MAX_SEGMENT_OVERHEAD_S))
         if not (isinstance(self.request_mb_per_s_max, (int, float))
                 and self.request_mb_per_s_max > 0):
             raise bad("request_mb_per_s_max", f"must be > 0, got {self.request_mb_per_s_max!r}")
@@ -235,6 +242,8 @@ class PlatformProfile:
             for name in CPU_FIELDS:
                 del data[name]
         del data["request_mb_per_s_max"]  # the exchange's view, never a file's
+        if not self.segment_overhead_s:
+            del data["segment_overhead_s"]  # not measured: the files stay as they were
         for name, default in CACHE_DEFAULTS.items():
             if data[name] == default:
                 del data[name]  # AWS's documented figures: the files stay as they were

@@ -116,6 +116,10 @@ class Problem:
     # Valkey: the cache already serves the plan's ECPU/s (its minimum in force), so no fresh
     # cache's ramp is charged (planner/model/terms/cache_ramp.py)
     cache_warm: bool = False
+    # At most this many iterations per segment (None: as many as the timeout fits). A re-plan
+    # keeps its plan's segment length as this ceiling: a change never checkpoints less often
+    # than planned (planner/adapt/plan_problem.py)
+    segment_iterations_max: int | None = None
 
     def __post_init__(self) -> None:
         _check_int("epochs", self.epochs, 1, 100_000)
@@ -130,6 +134,8 @@ class Problem:
         _check_int("max_workers", self.max_workers, 1, 1000)
         _check_int("min_workers", self.min_workers, 1, self.max_workers)
         _check_int("exchange_chunks", self.exchange_chunks, 1, MAX_EXCHANGE_CHUNKS)
+        if self.segment_iterations_max is not None:
+            _check_int("segment_iterations_max", self.segment_iterations_max, 1, 10**9)
         if self.max_cache_ecpu_per_s != math.inf:
             _check_number("max_cache_ecpu_per_s", self.max_cache_ecpu_per_s,
                           MIN_ECPU_PER_SECOND, MAX_ECPU_PER_SECOND)

@@ -33,6 +33,9 @@ What the paper leaves out and a user pays for (documented additions):
   checkpoint write, and one cold start (invocation_overhead_s, the torch load
   torch_load_cpu_s / min(M/1769, 1), unpack + import on one thread, docs/cold-start.md; then
   the partition S_d·max(B^a,B^n)/B^g, kept in /tmp): later segments run in warm sandboxes.
+  Each segment also adds the platform's segment_overhead_s to the run's time (the steps and
+  invocations between segments, billed to no worker; 0 unless an adaptive run measured it),
+  and holds at most the problem's segment_iterations_max iterations.
 - Lambda request fees, Step Functions state transitions, S3 requests of checkpoints, data
   loads and fencing (planner/model/terms/segment_requests.py), arm64 vs x86_64 GB-second prices.
 - S3 exchange requests with the epoch factor E:  E·I·(PUT·K·W + GET·2K(W−1))   (3-24..3-26)
@@ -247,14 +250,16 @@ def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggrega
     # any segment may start cold (the first, a retry): each must fit one
     budget = problem.timeout_s - problem.timeout_margin_s - cold - load - checkpoint
     total_iterations = problem.epochs * iterations
-    segment_iterations, segments = segmenting(budget, iteration, total_iterations)
+    segment_iterations, segments = segmenting(budget, iteration, total_iterations,
+                                              problem.segment_iterations_max)
     rates = store.rates(problem, w, mem, k, iteration)
     ramp = store.ramp_s(problem, w, k, training_s=total_iterations * iteration,
                         iteration_s=iteration, exchange_s=_exchange_s(iteration, upload,
                                                                       aggregate, download))
     working = total_iterations * iteration + segments * (load + checkpoint) + cold
     chosen, ramp, wait = _fresh_cache_start(
-        RunShape(problem, w, mem, k, sync_bsp, total_iterations, segments, working), rates,
+        RunShape(problem, w, mem, k, sync_bsp, total_iterations, segments, working,
+                 segments * problem.platform.segment_overhead_s), rates,
         ramp)
     time = chosen.time_s
     (cost_lambda, cost_requests, cost_exchange, cost_checkpoint, cost_storage,
@@ -295,6 +300,7 @@ class RunShape:
     iterations: FloatArray  # in all
     segments: FloatArray
     working_s: FloatArray  # training, loads, checkpoints and the cold start
+    between_s: FloatArray  # the segments' overhead outside the workers (no worker bills it)
 
 
 def _priced(run: RunShape, rates: ExchangeRates, ramp_s: FloatArray, wait_s: float) -> Priced:
@@ -302,7 +308,7 @@ def _priced(run: RunShape, rates: ExchangeRates, ramp_s: FloatArray, wait_s: flo
     iterations) or a wait before the first segment (no Lambda runs during it)."""
     problem, w, mem, k = run.problem, run.workers, run.memory_mb, run.aggregators
     store = channel_costs(problem)
-    time_s = run.working_s + ramp_s + wait_s
+    time_s = run.working_s + run.between_s + ramp_s + wait_s
     parts = run_cost(problem, mem, w, k, worker_seconds=w * (run.working_s + ramp_s),
                      time_s=time_s, iterations=run.iterations, segments=run.segments)
     return Priced(time_s, (*parts, storage_cost(problem, w, k, run.bsp, run.segments, time_s),

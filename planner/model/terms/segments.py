@@ -41,11 +41,14 @@ def segment_load_and_checkpoint(problem: Problem, mem: IntArray, k: IntArray, ba
     return cold, load, checkpoint
 
 
-def segmenting(budget: FloatArray, iteration: FloatArray, total_iterations: FloatArray
-                ) -> tuple[IntArray, FloatArray]:
-    """Iterations that fit a segment's time ``budget`` (0: none), and the segments needed."""
+def segmenting(budget: FloatArray, iteration: FloatArray, total_iterations: FloatArray,
+               most: int | None = None) -> tuple[IntArray, FloatArray]:
+    """Iterations that fit a segment's time ``budget`` (0: none), at ``most`` (None: no
+    ceiling), and the segments needed."""
     with np.errstate(divide="ignore", invalid="ignore"):
         fit = np.floor(budget / iteration)
+    if most is not None:
+        fit = np.minimum(fit, most)
     segment_iterations = np.where(np.isfinite(fit) & (fit > 0), fit, 0).astype(np.int64)
     with np.errstate(divide="ignore"):
         segments = np.ceil(total_iterations / np.maximum(segment_iterations, 1))
