@@ -155,6 +155,28 @@ def test_overrides_apply_and_are_validated() -> None:
         resolve_plan({}, None, fingerprint)
 
 
+def test_the_input_policy_overrides_the_plans_where_the_stack_re_plans() -> None:
+    """``adaptive`` in the input: any policy on a stack deployed for an adaptive plan (its
+    state machine has the re-plan states), only off on a static one, where a policy, given
+    alone or in ``input.plan``, would silently do nothing."""
+    static = plan_with()
+    adaptive = dataclasses.replace(static, training=dataclasses.replace(
+        static.training, adaptive="deadline"))
+    fingerprint = static.deployment_fingerprint()
+    assert resolve_plan({"adaptive": "cost"}, adaptive.to_json(),
+                        fingerprint).training.adaptive == "cost"
+    assert resolve_plan({"adaptive": "off"}, adaptive.to_json(),
+                        fingerprint).training.adaptive == "off"
+    assert resolve_plan({"adaptive": "off"}, static.to_json(),
+                        fingerprint).training.adaptive == "off"
+    for given in ({"adaptive": "deadline"}, {"plan": adaptive.to_dict()}):
+        with pytest.raises(PlanError, match=r"training.adaptive': 'deadline' needs a stack "
+                                            r"deployed for an adaptive plan"):
+            resolve_plan(given, static.to_json(), fingerprint)
+    with pytest.raises(PlanError, match=r"training.adaptive"):
+        resolve_plan({"adaptive": "always"}, adaptive.to_json(), fingerprint)
+
+
 def test_plan_for_another_stack_names_the_deployment_field() -> None:
     plan = plan_with()
     assert parse_fingerprint(plan.deployment_fingerprint())["workers"] == "4"

@@ -131,6 +131,7 @@ class ExecutionInput(TypedDict, total=False):
     plan: dict[str, Any]
     resume: RunState  # set by "Continue as new", or to resume a run a guard stopped
     limits: dict[str, float]  # deadline_s / budget_usd instead of the plan's (also with resume)
+    adaptive: str  # off | deadline | cost instead of the plan's (the last two: an adaptive stack)
 
 
 class WorkerPayload(TypedDict):

@@ -39,7 +39,8 @@ MAX_ATTEMPTS = 6  # per segment: 1 + 5 halvings turn a 900 s segment into < 30 s
 MAX_RETRIES = 2  # per segment: same-length reruns after a crash (a repeatable bug stops soon)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _DEPLOYMENT_FIELDS = ("channel", "arch", "memory_mb", "workers", "region", "timeout_s")
-INPUT_FIELDS = ("run_id", "epochs", "dataset", "plan", "resume", "limits")  # contract.events
+INPUT_FIELDS = ("run_id", "epochs", "dataset", "plan", "resume", "limits",  # contract.events
+                "adaptive")
 # Step Functions adds it to the input of an execution another one started (continue-as-new)
 STARTED_BY_FIELD = "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID"
 
@@ -219,13 +220,30 @@ def resolve_plan(execution_input: Mapping[str, Any], deployed_json: str | None,
     workload_changes: dict[str, Any] = {}
     if "epochs" in execution_input:
         training_changes["epochs"] = execution_input["epochs"]
+    if "adaptive" in execution_input:
+        training_changes["adaptive"] = execution_input["adaptive"]
     if "dataset" in execution_input:
         dataset = execution_input["dataset"]
         workload_changes["dataset"] = dataset.strip("/") if isinstance(dataset, str) else dataset
     # Plan.__post_init__ validates again and names the field (training.epochs, ...)
-    return dataclasses.replace(
+    plan = dataclasses.replace(
         plan, training=dataclasses.replace(plan.training, **training_changes),
         workload=dataclasses.replace(plan.workload, **workload_changes))
+    check_policy_served(plan, deployed_json)
+    return plan
+
+
+def check_policy_served(plan: Plan, deployed_json: str | None) -> None:
+    """An adaptive policy needs the stack's re-plan state, which only a stack deployed for an
+    adaptive plan has: on a static stack the run would silently keep its plan."""
+    if plan.training.adaptive == "off" or not deployed_json:
+        return
+    if Plan.from_json(deployed_json).training.adaptive == "off":
+        raise PlanError("training.adaptive",
+                        f"{plan.training.adaptive!r} needs a stack deployed for an adaptive "
+                        "plan (its state machine re-plans between segments); this one was "
+                        "deployed for a static plan: run with adaptive off, or deploy a plan "
+                        "made with planner plan --adaptive")
 
 
 def resolve_run_id(execution_input: Mapping[str, Any], execution: object) -> str:
