@@ -72,3 +72,19 @@ def test_cache_scaling_smoke() -> None:
     assert row["held_back_s_by_interval"], row  # the relay ramped by the plan's numbers
     assert row["held_back_at_slots_s"] > 0
     assert "cache_scaling writes what it would write under docs/" in stdout
+
+
+def test_adaptive_smoke(profiles: Path) -> None:
+    """bench.adaptive's whole path at its smallest: the smoke profile of the cnn (the
+    fixture's), the calibration run, the as-planned case's static and adaptive runs of two
+    segments."""
+    cnn = prediction.profile_dir(profiles, prediction.CONFIGS[0])
+    summary, stdout = run_smoke("adaptive", "--profile-dir", str(cnn), timeout_s=540)
+    assert {"bench", "model", "ceiling", "segment_overhead_s", "cases", "met"} <= set(summary)
+    [case] = summary["cases"]
+    assert case["name"] == "as-planned" and case["deadline_s"] > 0
+    assert {"time_s", "cost_usd", "status"} <= set(case["static"]) & set(case["adaptive"])
+    assert case["static"]["status"] == "SUCCEEDED", stdout[-3000:]
+    assert case["adaptive"]["status"] == "SUCCEEDED", stdout[-3000:]
+    assert case["adaptive"]["changes"] >= 0 and case["oracle_cost_usd"] > 0
+    assert "adaptive writes what it would write under docs/" in stdout

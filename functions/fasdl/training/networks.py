@@ -73,6 +73,16 @@ def _cnn(num_classes: int, input_shape: InputShape) -> nn.Module:
     )
 
 
+def _compute_bound_cnn(num_classes: int, input_shape: InputShape) -> nn.Module:
+    """A compute-bound stand-in (bench/adaptive.py): the input upsampled 4x, then three 3x3
+    convolutions of 64 channels at that resolution; 0.29 MiB of parameters and ~80x the cnn's
+    compute per sample, so that on 8x8 digits compute and a small exchange both matter."""
+    return nn.Sequential(
+        nn.Upsample(scale_factor=4), nn.Conv2d(input_shape[0], 64, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes))
+
+
 def _conv_bn(inputs: int, outputs: int, kernel: int, stride: int = 1, groups: int = 1,
              relu: bool = True) -> nn.Sequential:
     layers: list[nn.Module] = [
@@ -196,6 +206,7 @@ def _squeezenet(num_classes: int, input_shape: InputShape) -> nn.Module:
 MODELS: dict[str, Builder] = {
     "mlp": _mlp,
     "cnn": _cnn,
+    "cnn-compute": _compute_bound_cnn,
     "resnet18": lambda classes, shape: ResNet(_BasicBlock, (2, 2, 2, 2), classes, shape[0]),
     "resnet50": lambda classes, shape: ResNet(_Bottleneck, (3, 4, 6, 3), classes, shape[0],
                                               imagenet_stem=True),

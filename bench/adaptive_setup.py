@@ -1,0 +1,179 @@
+"""bench/adaptive.py's setting: this machine's profile, scaled platforms, the deadline, the plans.
+
+* **This machine's profile**: ``python -m local profile`` of the model at the bench's memory
+  size (compute and transfers under Lambda emulation), then one short calibration run
+  (:func:`calibrated`) for what the profiler cannot see: the cold start of a local sandbox
+  and each segment's overhead between segments (PlatformProfile.segment_overhead_s). It is an
+  adaptive run under a deadline it keeps with ease, so it changes nothing and its decisions
+  record both as it measures them online.
+* **Scaled platforms** (:func:`scaled`): compute f times slower multiplies the training fit's
+  ``a``, the data loader's CPU, the exchange client's CPU and the torch load by f (what
+  ``local run --cpu-slower f`` does to every CPU second); transfers f times slower divide the
+  transfer peaks by f (the emulation's shaping profile, :func:`shaping_profile`, likewise).
+* **The deadline** (:func:`binding_deadline`): 1/(1 − margin) of the fastest time within the
+  ceiling on the case's true platform (the slower one of plan and run), so a slower case can
+  keep it; it binds when the cheapest plan without a deadline would miss it (the row says).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from fasdl.contract.training import profiles_path
+from local.lambda_.sandbox import DEFAULT_IDLE_S
+from local.run.run_options import RunOptions
+from local.run.runner import run
+from planner.adapt.profiles_file import profiles_json
+from planner.commands.planfile import to_plan
+from planner.model.inputs.problem import Problem
+from planner.model.inputs.profiles import (
+    CPU_FIELDS,
+    PlatformProfile,
+    Prices,
+    WorkloadProfile,
+    load_platform,
+)
+from planner.search.searches import Choice, exact
+
+Say = Callable[[str], None]
+TIMEOUT_S = 900.0
+
+
+class SetupError(RuntimeError):
+    """A setting the bench cannot make: the message says what and why."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What every case shares: the model, memory, ceiling, epochs and the global batch cap."""
+
+    memory_mb: int
+    ceiling: int
+    epochs: int
+    max_global_batch: int
+    prices: Prices
+
+
+@dataclass(frozen=True)
+class Profiles:
+    workload: WorkloadProfile
+    platform: PlatformProfile
+
+
+def scaled(profiles: Profiles, compute: float, transfer: float) -> Profiles:
+    """``profiles`` on a platform ``compute`` times slower in CPU and ``transfer`` in
+    transfers (module docstring)."""
+    workload, platform = profiles.workload, profiles.platform
+    workload = replace(workload, a=workload.a * compute,
+                       cpu_step_s=workload.cpu_step_s * compute,
+                       cpu_sample_s=workload.cpu_sample_s * compute)
+    platform = replace(platform, torch_load_cpu_s=platform.torch_load_cpu_s * compute,
+                       up_peak=tuple(p / transfer for p in platform.up_peak),
+                       down_peak=tuple(p / transfer for p in platform.down_peak),
+                       **{name: getattr(platform, name) * compute for name in CPU_FIELDS})
+    return Profiles(workload, platform)
+
+
+def shaping_profile(channel: str, transfer: float, folder: Path) -> str:
+    """The emulation's shaping for transfers ``transfer`` times slower than the shipped
+    profile: "default" at 1, else a JSON file of the shipped profile with its peaks divided."""
+    if transfer == 1.0:
+        return "default"
+    shipped = load_platform(channel)
+    slower = replace(shipped, name=f"{shipped.name}-{transfer:g}x-slower",
+                     up_peak=tuple(p / transfer for p in shipped.up_peak),
+                     down_peak=tuple(p / transfer for p in shipped.down_peak))
+    path = folder / f"{slower.name}.json"
+    path.write_text(json.dumps(slower.to_dict(), indent=1))
+    return str(path)
+
+
+def problem(setting: Setting, profiles: Profiles, deadline_s: float, *,
+            workers: int | None = None) -> Problem:
+    """The bench's problem: fixed M, W up to the ceiling (or exactly ``workers``), a warm
+    cache, a segment per epoch at most (the cases' >= 6 segments)."""
+    per_epoch = profiles.workload.workload.samples // setting.max_global_batch
+    return Problem(workload=profiles.workload, platform=profiles.platform,
+                   prices=setting.prices, epochs=setting.epochs, deadline_s=deadline_s,
+                   max_global_batch=setting.max_global_batch, timeout_s=TIMEOUT_S,
+                   memory_min_mb=setting.memory_mb, memory_max_mb=setting.memory_mb,
+                   memory_step_mb=1, min_workers=workers or 1,
+                   max_workers=workers or setting.ceiling, cache_warm=True,
+                   segment_iterations_max=max(1, per_epoch))
+
+
+def cheapest(problem_: Problem) -> Choice | None:
+    return exact(problem_).choice
+
+
+def write_plan(problem_: Problem, choice: Choice, path: Path, *, policy: str,
+               ceiling: int, budget_usd: float) -> Path:
+    """The plan file: one segment per epoch, the deadline as the guard's own (no slack), the
+    policy and (adaptive) the ceiling, its profiles beside it."""
+    plan = to_plan(problem_, choice, search="exact", budget_usd=budget_usd, deadline_slack=1.0)
+    per_epoch = plan.iterations_per_epoch
+    training = dataclasses.replace(plan.training, segment_iterations=per_epoch,
+                                   adaptive=policy)
+    deployment = (plan.deployment if policy == "off"
+                  else dataclasses.replace(plan.deployment, workers_max=ceiling))
+    plan = dataclasses.replace(plan, training=training, deployment=deployment)
+    plan.save(path)
+    if policy != "off":
+        profiles_path(path).write_text(profiles_json(problem_.workload, problem_.platform,
+                                                     problem_.prices))
+    return path
+
+
+def run_local(plan: Path, cdk_out: Path, report_dir: Path, *, shaping: str,
+              cpu_slower: float, say: Say, timeout_s: float = 1800.0) -> dict[str, Any]:
+    """One ``local run`` of ``plan`` under the emulation; its report.json (any status)."""
+    options = RunOptions(plan=plan, timeout_s=timeout_s, report_dir=report_dir, threads=None,
+                         cdk_out=cdk_out, run_id=f"bench-{report_dir.name}",
+                         emulate_lambda=shaping, cpu_slower=cpu_slower,
+                         warm_idle_s=DEFAULT_IDLE_S)
+    run(options, say=say)
+    path = report_dir / "report.json"
+    if not path.is_file():
+        raise SetupError(f"the local run of {plan} wrote no report; see {report_dir}")
+    report: dict[str, Any] = json.loads(path.read_text())
+    return report
+
+
+def calibrated(base: Profiles, setting: Setting, report: dict[str, Any]) -> Profiles:
+    """``base`` with the cold start and segment overhead an adaptive run measured of itself:
+    its decisions' refitted coefficients (planner/adapt/boundary.py), the first boundary's
+    cold start (the torch load at the profile's invocation overhead) and the last one's
+    segment overhead (over the warm segments since the first recorded boundary)."""
+    records = [a for a in report.get("adaptations") or [] if a.get("measured")]
+    if report.get("status") != "SUCCEEDED" or not records:
+        raise SetupError(f"the calibration run ended {report.get('status')} with "
+                         f"{len(records)} decisions: {report.get('failure')}")
+    platform = base.platform
+    cold = float(records[0]["measured"]["cold_start_s"])
+    vcpus = min(setting.memory_mb / 1769.0, 1.0)
+    torch_s = max(0.0, cold - platform.invocation_overhead_s) * vcpus
+    overhead = float(records[-1]["measured"]["segment_overhead_s"])
+    return Profiles(base.workload, replace(platform, torch_load_cpu_s=torch_s,
+                                           segment_overhead_s=overhead))
+
+
+def binding_deadline(setting: Setting, planned: Profiles, slowest: list[Profiles],
+                     margin: float) -> tuple[float, bool]:
+    """The cases' deadline (module docstring) and whether it binds the planned configuration
+    (the cheapest plan without a deadline would miss it)."""
+    fastest = []
+    for profiles in slowest:
+        every = [cheapest(problem(setting, profiles, 1e6, workers=w))
+                 for w in range(1, setting.ceiling + 1)]
+        times = [c.time_s for c in every if c is not None]
+        if not times:
+            raise SetupError("no configuration within the ceiling runs on a slower platform")
+        fastest.append(min(times))
+    deadline = max(fastest) / (1.0 - margin)
+    free = cheapest(problem(setting, planned, 1e6))
+    return deadline, free is not None and free.time_s > deadline
