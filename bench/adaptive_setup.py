@@ -2,10 +2,11 @@
 
 * **This machine's profile**: ``python -m local profile`` of the model at the bench's memory
   size (compute and transfers under Lambda emulation), then one short calibration run
-  (:func:`calibrated`) for what the profiler cannot see: the cold start of a local sandbox
-  and each segment's overhead between segments (PlatformProfile.segment_overhead_s). It is an
-  adaptive run under a deadline it keeps with ease, so it changes nothing and its decisions
-  record both as it measures them online.
+  (:func:`calibrated`): an adaptive run under a deadline it keeps with ease, so it changes
+  nothing, whose decisions record what it measured of itself online: compute and exchange as
+  the run steps them (the profiler's short steps time the emulation's CPU cap unevenly), the
+  cold start of a local sandbox and each segment's overhead between segments
+  (PlatformProfile.segment_overhead_s), which the profiler cannot see.
 * **Scaled platforms** (:func:`scaled`): compute f times slower multiplies the training fit's
   ``a``, the data loader's CPU, the exchange client's CPU and the torch load by f (what
   ``local run --cpu-slower f`` does to every CPU second); transfers f times slower divide the
@@ -28,6 +29,7 @@ from fasdl.contract.training import profiles_path
 from local.lambda_.sandbox import DEFAULT_IDLE_S
 from local.run.run_options import RunOptions
 from local.run.runner import run
+from planner.adapt.online_calibration import scaled_transfers
 from planner.adapt.profiles_file import profiles_json
 from planner.commands.planfile import to_plan
 from planner.model.inputs.problem import Problem
@@ -145,21 +147,22 @@ def run_local(plan: Path, cdk_out: Path, report_dir: Path, *, shaping: str,
 
 
 def calibrated(base: Profiles, setting: Setting, report: dict[str, Any]) -> Profiles:
-    """``base`` with the cold start and segment overhead an adaptive run measured of itself:
-    its decisions' refitted coefficients (planner/adapt/boundary.py), the first boundary's
-    cold start (the torch load at the profile's invocation overhead) and the last one's
-    segment overhead (over the warm segments since the first recorded boundary)."""
+    """``base`` refitted by what an adaptive run measured of itself, as its last decision
+    recorded it (planner/adapt/boundary.py): compute (a, b), the exchange factor, the segment
+    overhead (over the warm segments since the first recorded boundary), and from the first
+    decision the cold start (as the torch load at the profile's invocation overhead)."""
     records = [a for a in report.get("adaptations") or [] if a.get("measured")]
     if report.get("status") != "SUCCEEDED" or not records:
         raise SetupError(f"the calibration run ended {report.get('status')} with "
                          f"{len(records)} decisions: {report.get('failure')}")
-    platform = base.platform
+    last = records[-1]["measured"]
     cold = float(records[0]["measured"]["cold_start_s"])
     vcpus = min(setting.memory_mb / 1769.0, 1.0)
-    torch_s = max(0.0, cold - platform.invocation_overhead_s) * vcpus
-    overhead = float(records[-1]["measured"]["segment_overhead_s"])
-    return Profiles(base.workload, replace(platform, torch_load_cpu_s=torch_s,
-                                           segment_overhead_s=overhead))
+    platform = scaled_transfers(base.platform, float(last["exchange_factor"]))
+    platform = replace(platform, segment_overhead_s=float(last["segment_overhead_s"]),
+                       torch_load_cpu_s=max(0.0, cold - platform.invocation_overhead_s) * vcpus)
+    workload = replace(base.workload, a=float(last["a"]), b=float(last["b"]))
+    return Profiles(workload, platform)
 
 
 def binding_deadline(setting: Setting, planned: Profiles, slowest: list[Profiles],

@@ -66,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  "path, or none for the channel's shipped profile "
                                  "(docs/emulation.md)")
     run_parser.add_argument("--cpu-slower", type=float, default=1.0, metavar="F",
-                            help="with --emulate-lambda: a platform F times slower in compute "
-                                 "(M/1769/F vCPU; 1-16, default 1)")
+                            help="with --emulate-lambda: a platform F times slower in the "
+                                 "workers' compute (M/1769/F vCPU; 1-16, default 1)")
     run_parser.add_argument("--tls-cache", action="store_true",
                             help="valkey channel: a TLS + cluster-mode redis-server 7 "
                                  "(like ElastiCache Serverless) instead of valkey-server")

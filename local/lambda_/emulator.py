@@ -192,7 +192,7 @@ class LambdaEmulator:
     def _throttle(self, spec: FunctionSpec, process: subprocess.Popen[bytes]) -> CpuThrottle | None:
         if self.emulation is None or not self.emulation.cpu:
             return None
-        share = self.emulation.cpu_share(spec.memory_mb)
+        share = self.emulation.cpu_share(spec.memory_mb, spec.handler)
         return CpuThrottle(process.pid, share) if share < available_cores() else None
 
     def invoke(self, function: str, payload: bytes | str | dict[str, Any]) -> Invocation:

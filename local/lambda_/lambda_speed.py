@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 LAMBDA_MB_PER_VCPU = 1769  # AWS: 1,769 MB = one vCPU; up to 6 vCPUs at 10,240 MB
 LAMBDA_MAX_VCPUS = 6
 FLAG = "--emulate-lambda"
+WORKER_HANDLER = "handlers.worker.handler"  # the training workers (infra/compute.py)
 
 
 class EmulationError(ValueError):
@@ -48,8 +49,10 @@ class EmulationError(ValueError):
 class LambdaEmulation:
     platform: PlatformProfile | None = None  # channel bandwidth from tp(M, S); None: no shaping
     cpu: bool = True  # cap CPU at M/1769 vCPU
-    # a platform this many times slower in compute: M/1769/F vCPU (Lambda still shows
-    # ceil(M/1769) vCPUs to the function, so the threads stay); bench.adaptive's cases
+    # a platform this many times slower in the workers' compute: M/1769/F vCPU for the
+    # training workers (Lambda still shows ceil(M/1769) vCPUs, so the threads stay); the
+    # orchestration's functions keep their share (at 256 MB / F the trigger's cold start
+    # alone outlasts its timeout). bench.adaptive's cases
     cpu_slower: float = 1.0
 
     def describe_platform(self) -> str:
@@ -59,9 +62,11 @@ class LambdaEmulation:
         slower = f", compute {self.cpu_slower:g}x slower" if self.cpu_slower != 1.0 else ""
         return f"local-emulation{shaped}" + ("" if self.cpu else ", CPU not capped") + slower
 
-    def cpu_share(self, memory_mb: float) -> float:
-        """vCPUs Lambda gives memory M, bounded by this host's CPUs, over ``cpu_slower``."""
-        return self._lambda_vcpus(memory_mb) / self.cpu_slower
+    def cpu_share(self, memory_mb: float, handler: str = WORKER_HANDLER) -> float:
+        """vCPUs Lambda gives memory M, bounded by this host's CPUs; a worker's over
+        ``cpu_slower``."""
+        slower = self.cpu_slower if handler == WORKER_HANDLER else 1.0
+        return self._lambda_vcpus(memory_mb) / slower
 
     def threads(self, memory_mb: float) -> int:
         """Threads to run: Lambda shows ceil(M/1769) vCPUs to the function."""

@@ -1,5 +1,6 @@
 """``--cpu-slower F`` (local/lambda_/lambda_speed.py): an emulated platform F times slower in
-compute gets M/1769/F vCPU and keeps Lambda's thread count; out of range it is refused."""
+compute gets M/1769/F vCPU for its workers and keeps Lambda's thread count; out of range it
+is refused."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ def test_a_slower_platform_gets_a_smaller_cpu_share_and_the_same_threads() -> No
     plain = load_emulation(None, channel="s3")
     slower = load_emulation(None, channel="s3", cpu_slower=2.0)
     assert slower.cpu_share(1024) == pytest.approx(plain.cpu_share(1024) / 2)
+    # the orchestration's functions keep their share: only the training workers are slower
+    assert slower.cpu_share(256, "handlers.trigger.handler") == plain.cpu_share(256)
     assert slower.threads(3538) == plain.threads(3538) == 2
     assert "compute 2x slower" in slower.describe_platform()
     assert "slower" not in plain.describe_platform()
