@@ -66,7 +66,6 @@ FACTOR = 2.0
 # grows faster than linearly (the training fit's range)
 PROFILE_BATCHES = ("--batches", "16", "32", "48")
 SMOKE_MEMORY_MB = int(SMOKE_MEMORIES[0])  # where the smoke size's cnn profile is measured
-MARGIN = 0.15  # the deadline leaves the slowest case's fastest configuration this share
 CALIBRATION_WORKERS, CALIBRATION_EPOCHS = 4, 3
 BUDGET_USD = 5.0  # far above every run's cost: the deadline is what binds
 ORACLE_SHARE, SAVING, AS_PLANNED_SHARE = 1.15, 0.20, 0.02
@@ -176,8 +175,7 @@ def run_case(case: Case, setting: Setting, base: Profiles, work: Path,
              synths: Synths) -> dict[str, Any]:
     """The case's plan, its static and adaptive runs, the oracle (module docstring)."""
     planned, true = scaled(base, *case.planned), scaled(base, *case.true)
-    slower = true if case.true != (1.0, 1.0) else planned
-    deadline, binds = binding_deadline(setting, planned, [slower], MARGIN)
+    deadline, binds = binding_deadline(setting, planned, true)
     choice = cheapest(problem(setting, planned, deadline))
     if choice is None:
         raise SystemExit(f"{case.name}: no plan keeps {deadline:.0f} s")

@@ -11,15 +11,19 @@
   ``a``, the data loader's CPU, the exchange client's CPU and the torch load by f (what
   ``local run --cpu-slower f`` does to every CPU second); transfers f times slower divide the
   transfer peaks by f (the emulation's shaping profile, :func:`shaping_profile`, likewise).
-* **The deadline** (:func:`binding_deadline`): 1/(1 − margin) of the fastest time within the
-  ceiling on the case's true platform (the slower one of plan and run), so a slower case can
-  keep it; it binds when the cheapest plan without a deadline would miss it (the row says).
+* **The deadline** (:func:`binding_deadline`): between 1.03x and 1.25x the fastest time within
+  the ceiling on the case's true platform (so that a configuration keeps it) and below 0.97x
+  the time of the cheapest plan without a deadline (so that it binds); where the platform
+  differs from the plan's profile, the largest such deadline at which the plan's
+  configuration, predicted on the true platform, misses it by 5 %. The row says whether it
+  binds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,10 +44,14 @@ from planner.model.inputs.profiles import (
     WorkloadProfile,
     load_platform,
 )
+from planner.model.terms.cost_model import evaluate
 from planner.search.searches import Choice, exact
 
 Say = Callable[[str], None]
 TIMEOUT_S = 900.0
+# deadlines between these shares of the fastest time on the true platform, below BIND of the
+# cheapest plan's time without one; the largest at which the plan's configuration misses by MISS
+LEAST_SLACK, MOST_SLACK, BIND, MISS = 1.03, 1.25, 0.97, 0.05
 
 
 class SetupError(RuntimeError):
@@ -165,18 +173,38 @@ def calibrated(base: Profiles, setting: Setting, report: dict[str, Any]) -> Prof
     return Profiles(workload, platform)
 
 
-def binding_deadline(setting: Setting, planned: Profiles, slowest: list[Profiles],
-                     margin: float) -> tuple[float, bool]:
-    """The cases' deadline (module docstring) and whether it binds the planned configuration
+def fastest_s(setting: Setting, profiles: Profiles) -> float:
+    """The least time of any configuration within the ceiling."""
+    every = [cheapest(problem(setting, profiles, 1e6, workers=w))
+             for w in range(1, setting.ceiling + 1)]
+    times = [choice.time_s for choice in every if choice is not None]
+    if not times:
+        raise SetupError("no configuration within the ceiling runs on this platform")
+    return min(times)
+
+
+def predicted_s(setting: Setting, profiles: Profiles, choice: Choice) -> float:
+    """``choice``'s time on ``profiles``' platform."""
+    at = evaluate(problem(setting, profiles, 1e6), choice.workers, setting.memory_mb,
+                  choice.aggregators, choice.batch_aggregator, choice.batch_non_aggregator,
+                  bsp=choice.sync == "bsp")
+    return float(at.time_s[0])
+
+
+def binding_deadline(setting: Setting, planned: Profiles, true: Profiles) -> tuple[float, bool]:
+    """The case's deadline (module docstring) and whether it binds the planned configuration
     (the cheapest plan without a deadline would miss it)."""
-    fastest = []
-    for profiles in slowest:
-        every = [cheapest(problem(setting, profiles, 1e6, workers=w))
-                 for w in range(1, setting.ceiling + 1)]
-        times = [c.time_s for c in every if c is not None]
-        if not times:
-            raise SetupError("no configuration within the ceiling runs on a slower platform")
-        fastest.append(min(times))
-    deadline = max(fastest) / (1.0 - margin)
+    fastest = fastest_s(setting, true)
     free = cheapest(problem(setting, planned, 1e6))
+    top = min(fastest * MOST_SLACK, BIND * free.time_s if free else math.inf)
+    deadline = max(top, fastest * LEAST_SLACK)
+    if true != planned:  # the largest deadline the plan's configuration misses on the platform
+        steps = 24
+        for step in range(steps + 1):
+            candidate = top - (top - fastest * LEAST_SLACK) * step / steps
+            choice = cheapest(problem(setting, planned, candidate))
+            if candidate >= fastest * LEAST_SLACK and choice is not None and predicted_s(
+                    setting, true, choice) >= (1 + MISS) * candidate:
+                deadline = candidate
+                break
     return deadline, free is not None and free.time_s > deadline

@@ -4,6 +4,7 @@ binding deadline and each case's goal."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from bench.adaptive_setup import (
     Setting,
     binding_deadline,
     cheapest,
+    fastest_s,
+    predicted_s,
     problem,
     scaled,
     shaping_profile,
@@ -47,17 +50,35 @@ def test_the_shaping_profile_halves_the_shipped_peaks(tmp_path: Path) -> None:
     assert written["name"].endswith("-2x-slower")
 
 
-def test_the_deadline_binds_and_a_slower_platform_can_keep_it() -> None:
-    slower = scaled(BASE, 2.0, 1.0)
-    deadline, binds = binding_deadline(SETTING, BASE, [slower], 0.15)
-    fastest = cheapest(problem(SETTING, slower, deadline))
-    assert fastest is not None and fastest.time_s <= deadline  # the oracle exists
-    planned = cheapest(problem(SETTING, BASE, deadline))
-    free = cheapest(problem(SETTING, BASE, 1e6))
-    assert planned is not None and free is not None
-    assert binds == (free.time_s > deadline)
-    if binds:
-        assert planned.cost_usd > free.cost_usd  # the deadline costs something
+def compute_bound(times: float) -> Profiles:
+    """squeezenet's size at ``times`` its paper compute: more workers pay (at the shipped,
+    GPU-fast compute W = 1 is the fastest at every deadline)."""
+    squeezenet = load_workload("squeezenet-cifar10")
+    return Profiles(replace(squeezenet, a=times * squeezenet.a), BASE.platform)
+
+
+# compute 50x: slower compute is what a plan misses; 20x: transfers still matter
+@pytest.mark.parametrize(("times", "true"), [(50.0, (2.0, 1.0)), (20.0, (1.0, 2.0))])
+def test_the_deadline_binds_a_configuration_keeps_it_and_the_plans_misses_it(
+        times: float, true: tuple[float, float]) -> None:
+    base = compute_bound(times)
+    slower = scaled(base, *true)
+    deadline, binds = binding_deadline(SETTING, base, slower)
+    assert binds
+    oracle = cheapest(problem(SETTING, slower, deadline))
+    assert oracle is not None and oracle.time_s <= deadline
+    planned = cheapest(problem(SETTING, base, deadline))
+    free = cheapest(problem(SETTING, base, 1e6))
+    assert planned is not None and free is not None and planned.cost_usd > free.cost_usd
+    assert predicted_s(SETTING, slower, planned) >= 1.05 * deadline
+    assert deadline >= 1.03 * fastest_s(SETTING, slower) * 0.9999
+
+
+def test_as_planned_the_deadline_binds_within_the_fastest_times_share() -> None:
+    base = compute_bound(20.0)
+    deadline, binds = binding_deadline(SETTING, base, base)
+    fastest = fastest_s(SETTING, base)
+    assert binds and fastest * 1.03 <= deadline * 1.0001 and deadline <= fastest * 1.25
 
 
 def test_each_goal_judges_its_own_runs() -> None:
