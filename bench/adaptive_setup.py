@@ -7,10 +7,10 @@
   the run steps them (the profiler's short steps time the emulation's CPU cap unevenly), the
   cold start of a local sandbox and each segment's overhead between segments
   (PlatformProfile.segment_overhead_s), which the profiler cannot see.
-* **Scaled platforms** (:func:`scaled`): compute f times slower multiplies the training fit's
-  ``a``, the data loader's CPU, the exchange client's CPU and the torch load by f (what
-  ``local run --cpu-slower f`` does to every CPU second); transfers f times slower divide the
-  transfer peaks by f (the emulation's shaping profile, :func:`shaping_profile`, likewise).
+* **Scaled profiles** (:func:`scaled`): compute f times slower multiplies the training fit's
+  ``a``, the data loader's CPU, the exchange client's CPU and the torch load by f; transfers f
+  times slower divide the transfer peaks by f. A case plans on this machine's profile scaled
+  and runs here.
 * **The deadline** (:func:`binding_deadline`): between 1.03x and 1.25x the fastest time within
   the ceiling on the case's true platform (so that a configuration keeps it) and below 0.97x
   the time of the cheapest plan without a deadline (so that it binds); where the platform
@@ -42,7 +42,6 @@ from planner.model.inputs.profiles import (
     PlatformProfile,
     Prices,
     WorkloadProfile,
-    load_platform,
 )
 from planner.model.terms.cost_model import evaluate
 from planner.search.searches import Choice, exact
@@ -89,20 +88,6 @@ def scaled(profiles: Profiles, compute: float, transfer: float) -> Profiles:
     return Profiles(workload, platform)
 
 
-def shaping_profile(channel: str, transfer: float, folder: Path) -> str:
-    """The emulation's shaping for transfers ``transfer`` times slower than the shipped
-    profile: "default" at 1, else a JSON file of the shipped profile with its peaks divided."""
-    if transfer == 1.0:
-        return "default"
-    shipped = load_platform(channel)
-    slower = replace(shipped, name=f"{shipped.name}-{transfer:g}x-slower",
-                     up_peak=tuple(p / transfer for p in shipped.up_peak),
-                     down_peak=tuple(p / transfer for p in shipped.down_peak))
-    path = folder / f"{slower.name}.json"
-    path.write_text(json.dumps(slower.to_dict(), indent=1))
-    return str(path)
-
-
 def problem(setting: Setting, profiles: Profiles, deadline_s: float, *,
             workers: int | None = None) -> Problem:
     """The bench's problem: fixed M, W up to the ceiling (or exactly ``workers``), a warm
@@ -139,13 +124,13 @@ def write_plan(problem_: Problem, choice: Choice, path: Path, *, policy: str,
     return path
 
 
-def run_local(plan: Path, cdk_out: Path, report_dir: Path, *, shaping: str,
-              cpu_slower: float, say: Say, timeout_s: float = 1800.0) -> dict[str, Any]:
-    """One ``local run`` of ``plan`` under the emulation; its report.json (any status)."""
+def run_local(plan: Path, cdk_out: Path, report_dir: Path, *, say: Say,
+              timeout_s: float = 1800.0) -> dict[str, Any]:
+    """One ``local run`` of ``plan`` under the emulation of the channel's shipped profile, warm
+    sandboxes reused as by default; its report.json (any status)."""
     options = RunOptions(plan=plan, timeout_s=timeout_s, report_dir=report_dir, threads=None,
                          cdk_out=cdk_out, run_id=f"bench-{report_dir.name}",
-                         emulate_lambda=shaping, cpu_slower=cpu_slower,
-                         warm_idle_s=DEFAULT_IDLE_S)
+                         emulate_lambda="default", warm_idle_s=DEFAULT_IDLE_S)
     run(options, say=say)
     path = report_dir / "report.json"
     if not path.is_file():

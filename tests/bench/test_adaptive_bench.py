@@ -1,11 +1,9 @@
-"""bench/adaptive.py's pure logic: scaled platforms, the emulation's shaping profile, the
-binding deadline and each case's goal."""
+"""bench/adaptive.py's pure logic: scaled profiles, the binding deadline and each case's
+goal."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +17,6 @@ from bench.adaptive_setup import (
     predicted_s,
     problem,
     scaled,
-    shaping_profile,
 )
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 
@@ -39,15 +36,6 @@ def test_a_slower_platform_scales_compute_and_transfers_by_the_factor() -> None:
     assert float(slower.platform.transfer_time("up", m, 4.0)) == pytest.approx(
         3 * float(BASE.platform.transfer_time("up", m, 4.0)))
     assert scaled(BASE, 1.0, 1.0) == BASE
-
-
-def test_the_shaping_profile_halves_the_shipped_peaks(tmp_path: Path) -> None:
-    assert shaping_profile("s3", 1.0, tmp_path) == "default"
-    path = Path(shaping_profile("s3", 2.0, tmp_path))
-    shipped = load_platform("s3")
-    written = json.loads(path.read_text())
-    assert written["up_peak"] == pytest.approx([p / 2 for p in shipped.up_peak])
-    assert written["name"].endswith("-2x-slower")
 
 
 def compute_bound(times: float) -> Profiles:
