@@ -67,7 +67,8 @@ FACTOR = 2.0
 # grows faster than linearly (the training fit's range)
 PROFILE_BATCHES = ("--batches", "16", "32", "48")
 SMOKE_MEMORY_MB = int(SMOKE_MEMORIES[0])  # where the smoke size's cnn profile is measured
-CALIBRATION_WORKERS, CALIBRATION_EPOCHS = 4, 4  # two warm segments measured
+# four segments: the last decision measures two warm ones (at the smoke size, one)
+CALIBRATION_WORKERS, CALIBRATION_EPOCHS, SMOKE_CALIBRATION_EPOCHS = 4, 4, 3
 BUDGET_USD = 5.0  # far above every run's cost: the deadline is what binds
 ORACLE_SHARE, SAVING, AS_PLANNED_SHARE = 1.15, 0.20, 0.02
 
@@ -102,19 +103,19 @@ def machine_profiles(model: str, memory_mb: int, folder: Path, smoke: bool) -> P
                     load_platform_file(folder / "platform.json"))
 
 
-def calibrate(base: Profiles, setting: Setting, work: Path) -> Profiles:
-    """One adaptive run of a fixed configuration under a deadline it keeps with ease: the
-    local cold start and segment overhead, as its decisions record them."""
-    short = Setting(setting.memory_mb, setting.ceiling, CALIBRATION_EPOCHS,
-                    setting.max_global_batch, setting.prices)
+def calibrate(base: Profiles, setting: Setting, work: Path, epochs: int) -> Profiles:
+    """One adaptive run of a fixed configuration under a deadline it keeps with ease, a
+    segment per epoch: what its decisions record of it (adaptive_setup.calibrated)."""
+    short = Setting(setting.memory_mb, setting.ceiling, epochs, setting.max_global_batch,
+                    setting.prices)
     workers = min(CALIBRATION_WORKERS, setting.ceiling)
     choice = cheapest(problem(short, base, 1e6, workers=workers))
     if choice is None:
         raise SystemExit(f"no configuration at W = {workers} to calibrate with")
     plan = write_plan(problem(short, base, 1e6), choice, work / "calibration.json",
                       policy="deadline", ceiling=workers, budget_usd=BUDGET_USD)
-    say(f"== calibration: W={choice.workers} K={choice.aggregators}, {CALIBRATION_EPOCHS} "
-        "segments, as profiled")
+    say(f"== calibration: W={choice.workers} K={choice.aggregators}, {epochs} segments, as "
+        "profiled")
     report = run_local(plan, synthesize(plan, work / "cdk.out-calibration").parent,
                        work / "calibration", say=indent)
     found = calibrated(base, setting, report)
@@ -251,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                       load_prices())
     base = machine_profiles(args.model, args.memory_mb, args.profile_dir or work / "profile",
                             args.smoke)
-    base = calibrate(base, setting, work)
+    base = calibrate(base, setting, work, SMOKE_CALIBRATION_EPOCHS if args.smoke
+                     else CALIBRATION_EPOCHS)
     synths = Synths(work)
     rows = [run_case(case, setting, base, work, synths) for case in CASES
             if args.cases is None or case.name in args.cases]
