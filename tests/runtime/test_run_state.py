@@ -169,10 +169,10 @@ def test_the_input_policy_overrides_the_plans_where_the_stack_re_plans() -> None
                         fingerprint).training.adaptive == "off"
     assert resolve_plan({"adaptive": "off"}, static.to_json(),
                         fingerprint).training.adaptive == "off"
-    for given in ({"adaptive": "deadline"}, {"plan": adaptive.to_dict()}):
+    for asked in ({"adaptive": "deadline"}, {"plan": adaptive.to_dict()}):
         with pytest.raises(PlanError, match=r"training.adaptive': 'deadline' needs a stack "
                                             r"deployed for an adaptive plan"):
-            resolve_plan(given, static.to_json(), fingerprint)
+            resolve_plan(asked, static.to_json(), fingerprint)
     with pytest.raises(PlanError, match=r"training.adaptive"):
         resolve_plan({"adaptive": "always"}, adaptive.to_json(), fingerprint)
 
