@@ -178,12 +178,14 @@ def predicted_s(setting: Setting, profiles: Profiles, choice: Choice) -> float:
 
 def binding_deadline(setting: Setting, planned: Profiles, true: Profiles) -> tuple[float, bool]:
     """The case's deadline (module docstring) and whether it binds the planned configuration
-    (the cheapest plan without a deadline would miss it)."""
-    fastest = fastest_s(setting, true)
+    (the cheapest plan without a deadline would miss it). Over the slower platform's fastest
+    time: a platform faster than planned keeps what the plan keeps."""
+    fastest_true, fastest_planned = fastest_s(setting, true), fastest_s(setting, planned)
+    fastest = max(fastest_true, fastest_planned)
     free = cheapest(problem(setting, planned, 1e6))
     top = min(fastest * MOST_SLACK, BIND * free.time_s if free else math.inf)
     deadline = max(top, fastest * LEAST_SLACK)
-    if true != planned:  # the largest deadline the plan's configuration misses on the platform
+    if fastest_true > fastest_planned:  # the largest deadline the plan misses on the platform
         steps = 24
         for step in range(steps + 1):
             candidate = top - (top - fastest * LEAST_SLACK) * step / steps

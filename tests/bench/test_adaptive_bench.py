@@ -62,6 +62,15 @@ def test_the_deadline_binds_a_configuration_keeps_it_and_the_plans_misses_it(
     assert deadline >= 1.03 * fastest_s(SETTING, slower) * 0.9999
 
 
+def test_on_a_faster_platform_the_plan_exists_and_keeps_the_deadline() -> None:
+    base = compute_bound(50.0)
+    planned = scaled(base, 2.0, 2.0)
+    deadline, binds = binding_deadline(SETTING, planned, base)
+    choice = cheapest(problem(SETTING, planned, deadline))
+    assert binds and choice is not None
+    assert predicted_s(SETTING, base, choice) < deadline
+
+
 def test_as_planned_the_deadline_binds_within_the_fastest_times_share() -> None:
     base = compute_bound(20.0)
     deadline, binds = binding_deadline(SETTING, base, base)
