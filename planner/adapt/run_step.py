@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from fasdl.contract.keys import adaptation_key, adapted_plan_key, results_key
 from fasdl.contract.plan import Plan
-from fasdl.run.guards import Projection, projections, run_limits, since_of
+from fasdl.run.guards import SINCE_FIELDS, Projection, projections, run_limits, since_of
 from fasdl.run.usage import usage_of
 from planner.adapt.boundary import Boundary, adapt
 from planner.adapt.online_calibration import ClockWindow, SegmentRoles
@@ -69,9 +69,12 @@ class StepContext:
 
 
 def adaptive_state(run: Mapping[str, Any]) -> dict[str, Any]:
+    """``run.adaptive``, its change point kept (the guards and the clock window read it at
+    every boundary after a change)."""
     state = run.get(ADAPTIVE) or {"since": 0, "pending": None, "changes": 0}
     return {"since": int(state["since"]), "pending": state["pending"],
-            "changes": int(state["changes"])}
+            "changes": int(state["changes"]),
+            **{name: state[name] for name in SINCE_FIELDS if name in state}}
 
 
 def replan_step(run: Mapping[str, Any], store: RunStore, context: StepContext

@@ -125,6 +125,21 @@ def test_a_slow_run_decides_once_waits_for_the_epoch_and_then_switches_plans() -
     # issues it anew): the change is the run's plan already, nothing moves or is counted twice
     again = {**switched, "segment": {**switched["segment"], "epoch": 9}}
     assert replan_step(again, store, CONTEXT) == again
+    # the boundary after the change decides again and keeps the change point the guards read
+    new_store = Store(new, {})
+    new_store.objects = store.objects
+    t = new.training
+    new_store.roles = {index: SegmentRoles(index, {role: {
+        "iterations": t.segment_iterations, "exchange_s_per_iteration": 0.1,
+        "compute_s_per_iteration": 2 * float(PROBLEM.workload.train_time(batch, M))}
+        for role, batch in (("aggregator", t.batch_aggregator),
+                            ("non_aggregator", t.batch_non_aggregator))})}
+    following = {**run_state(index + 1, PER_EPOCH + new.training.segment_iterations,
+                             6 * segment_s(2.0)),
+                 "plan_key": new_key, "workers": switched["workers"], ADAPTIVE: change}
+    after_change = replan_step(following, new_store, CONTEXT)
+    assert after_change[ADAPTIVE] == change
+    assert f"{PREFIX}{RUN}/adaptations/{index + 1:05d}.json" in store.objects
 
 
 def test_as_planned_the_step_records_continue_and_changes_nothing() -> None:
