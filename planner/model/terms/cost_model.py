@@ -225,17 +225,22 @@ def run_cost(problem: Problem, memory_mb: IntArray | int,
             np.asarray(exchange, dtype=np.float64), np.asarray(checkpoint, dtype=np.float64))
 
 
+def _configurations(*values: ArrayLike) -> list[IntArray]:
+    """(W, M, K, B^a, B^n) as int64 arrays of one shape; B^n = B^a where every worker
+    aggregates (K >= W)."""
+    w, mem, k, ba, bn = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, dtype=np.int64))
+                                              for x in values))
+    return [w, mem, k, ba, np.where(k >= w, ba, bn)]
+
+
 def evaluate(problem: Problem, workers: ArrayLike, memory_mb: ArrayLike, aggregators: ArrayLike,
              batch_aggregator: ArrayLike, batch_non_aggregator: ArrayLike,
              bsp: ArrayLike = False) -> Evaluation:
     """Time, cost and the binding constraint of every configuration."""
-    w, mem, k, ba, bn = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, dtype=np.int64))
-                                              for x in (workers, memory_mb, aggregators,
-                                                        batch_aggregator,
-                                                        batch_non_aggregator)))
+    w, mem, k, ba, bn = _configurations(workers, memory_mb, aggregators, batch_aggregator,
+                                        batch_non_aggregator)
     sync_bsp = np.broadcast_to(np.asarray(bsp, dtype=bool), w.shape)
     wl = problem.workload
-    bn = np.where(k >= w, ba, bn)
     global_batch = k * ba + (w - k) * bn
     iterations = wl.samples / global_batch
 
