@@ -2,7 +2,7 @@
 
 The trigger's ``start`` action calls :func:`before_first_map` (also for ``input.resume``: three
 cheap GETs, and the account may have changed since the previous execution). Pure logic over a
-boto3 ``lambda`` client; boto3 is imported only when a client is built.
+boto3 ``lambda`` client (fasdl.aws.sessions); boto3 is imported only when a client is built.
 
 **Concurrency.** All W workers run at once and a retried segment can overlap the aborted
 attempt's workers, so a run needs 2·W concurrent executions (planner/search/quotas.py). The worker
@@ -192,14 +192,13 @@ def wait_until_active(client: Any, function: str, *, budget_s: float, invoker: A
 def lambda_client(*, wake: bool = False) -> Any:
     """A boto3 Lambda client (boto3 reads AWS_ENDPOINT_URL_LAMBDA); ``wake``: one attempt,
     short read timeout, since standard retries would repeat the refused 502."""
-    import boto3
     from botocore.config import Config
+
+    from fasdl.aws import sessions
 
     config = (Config(read_timeout=WAKE_TIMEOUT_S, retries={"total_max_attempts": 1}) if wake
               else Config(retries={"mode": "standard"}))
-    session = boto3.session.Session()
-    return session.client("lambda", region_name=session.region_name or "us-east-1",
-                          config=config)
+    return sessions.client("lambda", config=config)
 
 
 def seconds_left(context: Any) -> float:

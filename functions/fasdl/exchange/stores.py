@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fasdl.aws import sessions
 from fasdl.contract.settings import Settings, SettingsError
 from fasdl.exchange.channel.base import Channel
 from fasdl.exchange.channel.s3 import S3Channel, s3_client_config
@@ -49,8 +50,4 @@ def results_store(settings: Settings, client: Any | None = None) -> S3Channel:
 
 def s3_client(settings: Settings) -> Any:
     """A boto3 S3 client; boto3 itself reads AWS_ENDPOINT_URL_S3 and the credentials."""
-    import boto3
-
-    session = boto3.session.Session()
-    return session.client("s3", region_name=session.region_name or "us-east-1",
-                          config=s3_client_config(path_style=settings.s3_path_style))
+    return sessions.client("s3", config=s3_client_config(path_style=settings.s3_path_style))

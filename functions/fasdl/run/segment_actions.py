@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from fasdl.aws import account, cache_lookup, memory_report
+from fasdl.aws import account, cache_lookup, memory_report, sessions
 from fasdl.aws.metrics import get_logger
 from fasdl.contract import keys
 from fasdl.contract.cache import CacheEndpoint
@@ -75,10 +75,8 @@ def _new_run_usage(event: Mapping[str, Any], settings: Settings, s3: Any, run: R
     wait_s = plan.prediction.cache_wait_s if plan.prediction is not None else None
     if not wait_s:
         return usage.new_usage(now)
-    import boto3
-
     ready_for = cache_lookup.seconds_until_prescaled(
-        boto3.client("elasticache"), settings.cache_name, wait_s=wait_s, now=now,
+        sessions.client("elasticache"), settings.cache_name, wait_s=wait_s, now=now,
         stack_name=settings.stack)
     started = min(now, _execution_start(event, now))
     logger.info("cache pre-scaled", extra={"cache_wait_s": wait_s, "ready_for_s": ready_for,
@@ -158,9 +156,7 @@ def exchange_cache_of(settings: Settings) -> CacheEndpoint | None:
         return None
     if not settings.cache_name:  # a fixed address (tests): nothing to look up
         return {"address": settings.cache_endpoint, "port": settings.cache_port}
-    import boto3
-
-    return cache_lookup.locate(boto3.client("elasticache"), settings.cache_name,
+    return cache_lookup.locate(sessions.client("elasticache"), settings.cache_name,
                                  settings.stack)
 
 
@@ -218,9 +214,7 @@ def _check_memory_of_failed_attempt(settings: Settings) -> None:
     log_group = settings.worker_log_group
     if not log_group:  # in-process tests without a log group: nothing to read
         return
-    import boto3
-
     timeout_s = float(run_state.parse_fingerprint(settings.deployment)["timeout_s"])
     memory_report.check_failed_attempt(
-        boto3.client("logs"), log_group, now_ms=int(time.time() * 1000),
+        sessions.client("logs"), log_group, now_ms=int(time.time() * 1000),
         window_s=timeout_s + ATTEMPT_SLACK_S)

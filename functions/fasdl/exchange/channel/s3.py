@@ -19,10 +19,10 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from fasdl.aws import sessions
 from fasdl.aws.s3_errors import is_missing
 from fasdl.exchange.channel.base import Channel, ChannelError
 
@@ -76,13 +76,12 @@ class S3Channel(Channel):
         self.bucket = bucket
         self.prefix = prefix
         if client is None:
-            session = session or boto3.session.Session()
-            client = session.client(
-                "s3",
-                endpoint_url=endpoint_url,
-                region_name=region or session.region_name or "us-east-1",
-                config=s3_client_config(path_style=path_style, max_attempts=max_attempts),
-            )
+            config = s3_client_config(path_style=path_style, max_attempts=max_attempts)
+            client = (session.client("s3", endpoint_url=endpoint_url, config=config,
+                                     region_name=region or session.region_name or "us-east-1")
+                      if session is not None else
+                      sessions.client("s3", endpoint_url=endpoint_url, region=region,
+                                      config=config))
             # only a client of its own: a shared one would count others' requests too
             client.meta.events.register("response-received.s3", self._count_throttled)
         self._client = client
