@@ -9,7 +9,11 @@ starts and later segments' warm starts. From those:
   (weights: iterations × 2^(−age/HALF_LIFE_SEGMENTS), age in segments before the newest) as
   one point per role, refitted by planner calibrate's rules (planner/fit/refit.py): one
   memory size, so m is kept; a and b apart when the roles train different batches (B^n > B^a),
-  else a alone.
+  else a alone. The CPU a step and the exchange's client use (the model's CPU bound,
+  planner/model/terms/client_cpu.py: cpu_step_s, cpu_sample_s and the platform's CPU_FIELDS)
+  scale by the refitted over the planned compute time at those points: a platform slower in
+  compute is slower in all of its CPU (before, a plan made on a profile 2x slower than the
+  run's platform kept predicting CPU-bound iterations 2x slower after the refit).
 * **exchange** e: the aggregators' measured exchange per iteration (upload, aggregate,
   download and waits) over the plan's predicted one; the platform's transfer peaks at every
   memory divided by it (S MB take S/tp, tp proportional to the peak p(M);
@@ -34,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.fit.refit import RolePoint, refit_cold_start, refit_compute
-from planner.model.inputs.platform_profile import MAX_SEGMENT_OVERHEAD_S
+from planner.model.inputs.platform_profile import CPU_FIELDS, MAX_SEGMENT_OVERHEAD_S
 from planner.model.inputs.profiles import PlatformProfile, WorkloadProfile
 
 HALF_LIFE_SEGMENTS = 2.0  # a segment counts half as much as the one two segments later
@@ -115,6 +119,14 @@ def _role_points(segments: Sequence[SegmentRoles], memory_mb: int,
     return points
 
 
+def scaled_cpu(platform: PlatformProfile, factor: float) -> PlatformProfile:
+    """``platform`` with the exchange's client CPU (CPU_FIELDS) ``factor`` times as much."""
+    if factor <= 0:
+        raise CalibrationError(f"CPU factor must be > 0, got {factor}")
+    return replace(platform, **{name: float(f"{getattr(platform, name) * factor:.6g}")
+                                for name in CPU_FIELDS})
+
+
 def scaled_transfers(platform: PlatformProfile, factor: float) -> PlatformProfile:
     """``platform`` with every transfer ``factor`` times as long: the peaks divided by it."""
     if factor <= 0:
@@ -137,6 +149,7 @@ def online_fit(workload: WorkloadProfile, platform: PlatformProfile,
     if points:
         compute = refit_compute(workload, points, measured_on)
         workload, kept = compute.profile, [*kept, *compute.kept]
+        platform = scaled_cpu(platform, compute.cpu_factor)
         cold = refit_cold_start(platform, points, measured_on)
         platform, kept = cold.profile, [*kept, *cold.kept]
     else:

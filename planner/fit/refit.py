@@ -39,6 +39,8 @@ class Refit:
     profile: Any
     quality: Quality | None
     kept: tuple[str, ...]
+    # refitted over planned compute time at the points: the CPU a run's steps show
+    cpu_factor: float = 1.0
 
 
 def _six_digits(value: float) -> float:
@@ -90,12 +92,17 @@ def refit_compute(workload: WorkloadProfile, points: Sequence[RolePoint],
             ratio = predict_train_time(batch, memory, a=a, b=b, m=m) / seconds
             a *= float(np.sum(ratio) / np.sum(ratio ** 2))  # least relative squares in a
     new = replace(workload, a=_six_digits(a), b=_six_digits(b), m=_six_digits(m))
+    # the profiled CPU of a step (the model's CPU bound, planner/model/terms/client_cpu.py)
+    # moves with the step's measured time: a platform slower in compute is slower in both
+    cpu_factor = float(np.mean(new.train_time(batch, memory) / workload.train_time(batch, memory)))
+    new = replace(new, cpu_step_s=_six_digits(workload.cpu_step_s * cpu_factor),
+                  cpu_sample_s=_six_digits(workload.cpu_sample_s * cpu_factor))
     fit = quality(seconds, new.train_time(batch, memory))
     entry = measured_today(measured_on, r_squared=fit.r_squared,
                            max_relative_error=fit.max_relative_error,
                            note=_note(len(points), kept))
     provenance = {"compute": entry, "memory": group_of(workload.provenance, "memory")}
-    return Refit(replace(new, provenance=provenance), fit, tuple(kept))
+    return Refit(replace(new, provenance=provenance), fit, tuple(kept), cpu_factor)
 
 
 def _note(points: int, kept: Sequence[str]) -> str:

@@ -61,6 +61,25 @@ def test_a_platform_twice_as_slow_is_found_in_compute_and_exchange() -> None:
         2.0 * float(PLATFORM.cold_start_s(M)), rel=1e-3)
 
 
+def test_the_cpu_a_step_and_the_exchange_use_moves_with_the_compute() -> None:
+    """A platform twice as slow in compute is twice as slow in all its CPU: the step's profiled
+    CPU and the exchange client's, the model's CPU bound; without this a plan made on a slower
+    profile predicted CPU-bound iterations as slow as planned after the refit."""
+    workload = replace(WORKLOAD, cpu_step_s=0.01, cpu_sample_s=0.002)
+    platform = replace(PLATFORM, cpu_up_mb_s=0.004, cpu_fold_mb_s=0.003)
+    result = online_fit(workload, platform, [segment(i, slower=0.5) for i in range(3)],
+                        memory_mb=M, batches={"aggregator": BA, "non_aggregator": BN},
+                        predicted_exchange_s=PREDICTED_EXCHANGE_S, measured_on="test")
+    assert result.workload.cpu_step_s == pytest.approx(0.005, rel=1e-3)
+    assert result.workload.cpu_sample_s == pytest.approx(0.001, rel=1e-3)
+    assert result.platform.cpu_up_mb_s == pytest.approx(0.002, rel=1e-3)
+    assert result.platform.cpu_fold_mb_s == pytest.approx(0.0015, rel=1e-3)
+    assert result.platform.cpu_down_mb_s == 0.0  # unprofiled stays unprofiled
+    for batch in (BA, BN):  # the bound at the refitted share predicts half the CPU time
+        assert float(result.workload.train_cpu_time(batch, M)) == pytest.approx(
+            0.5 * float(workload.train_cpu_time(batch, M)), rel=1e-3)
+
+
 def test_one_batch_scales_a_alone_and_says_b_is_kept() -> None:
     result = fit([segment(i, slower=1.5, batches=(32, 32)) for i in range(2)], (32, 32))
     assert result.workload.b == WORKLOAD.b
