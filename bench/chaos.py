@@ -45,13 +45,13 @@ from bench.chaos_schedule import CHANNELS, FAULTS, Shape, Trial, draw_trials
 from bench.smoke import parse_args
 from fasdl.contract.errors import RunExists
 from fasdl.contract.plan import Plan
-from fasdl.contract.training import ADAPTIVE_POLICIES, profiles_path
+from fasdl.contract.training import ADAPTIVE_POLICIES
 from infra.compute import TRIGGER_ID
 from infra.settings import REPO_ROOT
 from local.aws.template import synthesize
 from local.run.run_options import RunOptions
 from local.run.run_prep import prepare_dataset, prepare_plan
-from planner.adapt.profiles_file import profiles_json
+from planner.adapt import profiles_file
 from planner.model.inputs.profiles import load_platform, load_prices, load_workload
 
 OUTCOMES = ("identical", "clean_failure", "wrong")
@@ -171,12 +171,10 @@ def write_profiles(plan: Plan, path: Path) -> None:
     """An adaptive plan's profiles beside it (the planner's own, as ``planner plan`` wrote
     them for the local job: the shipped workload, the channel's platform, the region's
     prices)."""
-    if plan.training.adaptive == "off":
-        return
-    profiles = profiles_json(load_workload(plan.workload.name),
-                             load_platform(plan.deployment.channel, plan.deployment.arch),
-                             load_prices(plan.deployment.region))
-    profiles_path(path).write_text(profiles)
+    profiles_file.write_profiles(plan, path, (
+        load_workload(plan.workload.name),
+        load_platform(plan.deployment.channel, plan.deployment.arch),
+        load_prices(plan.deployment.region)))
 
 
 def prepare(plan: Plan, work: Path, channels: tuple[str, ...], say: Say) -> Prepared:

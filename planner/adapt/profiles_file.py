@@ -9,15 +9,19 @@ which rebuilds the plan's problem from it (planner/adapt/plan_problem.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fasdl.contract.plan import Plan
+from fasdl.contract.training import profiles_path
 from planner.adapt.replan import ReplanError
 from planner.model.inputs.profile_fields import ProfileError
 from planner.model.inputs.profiles import PlatformProfile, Prices, WorkloadProfile
 
 Profiles = tuple[WorkloadProfile, PlatformProfile, Prices]
 SECTIONS = ("workload", "platform", "prices")
+Writer = Callable[[Path, str], object]
 
 
 def profiles_json(workload: WorkloadProfile, platform: PlatformProfile, prices: Prices) -> str:
@@ -25,6 +29,17 @@ def profiles_json(workload: WorkloadProfile, platform: PlatformProfile, prices: 
     document = {"workload": workload.to_dict(), "platform": platform.to_dict(),
                 "prices": prices.to_dict()}
     return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+def write_profiles(plan: Plan, plan_path: Path, profiles: Profiles,
+                   write: Writer = Path.write_text) -> Path | None:
+    """An adaptive plan's profiles beside ``plan_path``, put there by ``write`` (the CLI's
+    writes atomically); the file's path, or None for a static plan, which needs none."""
+    if plan.training.adaptive == "off":
+        return None
+    path = profiles_path(plan_path)
+    write(path, profiles_json(*profiles))
+    return path
 
 
 def read_profiles(path: Path) -> Profiles:

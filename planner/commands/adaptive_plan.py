@@ -16,8 +16,8 @@ from pathlib import Path
 
 from fasdl.contract.lambda_quotas import EXECUTIONS_PER_WORKER
 from fasdl.contract.plan import Plan
-from fasdl.contract.training import ADAPTIVE_POLICIES, profiles_path
-from planner.adapt.profiles_file import profiles_json
+from fasdl.contract.training import ADAPTIVE_POLICIES
+from planner.adapt import profiles_file
 from planner.commands.cli_inputs import CliError, write_atomically
 from planner.model.inputs.problem import Problem
 from planner.search.quotas import Quotas
@@ -55,9 +55,7 @@ def adaptive_plan(plan: Plan, args: argparse.Namespace, quotas: Quotas) -> Plan:
 
 def write_profiles(plan: Plan, out: str, problem: Problem) -> str | None:
     """An adaptive plan's profiles beside ``out``; the path written, or None (static)."""
-    if plan.training.adaptive == "off":
-        return None
-    path = str(profiles_path(Path(out)))
-    write_atomically("--out", path, profiles_json(problem.workload, problem.platform,
-                                                  problem.prices))
-    return path
+    path = profiles_file.write_profiles(
+        plan, Path(out), (problem.workload, problem.platform, problem.prices),
+        write=lambda target, text: write_atomically("--out", str(target), text))
+    return None if path is None else str(path)
