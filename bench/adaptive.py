@@ -44,6 +44,8 @@ from bench.adaptive_setup import (
     binding_deadline,
     calibrated,
     cheapest,
+    planning_deadline,
+    predicted_s,
     problem,
     run_local,
     scaled,
@@ -182,30 +184,35 @@ def run_case(case: Case, setting: Setting, base: Profiles, work: Path,
     """The case's plan, its static and adaptive runs, the oracle (module docstring)."""
     planned, true = scaled(base, *case.planned), scaled(base, *case.true)
     deadline, binds = binding_deadline(setting, planned, true)
-    choice = cheapest(problem(setting, planned, deadline))
+    aim = planning_deadline(deadline)
+    choice = cheapest(problem(setting, planned, aim))
     if choice is None:
-        raise SystemExit(f"{case.name}: no plan keeps {deadline:.0f} s")
+        raise SystemExit(f"{case.name}: no plan keeps {aim:.0f} s")
+    on_true = predicted_s(setting, true, choice)
     bound = "" if binds else " (does not bind)"
-    say(f"\n== {case.name}: deadline {deadline:.0f} s{bound}, planned W={choice.workers} "
-        f"K={choice.aggregators} B^a={choice.batch_aggregator} B^n={choice.batch_non_aggregator}"
-        f" ({choice.time_s:.0f} s, ${choice.cost_usd:.5f})")
+    say(f"\n== {case.name}: deadline {deadline:.0f} s{bound} (the plan aims at {aim:.0f} s), "
+        f"planned W={choice.workers} K={choice.aggregators} B^a={choice.batch_aggregator} "
+        f"B^n={choice.batch_non_aggregator} ({choice.time_s:.0f} s, ${choice.cost_usd:.5f}; "
+        f"{on_true:.0f} s predicted on the true platform)")
     runs = {}
     for policy in ("off", case.policy):
         label = "static" if policy == "off" else "adaptive"
-        plan = write_plan(problem(setting, planned, deadline), choice,
+        plan = write_plan(problem(setting, planned, aim), choice,
                           work / f"{case.name}-{label}.json", policy=policy,
                           ceiling=setting.ceiling, budget_usd=BUDGET_USD)
         report = run_local(plan, synths.cdk_out(plan), work / f"{case.name}-{label}",
                            say=indent)
         runs[label] = outcome(report, deadline)
         say(f"   {label}: {runs[label]}")
-    oracle = cheapest(problem(setting, true, deadline))
+    oracle = cheapest(problem(setting, true, deadline))  # what keeps the runs' limit
     oracle_usd = None if oracle is None else round(oracle.cost_usd, 6)
     goal, met = goal_of(case, runs["static"], runs["adaptive"], oracle_usd)
     return {"name": case.name, "deadline_s": round(deadline, 1), "binds": binds,
             "policy": case.policy,
+            "plan_deadline_s": round(aim, 1),
             "planned": {"workers": choice.workers, "aggregators": choice.aggregators,
-                        "time_s": round(choice.time_s, 1), "cost_usd": round(choice.cost_usd, 6)},
+                        "time_s": round(choice.time_s, 1), "cost_usd": round(choice.cost_usd, 6),
+                        "true_time_s": round(on_true, 1)},
             "static": runs["static"], "adaptive": runs["adaptive"],
             "oracle_cost_usd": oracle_usd,
             "oracle_workers": None if oracle is None else oracle.workers,
