@@ -31,12 +31,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from local.lambda_.sandbox import DEFAULT_IDLE_S
 from local.run.run_options import RunOptions
 from local.run.runner import run
 from planner.adapt import profiles_file
-from planner.adapt.online_calibration import scaled_transfers
+from planner.adapt.online_calibration import scaled_cpu, scaled_transfers
 from planner.commands.planfile import to_plan
+from planner.fit.refit import with_step_cpu_of
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import (
     CPU_FIELDS,
@@ -147,8 +150,9 @@ def run_local(plan: Path, cdk_out: Path, report_dir: Path, *, say: Say,
 def calibrated(base: Profiles, setting: Setting, report: dict[str, Any]) -> Profiles:
     """``base`` refitted by what an adaptive run measured of itself, as its last decision
     recorded it (planner/adapt/boundary.py): compute (a, b), the exchange factor, the segment
-    overhead (over the warm segments since the first recorded boundary), and from the first
-    decision the cold start (as the torch load at the profile's invocation overhead)."""
+    overhead (over the warm segments since the first recorded boundary), the step's and the
+    exchange client's CPU scaled with the compute, and from the first decision the cold start
+    (as the torch load at the profile's invocation overhead)."""
     records = [a for a in report.get("adaptations") or [] if a.get("measured")]
     if report.get("status") != "SUCCEEDED" or not records:
         raise SetupError(f"the calibration run ended {report.get('status')} with "
@@ -156,10 +160,15 @@ def calibrated(base: Profiles, setting: Setting, report: dict[str, Any]) -> Prof
     last = records[-1]["measured"]
     cold = float(records[0]["measured"]["cold_start_s"])
     vcpus = min(setting.memory_mb / 1769.0, 1.0)
-    platform = scaled_transfers(base.platform, float(last["exchange_factor"]))
+    # the step's and the exchange client's CPU move with the compute, as the run's refit did,
+    # here at the global batch's per-worker batches within the ceiling
+    batches = np.array([setting.max_global_batch // w for w in range(1, setting.ceiling + 1)])
+    workload, cpu = with_step_cpu_of(replace(base.workload, a=float(last["a"]),
+                                             b=float(last["b"])), base.workload,
+                                     batches, setting.memory_mb)
+    platform = scaled_cpu(scaled_transfers(base.platform, float(last["exchange_factor"])), cpu)
     platform = replace(platform, segment_overhead_s=float(last["segment_overhead_s"]),
                        torch_load_cpu_s=max(0.0, cold - platform.invocation_overhead_s) * vcpus)
-    workload = replace(base.workload, a=float(last["a"]), b=float(last["b"]))
     return Profiles(workload, platform)
 
 

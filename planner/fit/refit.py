@@ -91,18 +91,25 @@ def refit_compute(workload: WorkloadProfile, points: Sequence[RolePoint],
                         "b kept: the two batch sizes gave no physical a, b")
             ratio = predict_train_time(batch, memory, a=a, b=b, m=m) / seconds
             a *= float(np.sum(ratio) / np.sum(ratio ** 2))  # least relative squares in a
-    new = replace(workload, a=_six_digits(a), b=_six_digits(b), m=_six_digits(m))
-    # the profiled CPU of a step (the model's CPU bound, planner/model/terms/client_cpu.py)
-    # moves with the step's measured time: a platform slower in compute is slower in both
-    cpu_factor = float(np.mean(new.train_time(batch, memory) / workload.train_time(batch, memory)))
-    new = replace(new, cpu_step_s=_six_digits(workload.cpu_step_s * cpu_factor),
-                  cpu_sample_s=_six_digits(workload.cpu_sample_s * cpu_factor))
+    new, cpu_factor = with_step_cpu_of(
+        replace(workload, a=_six_digits(a), b=_six_digits(b), m=_six_digits(m)), workload,
+        batch, memory)
     fit = quality(seconds, new.train_time(batch, memory))
     entry = measured_today(measured_on, r_squared=fit.r_squared,
                            max_relative_error=fit.max_relative_error,
                            note=_note(len(points), kept))
     provenance = {"compute": entry, "memory": group_of(workload.provenance, "memory")}
     return Refit(replace(new, provenance=provenance), fit, tuple(kept), cpu_factor)
+
+
+def with_step_cpu_of(new: WorkloadProfile, old: WorkloadProfile, batch: Any,
+                     memory: Any) -> tuple[WorkloadProfile, float]:
+    """``new`` (a, b, m refitted from ``old``) with ``old``'s profiled step CPU (the model's CPU
+    bound, planner/model/terms/client_cpu.py) scaled as the step time moved at ``batch`` and
+    ``memory``: a platform slower in compute is slower in both; and that factor."""
+    factor = float(np.mean(new.train_time(batch, memory) / old.train_time(batch, memory)))
+    return replace(new, cpu_step_s=_six_digits(old.cpu_step_s * factor),
+                   cpu_sample_s=_six_digits(old.cpu_sample_s * factor)), factor
 
 
 def _note(points: int, kept: Sequence[str]) -> str:

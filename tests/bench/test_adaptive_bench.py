@@ -9,10 +9,11 @@ import pytest
 
 from bench.adaptive import CASES, goal_of
 from bench.adaptive_setup import (
+    PLAN_SLACK,
     Profiles,
     Setting,
-    PLAN_SLACK,
     binding_deadline,
+    calibrated,
     cheapest,
     fastest_s,
     planning_deadline,
@@ -98,3 +99,20 @@ def test_each_goal_judges_its_own_runs() -> None:
     same = {"met": True, "cost_usd": 1.0, "changes": 0}
     assert goal_of(by_name["as-planned"], same, {**same, "cost_usd": 1.01}, None)[1]
     assert not goal_of(by_name["as-planned"], same, {**same, "changes": 1}, None)[1]
+
+
+def test_the_calibrated_profile_moves_every_cpu_with_the_compute() -> None:
+    """As the run's own refit (planner/adapt/online_calibration.py): a calibration run that
+    measured half the profiled compute halves the step's and the exchange client's CPU too,
+    else the model's CPU bound kept the profiler's pace and over-predicted every case."""
+    base = Profiles(replace(BASE.workload, cpu_step_s=0.02, cpu_sample_s=0.001),
+                    replace(BASE.platform, cpu_fold_mb_s=0.004))
+    measured = {"a": BASE.workload.a / 2, "b": BASE.workload.b, "exchange_factor": 1.0,
+                "segment_overhead_s": 2.0, "cold_start_s": 6.0}
+    report = {"status": "SUCCEEDED", "adaptations": [{"measured": measured}]}
+    true = calibrated(base, SETTING, report)
+    assert true.workload.a == pytest.approx(BASE.workload.a / 2)
+    assert true.workload.cpu_step_s == pytest.approx(0.01, rel=1e-4)
+    assert true.workload.cpu_sample_s == pytest.approx(0.0005, rel=1e-4)
+    assert true.platform.cpu_fold_mb_s == pytest.approx(0.002, rel=1e-4)
+    assert true.platform.segment_overhead_s == 2.0
