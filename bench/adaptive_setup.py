@@ -16,9 +16,11 @@
   ``--deadline-slack``): between 1.03x and 1.25x the fastest time within the ceiling on the
   case's true platform (so that a configuration keeps it; and the planned platform's times
   10 % higher, so that a plan exists) and below 0.97x the time of the cheapest plan without a
-  deadline (so that it binds); where the platform differs from the plan's profile, the
-  largest such deadline at which the plan's configuration, predicted on the true platform,
-  misses it by 5 %. The row says whether it binds.
+  deadline (so that it binds); on a platform slower than the plan's profile, the largest
+  such deadline at which the plan's configuration, predicted on the true platform, misses it
+  by 5 %; on a faster one the least (1.03x the planned platform's fastest time, with the
+  plan's 10 %): the plan had to buy speed that the platform gives for less, the case a
+  scale-in is for. The row says whether it binds.
 """
 
 from __future__ import annotations
@@ -199,6 +201,8 @@ def binding_deadline(setting: Setting, planned: Profiles, true: Profiles) -> tup
     free = cheapest(problem(setting, planned, 1e6))
     top = min(fastest * MOST_SLACK, BIND * PLAN_SLACK * free.time_s if free else math.inf)
     deadline = max(top, fastest * LEAST_SLACK)
+    if fastest_true < fastest_planned:  # faster than planned: a plan that bought speed
+        deadline = fastest * LEAST_SLACK
     if fastest_true > fastest_planned:  # the largest deadline the plan misses on the platform
         steps = 24
         for step in range(steps + 1):

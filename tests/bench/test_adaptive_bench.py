@@ -75,6 +75,10 @@ def test_on_a_faster_platform_the_plan_exists_and_keeps_the_deadline() -> None:
     choice = cheapest(problem(SETTING, planned, planning_deadline(deadline)))
     assert binds and choice is not None
     assert predicted_s(SETTING, base, choice) < planning_deadline(deadline)
+    # the least binding deadline: the plan bought speed, which fewer workers give here
+    assert deadline == pytest.approx(1.03 * PLAN_SLACK * fastest_s(SETTING, planned))
+    oracle = cheapest(problem(SETTING, base, deadline))
+    assert oracle is not None and oracle.workers < choice.workers
 
 
 def test_as_planned_the_deadline_binds_within_the_fastest_times_share() -> None:
