@@ -123,8 +123,9 @@ def scaled_cpu(platform: PlatformProfile, factor: float) -> PlatformProfile:
     """``platform`` with the exchange's client CPU (CPU_FIELDS) ``factor`` times as much."""
     if factor <= 0:
         raise CalibrationError(f"CPU factor must be > 0, got {factor}")
-    return replace(platform, **{name: float(f"{getattr(platform, name) * factor:.6g}")
-                                for name in CPU_FIELDS})
+    changes: dict[str, Any] = {name: float(f"{getattr(platform, name) * factor:.6g}")
+                               for name in CPU_FIELDS}
+    return replace(platform, **changes)
 
 
 def scaled_transfers(platform: PlatformProfile, factor: float) -> PlatformProfile:
