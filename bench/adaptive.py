@@ -26,7 +26,8 @@ the oracle's is the planner's prediction.
 Prints one JSON object as its last line (``cases``: name, deadline_s, static and adaptive
 time_s / cost_usd / status, adaptive.changes, oracle_cost_usd, goal, met) and, at full size
 with every case, writes docs/results.md's table. ``--smoke``: the ``as-planned`` case at two
-epochs, the cnn at bench.prediction's smoke profile (``--profile-dir`` reuses one), W <= 2.
+epochs, the cnn at bench.prediction's smoke profile (``--profile-dir`` reuses one), W <= 2,
+its deadline 3x the binding one (it runs inside a loaded test suite).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ FACTOR = 2.0
 # the per-worker batches the global batch gives at W >= 2: beyond them this network's step
 # grows faster than linearly (the training fit's range)
 PROFILE_BATCHES = ("--batches", "16", "32", "48")
+SMOKE_DEADLINE_SCALE = 3.0  # the smoke size checks the path, not the timing (Setting)
 SMOKE_MEMORY_MB = int(SMOKE_MEMORIES[0])  # where the smoke size's cnn profile is measured
 # four segments: the last decision measures two warm ones (at the smoke size, one)
 CALIBRATION_WORKERS, CALIBRATION_EPOCHS, SMOKE_CALIBRATION_EPOCHS = 4, 4, 3
@@ -184,6 +186,7 @@ def run_case(case: Case, setting: Setting, base: Profiles, work: Path,
     """The case's plan, its static and adaptive runs, the oracle (module docstring)."""
     planned, true = scaled(base, *case.planned), scaled(base, *case.true)
     deadline, binds = binding_deadline(setting, planned, true)
+    deadline *= setting.deadline_scale
     aim = planning_deadline(deadline)
     choice = cheapest(problem(setting, planned, aim))
     if choice is None:
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{args.ceiling}")
     work = scratch("fasdl-bench-adaptive-")
     setting = Setting(args.memory_mb, args.ceiling, args.epochs, MAX_GLOBAL_BATCH,
-                      load_prices())
+                      load_prices(), SMOKE_DEADLINE_SCALE if args.smoke else 1.0)
     base = machine_profiles(args.model, args.memory_mb, args.profile_dir or work / "profile",
                             args.smoke)
     base = calibrate(base, setting, work, SMOKE_CALIBRATION_EPOCHS if args.smoke

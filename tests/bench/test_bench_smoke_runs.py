@@ -86,5 +86,6 @@ def test_adaptive_smoke(profiles: Path) -> None:
     assert {"time_s", "cost_usd", "status"} <= set(case["static"]) & set(case["adaptive"])
     assert case["static"]["status"] == "SUCCEEDED", stdout[-3000:]
     assert case["adaptive"]["status"] == "SUCCEEDED", stdout[-3000:]
-    assert case["adaptive"]["changes"] >= 0 and case["oracle_cost_usd"] > 0
+    # on course under a deadline 3x the binding one: a deadline policy changes nothing
+    assert case["adaptive"]["changes"] == 0 and case["oracle_cost_usd"] > 0
     assert "adaptive writes what it would write under docs/" in stdout
