@@ -28,7 +28,8 @@ TIME_PARTS = {"load": ("load_s",), "compute": ("compute_s",),
 
 
 class Progress:
-    """Polls the segment results of one run and reports each segment once all W wrote."""
+    """Polls the segment results of one run and reports each segment once all its workers
+    wrote (the W its results name: an adaptive run's changes; else the plan's)."""
 
     def __init__(self, s3: Any, bucket: str, run_id: str, workers: int, total_segments: int,
                  say: Callable[[str], None] = print) -> None:
@@ -54,9 +55,14 @@ class Progress:
                 where = (int(segment.get("index", -1)), int(segment.get("attempt", 0)))
                 self.results.setdefault(where, {})[int(result.get("worker", -1))] = result
         for where in sorted(self.results):
-            if where not in self._reported and len(self.results[where]) >= self.workers:
+            if where not in self._reported and len(self.results[where]) >= self._expected(where):
                 self._reported.add(where)
                 self.say(segment_line(where, self.results[where], self.total_segments))
+
+    def _expected(self, where: tuple[int, int]) -> int:
+        named = [r.get("workers") for r in self.results[where].values()]
+        counts = [int(n) for n in named if isinstance(n, int) and n >= 1]
+        return max(counts) if counts else self.workers
 
 
 def segment_line(where: tuple[int, int], results: dict[int, dict[str, Any]],

@@ -29,6 +29,7 @@ class SegmentResult:
     batch: int | None = None
     workload: str | None = None  # the plan's workload name
     initial_weights: str | None = None  # workload.initial_weights, when this segment loaded it
+    workers: int | None = None  # W of the segment's plan (an adaptive run's may change)
 
     def add(self, stats: StepStats) -> None:
         self.iterations_done += 1
@@ -52,5 +53,5 @@ class SegmentResult:
             "resume_iteration": self.resume_iteration,
             "exchange_throttled_retries": self.throttled_retries,
             ROLE_FIELD: self.role, BATCH_FIELD: self.batch, WORKLOAD_FIELD: self.workload,
-            "initial_weights": self.initial_weights,
+            "initial_weights": self.initial_weights, "workers": self.workers,
         }

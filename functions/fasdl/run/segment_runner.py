@@ -349,7 +349,8 @@ def run_segment(settings: Settings, event: WorkerEvent, remaining_s: Callable[[]
     exchange = stores.exchange_channel(settings, plan.training.exchange_key_prefixes)
     result = SegmentResult(event.run_id, event.worker, event.segment(),
                            role=role_of(event.worker, plan.training.aggregators),
-                           batch=plan.batch_of(event.worker), workload=plan.workload.name)
+                           batch=plan.batch_of(event.worker), workload=plan.workload.name,
+                           workers=plan.deployment.workers)
     cleanup: threading.Thread | None = None
     try:
         claim_worker(exchange, event.run_id, event.epoch, event.worker,

@@ -1,9 +1,13 @@
 """Progress lines of `local run`: the segment count stays true after a shortened segment; a
-segment that started from the initial weights says so."""
+segment that started from the initial weights says so; a segment after an adaptive scale-in
+is reported once its workers wrote."""
 
 from __future__ import annotations
 
-from local.run.report import segment_line
+import io
+import json
+
+from local.run.report import Progress, segment_line
 
 
 def _results(index: int) -> dict[int, dict[str, object]]:
@@ -31,3 +35,47 @@ def test_a_segment_that_loaded_initial_weights_says_so() -> None:
     line = segment_line((0, 0), results, 2)
     assert line.count("started from the initial weights datasets/mine/start.safetensors") == 1
     assert "initial weights" not in segment_line((1, 0), _results(1), 2)
+
+
+class _Listing:
+    """list_objects_v2 pages and get_object of a dict of key -> JSON: Progress's S3 calls."""
+
+    def __init__(self, objects: dict[str, dict[str, object]]) -> None:
+        self.objects = objects
+
+    def get_paginator(self, _name: str) -> _Listing:
+        return self
+
+    def paginate(self, **_kwargs: object) -> list[dict[str, object]]:
+        return [{"Contents": [{"Key": key} for key in self.objects]}]
+
+    def get_object(self, **kwargs: str) -> dict[str, object]:
+        return {"Body": io.BytesIO(json.dumps(self.objects[kwargs["Key"]]).encode())}
+
+
+def test_a_segment_after_a_scale_in_is_reported_once_its_fewer_workers_wrote() -> None:
+    """Issue 42: after an adaptive change to fewer workers a segment's line never printed
+    (Progress waited for the first plan's W results)."""
+    objects: dict[str, dict[str, object]] = {}
+    for index, workers in ((0, 3), (1, 2)):
+        for worker, row in _results(index).items():
+            if worker < workers:
+                objects[f"runs/r/segments/{index}/{worker}.json"] = {
+                    **row, "worker": worker, "workers": workers}
+    objects["runs/r/segments/0/2.json"] = {**_results(0)[0], "worker": 2, "workers": 3}
+    lines: list[str] = []
+    progress = Progress(_Listing(objects), "bucket", "r", workers=3, total_segments=2,
+                        say=lines.append)
+    progress.poll()
+    assert [line.split(" (")[0].strip() for line in lines] == ["segment 1/2", "segment 2/2"]
+    progress.poll()
+    assert len(lines) == 2
+
+
+def test_results_without_a_worker_count_wait_for_the_plans_workers() -> None:
+    objects = {f"runs/r/segments/0/{w}.json": {**row, "worker": w}
+               for w, row in _results(0).items()}
+    lines: list[str] = []
+    Progress(_Listing(objects), "bucket", "r", workers=3, total_segments=1,
+             say=lines.append).poll()
+    assert lines == []
