@@ -44,7 +44,6 @@ from planner.commands.planfile import to_plan
 from planner.fit.refit import with_step_cpu_of
 from planner.model.inputs.problem import Problem
 from planner.model.inputs.profiles import (
-    CPU_FIELDS,
     PlatformProfile,
     Prices,
     WorkloadProfile,
@@ -94,11 +93,9 @@ def scaled(profiles: Profiles, compute: float, transfer: float) -> Profiles:
     workload = replace(workload, a=workload.a * compute,
                        cpu_step_s=workload.cpu_step_s * compute,
                        cpu_sample_s=workload.cpu_sample_s * compute)
-    platform = replace(platform, torch_load_cpu_s=platform.torch_load_cpu_s * compute,
-                       up_peak=tuple(p / transfer for p in platform.up_peak),
-                       down_peak=tuple(p / transfer for p in platform.down_peak),
-                       **{name: getattr(platform, name) * compute for name in CPU_FIELDS})
-    return Profiles(workload, platform)
+    platform = scaled_cpu(scaled_transfers(platform, transfer), compute)
+    return Profiles(workload, replace(platform,
+                                      torch_load_cpu_s=platform.torch_load_cpu_s * compute))
 
 
 def problem(setting: Setting, profiles: Profiles, deadline_s: float, *,
