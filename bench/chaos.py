@@ -157,8 +157,10 @@ def errors_of(report: dict[str, Any] | None) -> dict[str, int]:
 def plan_job(job: Job, work: Path) -> Plan:
     """Plan the job once (s3; another channel's plan differs only in its channel)."""
     quiet: Say = lambda text: None  # noqa: E731
+    # planned static: an adaptive job's policy and ceiling are set below, on the planned W
     plan = prepare_plan(RunOptions(workers=job.workers, epochs=job.epochs,
-                                   segment_iterations=job.segment_iterations), work, quiet)
+                                   segment_iterations=job.segment_iterations, adaptive="off"),
+                        work, quiet)
     plan, _ = prepare_dataset(plan, RunOptions(), work, quiet)
     if job.adaptive == "off":
         return plan

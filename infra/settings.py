@@ -223,7 +223,7 @@ def check_ceiling(plan: Plan) -> None:
 
 def check_adaptive_profiles(plan: Plan, plan_path: Path) -> None:
     """An adaptive plan re-plans from the profiles it was made with, which ``planner plan
-    --adaptive`` writes beside it (fasdl.contract.training); the synth ships them with the
+    --out`` writes beside it (fasdl.contract.training); the synth ships them with the
     re-plan function, so a plan without them is refused here, not at its first boundary."""
     if plan.training.adaptive == "off":
         return
@@ -232,8 +232,8 @@ def check_adaptive_profiles(plan: Plan, plan_path: Path) -> None:
         raise PlanError("training.adaptive",
                         f"is {plan.training.adaptive!r}, and an adaptive run re-plans from the "
                         f"profiles the plan was made with, expected in {profiles} (python -m "
-                        "planner plan --adaptive ... --out PLAN writes them beside PLAN); plan "
-                        "again with --adaptive, or set training.adaptive to 'off'")
+                        "planner plan ... --out PLAN writes them beside PLAN); plan again "
+                        "with --out, or set training.adaptive to 'off'")
 
 
 def _flag(context: dict[str, object], key: str) -> bool:

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fasdl.contract.training import ADAPTIVE_POLICIES
 from infra.lambda_errors import EXIT, OUT_OF_MEMORY
 from local.aws import control_plane, interrupts
 from local.aws.cache_plane import STATES as CACHE_STACK_STATES
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--workload", default=DEFAULT_WORKLOAD, metavar="NAME",
                             help="the shipped workload to plan and run when no --plan is given "
                                  f"(default {DEFAULT_WORKLOAD}; planner/data/workloads)")
+    run_parser.add_argument("--adaptive", choices=ADAPTIVE_POLICIES,
+                            help="a planned job's policy (planner plan --adaptive; default "
+                                 "deadline); with --plan the plan's training.adaptive")
     run_parser.add_argument("--reference", action="store_true",
                             help="first train one process on the union of the workers' "
                                  "batches (same recipe and rows) and plot its curve beside "
@@ -213,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         reference=args.reference, budget_usd=args.budget_usd, deadline_s=args.deadline_s,
         storage_faults=StorageFaults(args.restart_s3_at, args.plant_stale_frame,
                                      args.truncate_frame),
-        start_twice=args.start_twice, keep=args.keep, resume=args.resume)
+        start_twice=args.start_twice, keep=args.keep, resume=args.resume,
+        adaptive=args.adaptive)
     interrupts.install()
     try:
         return run(options, say=lambda text: print(text, flush=True))

@@ -54,3 +54,4 @@ class RunOptions:
     deadline_s: float | None = None
     keep: Path | None = None  # copy what a resume needs here when the run ends (kept_run.py)
     resume: Path | None = None  # continue the guard-stopped run kept there
+    adaptive: str | None = None  # a planned job's policy; None: planner plan's default

@@ -4,6 +4,7 @@ others (:class:`~local.faults.injection.InputError`: exit 2)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ from local.run.run_options import (
 )
 
 Say = Callable[[str], None]
+PLANNED_NAME = "planned.json"  # a planned job's plan, as planner plan wrote it (and its profiles)
 
 
 # ---- plan -------------------------------------------------------------------------------------
@@ -50,6 +52,8 @@ def _planner_plan(options: RunOptions, out: Path, say: Say) -> dict[str, Any]:
                "--deadline", "900", "--max-global-batch", "64", "--epochs", str(epochs),
                "--min-workers", str(workers),
                "--channel", options.channel or "s3", "--timeout", "300", "--out", str(out)]
+    if options.adaptive is not None:
+        command += ["--adaptive", options.adaptive]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
     if done.returncode != 0:
         raise InputError(f"the planner failed:\n{done.stderr.strip() or done.stdout.strip()}")
@@ -61,6 +65,9 @@ def _planner_plan(options: RunOptions, out: Path, say: Say) -> dict[str, Any]:
 def prepare_plan(options: RunOptions, work: Path, say: Say) -> Plan:
     """The plan to run, with the options applied and validated (PlanError → exit 2)."""
     if options.plan is not None:
+        if options.adaptive is not None:
+            raise InputError("--adaptive plans a job: with --plan the plan's training.adaptive "
+                             "is the policy (plan again, or replace it in the execution input)")
         try:
             data = json.loads(options.plan.read_text())
         except (OSError, ValueError) as error:
@@ -69,7 +76,7 @@ def prepare_plan(options: RunOptions, work: Path, say: Say) -> Plan:
             raise InputError(f"plan {options.plan}: expected a JSON object")
         Plan.from_dict(data)  # a corrupt plan fails here, before any override hides it
     else:
-        data = _planner_plan(options, work / "planned.json", say)
+        data = _planner_plan(options, work / PLANNED_NAME, say)
     deployment, training = data.get("deployment", {}), data.get("training", {})
     wanted = options.workers or (None if options.plan else _planned_defaults(options)[1])
     if wanted is not None and deployment.get("workers") != wanted:
@@ -80,7 +87,19 @@ def prepare_plan(options: RunOptions, work: Path, say: Say) -> Plan:
     if options.segment_iterations:
         training["segment_iterations"] = options.segment_iterations
     plan = Plan.from_dict(data)
-    return plan.on_channel(options.channel) if options.channel else plan
+    return _on_channel(plan, options.channel, say) if options.channel else plan
+
+
+def _on_channel(plan: Plan, channel: str, say: Say) -> Plan:
+    """``plan`` moved to ``channel`` (Plan.on_channel); an adaptive plan's re-plan profiles
+    are for the planned channel, so there it keeps its plan, and says so."""
+    if channel != plan.deployment.channel and plan.training.adaptive != "off":
+        say(f"the plan's re-plan profiles are for {plan.deployment.channel}: on {channel} the "
+            "run keeps its plan (training.adaptive off; plan on that channel to adapt)")
+        plan = dataclasses.replace(
+            plan, training=dataclasses.replace(plan.training, adaptive="off"),
+            deployment=dataclasses.replace(plan.deployment, workers_max=None))
+    return plan.on_channel(channel)
 
 
 def copy_profiles(source: Path | None, plan_path: Path) -> None:

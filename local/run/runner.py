@@ -50,6 +50,7 @@ from local.run.report import Progress
 from local.run.run_limits import with_limits
 from local.run.run_options import RunOptions
 from local.run.run_prep import (
+    PLANNED_NAME,
     copy_profiles,
     plan_text,
     prepare_dataset,
@@ -86,7 +87,8 @@ def run(options: RunOptions, say: Say = print) -> int:
                                    deadline_s=options.deadline_s)
             plan_path = work / "plan.json"
             plan.save(plan_path)
-            copy_profiles(options.plan, plan_path)  # an adaptive plan's, for its re-plan
+            if plan.training.adaptive != "off":  # its profiles, for its re-plan
+                copy_profiles(options.plan or work / PLANNED_NAME, plan_path)
             say(plan_text(plan))
             template = prepare_template(plan, plan_path, options, work, say)
             worker = WorkerFunction.of(template, options.account, WORKER_HANDLER)

@@ -48,7 +48,7 @@ def read_profiles(path: Path) -> Profiles:
         document: Any = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise ReplanError(f"{path}: the plan's profiles cannot be read ({error}); plan again "
-                          "with --adaptive, which writes them beside the plan") from error
+                          "with planner plan --out, which writes them beside the plan") from error
     missing = [name for name in SECTIONS if not isinstance(document, dict)
                or not isinstance(document.get(name), dict)]
     if missing:

@@ -18,7 +18,12 @@ from typing import Any, NoReturn
 
 from fasdl.contract.plan import EXCHANGE_DTYPES, PlanError
 from planner.commands.account import add_account_arguments, command_account
-from planner.commands.adaptive_plan import adaptive_plan, add_adaptive_arguments, write_profiles
+from planner.commands.adaptive_plan import (
+    adaptive_plan,
+    add_adaptive_arguments,
+    describe_adaptive,
+    write_profiles,
+)
 from planner.commands.calibrate import add_calibrate_arguments, command_calibrate
 from planner.commands.cli_inputs import (
     BATCH_STEP,
@@ -229,6 +234,7 @@ def command_plan(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     else:
         emit(describe_choice(problem, result))
         emit(describe_learning_rate(plan.training))
+        emit(describe_adaptive(plan, args.out))
         for warning in warnings:
             emit(f"warning: {warning}")
         for line in explained[0]:

@@ -104,7 +104,7 @@ def test_an_adaptive_runs_ceiling_must_fit_the_concurrency_and_the_policy(
     with pytest.raises(PlanError, match=r"training\.adaptive is 'off'") as raised:
         _load(_adaptive(tmp_path, "off", 2 * workers, None))
     assert raised.value.field == "deployment.workers_max"
-    with pytest.raises(PlanError, match=r"expected in .*adaptive\.profiles\.json .*--adaptive"
+    with pytest.raises(PlanError, match=r"expected in .*adaptive\.profiles\.json .*--out"
                        ) as raised:
         _load(_adaptive(tmp_path, "cost", 2 * workers, None))
     assert raised.value.field == "training.adaptive"

@@ -22,7 +22,8 @@ DISTRIBUTED_CONTEXT = {"inline_map_max_workers": "2"}
 
 def fault_job_plan(work: Path) -> Path:
     """The job's plan and its dataset in ``work``; returns the plan file."""
-    plan = prepare_plan(RunOptions(epochs=EPOCHS, segment_iterations=SEGMENT), work,
+    plan = prepare_plan(RunOptions(epochs=EPOCHS, segment_iterations=SEGMENT,
+                                   adaptive="off"), work,
                         lambda text: None)
     plan, _ = prepare_dataset(plan, RunOptions(), work, lambda text: None)
     plan.save(work / "plan.json")

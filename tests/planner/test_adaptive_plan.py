@@ -14,7 +14,7 @@ from planner.adapt.plan_problem import configuration_of, problem_of
 from planner.adapt.profiles_file import read_profiles
 from planner.adapt.replan import ReplanError
 from planner.model.terms.cost_model import evaluate
-from tests.planner.cli_helpers import SMALL, assert_bad, run
+from tests.planner.cli_helpers import SMALL, assert_bad, cli, run
 
 SQUEEZENET = ["--workload", "squeezenet-cifar10", *SMALL]
 
@@ -40,22 +40,52 @@ def test_an_adaptive_plan_carries_its_policy_ceiling_and_profiles(
     assert float(priced.cost_usd[0]) == pytest.approx(plan.prediction.cost_usd, rel=1e-4)
 
 
-def test_a_static_plan_writes_no_profiles_and_the_ceiling_needs_a_policy(
+def test_plans_are_adaptive_by_default_with_twice_the_workers_as_ceiling(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     code, document, _ = run(capsys, "plan", *SQUEEZENET, "--out", str(out))
+    assert code == 0, document
+    plan = Plan.load(out)
+    workers = plan.deployment.workers
+    assert plan.training.adaptive == "deadline"
+    assert plan.deployment.workers_max == min(2 * workers, 500)
+    assert document["profiles"] == str(tmp_path / "plan.profiles.json")
+
+
+def test_the_printed_plan_says_what_a_drifting_run_does() -> None:
+    code, out, _ = cli("plan", *SQUEEZENET)
+    assert code == 0, out
+    assert "adaptive run (deadline)" in out and "--adaptive off keeps the plan" in out
+    assert "without --out no profiles file is written, and synth refuses the plan" in out
+    code, out, _ = cli("plan", *SQUEEZENET, "--adaptive", "off")
+    assert code == 0 and "static run (--adaptive off)" in out
+
+
+def test_the_ceiling_is_capped_by_the_quota(capsys: pytest.CaptureFixture[str]) -> None:
+    code, document, _ = run(capsys, "plan", *SQUEEZENET, "--max-concurrency", "20")
+    assert code == 0, document
+    deployment = document["plan"]["deployment"]
+    assert deployment["workers"] <= deployment["workers_max"] == min(
+        2 * deployment["workers"], 10)
+
+
+def test_a_static_plan_writes_no_profiles_and_the_ceiling_needs_a_policy(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    code, document, _ = run(capsys, "plan", *SQUEEZENET, "--adaptive", "off", "--out", str(out))
     assert code == 0 and document["profiles"] is None
     assert not (tmp_path / "plan.profiles.json").exists()
-    assert Plan.load(out).training.adaptive == "off"
-    code, document, stderr = run(capsys, "plan", *SQUEEZENET, "--workers-max", "8")
-    assert_bad(code, document, stderr, "--workers-max", "--adaptive deadline or cost")
+    plan = Plan.load(out)
+    assert plan.training.adaptive == "off" and plan.deployment.workers_max is None
+    code, document, stderr = run(capsys, "plan", *SQUEEZENET, "--adaptive", "off",
+                                 "--workers-max", "8")
+    assert_bad(code, document, stderr, "--workers-max", "drop --adaptive off or --workers-max")
 
 
 def test_a_ceiling_below_the_chosen_workers_or_the_quota_names_the_range(
         capsys: pytest.CaptureFixture[str]) -> None:
     code, document, _ = run(capsys, "plan", *SQUEEZENET, "--adaptive", "deadline")
     workers = document["plan"]["deployment"]["workers"]
-    assert "workers_max" not in document["plan"]["deployment"]
     code, document, stderr = run(capsys, "plan", *SQUEEZENET, "--adaptive", "deadline",
                                  "--workers-max", str(workers - 1))
     assert_bad(code, document, stderr, "--workers-max", f"must be in [{workers}, 500]",

@@ -86,7 +86,8 @@ def test_out_is_written_whole(capsys: pytest.CaptureFixture[str], tmp_path: Path
     # the file is the plan plus its confidence section (which Plan.load drops)
     written = json.loads(out.read_text())
     assert code == 0 and written == {**document["plan"], "confidence": document["confidence"]}
-    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary left
+    # no temporary left: the plan and its profiles (adaptive by default)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "plan.profiles.json"]
 
 
 @pytest.mark.parametrize(("argv", "argument"), [

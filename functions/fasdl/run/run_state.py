@@ -243,7 +243,7 @@ def check_policy_served(plan: Plan, deployed_json: str | None) -> None:
                         f"{plan.training.adaptive!r} needs a stack deployed for an adaptive "
                         "plan (its state machine re-plans between segments); this one was "
                         "deployed for a static plan: run with adaptive off, or deploy a plan "
-                        "made with planner plan --adaptive")
+                        "made with planner plan (adaptive unless --adaptive off)")
 
 
 def resolve_run_id(execution_input: Mapping[str, Any], execution: object) -> str:

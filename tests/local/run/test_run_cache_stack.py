@@ -31,7 +31,8 @@ WAIT_S = 3_600.0  # AWS: a pre-scaled minimum is in force within 60 minutes
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     work = tmp_path_factory.mktemp("job")
-    options = RunOptions(epochs=EPOCHS, channel="valkey", segment_iterations=22)
+    options = RunOptions(epochs=EPOCHS, channel="valkey", segment_iterations=22,
+                         adaptive="off")
     plan = prepare_plan(options, work, lambda text: None)
     plan, _ = prepare_dataset(plan, options, work, lambda text: None)
     plan.save(work / "plan.json")

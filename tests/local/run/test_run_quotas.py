@@ -42,7 +42,8 @@ class Job:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
     work = tmp_path_factory.mktemp("job")
-    plan = prepare_plan(RunOptions(epochs=EPOCHS, segment_iterations=EPOCHS * 22), work,
+    plan = prepare_plan(RunOptions(epochs=EPOCHS, segment_iterations=EPOCHS * 22,
+                                   adaptive="off"), work,
                         lambda text: None)
     plan, _ = prepare_dataset(plan, RunOptions(), work, lambda text: None)
     plan.save(work / "plan.json")
