@@ -17,6 +17,10 @@ platform's profile.
 * ``as-planned``: planned and run on this machine; policy ``deadline``. Goal: no change, cost
   within 2 % of static.
 
+A slower case's row carries ``window`` (bench/adaptive_window.py): the plan's configuration's
+predicted time on the true platform and the best an adaptive run can reach, over the deadline,
+and whether the case can be set on this machine at all (its goal says so when not).
+
 A run's cost is the run's own measure (summary.json: the Lambda charges from billed durations,
 the re-plan function's included, and the other services pro rata of the plan's prediction);
 the oracle's is the planner's prediction.
@@ -50,6 +54,7 @@ from bench.adaptive_setup import (
     problem,
     run_local,
     scaled,
+    window,
     write_plan,
 )
 from bench.local_runs import PROFILE_SMOKE, local_workload, scratch
@@ -210,6 +215,13 @@ def run_case(case: Case, setting: Setting, base: Profiles, work: Path,
     oracle = cheapest(problem(setting, true, deadline))  # what keeps the runs' limit
     oracle_usd = None if oracle is None else round(oracle.cost_usd, 6)
     goal, met = goal_of(case, runs["static"], runs["adaptive"], oracle_usd)
+    # slower than planned: whether the case's goal can be tested at all on this machine
+    settable = (window(setting, planned, true, deadline, binds, choice)
+                if case.name.startswith("slower") else None)
+    if settable is not None and not settable["settable"]:
+        goal += (f" (cannot be set here: the plan's configuration takes {settable['missed']:.2f}"
+                 f" of the deadline on the true platform, an adaptive run at best "
+                 f"{settable['reachable']:.2f}; bench/adaptive_window.py)")
     return {"name": case.name, "deadline_s": round(deadline, 1), "binds": binds,
             "policy": case.policy,
             "plan_deadline_s": round(aim, 1),
@@ -219,7 +231,7 @@ def run_case(case: Case, setting: Setting, base: Profiles, work: Path,
             "static": runs["static"], "adaptive": runs["adaptive"],
             "oracle_cost_usd": oracle_usd,
             "oracle_workers": None if oracle is None else oracle.workers,
-            "goal": goal, "met": met and binds}
+            "window": settable, "goal": goal, "met": met and binds}
 
 
 def table(rows: list[dict[str, Any]]) -> str:

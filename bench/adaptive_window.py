@@ -35,17 +35,15 @@ from bench.adaptive import (
     machine_profiles,
 )
 from bench.adaptive_setup import (
-    LEAST_SLACK,
-    MISS,
     Profiles,
     Setting,
     binding_deadline,
     cheapest,
-    fastest_s,
     planning_deadline,
     predicted_s,
     problem,
     scaled,
+    window,
 )
 from bench.local_runs import scratch
 from planner.model.inputs.profiles import load_prices
@@ -59,7 +57,7 @@ def with_model_mb(profiles: Profiles, model_mb: float) -> Profiles:
         workload, workload=replace(workload.workload, model_mb=model_mb)))
 
 
-def window(setting: Setting, base: Profiles) -> dict[str, Any]:
+def transfer_case(setting: Setting, base: Profiles) -> dict[str, Any]:
     """The transfer case's setting for ``base`` (module docstring)."""
     planned, true = scaled(base, 1.0, 1 / FACTOR), base
     deadline, binds = binding_deadline(setting, planned, true)
@@ -68,15 +66,10 @@ def window(setting: Setting, base: Profiles) -> dict[str, Any]:
                            "deadline_s": round(deadline, 1), "binds": binds}
     if choice is None:
         return {**row, "settable": False, "planned": None}
-    on_true = predicted_s(setting, true, choice)
-    fastest = fastest_s(setting, true)
-    reachable = on_true / setting.epochs + fastest * (setting.epochs - 1) / setting.epochs
-    missed, kept = on_true / deadline, reachable / deadline
     return {**row, "planned": {"workers": choice.workers, "aggregators": choice.aggregators,
                                "time_s": round(choice.time_s, 1),
-                               "true_time_s": round(on_true, 1)},
-            "missed": round(missed, 3), "reachable": round(kept, 3),
-            "settable": binds and missed >= 1 + MISS and kept * LEAST_SLACK <= 1.0}
+                               "true_time_s": round(predicted_s(setting, true, choice), 1)},
+            **window(setting, planned, true, deadline, binds, choice)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     setting = Setting(args.memory_mb, args.ceiling, EPOCHS, MAX_GLOBAL_BATCH, load_prices())
     rows = []
     for size in (base.workload.model_mb, *SIZES_MB):
-        rows.append(window(setting, with_model_mb(base, size)))
+        rows.append(transfer_case(setting, with_model_mb(base, size)))
         print(json.dumps(rows[-1]), flush=True)
     summary = {"bench": "adaptive_window", "model": MODEL, "memory_mb": args.memory_mb,
                "ceiling": args.ceiling, "epochs": EPOCHS, "factor": FACTOR, "rows": rows,
