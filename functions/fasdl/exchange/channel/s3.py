@@ -78,7 +78,8 @@ class S3Channel(Channel):
         if client is None:
             config = s3_client_config(path_style=path_style, max_attempts=max_attempts)
             client = (session.client("s3", endpoint_url=endpoint_url, config=config,
-                                     region_name=region or session.region_name or "us-east-1")
+                                     region_name=(region or session.region_name
+                                                  or sessions.DEFAULT_REGION))
                       if session is not None else
                       sessions.client("s3", endpoint_url=endpoint_url, region=region,
                                       config=config))
