@@ -4,7 +4,8 @@ segment boundaries (issue 42; docs/user-guide.md, "Adaptive runs").
 The search is the same; the plan records the policy (``training.adaptive``, ``deadline`` unless
 ``--adaptive off``) and the ceiling the stack is sized for (``deployment.workers_max``, at least
 the chosen W and at most half the concurrency the plan was made for: a retried segment overlaps
-its aborted one; by default twice the chosen W within that, :data:`DEFAULT_CEILING_FACTOR`).
+its aborted one; by default twice the chosen W within that, :data:`DEFAULT_CEILING_FACTOR`, and
+within what the worker's reserved concurrency can hold, Lambda keeping 100 unreserved).
 With ``--out`` the profiles the plan was made with go beside it (``plan.profiles.json``,
 fasdl.contract.training), which the synth ships with the re-plan function.
 """
@@ -15,7 +16,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from fasdl.contract.lambda_quotas import EXECUTIONS_PER_WORKER
+from fasdl.contract.lambda_quotas import EXECUTIONS_PER_WORKER, MIN_UNRESERVED_CONCURRENCY
 from fasdl.contract.plan import MAX_WORKERS, Plan
 from fasdl.contract.training import ADAPTIVE_POLICIES
 from planner.adapt import profiles_file
@@ -51,8 +52,9 @@ def adaptive_plan(plan: Plan, args: argparse.Namespace, quotas: Quotas) -> Plan:
         return plan
     workers = plan.deployment.workers
     most = min(quotas.max_concurrency // EXECUTIONS_PER_WORKER, MAX_WORKERS)
-    if ceiling is None:
-        ceiling = max(workers, min(DEFAULT_CEILING_FACTOR * workers, most))
+    if ceiling is None:  # within what -c reserve_concurrency=true can reserve too
+        reservable = (quotas.max_concurrency - MIN_UNRESERVED_CONCURRENCY) // EXECUTIONS_PER_WORKER
+        ceiling = max(workers, min(DEFAULT_CEILING_FACTOR * workers, most, reservable))
     elif not workers <= ceiling <= most:
         raise CliError("--workers-max", f"must be in [{workers}, {most}] (the chosen W, and "
                                         f"half the concurrency {quotas.max_concurrency} the "

@@ -48,7 +48,7 @@ def test_plans_are_adaptive_by_default_with_twice_the_workers_as_ceiling(
     plan = Plan.load(out)
     workers = plan.deployment.workers
     assert plan.training.adaptive == "deadline"
-    assert plan.deployment.workers_max == min(2 * workers, 500)
+    assert plan.deployment.workers_max == max(workers, min(2 * workers, 450))
     assert document["profiles"] == str(tmp_path / "plan.profiles.json")
 
 
@@ -61,12 +61,16 @@ def test_the_printed_plan_says_what_a_drifting_run_does() -> None:
     assert code == 0 and "static run (--adaptive off)" in out
 
 
-def test_the_ceiling_is_capped_by_the_quota(capsys: pytest.CaptureFixture[str]) -> None:
-    code, document, _ = run(capsys, "plan", *SQUEEZENET, "--max-concurrency", "20")
+@pytest.mark.parametrize(("quota", "reservable"), [(300, 100), (20, 0)])
+def test_the_default_ceiling_leaves_lambda_its_unreserved_hundred(
+        capsys: pytest.CaptureFixture[str], quota: int, reservable: int) -> None:
+    """Within what ``-c reserve_concurrency=true`` can reserve (2 per worker, Lambda keeping
+    100 unreserved), never below the chosen W."""
+    code, document, _ = run(capsys, "plan", *SQUEEZENET, "--max-concurrency", str(quota))
     assert code == 0, document
     deployment = document["plan"]["deployment"]
-    assert deployment["workers"] <= deployment["workers_max"] == min(
-        2 * deployment["workers"], 10)
+    workers = deployment["workers"]
+    assert deployment["workers_max"] == max(workers, min(2 * workers, reservable))
 
 
 def test_a_static_plan_writes_no_profiles_and_the_ceiling_needs_a_policy(
