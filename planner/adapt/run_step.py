@@ -122,11 +122,12 @@ def _decide(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepCo
     limited = dataclasses.replace(plan, limits=run_limits(plan, run))
     boundary = _boundary(run, plan, context.now, measured)
     boundary = dataclasses.replace(boundary, window=_clock_window(run, store, context, boundary))
+    workers_max = _workers_max(run, plan)
     adaptation = adapt(limited, context.profiles, boundary,
                        policy=plan.training.adaptive,
-                       workers_max=plan.deployment.ceiling, measured_on=context.measured_on,
+                       workers_max=workers_max, measured_on=context.measured_on,
                        cache_ecpu_max=context.cache_ecpu_max)
-    record = adaptation.to_dict()
+    record = {**adaptation.to_dict(), "workers_max": workers_max}
     per_epoch = plan.iterations_per_epoch
     applies = -(-done // per_epoch) * per_epoch  # the first epoch start at or after ``done``
     if record["action"] == "change" and applies >= plan.total_iterations:
@@ -134,6 +135,14 @@ def _decide(run: Mapping[str, Any], plan: Plan, store: RunStore, context: StepCo
                       "at an epoch's start, and the run ends first")
     record["applies_from_iteration"] = applies
     return record
+
+
+def _workers_max(run: Mapping[str, Any], plan: Plan) -> int:
+    """The most workers a decision may choose: the stack's ceiling, within what the account's
+    concurrency held at the run's start (``run.workers_cap``), never below the current W."""
+    cap = run.get("workers_cap")
+    ceiling = plan.deployment.ceiling
+    return ceiling if cap is None else max(len(run["workers"]), min(ceiling, int(cap)))
 
 
 def _standing(run: Mapping[str, Any], plan: Plan, now: float) -> tuple[Projection, Projection]:

@@ -207,3 +207,23 @@ def test_the_segments_overhead_is_measured_from_the_run_clock() -> None:
     for record in records:
         assert record["measured"]["segment_overhead_s"] == pytest.approx(overhead, rel=1e-3)
         assert record["planned"]["segment_overhead_s"] == 0.0
+
+
+def test_a_decision_keeps_within_the_accounts_concurrency_at_the_start() -> None:
+    """The trigger records how many workers the account's concurrency held when the run
+    started (run.workers_cap): a slow run that would scale out to the ceiling keeps within it,
+    and the record says what it considered."""
+    length = ADAPTIVE_PLAN.training.segment_iterations
+    workers = ADAPTIVE_PLAN.deployment.workers
+    free = slow_store(2)
+    replan_step(run_state(2, 2 * length, 2 * segment_s(2.0)), free, CONTEXT)
+    key = f"{PREFIX}{RUN}/adaptations/00002.json"
+    unbounded = json.loads(free.objects[key])
+    assert unbounded["workers_max"] == ADAPTIVE_PLAN.deployment.ceiling
+    assert unbounded["chosen"]["workers"] > workers  # scaled out without a cap
+    capped = slow_store(2)
+    replan_step(run_state(2, 2 * length, 2 * segment_s(2.0), workers_cap=workers), capped,
+                CONTEXT)
+    record = json.loads(capped.objects[key])
+    assert record["workers_max"] == workers
+    assert record["chosen"] is None or record["chosen"]["workers"] <= workers

@@ -299,3 +299,13 @@ def test_partition_layout_tiles_the_samples() -> None:
     assert all(a["end"] == b["start"] for a, b in itertools.pairwise(layout))
     assert [part["batch"] for part in layout] == [2, 2, 3, 3]
     json.dumps(layout)  # small and JSON-serialisable
+
+
+def test_the_workers_cap_is_a_positive_count_when_present() -> None:
+    """run.workers_cap (the trigger's concurrency check at the start; a re-plan keeps within
+    it): absent is fine, a number below 1 or not an integer is refused by name."""
+    run = first_state(plan_with(total_epochs=1, segment_iterations=8), "r", "k", epoch=1)
+    assert parse_run({**run, "workers_cap": 3})["workers_cap"] == 3
+    for bad in (0, 2.5, "4"):
+        with pytest.raises(RunStateError, match=r"run\.workers_cap': must be an integer >= 1"):
+            parse_run({**run, "workers_cap": bad})

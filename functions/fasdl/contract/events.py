@@ -122,6 +122,9 @@ class RunState(TypedDict):
     # an adaptive run's changes (planner/adapt/run_step.py): since, pending, changes and, after
     # a change, where the run stood then (fasdl.run.guards.SINCE_FIELDS)
     adaptive: NotRequired[dict[str, Any]]
+    # the most workers the account's concurrency held when the run started (2 executions each,
+    # fasdl.aws.account): a re-plan keeps within it as well as within the stack's ceiling
+    workers_cap: NotRequired[int]
 
 
 class ExecutionInput(TypedDict, total=False):

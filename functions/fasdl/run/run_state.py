@@ -95,6 +95,8 @@ def parse_run(run: object) -> RunState:
     workers = run.get("workers")
     if not isinstance(workers, list) or workers != list(range(len(workers))) or not workers:
         raise RunStateError("run state field 'run.workers': must be [0, 1, ..., W-1]")
+    if "workers_cap" in run:
+        _int_field(run, "workers_cap", "run", low=1)
     try:
         parse_endpoint(run.get("cache"), "run.cache")
     except ValueError as error:

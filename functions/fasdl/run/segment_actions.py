@@ -20,6 +20,7 @@ from fasdl.aws.metrics import get_logger
 from fasdl.contract import keys
 from fasdl.contract.cache import CacheEndpoint
 from fasdl.contract.events import RunState
+from fasdl.contract.lambda_quotas import EXECUTIONS_PER_WORKER
 from fasdl.contract.settings import Settings
 from fasdl.exchange import stores
 from fasdl.exchange.channel.s3 import S3Channel
@@ -57,6 +58,8 @@ def start_run(event: Mapping[str, Any], settings: Settings, s3: Any,
     ready = account.before_first_map(len(run["workers"]), context,
                                      settings.worker_function)
     logger.info("worker function ready", extra={"ready": ready})
+    if ready is not None:  # what a re-plan may scale out to (contract.events RunState)
+        run["workers_cap"] = int(ready["concurrency"]["available"]) // EXECUTIONS_PER_WORKER
     # a fresh run starts its totals; a resumed one keeps them (its pause not counted)
     now = time.time()
     run["usage"] = usage.resume_clock(run, now) or _new_run_usage(event, settings, s3, run,

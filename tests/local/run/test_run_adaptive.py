@@ -29,6 +29,7 @@ from tests.local.runs import Job, Run, local_run, resumed_run
 
 EPOCHS = 3  # a segment each as planned
 CEILING = 6
+ACCOUNT_WORKERS = 5  # what the reference run's account concurrency holds: below the ceiling
 RUN_TIMEOUT_S = 300
 CRASH_AT = 20  # in the second segment, after the change at iteration 11
 
@@ -58,9 +59,11 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
 
 @pytest.fixture(scope="module")
 def reference(job: Job, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """The undisturbed adaptive run."""
+    """The undisturbed adaptive run, in an account whose concurrency holds W = 4 but not the
+    ceiling (2 executions per worker): its re-plans keep within 5 workers."""
     return local_run(job.plan, job.cdk_out, tmp_path_factory.mktemp("reference") / "run",
-                     "adaptive-1", timeout_s=RUN_TIMEOUT_S)
+                     "adaptive-1", "--account-concurrency", str(2 * ACCOUNT_WORKERS),
+                     timeout_s=RUN_TIMEOUT_S)
 
 
 @pytest.mark.slow
@@ -74,6 +77,8 @@ def test_an_adaptive_run_records_each_decision_and_trains_on_the_changed_plan(
     adaptations = report["adaptations"]
     assert adaptations == report["summary"]["adaptations"]
     assert adaptations and adaptations[0]["segment"] == 1  # a decision at the first boundary
+    # the trigger's concurrency check at the start bounds every decision below the ceiling
+    assert {a["workers_max"] for a in adaptations} == {ACCOUNT_WORKERS}
     changes = [a for a in adaptations if a["action"] == "change"]
     assert changes, adaptations  # far ahead of a cost plan: a cheaper configuration
     first = changes[0]
