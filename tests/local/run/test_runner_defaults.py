@@ -12,9 +12,10 @@ import pytest
 
 from fasdl.contract.plan import Plan
 from infra.settings import DEFAULT_PLAN_PATH, REPO_ROOT
+from local.faults.injection import InputError
 from local.run.jobs import LOCAL_JOBS, local_job
 from local.run.run_options import DEFAULT_SEGMENTS, RunOptions
-from local.run.run_prep import _planned_defaults, whole_epoch_segments
+from local.run.run_prep import _planned_defaults, prepare_plan, whole_epoch_segments
 
 
 @pytest.mark.parametrize(("epochs", "epochs_per_segment"), [
@@ -58,3 +59,24 @@ def test_the_runner_imports_neither_torch_nor_the_cdk(tmp_path: Path) -> None:
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_an_adaptive_plan_moved_to_another_channel_runs_static_and_says_so(
+        tmp_path: Path) -> None:
+    """Its re-plan profiles are the planned channel's: on another channel the run keeps its
+    plan (the re-plan would refuse the profile at its first boundary)."""
+    data = json.loads(DEFAULT_PLAN_PATH.read_text())
+    data["training"]["adaptive"] = "deadline"
+    data["deployment"]["workers_max"] = 2 * data["deployment"]["workers"]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    said: list[str] = []
+    moved = prepare_plan(RunOptions(plan=path, channel="valkey"), tmp_path, said.append)
+    assert moved.deployment.channel == "valkey" and moved.training.adaptive == "off"
+    assert moved.deployment.workers_max is None
+    assert said == ["the plan's re-plan profiles are for s3: on valkey the run keeps its plan "
+                    "(training.adaptive off; plan on that channel to adapt)"]
+    kept = prepare_plan(RunOptions(plan=path, channel="s3"), tmp_path, said.append)
+    assert kept.training.adaptive == "deadline" and len(said) == 1
+    with pytest.raises(InputError, match="--adaptive plans a job"):
+        prepare_plan(RunOptions(plan=path, adaptive="off"), tmp_path, said.append)
