@@ -216,7 +216,7 @@ def run_case(case: Case, setting: Setting, base: Profiles, work: Path,
     oracle_usd = None if oracle is None else round(oracle.cost_usd, 6)
     goal, met = goal_of(case, runs["static"], runs["adaptive"], oracle_usd)
     # slower than planned: whether the case's goal can be tested at all on this machine
-    settable = (window(setting, planned, true, deadline, binds, choice)
+    settable = (window(setting, true, deadline, binds, on_true)
                 if case.name.startswith("slower") else None)
     if settable is not None and not settable["settable"]:
         goal += (f" (cannot be set here: the plan's configuration takes {settable['missed']:.2f}"

@@ -220,16 +220,16 @@ def planning_deadline(deadline_s: float) -> float:
     return deadline_s / PLAN_SLACK
 
 
-def window(setting: Setting, planned: Profiles, true: Profiles, deadline_s: float,
-           binds: bool, choice: Choice) -> dict[str, Any]:
+def window(setting: Setting, true: Profiles, deadline_s: float, binds: bool,
+           on_true_s: float) -> dict[str, Any]:
     """Whether a slower platform's case can be set at ``deadline_s``: the plan's configuration
-    ``choice`` on the true platform over the deadline (``missed``: the static run must miss
-    it by :data:`MISS`), and the earliest an adaptive run can keep (``reachable``: its first
-    segment at the planned configuration, which it measures before it can change, then the
-    fastest within the ceiling) over the deadline, with :data:`LEAST_SLACK` to spare."""
-    on_true = predicted_s(setting, true, choice)
+    on the true platform (``on_true_s``, :func:`predicted_s`) over the deadline (``missed``:
+    the static run must miss it by :data:`MISS`), and the earliest an adaptive run can keep
+    (``reachable``: its first segment at the planned configuration, which it measures before
+    it can change, then the fastest within the ceiling) over the deadline, with
+    :data:`LEAST_SLACK` to spare."""
     fastest = fastest_s(setting, true)
-    reachable = on_true / setting.epochs + fastest * (setting.epochs - 1) / setting.epochs
-    missed, kept = on_true / deadline_s, reachable / deadline_s
+    reachable = on_true_s / setting.epochs + fastest * (setting.epochs - 1) / setting.epochs
+    missed, kept = on_true_s / deadline_s, reachable / deadline_s
     return {"missed": round(missed, 3), "reachable": round(kept, 3),
             "settable": binds and missed >= 1 + MISS and kept * LEAST_SLACK <= 1.0}

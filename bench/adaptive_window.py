@@ -66,10 +66,11 @@ def transfer_case(setting: Setting, base: Profiles) -> dict[str, Any]:
                            "deadline_s": round(deadline, 1), "binds": binds}
     if choice is None:
         return {**row, "settable": False, "planned": None}
+    on_true = predicted_s(setting, true, choice)
     return {**row, "planned": {"workers": choice.workers, "aggregators": choice.aggregators,
                                "time_s": round(choice.time_s, 1),
-                               "true_time_s": round(predicted_s(setting, true, choice), 1)},
-            **window(setting, planned, true, deadline, binds, choice)}
+                               "true_time_s": round(on_true, 1)},
+            **window(setting, true, deadline, binds, on_true)}
 
 
 def main(argv: list[str] | None = None) -> int:
